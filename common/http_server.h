@@ -1,0 +1,68 @@
+#ifndef COHORT_COMMON_HTTP_SERVER_H_
+#define COHORT_COMMON_HTTP_SERVER_H_
+
+#include <functional>
+#include <map>
+#include <shared_mutex>
+#include <string>
+
+#include "absl/status/status.h"
+
+struct MHD_Daemon;
+
+namespace cohort {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;   // Percent-decoded, without the query string.
+  std::string query;  // Raw (still percent-encoded) text after '?', or empty.
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+// A small HTTP/1.1 server for /metrics and health endpoints, over libmicrohttpd. Handlers run on
+// the server's worker threads and may run concurrently with each other.
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+
+  // Request bodies larger than this are answered with 413.
+  static constexpr size_t kMaxBodyBytes = 1 << 20;
+
+  HttpServer();
+  ~HttpServer();  // Stops the server.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Serves `path` (exact match) with `handler`. Call before Start().
+  void Handle(const std::string& path, Handler handler);
+
+  // Binds and starts serving. `host_port` is "host:port" or "[ipv6]:port"; port 0 picks a free
+  // port (see port()). A name that resolves to both families binds IPv4 first.
+  absl::Status Start(const std::string& host_port);
+
+  // The bound port (resolves :0) after a successful Start(), else 0.
+  int port() const { return port_; }
+
+  // Stops serving and closes the listening socket. Idempotent.
+  void Stop();
+
+ private:
+  friend struct HttpServerCallbacks;
+
+  HttpResponse Dispatch(const HttpRequest& request) const;
+
+  mutable std::shared_mutex handlers_mu_;
+  std::map<std::string, Handler> handlers_;
+  MHD_Daemon* daemon_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace cohort
+
+#endif  // COHORT_COMMON_HTTP_SERVER_H_

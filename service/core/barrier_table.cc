@@ -1,0 +1,279 @@
+#include "service/core/barrier_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "service/core/errors.h"
+
+namespace cohort {
+
+struct BarrierTable::Instance {
+  std::string id;
+  int64_t counter = 0;
+  absl::Time started;
+  absl::Time deadline;
+  std::shared_ptr<const std::vector<TaskName>> participants;  // sorted
+  absl::btree_set<TaskName> arrived;
+  std::vector<std::shared_ptr<Call>> calls;
+  TimerQueue::TimerId timer = 0;
+  bool done = false;
+  absl::Status result;
+};
+
+namespace {
+
+std::string TaskList(const std::vector<TaskName>& tasks, size_t limit = 10) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tasks.size() && i < limit; ++i) names.push_back(tasks[i].ToString());
+  std::string out = absl::StrJoin(names, ", ");
+  if (tasks.size() > limit) absl::StrAppend(&out, " and ", tasks.size() - limit, " more");
+  return out;
+}
+
+bool Contains(const std::vector<TaskName>& sorted, const TaskName& task) {
+  return std::binary_search(sorted.begin(), sorted.end(), task);
+}
+
+absl::Status BarrierStatus(absl::Status status, const std::string& id, int64_t counter) {
+  return WithBarrierError(std::move(status), {id, counter});
+}
+
+}  // namespace
+
+BarrierTable::BarrierTable(const Clock* clock, ParkedCallRegistry* parked, TimerQueue* timers,
+                           BarrierObserver* observer)
+    : clock_(clock), parked_(parked), timers_(timers), observer_(observer) {}
+
+std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierArrival& arrival) {
+  auto barrier = std::make_shared<Instance>();
+  barrier->id = arrival.id;
+  barrier->counter = arrival.counter;
+  barrier->started = clock_->Now();
+  barrier->deadline = barrier->started + arrival.timeout;
+  barrier->participants = arrival.participants;
+  barriers_[arrival.id] = barrier;
+  std::string id = arrival.id;
+  int64_t counter = arrival.counter;
+  barrier->timer =
+      timers_->Schedule(barrier->deadline, [this, id, counter] { OnTimeout(id, counter); });
+  return barrier;
+}
+
+std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(Instance& barrier,
+                                                                         absl::Status result) {
+  barrier.done = true;
+  barrier.result = result.ok() ? result : BarrierStatus(result, barrier.id, barrier.counter);
+  if (barrier.timer) timers_->Cancel(barrier.timer);
+  if (observer_) {
+    observer_->OnBarrierDone(barrier.id, barrier.counter, barrier.result,
+                             clock_->Now() - barrier.started);
+  }
+  return std::move(barrier.calls);
+}
+
+void BarrierTable::FinishCalls(std::vector<std::shared_ptr<Call>>& calls,
+                               const absl::StatusOr<int64_t>& result) {
+  for (auto& call : calls) {
+    if (parked_->Claim(*call)) call->Finish(result);
+  }
+}
+
+bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
+                          const TaskHealth& health, Done done) {
+  bool started = false;
+  auto call = std::make_shared<Call>(waiter, ParkKind::kBarrier, arrival.caller, std::move(done));
+  std::vector<std::shared_ptr<Call>> finished;
+  absl::StatusOr<int64_t> answer = absl::UnknownError("unset");
+  bool parked = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = barriers_.find(arrival.id);
+    std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
+
+    if (barrier && barrier->done && arrival.counter == barrier->counter) {
+      // A repeated call for an instance that is over: its cached result.
+      answer = barrier->result.ok() ? absl::StatusOr<int64_t>(barrier->counter)
+                                    : absl::StatusOr<int64_t>(barrier->result);
+    } else if (barrier && arrival.counter < barrier->counter) {
+      answer = BarrierStatus(
+          absl::FailedPreconditionError(absl::StrCat(
+              "barrier \"", arrival.id, "\" call from ", arrival.caller.ToString(),
+              " has counter ", arrival.counter, " but the barrier is already at counter ",
+              barrier->counter, ": the caller missed an instance or repeats an old call")),
+          arrival.id, barrier->counter);
+    } else if (barrier && !barrier->done && arrival.counter > barrier->counter) {
+      answer = BarrierStatus(
+          absl::FailedPreconditionError(absl::StrCat(
+              "barrier \"", arrival.id, "\" call from ", arrival.caller.ToString(),
+              " has counter ", arrival.counter, " while instance ", barrier->counter,
+              " is still open")),
+          arrival.id, barrier->counter);
+    } else {
+      if (!barrier || barrier->done) {
+        barrier = StartLocked(arrival);
+        started = true;
+      }
+      absl::Status failure;
+      if (barrier->participants != arrival.participants &&
+          *barrier->participants != *arrival.participants) {
+        failure = absl::InvalidArgumentError(absl::StrCat(
+            "barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
+            " named different tasks than the first caller (",
+            TaskList(*arrival.participants), " vs ", TaskList(*barrier->participants), ")"));
+      } else if (!Contains(*barrier->participants, arrival.caller)) {
+        failure = absl::InvalidArgumentError(
+            absl::StrCat("barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
+                         " is not one of its participants (", TaskList(*barrier->participants),
+                         ")"));
+      } else if (started) {
+        for (const TaskName& task : *barrier->participants) {
+          absl::Status s = health(task);
+          if (!s.ok()) {
+            failure = absl::InternalError(absl::StrCat("barrier \"", arrival.id,
+                                                       "\" failed: participant ", task.ToString(),
+                                                       " is unavailable: ", s.message()));
+            break;
+          }
+        }
+      }
+      if (!failure.ok()) {
+        finished = PassLocked(*barrier, failure);
+        answer = barrier->result;
+      } else {
+        call->set_unlink([this, id = arrival.id, waiter] { RemoveWaiter(id, waiter); });
+        absl::Status admitted = parked_->Add(call);
+        if (!admitted.ok()) {
+          answer = admitted;
+        } else {
+          parked = true;
+          barrier->calls.push_back(call);
+          barrier->arrived.insert(arrival.caller);
+          if (barrier->arrived.size() == barrier->participants->size()) {
+            finished = PassLocked(*barrier, absl::OkStatus());
+            answer = barrier->counter;
+          }
+        }
+      }
+    }
+  }
+  if (!finished.empty()) {
+    FinishCalls(finished, answer);
+  }
+  if (!parked) call->Finish(answer);
+  return started;
+}
+
+void BarrierTable::RemoveWaiter(const std::string& id, WaiterId waiter) {
+  // A caller that went away no longer waits, but its arrival still counts: the other
+  // participants saw it reach the barrier.
+  absl::MutexLock lock(&mu_);
+  auto it = barriers_.find(id);
+  if (it == barriers_.end()) return;
+  auto& calls = it->second->calls;
+  calls.erase(std::remove_if(calls.begin(), calls.end(),
+                             [waiter](const auto& c) { return c->id() == waiter; }),
+              calls.end());
+}
+
+absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const TaskName& caller) {
+  std::vector<std::shared_ptr<Call>> finished;
+  absl::Status cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = barriers_.find(id);
+    std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
+    if (barrier && barrier->done && barrier->counter >= counter) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("barrier \"", id, "\" instance ", barrier->counter, " already ",
+                       barrier->result.ok() ? "passed" : "failed", "; nothing to cancel"));
+    }
+    if (barrier && !barrier->done && barrier->counter != counter) {
+      return absl::FailedPreconditionError(absl::StrCat("barrier \"", id, "\" is at instance ",
+                                                        barrier->counter, ", not ", counter));
+    }
+    if (!barrier || barrier->done) {
+      // Cancelled before anyone arrived: later callers of this instance are told so.
+      BarrierArrival arrival{id, counter, absl::ZeroDuration(), caller,
+                             std::make_shared<const std::vector<TaskName>>()};
+      barrier = StartLocked(arrival);
+    }
+    cancelled = absl::CancelledError(
+        absl::StrCat("barrier \"", id, "\" was cancelled by ", caller.ToString()));
+    finished = PassLocked(*barrier, cancelled);
+    cancelled = barrier->result;
+  }
+  FinishCalls(finished, cancelled);
+  return absl::OkStatus();
+}
+
+void BarrierTable::OnTimeout(const std::string& id, int64_t counter) {
+  std::vector<std::shared_ptr<Call>> finished;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = barriers_.find(id);
+    if (it == barriers_.end()) return;
+    Instance& barrier = *it->second;
+    if (barrier.done || barrier.counter != counter) return;
+    std::vector<TaskName> missing;
+    for (const TaskName& t : *barrier.participants) {
+      if (!barrier.arrived.count(t)) missing.push_back(t);
+    }
+    finished = PassLocked(
+        barrier, absl::DeadlineExceededError(absl::StrCat(
+                     "barrier \"", id, "\" timed out after ",
+                     absl::FormatDuration(barrier.deadline - barrier.started), " with ",
+                     missing.size(), " of ", barrier.participants->size(),
+                     " tasks missing: ", TaskList(missing))));
+    error = barrier.result;
+  }
+  FinishCalls(finished, error);
+}
+
+void BarrierTable::FailTask(const TaskName& task, const absl::Status& error) {
+  std::vector<std::pair<std::vector<std::shared_ptr<Call>>, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, barrier] : barriers_) {
+      if (barrier->done || !Contains(*barrier->participants, task)) continue;
+      auto calls = PassLocked(
+          *barrier, absl::InternalError(absl::StrCat("barrier \"", id, "\" failed: participant ",
+                                                     task.ToString(), " failed: ",
+                                                     error.message())));
+      failed.emplace_back(std::move(calls), barrier->result);
+    }
+  }
+  for (auto& [calls, status] : failed) FinishCalls(calls, status);
+}
+
+void BarrierTable::FailAll(const absl::Status& error) {
+  std::vector<std::pair<std::vector<std::shared_ptr<Call>>, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, barrier] : barriers_) {
+      if (barrier->done) continue;
+      auto calls = PassLocked(*barrier, error);
+      failed.emplace_back(std::move(calls), barrier->result);
+    }
+  }
+  for (auto& [calls, status] : failed) FinishCalls(calls, status);
+}
+
+std::vector<BarrierSnapshot> BarrierTable::OpenBarriers() const {
+  std::vector<BarrierSnapshot> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, barrier] : barriers_) {
+    if (barrier->done) continue;
+    BarrierSnapshot snap{id, barrier->counter, barrier->started, barrier->deadline, {}, {}};
+    for (const TaskName& t : *barrier->participants) {
+      (barrier->arrived.count(t) ? snap.arrived : snap.missing).push_back(t);
+    }
+    out.push_back(std::move(snap));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const BarrierSnapshot& a, const BarrierSnapshot& b) { return a.id < b.id; });
+  return out;
+}
+
+}  // namespace cohort

@@ -1,0 +1,96 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "service/core/parked_call.h"
+#include "service/core/timer_queue.h"
+
+namespace cohort {
+
+struct BarrierArrival {
+  std::string id;
+  int64_t counter = 0;
+  absl::Duration timeout;
+  TaskName caller;
+  // Sorted, duplicates removed; the service fills in the default set when the caller gave none
+  // (one shared list, so that comparing it with the first caller's is cheap).
+  std::shared_ptr<const std::vector<TaskName>> participants;
+};
+
+struct BarrierSnapshot {
+  std::string id;
+  int64_t counter = 0;
+  absl::Time started;
+  absl::Time deadline;
+  std::vector<TaskName> arrived;
+  std::vector<TaskName> missing;
+};
+
+// What a barrier did, for metrics and logs.
+class BarrierObserver {
+ public:
+  virtual ~BarrierObserver() = default;
+  virtual void OnBarrierDone(const std::string& id, int64_t counter, const absl::Status& result,
+                             absl::Duration open_for) = 0;
+};
+
+// Barriers by id. Each id runs one instance at a time; an instance is identified by its
+// counter, and a finished instance answers repeated calls with the same counter from its
+// cached result. The result of a waiter is the instance's counter, or an error carrying a
+// BarrierErrorInfo payload.
+class BarrierTable {
+ public:
+  using Done = std::function<void(absl::StatusOr<int64_t>)>;
+  // Error of a task when it cannot take part (in ERROR or gone); OK when it can.
+  using TaskHealth = std::function<absl::Status(const TaskName&)>;
+
+  BarrierTable(const Clock* clock, ParkedCallRegistry* parked, TimerQueue* timers,
+               BarrierObserver* observer);
+
+  // Participants' health is checked when an instance starts; later failures arrive through
+  // FailTask. Returns true when this call started a new instance.
+  bool Arrive(const BarrierArrival& arrival, WaiterId waiter, const TaskHealth& health,
+              Done done);
+  absl::Status Cancel(const std::string& id, int64_t counter, const TaskName& caller);
+  // Fails every open instance that `task` takes part in, with `error`.
+  void FailTask(const TaskName& task, const absl::Status& error);
+  // Fails every open instance with `error` (the service is stopping).
+  void FailAll(const absl::Status& error);
+
+  std::vector<BarrierSnapshot> OpenBarriers() const;
+
+ private:
+  struct Instance;
+  using Call = Parked<absl::StatusOr<int64_t>>;
+
+  std::shared_ptr<Instance> StartLocked(const BarrierArrival& arrival)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the instance done with `result` and returns the calls to finish.
+  std::vector<std::shared_ptr<Call>> PassLocked(Instance& barrier, absl::Status result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishCalls(std::vector<std::shared_ptr<Call>>& calls, const absl::StatusOr<int64_t>& r);
+  void OnTimeout(const std::string& id, int64_t counter);
+  void RemoveWaiter(const std::string& id, WaiterId waiter);
+
+  const Clock* const clock_;
+  ParkedCallRegistry* const parked_;
+  TimerQueue* const timers_;
+  BarrierObserver* const observer_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Instance>> barriers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort

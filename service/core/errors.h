@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "service/core/task_name.h"
+
+namespace cohort {
+
+// The core describes errors with absl::Status plus two neutral payloads. rpc/ turns them
+// into each protocol's payload messages in one place (status_translation.cc).
+
+// Where an error came from. Every error the service returns is a service error; a
+// "reported" error is one a task reported (or the service raised on a task's behalf, such
+// as a heartbeat timeout), and carries the source task.
+struct ServiceErrorInfo {
+  bool is_reported_error = false;
+  std::optional<TaskName> source;
+};
+
+struct BarrierErrorInfo {
+  std::string barrier_id;
+  int64_t counter = 0;
+};
+
+absl::Status WithServiceError(absl::Status status, const ServiceErrorInfo& info);
+std::optional<ServiceErrorInfo> GetServiceError(const absl::Status& status);
+
+absl::Status WithBarrierError(absl::Status status, const BarrierErrorInfo& info);
+std::optional<BarrierErrorInfo> GetBarrierError(const absl::Status& status);
+
+// A copy of `status` with `prefix` in front of its message, payloads kept.
+absl::Status Annotate(const absl::Status& status, absl::string_view prefix);
+
+}  // namespace cohort

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "service/core/parked_call.h"
+#include "service/core/timer_queue.h"
+
+namespace cohort {
+
+struct KeyValueLimits {
+  size_t max_key_bytes = 4096;
+  size_t max_value_bytes = size_t{1} << 30;
+  size_t max_total_bytes = size_t{4} << 30;
+};
+
+struct KeyValueEntry {
+  std::string key;
+  std::string value;
+};
+
+// The key-value store: keys normalised ("/a//b/" is "a/b"), blocking gets that park,
+// directory reads and deletes over "dir/". It has its own lock, so reads of large
+// directories never hold up heartbeats or barriers.
+class KeyValueStore {
+ public:
+  using GetDone = std::function<void(absl::StatusOr<std::string>)>;
+
+  KeyValueStore(KeyValueLimits limits, ParkedCallRegistry* parked, TimerQueue* timers);
+
+  static std::string NormalizeKey(absl::string_view key);
+
+  absl::Status Insert(absl::string_view key, std::string value, bool allow_overwrite);
+  absl::StatusOr<std::string> TryGet(absl::string_view key) const;
+  // Answers at once when the key exists, else parks until it is set, `deadline` passes
+  // (DEADLINE_EXCEEDED) or the call is cancelled.
+  void Get(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
+           std::optional<absl::Time> deadline, GetDone done);
+  // Adds `delta` to the decimal integer stored at key (absent counts as 0); returns the sum.
+  absl::StatusOr<int64_t> Increment(absl::string_view key, int64_t delta);
+  // Every entry under "dir/", in key order.
+  std::vector<KeyValueEntry> GetDir(absl::string_view dir) const;
+  // Removes the key and everything under "key/". Removing nothing is not an error.
+  absl::Status Delete(absl::string_view key);
+
+  size_t NumKeys() const;
+  size_t NumBytes() const;
+  // Bumped by every change; what watches resume from.
+  int64_t Revision() const;
+
+ private:
+  absl::Status CheckKey(absl::string_view normalized, absl::string_view original) const;
+  absl::Status PutLocked(const std::string& key, std::string value,
+                         std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>* woken)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWaiter(const std::string& key, WaiterId id);
+  void Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
+            const std::string& value);
+
+  const KeyValueLimits limits_;
+  ParkedCallRegistry* const parked_;
+  TimerQueue* const timers_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> entries_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string,
+                      std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>>
+      waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort
