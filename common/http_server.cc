@@ -37,8 +37,8 @@ absl::Status ParseHostPort(const std::string& host_port, HostPort* out) {
   if (!host_port.empty() && host_port[0] == '[') {
     const size_t close = host_port.find(']');
     if (close == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("bad address \"", host_port,
-                                                     "\": missing ']' after IPv6 address"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad address \"", host_port, "\": missing ']' after IPv6 address"));
     }
     out->host = host_port.substr(1, close - 1);
     rest = host_port.substr(close + 1);
@@ -77,8 +77,8 @@ absl::Status Listen(const std::string& host_port, int* fd_out) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* results = nullptr;
-  const int gai = getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), hp.port.c_str(),
-                              &hints, &results);
+  const int gai =
+      getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), hp.port.c_str(), &hints, &results);
   if (gai != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resolve \"", host_port, "\": ", gai_strerror(gai)));
@@ -143,7 +143,7 @@ MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
 }
 
 HttpResponse PayloadTooLarge() {
-  return {MHD_HTTP_PAYLOAD_TOO_LARGE, "text/plain; charset=utf-8",
+  return {413, "text/plain; charset=utf-8",
           absl::StrCat("request body larger than ", HttpServer::kMaxBodyBytes, " bytes\n")};
 }
 
@@ -218,12 +218,12 @@ absl::Status HttpServer::Start(const std::string& host_port) {
   int fd = -1;
   if (absl::Status s = Listen(host_port, &fd); !s.ok()) return s;
 
-  daemon_ = MHD_start_daemon(
-      MHD_USE_AUTO_INTERNAL_THREAD, 0, /*apc=*/nullptr, /*apc_cls=*/nullptr,
-      &HttpServerCallbacks::OnRequest, this, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-      MHD_OPTION_URI_LOG_CALLBACK, &HttpServerCallbacks::OnUri, nullptr,
-      MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::OnCompleted, nullptr, MHD_OPTION_END);
+  daemon_ = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, 0, /*apc=*/nullptr, /*apc_cls=*/nullptr,
+                             &HttpServerCallbacks::OnRequest, this, MHD_OPTION_LISTEN_SOCKET, fd,
+                             MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+                             MHD_OPTION_URI_LOG_CALLBACK, &HttpServerCallbacks::OnUri, nullptr,
+                             MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::OnCompleted,
+                             nullptr, MHD_OPTION_END);
   if (daemon_ == nullptr) {
     close(fd);
     return absl::InternalError(absl::StrCat("libmicrohttpd failed to start on ", host_port));

@@ -46,7 +46,7 @@ class HttpServer {
   // port (see port()). A name that resolves to both families binds IPv4 first.
   absl::Status Start(const std::string& host_port);
 
-  // The bound port (resolves :0) after a successful Start(), else 0.
+  // The port bound by the last successful Start() (resolves :0); 0 before that.
   int port() const { return port_; }
 
   // Stops serving and closes the listening socket. Idempotent.

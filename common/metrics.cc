@@ -33,7 +33,8 @@ bool IsValidLabelName(const std::string& name) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string EscapeLabelValue(const std::string& value) {
@@ -133,9 +134,9 @@ Histogram::Histogram(std::vector<double> upper_bounds) : upper_bounds_(std::move
 void Histogram::Observe(double v) {
   // NaN compares false with every bound, so it lands in the +Inf bucket.
   const size_t bucket =
-      std::isnan(v) ? upper_bounds_.size()
-                    : std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), v) -
-                          upper_bounds_.begin();
+      std::isnan(v)
+          ? upper_bounds_.size()
+          : std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), v) - upper_bounds_.begin();
   bucket_counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(sum_, v);
 }
@@ -301,8 +302,7 @@ std::string MetricsRegistry::Render() const {
       continue;  // A scrape must not take the process down.
     }
     for (auto& family : collected) {
-      if (!IsValidMetricName(family.name) ||
-          (family.type != "gauge" && family.type != "counter") ||
+      if (!IsValidMetricName(family.name) || (family.type != "gauge" && family.type != "counter") ||
           !taken.insert(family.name).second) {
         continue;
       }

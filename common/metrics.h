@@ -136,8 +136,8 @@ class Family : public FamilyBase {
  private:
   friend class MetricsRegistry;
 
-  Family(std::string name, std::string help, std::string type,
-         std::vector<std::string> label_names, std::function<std::unique_ptr<T>()> make_child)
+  Family(std::string name, std::string help, std::string type, std::vector<std::string> label_names,
+         std::function<std::unique_ptr<T>()> make_child)
       : FamilyBase(std::move(name), std::move(help), std::move(type), std::move(label_names)),
         make_child_(std::move(make_child)) {}
 

@@ -82,6 +82,7 @@ void BarrierTable::FinishCalls(std::vector<std::shared_ptr<Call>>& calls,
 bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
                           const TaskHealth& health, Done done) {
   bool started = false;
+  std::vector<std::shared_ptr<Call>> duplicates;
   auto call = std::make_shared<Call>(waiter, ParkKind::kBarrier, arrival.caller, std::move(done));
   std::vector<std::shared_ptr<Call>> finished;
   absl::StatusOr<int64_t> answer = absl::UnknownError("unset");
@@ -91,24 +92,23 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
     auto it = barriers_.find(arrival.id);
     std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
 
+    int64_t expected = !barrier ? 0 : barrier->done ? barrier->counter + 1 : barrier->counter;
     if (barrier && barrier->done && arrival.counter == barrier->counter) {
       // A repeated call for an instance that is over: its cached result.
       answer = barrier->result.ok() ? absl::StatusOr<int64_t>(barrier->counter)
                                     : absl::StatusOr<int64_t>(barrier->result);
-    } else if (barrier && arrival.counter < barrier->counter) {
-      answer = BarrierStatus(
-          absl::FailedPreconditionError(absl::StrCat(
-              "barrier \"", arrival.id, "\" call from ", arrival.caller.ToString(),
-              " has counter ", arrival.counter, " but the barrier is already at counter ",
-              barrier->counter, ": the caller missed an instance or repeats an old call")),
-          arrival.id, barrier->counter);
-    } else if (barrier && !barrier->done && arrival.counter > barrier->counter) {
-      answer = BarrierStatus(
-          absl::FailedPreconditionError(absl::StrCat(
-              "barrier \"", arrival.id, "\" call from ", arrival.caller.ToString(),
-              " has counter ", arrival.counter, " while instance ", barrier->counter,
-              " is still open")),
-          arrival.id, barrier->counter);
+    } else if (arrival.counter != expected) {
+      absl::Status mismatch = BarrierStatus(
+          absl::InternalError(absl::StrCat(
+              "barrier \"", arrival.id, "\" was called by ", arrival.caller.ToString(),
+              " for instance ", arrival.counter, " but the service expects instance ", expected,
+              ": the tasks disagree on how often this barrier was used")),
+          arrival.id, barrier ? barrier->counter : 0);
+      answer = mismatch;
+      if (barrier && !barrier->done) {
+        finished = PassLocked(*barrier, mismatch);
+        answer = barrier->result;
+      }
     } else {
       if (!barrier || barrier->done) {
         barrier = StartLocked(arrival);
@@ -141,6 +141,19 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
         finished = PassLocked(*barrier, failure);
         answer = barrier->result;
       } else {
+        // A task calling again replaces its earlier call, whose caller has likely gone.
+        for (auto& earlier : barrier->calls) {
+          if (earlier->owner() == arrival.caller) {
+            duplicates.push_back(earlier);
+          }
+        }
+        if (!duplicates.empty()) {
+          barrier->calls.erase(std::remove_if(barrier->calls.begin(), barrier->calls.end(),
+                                              [&](const auto& c) {
+                                                return c->owner() == arrival.caller;
+                                              }),
+                               barrier->calls.end());
+        }
         call->set_unlink([this, id = arrival.id, waiter] { RemoveWaiter(id, waiter); });
         absl::Status admitted = parked_->Add(call);
         if (!admitted.ok()) {
@@ -157,6 +170,9 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
       }
     }
   }
+  FinishCalls(duplicates, absl::CancelledError(absl::StrCat(
+                              "barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
+                              " called again; this earlier call is cancelled")));
   if (!finished.empty()) {
     FinishCalls(finished, answer);
   }

@@ -226,32 +226,45 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
       answer = Annotate(task->error, absl::StrCat(name.ToString(),
                                                   " is in error and cannot register again "
                                                   "(its job is not recoverable): "));
+    } else if (task->state == TaskState::kConnected && task->incarnation == incarnation) {
+      // A retry whose first answer was lost.
+      task->last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
+      answer = absl::OkStatus();
+    } else if (!config_.register_barrier || task->job->auxiliary ||
+               register_state_ == Rendezvous::kPassed) {
+      ConnectLocked(*task, incarnation, fx);
+      answer = absl::OkStatus();
+    } else if (register_state_ == Rendezvous::kFailed) {
+      answer = register_result_;
     } else {
-      bool fresh = task->state != TaskState::kConnected || task->incarnation != incarnation;
-      if (fresh) {
-        SetStateLocked(*task, TaskState::kConnected);
-        task->incarnation = incarnation;
-        task->error = absl::OkStatus();
-        task->ever_registered = true;
-        task->last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
-        spdlog::info("task {} registered with incarnation {:#x}", name.ToString(), incarnation);
-        StateChangedLocked(fx);
+      if (register_state_ == Rendezvous::kIdle) {
+        register_state_ = Rendezvous::kOpen;
+        register_timer_ = timers_.Schedule(clock_->Now() + config_.register_timeout,
+                                           [this] { OnRegisterTimeout(); });
       }
-      if (!config_.register_barrier || task->job->auxiliary ||
-          register_state_ == Rendezvous::kPassed) {
-        answer = absl::OkStatus();
-      } else if (register_state_ == Rendezvous::kFailed) {
-        answer = register_result_;
-      } else {
-        if (register_state_ == Rendezvous::kIdle) {
-          register_state_ = Rendezvous::kOpen;
-          register_timer_ = timers_.Schedule(clock_->Now() + config_.register_timeout,
-                                             [this] { OnRegisterTimeout(); });
+      if (task->awaiting_register) {
+        // A newer attempt of the same task supersedes the call still waiting.
+        for (auto& earlier : register_calls_) {
+          if (earlier->owner() == name) {
+            fx.Finish(parked_, std::static_pointer_cast<StatusCall>(earlier),
+                      ServiceError(absl::AlreadyExistsError(absl::StrCat(
+                          "registration of ", name.ToString(),
+                          " superseded by a newer attempt with incarnation ", incarnation))));
+          }
         }
-        answer = ParkLocked(call, &register_calls_);
-        parked = answer.ok();
-        CheckRegisterBarrierLocked(fx);
+        RemoveIf(&register_calls_, [&name](const auto& c) { return c->owner() == name; });
+      } else {
+        task->awaiting_register = true;
+        ++workload_awaiting_register_;
       }
+      task->incarnation = incarnation;
+      spdlog::info("task {} (incarnation {:#x}) waits at the register barrier ({} of {})",
+                   name.ToString(), incarnation,
+                   workload_awaiting_register_ + workload_connected_, workload_tasks_->size());
+      answer = ParkLocked(call, &register_calls_);
+      parked = answer.ok();
+      StateChangedLocked(fx);
+      CheckRegisterBarrierLocked(fx);
     }
   }
   Apply(fx);
@@ -260,14 +273,34 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
 
 void CoordinationService::CheckRegisterBarrierLocked(Effects& fx) {
   if (register_state_ != Rendezvous::kOpen) return;
-  if (workload_connected_ < static_cast<int>(workload_tasks_->size())) return;
+  if (workload_awaiting_register_ + workload_connected_ < static_cast<int>(workload_tasks_->size())) {
+    return;
+  }
   register_state_ = Rendezvous::kPassed;
   timers_.Cancel(register_timer_);
+  for (const TaskName& name : *workload_tasks_) {
+    Task* task = FindLocked(name);
+    if (task->awaiting_register) ConnectLocked(*task, task->incarnation, fx);
+  }
   spdlog::info("all {} workload tasks registered", workload_tasks_->size());
   for (auto& call : register_calls_) {
     fx.Finish(parked_, std::static_pointer_cast<StatusCall>(call), absl::OkStatus());
   }
   register_calls_.clear();
+}
+
+void CoordinationService::ConnectLocked(Task& task, uint64_t incarnation, Effects& fx) {
+  if (task.awaiting_register) {
+    task.awaiting_register = false;
+    --workload_awaiting_register_;
+  }
+  SetStateLocked(task, TaskState::kConnected);
+  task.incarnation = incarnation;
+  task.error = absl::OkStatus();
+  task.ever_registered = true;
+  task.last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
+  spdlog::info("task {} connected with incarnation {:#x}", task.name.ToString(), incarnation);
+  StateChangedLocked(fx);
 }
 
 void CoordinationService::FailRegisterBarrierLocked(absl::Status error, Effects& fx) {
@@ -295,32 +328,63 @@ void CoordinationService::OnRegisterTimeout() {
         " with ", missing.size(), " tasks missing: ", internal::TaskList(missing))));
     spdlog::error("{}", std::string(error.message()));
     FailRegisterBarrierLocked(error, fx);
-    PropagateLocked(TaskName{}, error, fx);
+    absl::Status failed = absl::InternalError(
+        absl::StrCat("cluster registration failed: ", error.message()));
+    for (auto& [n, task] : tasks_) {
+      if (task->state != TaskState::kError) SetErrorLocked(*task, failed, false, fx);
+    }
   }
   Apply(fx);
 }
 
+bool CoordinationService::InGraceLocked(const Task& task) const {
+  // A task that just disconnected may still have a heartbeat or a poll in flight.
+  return task.state == TaskState::kDisconnected &&
+         clock_->Now() < task.disconnected_at + config_.heartbeat_timeout;
+}
+
 absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incarnation) {
-  absl::ReaderMutexLock lock(&mu_);
-  Task* task = FindLocked(name);
-  if (!task) {
-    return ServiceError(
-        absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    Task* task = FindLocked(name);
+    if (!task) {
+      return ServiceError(
+          absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+    }
+    if (task->state == TaskState::kError) {
+      return WithServiceError(
+          absl::AbortedError(absl::StrCat("heartbeat from ", name.ToString(),
+                                          ", which is already in error: ", task->error.message())),
+          GetServiceError(task->error).value_or(ServiceErrorInfo{}));
+    }
+    if (task->state != TaskState::kConnected) {
+      if (InGraceLocked(*task)) return absl::OkStatus();
+      return ServiceError(absl::InvalidArgumentError(absl::StrCat(
+          name.ToString(), " must register before sending heartbeats (state ",
+          TaskStateName(task->state), ")")));
+    }
+    if (task->incarnation == incarnation) {
+      task->last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
+      return absl::OkStatus();
+    }
+    if (task->job->recoverable) return absl::OkStatus();  // a stale process; not recorded
   }
-  if (task->state == TaskState::kError) return task->error;
-  if (task->state != TaskState::kConnected) {
-    return ServiceError(absl::FailedPreconditionError(absl::StrCat(
-        name.ToString(), " sent a heartbeat but is not registered (state ",
-        TaskStateName(task->state), ")")));
+  // A heartbeat of another incarnation: the task restarted without registering again.
+  Effects fx;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    Task* task = FindLocked(name);
+    error = absl::AbortedError(absl::StrCat(
+        name.ToString(), " sent a heartbeat with incarnation ", incarnation,
+        " but is registered with incarnation ", task->incarnation, ": the task restarted"));
+    if (task->state == TaskState::kConnected && task->incarnation != incarnation) {
+      SetErrorLocked(*task, error, /*reported_by_task=*/false, fx);
+      error = task->error;
+    }
   }
-  if (task->incarnation != incarnation) {
-    return ServiceError(absl::AbortedError(
-        absl::StrCat(name.ToString(), " sent a heartbeat with incarnation ", incarnation,
-                     " but is registered with incarnation ", task->incarnation,
-                     ": the task restarted")));
-  }
-  task->last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
-  return absl::OkStatus();
+  Apply(fx);
+  return error;
 }
 
 absl::Status CoordinationService::CheckIncarnation(const TaskName& name,
@@ -435,6 +499,7 @@ absl::Status CoordinationService::ReportError(const TaskName& source, const absl
 
 void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, StatusDone done) {
   auto call = std::make_shared<StatusCall>(waiter, ParkKind::kPollForError, name, std::move(done));
+  Effects fx;
   absl::Status answer;
   bool parked = false;
   {
@@ -443,19 +508,31 @@ void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, St
     if (!task) {
       answer = ServiceError(
           absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
-    } else if (!first_error_.ok()) {
-      answer = first_error_;
-    } else if (task->state != TaskState::kConnected) {
+    } else if (task->state == TaskState::kError) {
+      answer = ServiceError(absl::FailedPreconditionError(
+          absl::StrCat(name.ToString(), " polls for errors but is already in error: ",
+                       task->error.message())));
+    } else if (task->state != TaskState::kConnected && !InGraceLocked(*task)) {
       answer = ServiceError(absl::FailedPreconditionError(absl::StrCat(
           name.ToString(), " polls for errors but is not registered (state ",
           TaskStateName(task->state), ")")));
+    } else if (!first_error_.ok()) {
+      answer = first_error_;
     } else if (stopped_) {
       answer = ServiceError(absl::UnavailableError("the coordination service is stopping"));
     } else {
+      // One poll per task: a new one replaces the old, whose caller has likely gone.
+      for (auto& earlier : task->polls) {
+        fx.Finish(parked_, std::static_pointer_cast<StatusCall>(earlier),
+                  absl::CancelledError(absl::StrCat("a newer error poll of ", name.ToString(),
+                                                    " replaced this one")));
+      }
+      task->polls.clear();
       answer = ParkLocked(call, &task->polls);
       parked = answer.ok();
     }
   }
+  Apply(fx);
   if (!parked) call->Finish(answer);
 }
 

@@ -91,6 +91,7 @@ class CoordinationService {
   ~CoordinationService();
 
   uint64_t service_incarnation() const { return service_incarnation_; }
+  absl::Time Now() const { return clock_->Now(); }
   const ServiceConfig& config() const { return config_; }
   TimerQueue& timers() { return timers_; }
 
@@ -162,6 +163,8 @@ class CoordinationService {
 
   // State changes collect follow-up work, done once mu_ is released.
   struct Effects;
+  void ConnectLocked(Task& task, uint64_t incarnation, Effects& fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetErrorLocked(Task& task, absl::Status error, bool reported_by_task, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DisconnectLocked(Task& task, const absl::Status& why, Effects& fx)
@@ -178,6 +181,7 @@ class CoordinationService {
   void FailRegisterBarrierLocked(absl::Status error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
+  bool InGraceLocked(const Task& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CheckHeartbeats();
   void OnRegisterTimeout();
   void OnShutdownTimeout();
@@ -210,6 +214,7 @@ class CoordinationService {
   int workload_connected_ ABSL_GUARDED_BY(mu_) = 0;
   int workload_in_error_ ABSL_GUARDED_BY(mu_) = 0;
   int workload_at_shutdown_ ABSL_GUARDED_BY(mu_) = 0;
+  int workload_awaiting_register_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 

@@ -35,6 +35,7 @@ void CoordinationService::DisconnectLocked(Task& task, const absl::Status& why, 
   if (task.at_shutdown_barrier && !task.job->auxiliary) --workload_at_shutdown_;
   task.at_shutdown_barrier = false;
   SetStateLocked(task, TaskState::kDisconnected);
+  task.disconnected_at = clock_->Now();
   task.error = absl::OkStatus();
   for (auto& call : task.polls) {
     fx.Finish(parked_, std::static_pointer_cast<StatusCall>(call), absl::Status(why));
@@ -132,8 +133,8 @@ void CoordinationService::OnShutdownTimeout() {
         names.push_back(name);
       }
     }
-    absl::Status error = ServiceError(absl::DeadlineExceededError(absl::StrCat(
-        "the shutdown barrier timed out after ",
+    absl::Status error = ServiceError(absl::InternalError(absl::StrCat(
+        "the shutdown barrier failed: it timed out after ",
         absl::FormatDuration(config_.shutdown_barrier_timeout), " with ", names.size(),
         " tasks missing: ", internal::TaskList(names))));
     spdlog::error("{}", std::string(error.message()));

@@ -150,7 +150,7 @@ absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t 
     int64_t current = 0;
     auto it = entries_.find(k);
     if (it != entries_.end() && !absl::SimpleAtoi(it->second, &current)) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           "key \"", k, "\" holds a value that is not a decimal 64-bit integer"));
     }
     if (__builtin_add_overflow(current, delta, &sum)) {

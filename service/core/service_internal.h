@@ -1,6 +1,7 @@
 #pragma once
 // Private parts of CoordinationService, shared by its .cc files.
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -29,6 +30,11 @@ inline std::string TaskList(const std::vector<TaskName>& tasks, size_t limit = 1
 }
 }  // namespace internal
 
+template <typename Vec, typename Pred>
+void RemoveIf(Vec* v, Pred pred) {
+  v->erase(std::remove_if(v->begin(), v->end(), pred), v->end());
+}
+
 struct CoordinationService::Task {
   TaskName name;
   const JobConfig* job = nullptr;
@@ -36,6 +42,9 @@ struct CoordinationService::Task {
   uint64_t incarnation = 0;
   bool ever_registered = false;
   bool at_shutdown_barrier = false;
+  // Registered, waiting at the register barrier: still disconnected, sends no heartbeats.
+  bool awaiting_register = false;
+  absl::Time disconnected_at = absl::InfinitePast();
   absl::Status error;
   // Written by heartbeats under the shared lock.
   std::atomic<int64_t> last_heartbeat_ns{0};

@@ -202,11 +202,10 @@ TEST(MetricsTest, CollectorFamiliesRenderAfterRegisteredOnes) {
   int scrapes = 0;
   registry.AddCollector([&scrapes] {
     ++scrapes;
-    return std::vector<CollectedFamily>{
-        {"task_heartbeat_age_seconds",
-         "Seconds since the last heartbeat.",
-         "gauge",
-         {{{{"task", "1"}}, 2.5}, {{{"task", "0"}}, 0.25}}}};
+    return std::vector<CollectedFamily>{{"task_heartbeat_age_seconds",
+                                         "Seconds since the last heartbeat.",
+                                         "gauge",
+                                         {{{{"task", "1"}}, 2.5}, {{{"task", "0"}}, 0.25}}}};
   });
   registry.AddGauge("cohort_up", "1 while serving.", {}).WithLabels({}).Set(1);
 

@@ -1,0 +1,181 @@
+// cohort-coordinator: the standalone coordination service.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/yaml_config.h"
+#include "service/core/coordination_service.h"
+#include "service/server/coordinator_metrics.h"
+#include "service/server/coordinator_server.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using cohort::JobConfig;
+
+// "NAME=COUNT"
+absl::StatusOr<JobConfig> ParseJob(const std::string& text, const char* flag) {
+  std::vector<std::string> parts = absl::StrSplit(text, absl::MaxSplits('=', 1));
+  JobConfig job;
+  if (parts.size() != 2 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &job.num_tasks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " \"", text, "\" is not NAME=COUNT (for example worker=4)"));
+  }
+  job.name = parts[0];
+  return job;
+}
+
+absl::StatusOr<absl::Duration> ParseDuration(const std::string& text, const char* flag) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " \"", text, "\" is not a duration such as 10s, 500ms or 5m"));
+  }
+  return d;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "cohort-coordinator: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cohort-coordinator: a standalone coordination service for distributed training.\n"
+      "Speaks tensorflow.CoordinationService (TensorFlow, jaxlib <= 0.9),\n"
+      "xla.coordination.CoordinationService (jaxlib >= 0.10) and xla.DistributedRuntimeService\n"
+      "(old jaxlib) on one port, backed by one state machine.\n\n"
+      "Example: cohort-coordinator --job worker=4 --heartbeat-timeout 10s"};
+  app.get_formatter()->column_width(40);
+  cohort::AddYamlConfigOption(app);
+
+  cohort::ServerOptions server;
+  std::vector<std::string> jobs, aux_jobs, recoverable;
+  std::string default_job, heartbeat = "10s", reg = "5m", shutdown = "5m";
+  std::string log_format = "text", log_level = "info";
+  bool register_barrier = true;
+  cohort::ServiceConfig config;
+  uint64_t incarnation = 0;
+
+  app.add_option("--listen", server.listen, "gRPC address for every protocol")
+      ->capture_default_str();
+  app.add_option("--http-listen", server.http_listen,
+                 "address of /metrics, /healthz and /readyz (empty: none)")
+      ->capture_default_str();
+  app.add_option("--job", jobs, "workload job NAME=COUNT (repeatable)")->take_all();
+  app.add_option("--auxiliary-job", aux_jobs,
+                 "auxiliary job NAME=COUNT, e.g. the sidecars; left out of every "
+                 "\"all tasks\" set, but its errors reach everyone (repeatable)")
+      ->take_all();
+  app.add_option("--recoverable-job", recoverable,
+                 "job whose tasks may re-register with a new incarnation after an error; its "
+                 "errors do not propagate (repeatable)")
+      ->take_all();
+  app.add_option("--default-job", default_job,
+                 "job for requests without a job name (xla.* protocols); default: the only "
+                 "workload job");
+  app.add_option("--heartbeat-timeout", heartbeat,
+                 "a task without a heartbeat for this long is set to error")
+      ->capture_default_str();
+  app.add_option("--register-timeout", reg,
+                 "how long the register barrier waits for every task, from the first")
+      ->capture_default_str();
+  app.add_option("--shutdown-barrier-timeout", shutdown,
+                 "how long ShutdownTask waits for every task; 0 turns the barrier off")
+      ->capture_default_str();
+  app.add_flag("--register-barrier,!--no-register-barrier", register_barrier,
+               "RegisterTask blocks until every workload task registered (default on)");
+  app.add_option("--max-key-bytes", config.key_value.max_key_bytes, "largest key")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", config.key_value.max_value_bytes, "largest value")
+      ->capture_default_str();
+  app.add_option("--max-store-bytes", config.key_value.max_total_bytes,
+                 "largest total of keys and values")
+      ->capture_default_str();
+  app.add_option("--max-parked-calls-per-task", config.parked.max_per_task,
+                 "blocking calls one task may have waiting")
+      ->capture_default_str();
+  app.add_option("--max-parked-calls", config.parked.max_total,
+                 "blocking calls waiting in all")
+      ->capture_default_str();
+  app.add_option("--service-incarnation", incarnation,
+                 "fixed service incarnation (default random); keep it to survive a restart "
+                 "without clients seeing a new service");
+  app.add_option("--tls-cert", server.tls.cert, "PEM certificate chain; enables TLS");
+  app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
+  app.add_option("--tls-client-ca", server.tls.client_ca,
+                 "PEM CA that client certificates must be signed by (mutual TLS)");
+  app.add_option("--log-format", log_format, "text or json")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (auto s = cohort::SetUpLogging("coordinator", log_format, log_level); !s.ok()) return Fail(s);
+  for (const auto& [list, aux] : {std::pair{&jobs, false}, std::pair{&aux_jobs, true}}) {
+    for (const std::string& text : *list) {
+      auto job = ParseJob(text, aux ? "--auxiliary-job" : "--job");
+      if (!job.ok()) return Fail(job.status());
+      job->auxiliary = aux;
+      config.jobs.push_back(*job);
+    }
+  }
+  for (const std::string& name : recoverable) {
+    bool found = false;
+    for (JobConfig& job : config.jobs) {
+      if (job.name == name) job.recoverable = found = true;
+    }
+    if (!found) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--recoverable-job ", name, " is not a job given with --job")));
+    }
+  }
+  config.default_job = default_job;
+  config.register_barrier = register_barrier;
+  config.service_incarnation = incarnation;
+  auto hb = ParseDuration(heartbeat, "--heartbeat-timeout");
+  auto rt = ParseDuration(reg, "--register-timeout");
+  auto st = ParseDuration(shutdown, "--shutdown-barrier-timeout");
+  for (const auto* d : {&hb, &rt, &st}) {
+    if (!d->ok()) return Fail(d->status());
+  }
+  config.heartbeat_timeout = *hb;
+  config.register_timeout = *rt;
+  config.shutdown_barrier_timeout = *st;
+
+  // Signals are taken by sigwait below; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  cohort::RealClock clock;
+  cohort::MetricsRegistry registry;
+  cohort::CoordinatorMetrics metrics(registry);
+  auto service = cohort::CoordinationService::Create(config, &clock, &metrics);
+  if (!service.ok()) return Fail(service.status());
+  metrics.Attach(service->get());
+  for (const JobConfig& job : config.jobs) {
+    spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks, job.auxiliary ? " (auxiliary)" : "",
+                 job.recoverable ? " (recoverable)" : "");
+  }
+  cohort::CoordinatorServer coordinator(service->get(), &registry, server);
+  if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}; ending parked calls and exiting", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  coordinator.Shutdown(absl::UnavailableError(
+      "the coordinator is shutting down (it received a termination signal)"));
+  return 0;
+}

@@ -1,0 +1,75 @@
+#include "service/rpc/status_translation.h"
+
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "service/core/errors.h"
+#include "tensorflow/coordination_service.pb.h"
+#include "tensorflow/grpc_payload.pb.h"
+#include "xla/coordination_service.pb.h"
+
+namespace cohort {
+namespace {
+
+constexpr char kMismatchPayload[] = "cohort.dev/service-mismatch";
+
+}  // namespace
+
+const char* ProtocolName(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kTensorflow: return "tensorflow";
+    case Protocol::kXla: return "xla";
+    case Protocol::kDistributedRuntime: return "xla_distributed";
+  }
+  return "unknown";
+}
+
+absl::Status ServiceMismatchError(uint64_t ours, uint64_t theirs) {
+  absl::Status status = absl::InternalError(absl::StrCat(
+      "the request names coordination service incarnation ", theirs, " but this service is ",
+      ours, ": the coordinator restarted and lost the job, so this task must stop"));
+  status.SetPayload(kMismatchPayload, absl::Cord(absl::StrCat(ours)));
+  return WithServiceError(status, {});
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
+  if (status.ok()) return grpc::Status::OK;
+  tensorflow::distributed_runtime::GrpcPayloadContainer container;
+  auto& payloads = *container.mutable_payloads();
+
+  ServiceErrorInfo info = GetServiceError(status).value_or(ServiceErrorInfo{});
+  if (protocol == Protocol::kXla) {
+    xla::coordination::CoordinationServiceError error;
+    error.set_is_reported_error(info.is_reported_error);
+    if (info.source) error.set_source_task_id(info.source->id);
+    payloads[kCoordinationErrorKey] = error.SerializeAsString();
+  } else {
+    tensorflow::CoordinationServiceError error;
+    error.set_is_reported_error(info.is_reported_error);
+    if (info.source) {
+      error.mutable_source_task()->set_job_name(info.source->job);
+      error.mutable_source_task()->set_task_id(info.source->id);
+    }
+    payloads[kCoordinationErrorKey] = error.SerializeAsString();
+  }
+  if (auto barrier = GetBarrierError(status)) {
+    tensorflow::BarrierError error;  // same fields in both protocols
+    error.set_barrier_id(barrier->barrier_id);
+    error.set_counter(barrier->counter);
+    payloads[kBarrierErrorKey] = error.SerializeAsString();
+  }
+  if (auto mismatch = status.GetPayload(kMismatchPayload)) {
+    xla::coordination::ServiceMismatchError error;
+    uint64_t incarnation = 0;
+    if (absl::SimpleAtoi(std::string(*mismatch), &incarnation)) {
+      error.set_service_incarnation(incarnation);
+    }
+    payloads[kServiceMismatchKey] = error.SerializeAsString();
+  }
+  std::string message(status.message().substr(0, kMaxErrorMessageBytes));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message,
+                      container.SerializeAsString());
+}
+
+}  // namespace cohort

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace cohort {
+
+enum class Protocol { kTensorflow, kXla, kDistributedRuntime };
+const char* ProtocolName(Protocol protocol);
+
+// Payload keys clients look up in the GrpcPayloadContainer of a status's details.
+inline constexpr char kCoordinationErrorKey[] =
+    "type.googleapis.com/tensorflow.CoordinationServiceError";
+inline constexpr char kBarrierErrorKey[] = "type.googleapis.com/tensorflow.BarrierError";
+inline constexpr char kServiceMismatchKey[] = "type.googleapis.com/tensorflow.ServiceMismatchError";
+
+// Clients' own servers cut messages at this length; so do we.
+inline constexpr size_t kMaxErrorMessageBytes = 3072;
+
+// The one place where a core status becomes a gRPC status. Every error is marked as the
+// service's own (a CoordinationServiceError payload, in the protocol's message type), and
+// barrier errors carry their BarrierError.
+grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol);
+
+// A request of the xla protocol named another service incarnation than ours.
+absl::Status ServiceMismatchError(uint64_t ours, uint64_t theirs);
+
+}  // namespace cohort

@@ -1,0 +1,134 @@
+#include "service/server/coordinator_server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsFiles& tls) {
+  if (tls.cert.empty() && tls.key.empty()) return grpc::InsecureServerCredentials();
+  if (tls.cert.empty() || tls.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  auto cert = ReadFile(tls.cert, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(tls.key, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca.empty()) {
+    auto ca = ReadFile(tls.client_ca, "TLS client CA");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
+CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegistry* registry,
+                                     ServerOptions options)
+    : service_(service),
+      registry_(registry),
+      options_(std::move(options)),
+      rpc_metrics_(*registry),
+      tensorflow_(service, &rpc_metrics_),
+      xla_(service, &rpc_metrics_),
+      distributed_runtime_(service, &rpc_metrics_) {}
+
+CoordinatorServer::~CoordinatorServer() {
+  Shutdown(absl::UnavailableError("the coordinator is shutting down"));
+}
+
+absl::Status CoordinatorServer::Start() {
+  auto creds = Credentials(options_.tls);
+  if (!creds.ok()) return creds.status();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, *creds, &grpc_port_);
+  builder.RegisterService(&tensorflow_);
+  builder.RegisterService(&xla_);
+  builder.RegisterService(&distributed_runtime_);
+  // jaxlib shares compiled executables through the store: no message size limit.
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  // Clients keep calls parked for hours; let their keepalive pings through.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (!server_ || grpc_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", options_.listen,
+                     ": the address is invalid or already in use"));
+  }
+  spdlog::info("coordinator serving gRPC on {} (port {}), service incarnation {:#x}",
+               options_.listen, grpc_port_, service_->service_incarnation());
+
+  service_->timers().SetWakeup([this] {
+    absl::MutexLock lock(&mu_);
+    wake_ = true;
+  });
+  timer_thread_ = std::thread([this] { RunTimers(); });
+
+  if (!options_.http_listen.empty()) {
+    http_ = std::make_unique<HttpServer>();
+    http_->Handle("/metrics", [this](const HttpRequest&) {
+      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry_->Render()};
+    });
+    http_->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+    http_->Handle("/readyz", [this](const HttpRequest&) {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return HttpResponse{503, "text/plain", "shutting down\n"};
+      return HttpResponse{200, "text/plain", "ready\n"};
+    });
+    if (auto s = http_->Start(options_.http_listen); !s.ok()) return s;
+    spdlog::info("coordinator serving /metrics /healthz /readyz on {} (port {})",
+                 options_.http_listen, http_->port());
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::RunTimers() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.Unlock();
+    absl::Time next = service_->RunTimers();
+    mu_.Lock();
+    if (stopping_) break;
+    if (!wake_) {
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_ || stopping_; };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), std::min(next, absl::Now() + absl::Seconds(1)));
+    }
+    wake_ = false;
+  }
+}
+
+void CoordinatorServer::Shutdown(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  spdlog::info("coordinator shutting down: {}", std::string(why.message()));
+  service_->Stop(why);
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (timer_thread_.joinable()) timer_thread_.join();
+  service_->timers().SetWakeup(nullptr);
+  if (http_) http_->Stop();
+}
+
+}  // namespace cohort

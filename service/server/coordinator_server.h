@@ -1,0 +1,66 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "service/core/coordination_service.h"
+#include "service/rpc/distributed_runtime_service.h"
+#include "service/rpc/rpc_call.h"
+#include "service/rpc/tensorflow_service.h"
+#include "service/rpc/xla_service.h"
+
+namespace cohort {
+
+struct TlsFiles {
+  std::string cert;       // PEM server certificate chain
+  std::string key;        // PEM private key
+  std::string client_ca;  // when set, clients must present a certificate signed by it
+};
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:8476";
+  std::string http_listen = "0.0.0.0:8477";  // empty: no HTTP endpoint
+  TlsFiles tls;                              // empty cert: insecure, like upstream
+};
+
+// Serves one CoordinationService on one gRPC port in every protocol, drives its timers,
+// and serves /metrics, /healthz and /readyz.
+class CoordinatorServer {
+ public:
+  CoordinatorServer(CoordinationService* service, MetricsRegistry* registry,
+                    ServerOptions options);
+  ~CoordinatorServer();
+
+  absl::Status Start();
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_ ? http_->port() : 0; }
+  // Ends parked calls with `why`, stops accepting, and waits for the threads.
+  void Shutdown(const absl::Status& why);
+
+ private:
+  void RunTimers();
+
+  CoordinationService* const service_;
+  MetricsRegistry* const registry_;
+  const ServerOptions options_;
+  RpcMetrics rpc_metrics_;
+  TensorflowCoordinationService tensorflow_;
+  XlaCoordinationService xla_;
+  DistributedRuntimeService distributed_runtime_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
+  int grpc_port_ = 0;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_thread_;
+};
+
+}  // namespace cohort
