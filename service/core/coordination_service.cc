@@ -258,7 +258,7 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
         ++workload_awaiting_register_;
       }
       task->incarnation = incarnation;
-      spdlog::info("task {} (incarnation {:#x}) waits at the register barrier ({} of {})",
+      spdlog::debug("task {} (incarnation {:#x}) waits at the register barrier ({} of {})",
                    name.ToString(), incarnation,
                    workload_awaiting_register_ + workload_connected_, workload_tasks_->size());
       answer = ParkLocked(call, &register_calls_);

@@ -1,0 +1,54 @@
+# cohort: `make demo` runs the main job end to end, `make test` runs every test.
+# Both install what they need first (Debian packages through tools/deps.sh).
+SHELL := /bin/bash
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+ASAN_BUILD ?= build-asan
+WERROR ?= $(if $(CI),ON,OFF)
+NINJA_JOBS ?= $(shell nproc)
+
+.PHONY: all deps build test unit-test asan-test format-check format lint demo bench clean
+
+all: build
+
+deps:
+	@bash tools/deps.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCOHORT_WERROR=$(WERROR)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD) -j $(NINJA_JOBS)
+	@echo "binaries in $(BUILD)/bin/"
+
+# The whole suite: formatting, unit and integration tests, then the same tests under
+# AddressSanitizer and UndefinedBehaviorSanitizer.
+test: build format-check unit-test asan-test
+
+unit-test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600
+
+asan-test: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON -DCOHORT_WERROR=$(WERROR)
+	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS) core_test integration_test common_test
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure --timeout 900
+
+SOURCES = $(shell git ls-files '*.cc' '*.h')
+format-check: deps
+	@clang-format --style=file --dry-run --Werror $(SOURCES) && echo "format: clean"
+
+format: deps
+	clang-format --style=file -i $(SOURCES)
+
+lint: build
+	clang-tidy -p $(BUILD) --quiet $(filter %.cc,$(SOURCES))
+
+demo: build
+	bash tools/demo.sh
+
+bench: build
+	bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

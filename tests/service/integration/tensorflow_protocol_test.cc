@@ -1,0 +1,264 @@
+// tensorflow.CoordinationService over real gRPC on loopback, with plain generated stubs.
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "tensorflow/coordination_service.grpc.pb.h"
+#include "tests/service/integration/test_server.h"
+
+namespace cohort::testing {
+namespace {
+
+using tensorflow::CoordinationService;
+namespace tf = tensorflow;
+
+tf::CoordinatedTask Task(int id, const std::string& job = "worker") {
+  tf::CoordinatedTask t;
+  t.set_job_name(job);
+  t.set_task_id(id);
+  return t;
+}
+
+class TensorflowProtocolTest : public ::testing::Test {
+ protected:
+  TensorflowProtocolTest() : coordinator_(Jobs(2)), stub_(CoordinationService::NewStub(coordinator_.Channel())) {}
+
+  grpc::Status Register(int id, uint64_t incarnation, tf::RegisterTaskResponse* response = nullptr) {
+    tf::RegisterTaskRequest request;
+    *request.mutable_source_task() = Task(id);
+    request.set_incarnation(incarnation);
+    tf::RegisterTaskResponse ignored;
+    return stub_->RegisterTask(Deadline().get(), request, response ? response : &ignored);
+  }
+  void RegisterAll() {
+    auto other = std::async(std::launch::async, [this] { return Register(1, 11); });
+    ASSERT_TRUE(Register(0, 10).ok());
+    ASSERT_TRUE(other.get().ok());
+  }
+
+  TestCoordinator coordinator_;
+  std::unique_ptr<CoordinationService::Stub> stub_;
+};
+
+TEST_F(TensorflowProtocolTest, RegisterBlocksUntilEveryTaskRegisteredAndReturnsLeaderIncarnation) {
+  tf::RegisterTaskResponse first;
+  auto pending = std::async(std::launch::async, [&] { return Register(0, 10, &first); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  tf::RegisterTaskResponse second;
+  ASSERT_TRUE(Register(1, 11, &second).ok());
+  ASSERT_TRUE(pending.get().ok());
+  EXPECT_EQ(first.leader_incarnation(), coordinator_.service().service_incarnation());
+  EXPECT_EQ(second.leader_incarnation(), first.leader_incarnation());
+}
+
+TEST_F(TensorflowProtocolTest, UnknownTaskIsInvalidArgumentWithServicePayload) {
+  grpc::Status s = Register(7, 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("out of range"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(Payloads(s).count("type.googleapis.com/tensorflow.CoordinationServiceError"));
+}
+
+TEST_F(TensorflowProtocolTest, LegacyRegisterWorkerAndHeartbeatFieldsWork) {
+  auto other = std::async(std::launch::async, [this] { return Register(1, 11); });
+  tf::RegisterTaskRequest request;
+  request.set_job("worker");
+  request.set_task(0);
+  request.set_incarnation(10);
+  tf::RegisterTaskResponse response;
+  ASSERT_TRUE(stub_->RegisterWorker(Deadline().get(), request, &response).ok());
+  ASSERT_TRUE(other.get().ok());
+  tf::HeartbeatRequest hb;
+  hb.set_job("worker");
+  hb.set_task(0);
+  hb.set_incarnation(10);
+  tf::HeartbeatResponse hb_response;
+  ASSERT_TRUE(stub_->Heartbeat(Deadline().get(), hb, &hb_response).ok());
+  EXPECT_EQ(hb_response.leader_incarnation(), coordinator_.service().service_incarnation());
+  hb.set_incarnation(99);
+  EXPECT_EQ(stub_->Heartbeat(Deadline().get(), hb, &hb_response).error_code(), grpc::StatusCode::ABORTED);
+}
+
+TEST_F(TensorflowProtocolTest, KeyValueContract) {
+  tf::InsertKeyValueRequest insert;
+  insert.mutable_kv()->set_key("/dir//a/");
+  insert.mutable_kv()->set_value("1");
+  tf::InsertKeyValueResponse ir;
+  ASSERT_TRUE(stub_->InsertKeyValue(Deadline().get(), insert, &ir).ok());
+  EXPECT_EQ(stub_->InsertKeyValue(Deadline().get(), insert, &ir).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  insert.set_allow_overwrite(true);
+  insert.mutable_kv()->set_value("2");
+  ASSERT_TRUE(stub_->InsertKeyValue(Deadline().get(), insert, &ir).ok());
+  insert.mutable_kv()->set_key("dir/b/c");
+  ASSERT_TRUE(stub_->InsertKeyValue(Deadline().get(), insert, &ir).ok());
+  insert.mutable_kv()->set_key("dirx");
+  ASSERT_TRUE(stub_->InsertKeyValue(Deadline().get(), insert, &ir).ok());
+
+  tf::TryGetKeyValueRequest try_get;
+  try_get.set_key("dir/a");
+  tf::TryGetKeyValueResponse tr;
+  ASSERT_TRUE(stub_->TryGetKeyValue(Deadline().get(), try_get, &tr).ok());
+  EXPECT_EQ(tr.kv().value(), "2");
+  try_get.set_key("missing");
+  grpc::Status missing = stub_->TryGetKeyValue(Deadline().get(), try_get, &tr);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  tf::GetKeyValueDirRequest dir;
+  dir.set_directory_key("dir");
+  tf::GetKeyValueDirResponse dr;
+  ASSERT_TRUE(stub_->GetKeyValueDir(Deadline().get(), dir, &dr).ok());
+  ASSERT_EQ(dr.kv_size(), 2);
+  EXPECT_EQ(dr.kv(0).key(), "dir/a");
+  EXPECT_EQ(dr.kv(1).key(), "dir/b/c");
+
+  tf::IncrementKeyValueRequest incr;
+  incr.set_key("counter");
+  incr.set_increment(int64_t{1} << 40);
+  tf::IncrementKeyValueResponse incr_r;
+  ASSERT_TRUE(stub_->IncrementKeyValue(Deadline().get(), incr, &incr_r).ok());
+  ASSERT_TRUE(stub_->IncrementKeyValue(Deadline().get(), incr, &incr_r).ok());
+  EXPECT_EQ(incr_r.kv().value(), std::to_string(int64_t{1} << 41));
+
+  tf::DeleteKeyValueRequest del;
+  del.set_key("dir");
+  tf::DeleteKeyValueResponse del_r;
+  ASSERT_TRUE(stub_->DeleteKeyValue(Deadline().get(), del, &del_r).ok());
+  ASSERT_TRUE(stub_->GetKeyValueDir(Deadline().get(), dir, &dr).ok());
+  EXPECT_EQ(dr.kv_size(), 0);
+  try_get.set_key("dirx");
+  EXPECT_TRUE(stub_->TryGetKeyValue(Deadline().get(), try_get, &tr).ok());
+}
+
+TEST_F(TensorflowProtocolTest, BlockingGetIsAnsweredWhenTheKeyIsSet) {
+  tf::GetKeyValueRequest get;
+  get.set_key("later");
+  tf::GetKeyValueResponse gr;
+  auto pending = std::async(std::launch::async, [&] { return stub_->GetKeyValue(Deadline().get(), get, &gr); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  tf::InsertKeyValueRequest insert;
+  insert.mutable_kv()->set_key("later");
+  insert.mutable_kv()->set_value(std::string(1 << 20, 'x'));
+  tf::InsertKeyValueResponse ir;
+  ASSERT_TRUE(stub_->InsertKeyValue(Deadline().get(), insert, &ir).ok());
+  ASSERT_TRUE(pending.get().ok());
+  EXPECT_EQ(gr.kv().value().size(), size_t{1} << 20);
+}
+
+TEST_F(TensorflowProtocolTest, BlockingGetEndsAtTheClientDeadlineAndLeavesNoWaiter) {
+  tf::GetKeyValueRequest get;
+  get.set_key("never");
+  tf::GetKeyValueResponse gr;
+  grpc::Status s = stub_->GetKeyValue(Deadline(absl::Milliseconds(200)).get(), get, &gr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  for (int i = 0; i < 100 && coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet), 0);
+}
+
+TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt) {
+  RegisterAll();
+  auto arrive = [this](int id, int64_t counter, std::vector<int> tasks) {
+    tf::BarrierRequest request;
+    request.set_barrier_id("step");
+    request.set_barrier_timeout_in_ms(10'000);
+    *request.mutable_source_task() = Task(id);
+    request.set_counter(counter);
+    for (int t : tasks) *request.add_tasks() = Task(t);
+    tf::BarrierResponse response;
+    grpc::Status s = stub_->Barrier(Deadline().get(), request, &response);
+    return std::make_pair(s, response.counter());
+  };
+  auto other = std::async(std::launch::async, [&] { return arrive(1, 0, {}); });
+  auto [s0, c0] = arrive(0, 0, {});
+  ASSERT_TRUE(s0.ok()) << s0.error_message();
+  ASSERT_TRUE(other.get().first.ok());
+  EXPECT_EQ(c0, 0);
+
+  auto conflicting = std::async(std::launch::async, [&] { return arrive(1, 1, {0, 1}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto [s1, c1] = arrive(0, 1, {0});
+  EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::Status other_status = conflicting.get().first;
+  EXPECT_TRUE(other_status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) << other_status.error_message();
+  EXPECT_TRUE(Payloads(s1).count("type.googleapis.com/tensorflow.BarrierError"));
+}
+
+TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
+  RegisterAll();
+  tf::PollForErrorRequest poll;
+  *poll.mutable_source_task() = Task(1);
+  tf::PollForErrorResponse pr;
+  auto pending = std::async(std::launch::async, [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  tf::ReportErrorToServiceRequest report;
+  report.set_error_code(static_cast<int>(grpc::StatusCode::INTERNAL));
+  report.set_error_message("GPU fell off the bus");
+  *report.mutable_error_origin() = Task(0);
+  tf::ReportErrorToServiceResponse rr;
+  ASSERT_TRUE(stub_->ReportErrorToService(Deadline().get(), report, &rr).ok());
+  grpc::Status s = pending.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("GPU fell off the bus"), std::string::npos);
+  tf::CoordinationServiceError error;
+  ASSERT_TRUE(error.ParseFromString(Payloads(s)["type.googleapis.com/tensorflow.CoordinationServiceError"]));
+  EXPECT_TRUE(error.is_reported_error());
+  EXPECT_EQ(error.source_task().task_id(), 0);
+
+  tf::GetTaskStateRequest states;
+  *states.add_source_task() = Task(0);
+  *states.add_source_task() = Task(1);
+  tf::GetTaskStateResponse sr;
+  ASSERT_TRUE(stub_->GetTaskState(Deadline().get(), states, &sr).ok());
+  EXPECT_EQ(sr.task_state(0).state(), tf::TASKSTATE_ERROR);
+  EXPECT_EQ(sr.task_state(1).state(), tf::TASKSTATE_CONNECTED);
+  EXPECT_EQ(sr.task_state(1).incarnation(), 11u);
+}
+
+TEST_F(TensorflowProtocolTest, WaitForAllTasksConcatenatesDevicesInTaskOrder) {
+  RegisterAll();
+  auto wait = [this](int id) {
+    tf::WaitForAllTasksRequest request;
+    *request.mutable_source_task() = Task(id);
+    request.mutable_device_info()->add_device()->set_type_url("device/" + std::to_string(id));
+    tf::WaitForAllTasksResponse response;
+    grpc::Status s = stub_->WaitForAllTasks(Deadline().get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  };
+  auto other = std::async(std::launch::async, [&] { return wait(1); });
+  tf::WaitForAllTasksResponse response = wait(0);
+  other.get();
+  ASSERT_EQ(response.device_info().device_size(), 2);
+  EXPECT_EQ(response.device_info().device(0).type_url(), "device/0");
+  EXPECT_EQ(response.device_info().device(1).type_url(), "device/1");
+}
+
+TEST_F(TensorflowProtocolTest, WatchJobStateAnswersAtOnceForUnknownVersion) {
+  tf::WatchJobStateRequest request;
+  request.set_job_name("worker");
+  request.set_version_number(-1);
+  tf::WatchJobStateResponse response;
+  ASSERT_TRUE(stub_->WatchJobState(Deadline().get(), request, &response).ok());
+  EXPECT_EQ(response.task_state_size(), 2);
+  EXPECT_EQ(response.task_state(0).state(), tf::TASKSTATE_DISCONNECTED);
+}
+
+TEST_F(TensorflowProtocolTest, ShutdownWaitsForEveryTask) {
+  RegisterAll();
+  tf::ShutdownTaskRequest request;
+  *request.mutable_source_task() = Task(0);
+  tf::ShutdownTaskResponse response;
+  auto pending = std::async(std::launch::async, [&] { return stub_->ShutdownTask(Deadline().get(), request, &response); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  tf::ShutdownTaskRequest other;
+  *other.mutable_source_task() = Task(1);
+  ASSERT_TRUE(stub_->ShutdownTask(Deadline().get(), other, &response).ok());
+  ASSERT_TRUE(pending.get().ok());
+  auto states = coordinator_.service().AllTasks();
+  EXPECT_EQ(states[0].state, TaskState::kDisconnected);
+  EXPECT_EQ(states[1].state, TaskState::kDisconnected);
+}
+
+}  // namespace
+}  // namespace cohort::testing
