@@ -421,7 +421,8 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
                                   const TaskName& caller, std::vector<TaskName> tasks,
                                   WaiterId waiter, Done<int64_t> done) {
   BarrierArrival arrival{id, counter, timeout, caller, workload_tasks_};
-  if (!tasks.empty()) {
+  const bool explicit_tasks = !tasks.empty();
+  if (explicit_tasks) {
     std::sort(tasks.begin(), tasks.end());
     tasks.erase(std::unique(tasks.begin(), tasks.end()), tasks.end());
     arrival.participants = std::make_shared<const std::vector<TaskName>>(std::move(tasks));
@@ -438,7 +439,8 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
       return done(ServiceError(
           absl::InvalidArgumentError(absl::StrCat("unknown task ", caller.ToString()))));
     }
-    for (const TaskName& t : *arrival.participants) {
+    // The default list is the service's own; only a caller's list needs checking.
+    for (const TaskName& t : explicit_tasks ? *arrival.participants : std::vector<TaskName>{}) {
       if (!FindLocked(t)) {
         return done(ServiceError(absl::InvalidArgumentError(
             absl::StrCat("barrier \"", id, "\" names unknown task ", t.ToString()))));

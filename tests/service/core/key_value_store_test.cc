@@ -1,0 +1,332 @@
+#include "service/core/key_value_store.h"
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "service/core/coordination_service.h"
+#include "service/core/parked_call.h"
+#include "service/core/timer_queue.h"
+#include "tests/service/core/callback_result.h"
+
+namespace cohort {
+namespace {
+
+using ::cohort::testing::ValueResult;
+using GetResult = ValueResult<std::string>;
+
+const TaskName kWorker0{"worker", 0};
+
+std::vector<std::string> Keys(const std::vector<KeyValueEntry>& entries) {
+  std::vector<std::string> keys;
+  for (const KeyValueEntry& e : entries) keys.push_back(e.key);
+  return keys;
+}
+
+// The store as the service wires it: its parked-call registry and timer queue.
+class KeyValueStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(KeyValueLimits{}); }
+
+  void Start(KeyValueLimits limits) {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", 2});
+    config.heartbeat_timeout = absl::Hours(1);
+    config.key_value = limits;
+    auto service = CoordinationService::Create(config, &clock_);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+  }
+
+  KeyValueStore& store() { return service_->key_values(); }
+
+  GetResult Get(const std::string& key, std::optional<absl::Time> deadline = std::nullopt,
+                WaiterId waiter = 0) {
+    GetResult result;
+    if (waiter == 0) waiter = service_->NewWaiterId();
+    store().Get(key, waiter, kWorker0, deadline, result.Callback());
+    return result;
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    service_->RunTimers();
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+};
+
+TEST_F(KeyValueStoreTest, KeysAreNormalised) {
+  EXPECT_EQ(KeyValueStore::NormalizeKey("/a//b/"), "a/b");
+  ASSERT_TRUE(store().Insert("//a///b/", "v", /*allow_overwrite=*/false).ok());
+
+  EXPECT_EQ(store().TryGet("a/b").value(), "v");
+  EXPECT_EQ(store().TryGet("/a/b//").value(), "v");
+  EXPECT_EQ(Keys(store().GetDir("a")), std::vector<std::string>{"a/b"});
+}
+
+TEST_F(KeyValueStoreTest, InsertWithoutOverwriteOfExistingKeyIsAlreadyExists) {
+  ASSERT_TRUE(store().Insert("k", "first", false).ok());
+
+  absl::Status s = store().Insert("/k/", "second", false);
+
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_EQ(store().TryGet("k").value(), "first");
+}
+
+TEST_F(KeyValueStoreTest, InsertWithOverwriteReplacesValue) {
+  ASSERT_TRUE(store().Insert("k", "first", false).ok());
+
+  ASSERT_TRUE(store().Insert("k", "second", /*allow_overwrite=*/true).ok());
+
+  EXPECT_EQ(store().TryGet("k").value(), "second");
+  EXPECT_EQ(store().NumKeys(), 1u);
+  EXPECT_EQ(store().NumBytes(), std::string("k").size() + std::string("second").size());
+}
+
+TEST_F(KeyValueStoreTest, TryGetOfMissingKeyIsNotFound) {
+  EXPECT_EQ(store().TryGet("missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KeyValueStoreTest, GetOfExistingKeyAnswersAtOnce) {
+  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+
+  GetResult get = Get("k");
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().value(), "v");
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+}
+
+TEST_F(KeyValueStoreTest, GetOfMissingKeyWaitsUntilItIsInserted) {
+  GetResult get = Get("k");
+  EXPECT_FALSE(get.fired());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 1);
+
+  ASSERT_TRUE(store().Insert("/k", "v", false).ok());
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().value(), "v");
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+}
+
+TEST_F(KeyValueStoreTest, EveryGetWaitingOnAKeyIsAnswered) {
+  GetResult first = Get("k");
+  GetResult second = Get("k/");
+
+  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+
+  ASSERT_TRUE(first.fired());
+  ASSERT_TRUE(second.fired());
+  EXPECT_EQ(first.value().value(), "v");
+  EXPECT_EQ(second.value().value(), "v");
+}
+
+TEST_F(KeyValueStoreTest, GetOfMissingKeyIsAnsweredByIncrement) {
+  GetResult get = Get("counter");
+
+  ASSERT_EQ(store().Increment("counter", 5).value(), 5);
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().value(), "5");
+}
+
+TEST_F(KeyValueStoreTest, TimedGetEndsDeadlineExceededWhenNoValueArrives) {
+  GetResult get = Get("k", clock_.Now() + absl::Seconds(5));
+
+  Advance(absl::Seconds(4));
+  EXPECT_FALSE(get.fired());
+  Advance(absl::Seconds(1));
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+}
+
+TEST_F(KeyValueStoreTest, TimedGetAnsweredBeforeItsDeadlineIsFinishedOnce) {
+  GetResult get = Get("k", clock_.Now() + absl::Seconds(5));
+  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+
+  Advance(absl::Seconds(10));
+
+  EXPECT_EQ(get.count(), 1);
+  EXPECT_EQ(get.value().value(), "v");
+}
+
+TEST_F(KeyValueStoreTest, CancelledGetGetsTheCancelStatusAndStopsWaiting) {
+  WaiterId waiter = service_->NewWaiterId();
+  GetResult get = Get("k", std::nullopt, waiter);
+
+  service_->Cancel(waiter, absl::CancelledError("client went away"));
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().status(), absl::CancelledError("client went away"));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  EXPECT_EQ(get.count(), 1);
+}
+
+TEST_F(KeyValueStoreTest, GetCancelledThroughItsRegistryGetsTheCancelStatus) {
+  ParkedCallRegistry registry{ParkLimits{}};
+  TimerQueue timers;
+  KeyValueStore standalone(KeyValueLimits{}, &registry, &timers);
+  GetResult get;
+  WaiterId waiter = registry.NextId();
+  standalone.Get("k", waiter, kWorker0, std::nullopt, get.Callback());
+  ASSERT_EQ(registry.Total(), 1);
+
+  registry.Cancel(waiter, absl::DeadlineExceededError("rpc deadline"));
+
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().status(), absl::DeadlineExceededError("rpc deadline"));
+  EXPECT_EQ(registry.Total(), 0);
+  ASSERT_TRUE(standalone.Insert("k", "v", false).ok());
+  EXPECT_EQ(get.count(), 1);
+}
+
+TEST_F(KeyValueStoreTest, GetDirReturnsEntriesUnderDirectoryInKeyOrder) {
+  for (const char* key : {"dir/b", "dir/a", "dir/sub/c", "dir", "dirx/d", "di"}) {
+    ASSERT_TRUE(store().Insert(key, key, false).ok());
+  }
+
+  std::vector<KeyValueEntry> entries = store().GetDir("/dir/");
+
+  EXPECT_EQ(Keys(entries), (std::vector<std::string>{"dir/a", "dir/b", "dir/sub/c"}));
+  EXPECT_EQ(entries[0].value, "dir/a");
+}
+
+TEST_F(KeyValueStoreTest, GetDirOfMissingDirectoryIsEmpty) {
+  ASSERT_TRUE(store().Insert("other/k", "v", false).ok());
+
+  EXPECT_TRUE(store().GetDir("dir").empty());
+}
+
+TEST_F(KeyValueStoreTest, DeleteRemovesKeyAndEverythingUnderIt) {
+  for (const char* key : {"a", "a/b", "a/b/c", "ab", "b"}) {
+    ASSERT_TRUE(store().Insert(key, "v", false).ok());
+  }
+
+  ASSERT_TRUE(store().Delete("/a/").ok());
+
+  EXPECT_EQ(store().TryGet("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().TryGet("a/b/c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store().TryGet("ab").ok());
+  EXPECT_TRUE(store().TryGet("b").ok());
+  EXPECT_EQ(store().NumKeys(), 2u);
+  EXPECT_EQ(store().NumBytes(), std::string("abv").size() + std::string("bv").size());
+}
+
+TEST_F(KeyValueStoreTest, DeleteOfMissingKeyIsOk) {
+  int64_t revision = store().Revision();
+
+  EXPECT_TRUE(store().Delete("missing").ok());
+  EXPECT_EQ(store().Revision(), revision);
+}
+
+TEST_F(KeyValueStoreTest, IncrementOfMissingKeyStartsFromZero) {
+  EXPECT_EQ(store().Increment("n", 7).value(), 7);
+  EXPECT_EQ(store().TryGet("n").value(), "7");
+}
+
+TEST_F(KeyValueStoreTest, IncrementStoresA64BitDecimalSum) {
+  ASSERT_TRUE(store().Insert("n", "4294967296", false).ok());
+
+  EXPECT_EQ(store().Increment("n", 1).value(), 4294967297);
+  EXPECT_EQ(store().Increment("n", -4294967300).value(), -3);
+  EXPECT_EQ(store().TryGet("n").value(), "-3");
+}
+
+TEST_F(KeyValueStoreTest, IncrementOfNonNumericValueIsFailedPrecondition) {
+  ASSERT_TRUE(store().Insert("n", "abc", false).ok());
+
+  EXPECT_EQ(store().Increment("n", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store().TryGet("n").value(), "abc");
+}
+
+TEST_F(KeyValueStoreTest, IncrementThatOverflowsIsOutOfRange) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(store().Increment("n", max).value(), max);
+
+  EXPECT_EQ(store().Increment("n", 1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store().TryGet("n").value(), std::to_string(max));
+}
+
+TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
+  KeyValueLimits limits;
+  limits.max_key_bytes = 8;
+  Start(limits);
+
+  EXPECT_TRUE(store().Insert("/12345678/", "v", false).ok());
+  EXPECT_EQ(store().Insert("123456789", "v", false).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().Increment("123456789", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().NumKeys(), 1u);
+}
+
+TEST_F(KeyValueStoreTest, ValueOverTheLimitIsResourceExhaustedAndKeepsTheOldValue) {
+  KeyValueLimits limits;
+  limits.max_value_bytes = 4;
+  Start(limits);
+  ASSERT_TRUE(store().Insert("k", "abcd", false).ok());
+  int64_t revision = store().Revision();
+
+  EXPECT_EQ(store().Insert("k", "abcde", true).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().TryGet("k").value(), "abcd");
+  EXPECT_EQ(store().Revision(), revision);
+}
+
+TEST_F(KeyValueStoreTest, StoreOverItsTotalLimitIsResourceExhaustedAndUnchanged) {
+  KeyValueLimits limits;
+  limits.max_total_bytes = 10;
+  Start(limits);
+  ASSERT_TRUE(store().Insert("a", "12345", false).ok());  // 6 bytes
+
+  EXPECT_EQ(store().Insert("b", "12345", false).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().TryGet("b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().NumBytes(), 6u);
+}
+
+TEST_F(KeyValueStoreTest, OverwriteCountsOnlyTheNewSizeAgainstTheTotalLimit) {
+  KeyValueLimits limits;
+  limits.max_total_bytes = 10;
+  Start(limits);
+  ASSERT_TRUE(store().Insert("a", "12345", false).ok());
+
+  EXPECT_TRUE(store().Insert("a", "123456789", true).ok());
+  EXPECT_EQ(store().NumBytes(), 10u);
+}
+
+TEST_F(KeyValueStoreTest, EmptyKeyIsInvalidArgument) {
+  EXPECT_EQ(store().Insert("", "v", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().Insert("///", "v", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().Increment("/", 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().Delete("//").code(), absl::StatusCode::kInvalidArgument);
+  GetResult get = Get("/");
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().NumKeys(), 0u);
+}
+
+TEST_F(KeyValueStoreTest, RevisionAdvancesOnEveryChangeOnly) {
+  int64_t start = store().Revision();
+  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  EXPECT_EQ(store().Revision(), start + 1);
+
+  EXPECT_FALSE(store().Insert("k", "w", false).ok());
+  EXPECT_EQ(store().Revision(), start + 1);
+
+  ASSERT_TRUE(store().Increment("n", 1).ok());
+  ASSERT_TRUE(store().Delete("k").ok());
+  EXPECT_EQ(store().Revision(), start + 3);
+}
+
+}  // namespace
+}  // namespace cohort
