@@ -171,13 +171,19 @@ int main(int argc, char** argv) {
           set.set_allow_overwrite(true);
           xc::InsertKeyValueResponse sr;
           grpc::ClientContext sc;
-          if (stub->InsertKeyValue(&sc, set, &sr).ok()) ++sets; else ++errors;
+          if (stub->InsertKeyValue(&sc, set, &sr).ok())
+            ++sets;
+          else
+            ++errors;
           xc::TryGetKeyValueRequest get;
           *get.mutable_incarnations() = h.Inc(c % tasks);
           get.set_key(key);
           xc::TryGetKeyValueResponse gr;
           grpc::ClientContext gc;
-          if (stub->TryGetKeyValue(&gc, get, &gr).ok()) ++gets; else ++errors;
+          if (stub->TryGetKeyValue(&gc, get, &gr).ok())
+            ++gets;
+          else
+            ++errors;
         }
       });
     }

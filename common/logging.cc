@@ -15,9 +15,8 @@ namespace {
 class JsonFormatter : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    auto time = std::chrono::duration_cast<std::chrono::microseconds>(
-                    msg.time.time_since_epoch())
-                    .count();
+    auto time =
+        std::chrono::duration_cast<std::chrono::microseconds>(msg.time.time_since_epoch()).count();
     nlohmann::json line = {
         {"ts", static_cast<double>(time) / 1e6},
         {"level", std::string(spdlog::level::to_string_view(msg.level).data(),
@@ -43,8 +42,8 @@ absl::Status SetUpLogging(const std::string& name, const std::string& format,
     return absl::InvalidArgumentError("unknown log level \"" + level +
                                       "\"; use trace, debug, info, warn or error");
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>(name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (format == "json") {
     logger->set_formatter(std::make_unique<JsonFormatter>());
   } else if (format == "text") {

@@ -43,7 +43,8 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
   try {
     root = YAML::Load(input);
   } catch (const YAML::Exception& e) {
-    throw CLI::ConversionError("config", std::string("the config file is not valid YAML: ") + e.what());
+    throw CLI::ConversionError("config",
+                               std::string("the config file is not valid YAML: ") + e.what());
   }
   std::vector<CLI::ConfigItem> items;
   if (root.IsNull()) return items;
@@ -57,8 +58,8 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
     if (value.IsSequence()) {
       for (const auto& v : value) {
         if (!v.IsScalar()) {
-          throw CLI::ConversionError(item.name, "config key \"" + item.name +
-                                                    "\" must be a scalar or a list of scalars");
+          throw CLI::ConversionError(
+              item.name, "config key \"" + item.name + "\" must be a scalar or a list of scalars");
         }
         item.inputs.push_back(v.as<std::string>());
       }
@@ -67,8 +68,8 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
     } else if (value.IsNull()) {
       continue;
     } else {
-      throw CLI::ConversionError(item.name, "config key \"" + item.name +
-                                                "\" must be a scalar or a list of scalars");
+      throw CLI::ConversionError(
+          item.name, "config key \"" + item.name + "\" must be a scalar or a list of scalars");
     }
     items.push_back(std::move(item));
   }

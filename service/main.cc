@@ -105,8 +105,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-parked-calls-per-task", config.parked.max_per_task,
                  "blocking calls one task may have waiting")
       ->capture_default_str();
-  app.add_option("--max-parked-calls", config.parked.max_total,
-                 "blocking calls waiting in all")
+  app.add_option("--max-parked-calls", config.parked.max_total, "blocking calls waiting in all")
       ->capture_default_str();
   app.add_option("--service-incarnation", incarnation,
                  "fixed service incarnation (default random); keep it to survive a restart "
@@ -166,15 +165,16 @@ int main(int argc, char** argv) {
   if (!service.ok()) return Fail(service.status());
   metrics.Attach(service->get());
   for (const JobConfig& job : config.jobs) {
-    spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks, job.auxiliary ? " (auxiliary)" : "",
-                 job.recoverable ? " (recoverable)" : "");
+    spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,
+                 job.auxiliary ? " (auxiliary)" : "", job.recoverable ? " (recoverable)" : "");
   }
   cohort::CoordinatorServer coordinator(service->get(), &registry, server);
   if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
 
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("received {}; ending parked calls and exiting", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("received {}; ending parked calls and exiting",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
   coordinator.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down (it received a termination signal)"));
   return 0;

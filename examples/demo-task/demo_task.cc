@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
       hb.set_incarnation(incarnation);
       tf::HeartbeatResponse r;
       stub->Heartbeat(Ctx(5).get(), hb, &r);
-      for (int i = 0; i < 10 && running; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && running; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
 

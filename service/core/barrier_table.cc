@@ -61,7 +61,7 @@ std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierA
 }
 
 std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(Instance& barrier,
-                                                                         absl::Status result) {
+                                                                          absl::Status result) {
   barrier.done = true;
   barrier.result = result.ok() ? result : BarrierStatus(result, barrier.id, barrier.counter);
   if (barrier.timer) timers_->Cancel(barrier.timer);
@@ -79,8 +79,8 @@ void BarrierTable::FinishCalls(std::vector<std::shared_ptr<Call>>& calls,
   }
 }
 
-bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
-                          const TaskHealth& health, Done done) {
+bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const TaskHealth& health,
+                          Done done) {
   bool started = false;
   std::vector<std::shared_ptr<Call>> duplicates;
   auto call = std::make_shared<Call>(waiter, ParkKind::kBarrier, arrival.caller, std::move(done));
@@ -99,10 +99,10 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
                                     : absl::StatusOr<int64_t>(barrier->result);
     } else if (arrival.counter != expected) {
       absl::Status mismatch = BarrierStatus(
-          absl::InternalError(absl::StrCat(
-              "barrier \"", arrival.id, "\" was called by ", arrival.caller.ToString(),
-              " for instance ", arrival.counter, " but the service expects instance ", expected,
-              ": the tasks disagree on how often this barrier was used")),
+          absl::InternalError(
+              absl::StrCat("barrier \"", arrival.id, "\" was called by ", arrival.caller.ToString(),
+                           " for instance ", arrival.counter, " but the service expects instance ",
+                           expected, ": the tasks disagree on how often this barrier was used")),
           arrival.id, barrier ? barrier->counter : 0);
       answer = mismatch;
       if (barrier && !barrier->done) {
@@ -119,13 +119,12 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
           *barrier->participants != *arrival.participants) {
         failure = absl::InvalidArgumentError(absl::StrCat(
             "barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
-            " named different tasks than the first caller (",
-            TaskList(*arrival.participants), " vs ", TaskList(*barrier->participants), ")"));
+            " named different tasks than the first caller (", TaskList(*arrival.participants),
+            " vs ", TaskList(*barrier->participants), ")"));
       } else if (!Contains(*barrier->participants, arrival.caller)) {
-        failure = absl::InvalidArgumentError(
-            absl::StrCat("barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
-                         " is not one of its participants (", TaskList(*barrier->participants),
-                         ")"));
+        failure = absl::InvalidArgumentError(absl::StrCat(
+            "barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
+            " is not one of its participants (", TaskList(*barrier->participants), ")"));
       } else if (started) {
         for (const TaskName& task : *barrier->participants) {
           absl::Status s = health(task);
@@ -148,11 +147,10 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter,
           }
         }
         if (!duplicates.empty()) {
-          barrier->calls.erase(std::remove_if(barrier->calls.begin(), barrier->calls.end(),
-                                              [&](const auto& c) {
-                                                return c->owner() == arrival.caller;
-                                              }),
-                               barrier->calls.end());
+          barrier->calls.erase(
+              std::remove_if(barrier->calls.begin(), barrier->calls.end(),
+                             [&](const auto& c) { return c->owner() == arrival.caller; }),
+              barrier->calls.end());
         }
         call->set_unlink([this, id = arrival.id, waiter] { RemoveWaiter(id, waiter); });
         absl::Status admitted = parked_->Add(call);
@@ -237,11 +235,11 @@ void BarrierTable::OnTimeout(const std::string& id, int64_t counter) {
       if (!barrier.arrived.count(t)) missing.push_back(t);
     }
     finished = PassLocked(
-        barrier, absl::DeadlineExceededError(absl::StrCat(
-                     "barrier \"", id, "\" timed out after ",
-                     absl::FormatDuration(barrier.deadline - barrier.started), " with ",
-                     missing.size(), " of ", barrier.participants->size(),
-                     " tasks missing: ", TaskList(missing))));
+        barrier,
+        absl::DeadlineExceededError(absl::StrCat(
+            "barrier \"", id, "\" timed out after ",
+            absl::FormatDuration(barrier.deadline - barrier.started), " with ", missing.size(),
+            " of ", barrier.participants->size(), " tasks missing: ", TaskList(missing))));
     error = barrier.result;
   }
   FinishCalls(finished, error);
@@ -253,10 +251,9 @@ void BarrierTable::FailTask(const TaskName& task, const absl::Status& error) {
     absl::MutexLock lock(&mu_);
     for (auto& [id, barrier] : barriers_) {
       if (barrier->done || !Contains(*barrier->participants, task)) continue;
-      auto calls = PassLocked(
-          *barrier, absl::InternalError(absl::StrCat("barrier \"", id, "\" failed: participant ",
-                                                     task.ToString(), " failed: ",
-                                                     error.message())));
+      auto calls = PassLocked(*barrier, absl::InternalError(absl::StrCat(
+                                            "barrier \"", id, "\" failed: participant ",
+                                            task.ToString(), " failed: ", error.message())));
       failed.emplace_back(std::move(calls), barrier->result);
     }
   }

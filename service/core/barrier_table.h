@@ -61,8 +61,7 @@ class BarrierTable {
 
   // Participants' health is checked when an instance starts; later failures arrive through
   // FailTask. Returns true when this call started a new instance.
-  bool Arrive(const BarrierArrival& arrival, WaiterId waiter, const TaskHealth& health,
-              Done done);
+  bool Arrive(const BarrierArrival& arrival, WaiterId waiter, const TaskHealth& health, Done done);
   absl::Status Cancel(const std::string& id, int64_t counter, const TaskName& caller);
   // Fails every open instance that `task` takes part in, with `error`.
   void FailTask(const TaskName& task, const absl::Status& error);

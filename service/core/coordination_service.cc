@@ -14,10 +14,14 @@ namespace cohort {
 
 const char* TaskStateName(TaskState state) {
   switch (state) {
-    case TaskState::kUninitialized: return "uninitialized";
-    case TaskState::kDisconnected: return "disconnected";
-    case TaskState::kConnected: return "connected";
-    case TaskState::kError: return "error";
+    case TaskState::kUninitialized:
+      return "uninitialized";
+    case TaskState::kDisconnected:
+      return "disconnected";
+    case TaskState::kConnected:
+      return "connected";
+    case TaskState::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -125,9 +129,9 @@ absl::StatusOr<TaskName> CoordinationService::ResolveTask(const std::string& job
                      }))));
   }
   if (id < 0 || id >= it->second->num_tasks) {
-    return ServiceError(absl::InvalidArgumentError(absl::StrCat(
-        "task id ", id, " is out of range for job \"", name, "\", which has ",
-        it->second->num_tasks, " tasks (ids 0..", it->second->num_tasks - 1, ")")));
+    return ServiceError(absl::InvalidArgumentError(
+        absl::StrCat("task id ", id, " is out of range for job \"", name, "\", which has ",
+                     it->second->num_tasks, " tasks (ids 0..", it->second->num_tasks - 1, ")")));
   }
   return TaskName{name, id};
 }
@@ -146,8 +150,7 @@ absl::StatusOr<CoordinationService::Task*> CoordinationService::ConnectedLocked(
     const TaskName& name) const {
   Task* task = FindLocked(name);
   if (!task) {
-    return ServiceError(
-        absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+    return ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
   }
   if (task->state == TaskState::kError) return task->error;
   if (task->state != TaskState::kConnected) {
@@ -200,8 +203,8 @@ void CoordinationService::StateChangedLocked(Effects& fx) {
 
 // ---- Registration --------------------------------------------------------------------
 
-void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnation,
-                                       WaiterId waiter, StatusDone done) {
+void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnation, WaiterId waiter,
+                                       StatusDone done) {
   auto call = std::make_shared<StatusCall>(waiter, ParkKind::kRegister, name, std::move(done));
   Effects fx;
   absl::Status answer;
@@ -212,14 +215,14 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
     if (stopped_) {
       answer = ServiceError(absl::UnavailableError("the coordination service is stopping"));
     } else if (!task) {
-      answer = ServiceError(
-          absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+      answer =
+          ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
     } else if (task->state == TaskState::kConnected && task->incarnation != incarnation &&
                !task->job->recoverable) {
-      absl::Status error = absl::AbortedError(absl::StrCat(
-          name.ToString(), " registered again with incarnation ", incarnation,
-          " while connected with incarnation ", task->incarnation,
-          ": the task restarted, so its old incarnation is lost"));
+      absl::Status error = absl::AbortedError(
+          absl::StrCat(name.ToString(), " registered again with incarnation ", incarnation,
+                       " while connected with incarnation ", task->incarnation,
+                       ": the task restarted, so its old incarnation is lost"));
       SetErrorLocked(*task, error, /*reported_by_task=*/false, fx);
       answer = task->error;
     } else if (task->state == TaskState::kError && !task->job->recoverable) {
@@ -259,8 +262,8 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
       }
       task->incarnation = incarnation;
       spdlog::debug("task {} (incarnation {:#x}) waits at the register barrier ({} of {})",
-                   name.ToString(), incarnation,
-                   workload_awaiting_register_ + workload_connected_, workload_tasks_->size());
+                    name.ToString(), incarnation, workload_awaiting_register_ + workload_connected_,
+                    workload_tasks_->size());
       answer = ParkLocked(call, &register_calls_);
       parked = answer.ok();
       StateChangedLocked(fx);
@@ -273,7 +276,8 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
 
 void CoordinationService::CheckRegisterBarrierLocked(Effects& fx) {
   if (register_state_ != Rendezvous::kOpen) return;
-  if (workload_awaiting_register_ + workload_connected_ < static_cast<int>(workload_tasks_->size())) {
+  if (workload_awaiting_register_ + workload_connected_ <
+      static_cast<int>(workload_tasks_->size())) {
     return;
   }
   register_state_ = Rendezvous::kPassed;
@@ -328,8 +332,8 @@ void CoordinationService::OnRegisterTimeout() {
         " with ", missing.size(), " tasks missing: ", internal::TaskList(missing))));
     spdlog::error("{}", std::string(error.message()));
     FailRegisterBarrierLocked(error, fx);
-    absl::Status failed = absl::InternalError(
-        absl::StrCat("cluster registration failed: ", error.message()));
+    absl::Status failed =
+        absl::InternalError(absl::StrCat("cluster registration failed: ", error.message()));
     for (auto& [n, task] : tasks_) {
       if (task->state != TaskState::kError) SetErrorLocked(*task, failed, false, fx);
     }
@@ -359,9 +363,9 @@ absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incar
     }
     if (task->state != TaskState::kConnected) {
       if (InGraceLocked(*task)) return absl::OkStatus();
-      return ServiceError(absl::InvalidArgumentError(absl::StrCat(
-          name.ToString(), " must register before sending heartbeats (state ",
-          TaskStateName(task->state), ")")));
+      return ServiceError(absl::InvalidArgumentError(
+          absl::StrCat(name.ToString(), " must register before sending heartbeats (state ",
+                       TaskStateName(task->state), ")")));
     }
     if (task->incarnation == incarnation) {
       task->last_heartbeat_ns.store(absl::ToUnixNanos(clock_->Now()));
@@ -375,9 +379,9 @@ absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incar
   {
     absl::MutexLock lock(&mu_);
     Task* task = FindLocked(name);
-    error = absl::AbortedError(absl::StrCat(
-        name.ToString(), " sent a heartbeat with incarnation ", incarnation,
-        " but is registered with incarnation ", task->incarnation, ": the task restarted"));
+    error = absl::AbortedError(absl::StrCat(name.ToString(), " sent a heartbeat with incarnation ",
+                                            incarnation, " but is registered with incarnation ",
+                                            task->incarnation, ": the task restarted"));
     if (task->state == TaskState::kConnected && task->incarnation != incarnation) {
       SetErrorLocked(*task, error, /*reported_by_task=*/false, fx);
       error = task->error;
@@ -392,13 +396,12 @@ absl::Status CoordinationService::CheckIncarnation(const TaskName& name,
   absl::ReaderMutexLock lock(&mu_);
   Task* task = FindLocked(name);
   if (!task) {
-    return ServiceError(
-        absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+    return ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
   }
   if (task->ever_registered && task->incarnation != incarnation) {
-    return ServiceError(absl::AbortedError(absl::StrCat(
-        "request from ", name.ToString(), " carries incarnation ", incarnation,
-        " but the task is registered with incarnation ", task->incarnation)));
+    return ServiceError(absl::AbortedError(
+        absl::StrCat("request from ", name.ToString(), " carries incarnation ", incarnation,
+                     " but the task is registered with incarnation ", task->incarnation)));
   }
   return absl::OkStatus();
 }
@@ -489,8 +492,8 @@ absl::Status CoordinationService::ReportError(const TaskName& source, const absl
       return ServiceError(
           absl::InvalidArgumentError(absl::StrCat("unknown task ", source.ToString())));
     }
-    absl::Status reported(error.code(), absl::StrCat("error reported by ", source.ToString(),
-                                                     ": ", error.message()));
+    absl::Status reported(
+        error.code(), absl::StrCat("error reported by ", source.ToString(), ": ", error.message()));
     SetErrorLocked(*task, reported, /*reported_by_task=*/true, fx);
   }
   Apply(fx);
@@ -506,16 +509,15 @@ void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, St
     absl::MutexLock lock(&mu_);
     Task* task = FindLocked(name);
     if (!task) {
-      answer = ServiceError(
-          absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+      answer =
+          ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
     } else if (task->state == TaskState::kError) {
-      answer = ServiceError(absl::FailedPreconditionError(
-          absl::StrCat(name.ToString(), " polls for errors but is already in error: ",
-                       task->error.message())));
-    } else if (task->state != TaskState::kConnected && !InGraceLocked(*task)) {
       answer = ServiceError(absl::FailedPreconditionError(absl::StrCat(
-          name.ToString(), " polls for errors but is not registered (state ",
-          TaskStateName(task->state), ")")));
+          name.ToString(), " polls for errors but is already in error: ", task->error.message())));
+    } else if (task->state != TaskState::kConnected && !InGraceLocked(*task)) {
+      answer = ServiceError(absl::FailedPreconditionError(
+          absl::StrCat(name.ToString(), " polls for errors but is not registered (state ",
+                       TaskStateName(task->state), ")")));
     } else if (!first_error_.ok()) {
       answer = first_error_;
     } else if (stopped_) {

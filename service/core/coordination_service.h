@@ -112,7 +112,8 @@ class CoordinationService {
   absl::Status ResetTask(const TaskName& task);
   absl::Status ReportError(const TaskName& source, const absl::Status& error);
   void PollForError(const TaskName& task, WaiterId waiter, StatusDone done);
-  absl::StatusOr<std::vector<TaskStateInfo>> GetTaskStates(const std::vector<TaskName>& tasks) const;
+  absl::StatusOr<std::vector<TaskStateInfo>> GetTaskStates(
+      const std::vector<TaskName>& tasks) const;
   // Answers at once when `version` differs from the current one, else when a task of the
   // service changes state.
   void WatchJobState(const std::string& job, int64_t version, WaiterId waiter,
@@ -156,8 +157,7 @@ class CoordinationService {
   CoordinationService(ServiceConfig config, const Clock* clock, ServiceObserver* observer);
 
   Task* FindLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Task*> ConnectedLocked(const TaskName& task) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Task*> ConnectedLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status TaskHealthLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::vector<TaskName> WorkloadTasks() const;
 
@@ -231,8 +231,7 @@ class CoordinationService {
   std::vector<std::shared_ptr<ParkedCall>> shutdown_calls_ ABSL_GUARDED_BY(mu_);
   TimerQueue::TimerId shutdown_timer_ = 0;
 
-  std::vector<std::pair<std::string, std::shared_ptr<WatchCall>>> watch_calls_
-      ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::shared_ptr<WatchCall>>> watch_calls_ ABSL_GUARDED_BY(mu_);
   absl::Time next_heartbeat_check_ = absl::InfinitePast();  // used by the timer thread only
   // Device exchange and GetAliveTasks rendezvous, by group key.
   std::map<std::string, std::unique_ptr<Group>> device_groups_ ABSL_GUARDED_BY(mu_);

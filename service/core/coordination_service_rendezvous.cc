@@ -55,8 +55,8 @@ void CoordinationService::ShutdownTask(const TaskName& name, WaiterId waiter, St
     absl::MutexLock lock(&mu_);
     Task* task = FindLocked(name);
     if (!task) {
-      answer = ServiceError(
-          absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+      answer =
+          ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
     } else if (task->state == TaskState::kDisconnected) {
       answer = ServiceError(absl::FailedPreconditionError(
           absl::StrCat(name.ToString(), " is not connected; nothing to shut down")));
@@ -95,9 +95,9 @@ void CoordinationService::CheckShutdownBarrierLocked(Effects& fx) {
     for (const TaskName& name : *workload_tasks_) {
       if (FindLocked(name)->state == TaskState::kError) failed.push_back(name);
     }
-    result = ServiceError(absl::InternalError(
-        absl::StrCat("the shutdown barrier failed: ", failed.size(),
-                     " tasks are in error: ", internal::TaskList(failed))));
+    result = ServiceError(
+        absl::InternalError(absl::StrCat("the shutdown barrier failed: ", failed.size(),
+                                         " tasks are in error: ", internal::TaskList(failed))));
   } else if (workload_at_shutdown_ < static_cast<int>(workload_tasks_->size())) {
     return;
   }
@@ -133,10 +133,10 @@ void CoordinationService::OnShutdownTimeout() {
         names.push_back(name);
       }
     }
-    absl::Status error = ServiceError(absl::InternalError(absl::StrCat(
-        "the shutdown barrier failed: it timed out after ",
-        absl::FormatDuration(config_.shutdown_barrier_timeout), " with ", names.size(),
-        " tasks missing: ", internal::TaskList(names))));
+    absl::Status error = ServiceError(absl::InternalError(
+        absl::StrCat("the shutdown barrier failed: it timed out after ",
+                     absl::FormatDuration(config_.shutdown_barrier_timeout), " with ", names.size(),
+                     " tasks missing: ", internal::TaskList(names))));
     spdlog::error("{}", std::string(error.message()));
     // Everyone learns: the waiting tasks through the barrier, the missing ones and the
     // error pollers through their error state.
@@ -172,8 +172,7 @@ absl::Status CoordinationService::ResetTask(const TaskName& name) {
           absl::StrCat(name.ToString(), " is already disconnected; nothing to reset")));
     }
     spdlog::info("task {} reset (was {})", name.ToString(), TaskStateName(task->state));
-    DisconnectLocked(*task, absl::CancelledError(absl::StrCat(name.ToString(), " was reset")),
-                     fx);
+    DisconnectLocked(*task, absl::CancelledError(absl::StrCat(name.ToString(), " was reset")), fx);
   }
   Apply(fx);
   return absl::OkStatus();
@@ -214,8 +213,8 @@ bool CoordinationService::ClusterRegistered() const {
 JobStateView CoordinationService::SnapshotLocked(const std::string& job) const {
   auto snap = std::make_shared<JobStateSnapshot>();
   snap->version = state_version_;
-  for (auto it = tasks_.lower_bound(TaskName{job, 0});
-       it != tasks_.end() && it->first.job == job; ++it) {
+  for (auto it = tasks_.lower_bound(TaskName{job, 0}); it != tasks_.end() && it->first.job == job;
+       ++it) {
     const Task& task = *it->second;
     snap->tasks.push_back({task.name, task.state, task.error, task.incarnation,
                            absl::FromUnixNanos(task.last_heartbeat_ns.load())});
@@ -227,10 +226,11 @@ void CoordinationService::WatchJobState(const std::string& job, int64_t version,
                                         Done<JobStateView> done) {
   const std::string& name = job.empty() ? default_job_ : job;
   if (!jobs_.count(name)) {
-    return done(ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown job \"", name, "\""))));
+    return done(
+        ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown job \"", name, "\""))));
   }
-  auto call = std::make_shared<WatchCall>(waiter, ParkKind::kWatchJobState, std::nullopt,
-                                          std::move(done));
+  auto call =
+      std::make_shared<WatchCall>(waiter, ParkKind::kWatchJobState, std::nullopt, std::move(done));
   absl::StatusOr<JobStateView> answer;
   bool parked = false;
   {
@@ -242,11 +242,10 @@ void CoordinationService::WatchJobState(const std::string& job, int64_t version,
     } else {
       call->set_unlink([this, waiter] {
         absl::MutexLock lock(&mu_);
-        watch_calls_.erase(std::remove_if(watch_calls_.begin(), watch_calls_.end(),
-                                          [waiter](const auto& w) {
-                                            return w.second->id() == waiter;
-                                          }),
-                           watch_calls_.end());
+        watch_calls_.erase(
+            std::remove_if(watch_calls_.begin(), watch_calls_.end(),
+                           [waiter](const auto& w) { return w.second->id() == waiter; }),
+            watch_calls_.end());
       });
       absl::Status s = parked_.Add(call);
       if (s.ok()) {
@@ -266,7 +265,8 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
                                         WaiterId waiter, Done<std::vector<AliveTask>> done) {
   std::sort(tasks.begin(), tasks.end());
   tasks.erase(std::unique(tasks.begin(), tasks.end()), tasks.end());
-  auto call = std::make_shared<AliveCall>(waiter, ParkKind::kAliveTasks, requester, std::move(done));
+  auto call =
+      std::make_shared<AliveCall>(waiter, ParkKind::kAliveTasks, requester, std::move(done));
   Effects fx;
   absl::Status answer;
   bool parked = false;
@@ -274,14 +274,14 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
     absl::MutexLock lock(&mu_);
     for (const TaskName& t : tasks) {
       if (!FindLocked(t)) {
-        answer = ServiceError(
-            absl::InvalidArgumentError(absl::StrCat("unknown task ", t.ToString())));
+        answer =
+            ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", t.ToString())));
         break;
       }
     }
     if (answer.ok() && !std::binary_search(tasks.begin(), tasks.end(), requester)) {
-      answer = ServiceError(absl::InvalidArgumentError(absl::StrCat(
-          requester.ToString(), " asked for alive tasks of a list it is not in")));
+      answer = ServiceError(absl::InvalidArgumentError(
+          absl::StrCat(requester.ToString(), " asked for alive tasks of a list it is not in")));
     }
     if (answer.ok()) {
       auto connected = ConnectedLocked(requester);

@@ -36,7 +36,8 @@ std::optional<ServiceErrorInfo> GetServiceError(const absl::Status& status) {
 }
 
 absl::Status WithBarrierError(absl::Status status, const BarrierErrorInfo& info) {
-  status.SetPayload(kBarrierErrorKey, absl::Cord(absl::StrCat(info.counter, "\n", info.barrier_id)));
+  status.SetPayload(kBarrierErrorKey,
+                    absl::Cord(absl::StrCat(info.counter, "\n", info.barrier_id)));
   return status;
 }
 

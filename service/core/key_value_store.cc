@@ -9,8 +9,7 @@
 
 namespace cohort {
 
-KeyValueStore::KeyValueStore(KeyValueLimits limits, ParkedCallRegistry* parked,
-                             TimerQueue* timers)
+KeyValueStore::KeyValueStore(KeyValueLimits limits, ParkedCallRegistry* parked, TimerQueue* timers)
     : limits_(limits), parked_(parked), timers_(timers) {}
 
 std::string KeyValueStore::NormalizeKey(absl::string_view key) {
@@ -36,9 +35,8 @@ absl::Status KeyValueStore::PutLocked(
     const std::string& key, std::string value,
     std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>* woken) {
   if (value.size() > limits_.max_value_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("value of ", value.size(),
-                                                     " bytes for key \"", key,
-                                                     "\" exceeds the limit of ",
+    return absl::ResourceExhaustedError(absl::StrCat("value of ", value.size(), " bytes for key \"",
+                                                     key, "\" exceeds the limit of ",
                                                      limits_.max_value_bytes, " bytes"));
   }
   auto it = entries_.find(key);
@@ -64,16 +62,14 @@ absl::Status KeyValueStore::PutLocked(
   return absl::OkStatus();
 }
 
-void KeyValueStore::Wake(
-    std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
-    const std::string& value) {
+void KeyValueStore::Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
+                         const std::string& value) {
   for (auto& call : woken) {
     if (parked_->Claim(*call)) call->Finish(value);
   }
 }
 
-absl::Status KeyValueStore::Insert(absl::string_view key, std::string value,
-                                   bool allow_overwrite) {
+absl::Status KeyValueStore::Insert(absl::string_view key, std::string value, bool allow_overwrite) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>> woken;
@@ -150,8 +146,8 @@ absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t 
     int64_t current = 0;
     auto it = entries_.find(k);
     if (it != entries_.end() && !absl::SimpleAtoi(it->second, &current)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "key \"", k, "\" holds a value that is not a decimal 64-bit integer"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("key \"", k, "\" holds a value that is not a decimal 64-bit integer"));
     }
     if (__builtin_add_overflow(current, delta, &sum)) {
       return absl::OutOfRangeError(

@@ -8,15 +8,24 @@ namespace cohort {
 
 const char* ParkKindName(ParkKind kind) {
   switch (kind) {
-    case ParkKind::kRegister: return "register";
-    case ParkKind::kWaitForAllTasks: return "wait_for_all_tasks";
-    case ParkKind::kShutdown: return "shutdown";
-    case ParkKind::kKeyValueGet: return "key_value_get";
-    case ParkKind::kBarrier: return "barrier";
-    case ParkKind::kAliveTasks: return "alive_tasks";
-    case ParkKind::kPollForError: return "poll_for_error";
-    case ParkKind::kWatchJobState: return "watch_job_state";
-    case ParkKind::kWatchKeys: return "watch_keys";
+    case ParkKind::kRegister:
+      return "register";
+    case ParkKind::kWaitForAllTasks:
+      return "wait_for_all_tasks";
+    case ParkKind::kShutdown:
+      return "shutdown";
+    case ParkKind::kKeyValueGet:
+      return "key_value_get";
+    case ParkKind::kBarrier:
+      return "barrier";
+    case ParkKind::kAliveTasks:
+      return "alive_tasks";
+    case ParkKind::kPollForError:
+      return "poll_for_error";
+    case ParkKind::kWatchJobState:
+      return "watch_job_state";
+    case ParkKind::kWatchKeys:
+      return "watch_keys";
   }
   return "unknown";
 }
@@ -25,16 +34,16 @@ absl::Status ParkedCallRegistry::Add(std::shared_ptr<ParkedCall> call) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return stop_status_;
   if (static_cast<int64_t>(calls_.size()) >= limits_.max_total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the coordinator already holds ", calls_.size(),
-        " parked calls (limit --max-parked-calls); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator already holds ", calls_.size(),
+                     " parked calls (limit --max-parked-calls); retry later"));
   }
   if (call->owner()) {
     int& n = per_task_[*call->owner()];
     if (n >= limits_.max_per_task) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          call->owner()->ToString(), " already has ", n,
-          " parked calls (limit --max-parked-calls-per-task)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(call->owner()->ToString(), " already has ", n,
+                       " parked calls (limit --max-parked-calls-per-task)"));
     }
     ++n;
   }

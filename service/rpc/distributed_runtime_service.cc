@@ -23,7 +23,8 @@ absl::Status DistributedRuntimeService::CheckSession(uint64_t session_id) const 
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx*, const xla::ConnectRequest* request,
+grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx*,
+                                                             const xla::ConnectRequest* request,
                                                              xla::ConnectResponse* response) {
   RpcCall* call = NewCall("Connect");
   auto task = service_->ResolveTask("", request->node_id());
@@ -44,13 +45,15 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
   if (!task.ok()) return call->Reply(task.status());
   service_->WaitForAllTasks(*task, EncodeLocalTopology(request->local_topology()), call->Park(),
                             [call, response](absl::StatusOr<std::vector<std::string>> all) {
-                              if (all.ok()) *response->mutable_global_topology() = BuildGlobalTopology(*all);
+                              if (all.ok())
+                                *response->mutable_global_topology() = BuildGlobalTopology(*all);
                               call->Reply(all.status());
                             });
   return call;
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx*, const xla::HeartbeatRequest* request,
+grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx*,
+                                                               const xla::HeartbeatRequest* request,
                                                                xla::HeartbeatResponse*) {
   RpcCall* call = NewCall("Heartbeat");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
@@ -62,7 +65,8 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx*, const xla::
   return call->Reply(service_->Heartbeat(*task, (*state)[0].incarnation));
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx*, const xla::ShutdownRequest* request,
+grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx*,
+                                                              const xla::ShutdownRequest* request,
                                                               xla::ShutdownResponse*) {
   RpcCall* call = NewCall("Shutdown");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
@@ -72,8 +76,8 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx*, const xla::S
   return call;
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(Ctx*, const xla::KeyValueGetRequest* request,
-                                                                 xla::KeyValueGetResponse* response) {
+grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
+    Ctx*, const xla::KeyValueGetRequest* request, xla::KeyValueGetResponse* response) {
   RpcCall* call = NewCall("KeyValueGet");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   std::optional<absl::Time> deadline;
@@ -91,8 +95,8 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(Ctx*, const xla
   return call;
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(Ctx*, const xla::KeyValueSetRequest* request,
-                                                                 xla::KeyValueSetResponse*) {
+grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
+    Ctx*, const xla::KeyValueSetRequest* request, xla::KeyValueSetResponse*) {
   RpcCall* call = NewCall("KeyValueSet");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   return call->Reply(

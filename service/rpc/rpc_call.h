@@ -15,8 +15,7 @@ namespace cohort {
 class RpcMetrics {
  public:
   explicit RpcMetrics(MetricsRegistry& registry);
-  void Record(Protocol protocol, const char* method, absl::StatusCode code,
-              absl::Duration latency);
+  void Record(Protocol protocol, const char* method, absl::StatusCode code, absl::Duration latency);
 
  private:
   Family<Counter>& requests_;
@@ -28,8 +27,7 @@ class RpcMetrics {
 // the core. The reactor deletes itself once gRPC is done with it.
 class RpcCall : public grpc::ServerUnaryReactor {
  public:
-  RpcCall(CoordinationService* service, RpcMetrics* metrics, Protocol protocol,
-          const char* method)
+  RpcCall(CoordinationService* service, RpcMetrics* metrics, Protocol protocol, const char* method)
       : service_(service),
         metrics_(metrics),
         protocol_(protocol),

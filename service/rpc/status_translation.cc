@@ -18,17 +18,20 @@ constexpr char kMismatchPayload[] = "cohort.dev/service-mismatch";
 
 const char* ProtocolName(Protocol protocol) {
   switch (protocol) {
-    case Protocol::kTensorflow: return "tensorflow";
-    case Protocol::kXla: return "xla";
-    case Protocol::kDistributedRuntime: return "xla_distributed";
+    case Protocol::kTensorflow:
+      return "tensorflow";
+    case Protocol::kXla:
+      return "xla";
+    case Protocol::kDistributedRuntime:
+      return "xla_distributed";
   }
   return "unknown";
 }
 
 absl::Status ServiceMismatchError(uint64_t ours, uint64_t theirs) {
   absl::Status status = absl::InternalError(absl::StrCat(
-      "the request names coordination service incarnation ", theirs, " but this service is ",
-      ours, ": the coordinator restarted and lost the job, so this task must stop"));
+      "the request names coordination service incarnation ", theirs, " but this service is ", ours,
+      ": the coordinator restarted and lost the job, so this task must stop"));
   status.SetPayload(kMismatchPayload, absl::Cord(absl::StrCat(ours)));
   return WithServiceError(status, {});
 }

@@ -12,10 +12,14 @@ namespace {
 
 tensorflow::CoordinatedTaskState ToProto(TaskState state) {
   switch (state) {
-    case TaskState::kUninitialized: return tensorflow::TASKSTATE_UNINITIALIZED;
-    case TaskState::kDisconnected: return tensorflow::TASKSTATE_DISCONNECTED;
-    case TaskState::kConnected: return tensorflow::TASKSTATE_CONNECTED;
-    case TaskState::kError: return tensorflow::TASKSTATE_ERROR;
+    case TaskState::kUninitialized:
+      return tensorflow::TASKSTATE_UNINITIALIZED;
+    case TaskState::kDisconnected:
+      return tensorflow::TASKSTATE_DISCONNECTED;
+    case TaskState::kConnected:
+      return tensorflow::TASKSTATE_CONNECTED;
+    case TaskState::kError:
+      return tensorflow::TASKSTATE_ERROR;
   }
   return tensorflow::TASKSTATE_UNSPECIFIED;
 }
@@ -65,12 +69,13 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
     Ctx* ctx, const char* method, const tensorflow::RegisterTaskRequest* request,
     tensorflow::RegisterTaskResponse* response) {
   RpcCall* call = NewCall(ctx, method);
-  auto task = Resolve(
-      LegacyTask(request->has_source_task(), request->source_task(), request->job(), request->task()));
+  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
+                                 request->task()));
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->incarnation(), call->Park(),
                          [this, call, response](absl::Status s) {
-                           if (s.ok()) response->set_leader_incarnation(service_->service_incarnation());
+                           if (s.ok())
+                             response->set_leader_incarnation(service_->service_incarnation());
                            call->Reply(s);
                          });
   return call;
@@ -89,10 +94,11 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::RegisterWorker(
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::Heartbeat(
-    Ctx* ctx, const tensorflow::HeartbeatRequest* request, tensorflow::HeartbeatResponse* response) {
+    Ctx* ctx, const tensorflow::HeartbeatRequest* request,
+    tensorflow::HeartbeatResponse* response) {
   RpcCall* call = NewCall(ctx, "Heartbeat");
-  auto task = Resolve(
-      LegacyTask(request->has_source_task(), request->source_task(), request->job(), request->task()));
+  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
+                                 request->task()));
   if (!task.ok()) return call->Reply(task.status());
   absl::Status s = service_->Heartbeat(*task, request->incarnation());
   if (s.ok()) response->set_leader_incarnation(service_->service_incarnation());
@@ -103,26 +109,25 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
     Ctx* ctx, const tensorflow::WaitForAllTasksRequest* request,
     tensorflow::WaitForAllTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "WaitForAllTasks");
-  auto task = Resolve(
-      LegacyTask(request->has_source_task(), request->source_task(), request->job(), request->task()));
+  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
+                                 request->task()));
   if (!task.ok()) return call->Reply(task.status());
   std::string devices = request->has_local_device_info()
                             ? EncodeLegacyDevices(request->local_device_info())
                             : EncodeDevices(request->device_info());
-  service_->WaitForAllTasks(
-      *task, std::move(devices), call->Park(),
-      [this, call, response](absl::StatusOr<std::vector<std::string>> all) {
-        if (all.ok()) {
-          response->set_leader_incarnation(service_->service_incarnation());
-          MergeDevices(*all, response->mutable_device_info(),
-                       response->mutable_cluster_device_info());
-          if (response->cluster_device_info().type_case() ==
-              tensorflow::CoordinationServiceDeviceInfo::TYPE_NOT_SET) {
-            response->clear_cluster_device_info();
-          }
-        }
-        call->Reply(all.status());
-      });
+  service_->WaitForAllTasks(*task, std::move(devices), call->Park(),
+                            [this, call, response](absl::StatusOr<std::vector<std::string>> all) {
+                              if (all.ok()) {
+                                response->set_leader_incarnation(service_->service_incarnation());
+                                MergeDevices(*all, response->mutable_device_info(),
+                                             response->mutable_cluster_device_info());
+                                if (response->cluster_device_info().type_case() ==
+                                    tensorflow::CoordinationServiceDeviceInfo::TYPE_NOT_SET) {
+                                  response->clear_cluster_device_info();
+                                }
+                              }
+                              call->Reply(all.status());
+                            });
   return call;
 }
 
@@ -149,8 +154,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
   // task named in its payload, and propagated like ReportErrorToService.
   RpcCall* call = NewCall(ctx, method);
   const auto& payload = request->error_payload();
-  auto task = Resolve(LegacyTask(payload.has_source_task(), payload.source_task(), payload.job(),
-                                 payload.task()));
+  auto task = Resolve(
+      LegacyTask(payload.has_source_task(), payload.source_task(), payload.job(), payload.task()));
   if (!request->has_error_payload()) {
     return call->Reply(absl::InvalidArgumentError(
         absl::StrCat(method, " needs error_payload.source_task to name the failed task")));

@@ -13,10 +13,14 @@ namespace xc = xla::coordination;
 
 xc::TaskState ToProto(TaskState state) {
   switch (state) {
-    case TaskState::kUninitialized: return xc::UNINITIALIZED;
-    case TaskState::kDisconnected: return xc::DISCONNECTED;
-    case TaskState::kConnected: return xc::CONNECTED;
-    case TaskState::kError: return xc::ERROR;
+    case TaskState::kUninitialized:
+      return xc::UNINITIALIZED;
+    case TaskState::kDisconnected:
+      return xc::DISCONNECTED;
+    case TaskState::kConnected:
+      return xc::CONNECTED;
+    case TaskState::kError:
+      return xc::ERROR;
   }
   return xc::UNSPECIFIED;
 }
@@ -48,13 +52,15 @@ grpc::ServerUnaryReactor* XlaCoordinationService::RegisterTask(
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->incarnation(), call->Park(),
                          [this, call, response](absl::Status s) {
-                           if (s.ok()) response->set_service_incarnation(service_->service_incarnation());
+                           if (s.ok())
+                             response->set_service_incarnation(service_->service_incarnation());
                            call->Reply(s);
                          });
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx*, const xc::HeartbeatRequest* request,
+grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx*,
+                                                            const xc::HeartbeatRequest* request,
                                                             xc::HeartbeatResponse* response) {
   RpcCall* call = NewCall("Heartbeat");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
@@ -65,8 +71,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx*, const xc::Hear
   return call->Reply(s);
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(Ctx*, const xc::ShutdownTaskRequest* request,
-                                                               xc::ShutdownTaskResponse*) {
+grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(
+    Ctx*, const xc::ShutdownTaskRequest* request, xc::ShutdownTaskResponse*) {
   RpcCall* call = NewCall("ShutdownTask");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id());
@@ -75,45 +81,47 @@ grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(Ctx*, const xc::S
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx*, const xc::WatchTasksRequest* request,
+grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx*,
+                                                             const xc::WatchTasksRequest* request,
                                                              xc::WatchTasksResponse* response) {
   RpcCall* call = NewCall("WatchTasks");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  service_->WatchJobState("", request->version_number(), call->Park(),
-                          [call, response](absl::StatusOr<JobStateView> view) {
-                            if (view.ok()) {
-                              response->set_version_number((*view)->version);
-                              for (const TaskStateInfo& info : (*view)->tasks) {
-                                auto* out = response->add_task_state();
-                                out->set_task_id(info.task.id);
-                                out->set_state(ToProto(info.state));
-                                out->set_incarnation(info.incarnation);
-                                if (!info.error.ok()) {
-                                  out->set_error_code(static_cast<int32_t>(info.error.code()));
-                                  out->set_error_message(std::string(info.error.message()));
-                                  auto source = GetServiceError(info.error).value_or(ServiceErrorInfo{});
-                                  out->mutable_error_payload()->set_is_reported_error(
-                                      source.is_reported_error);
-                                  if (source.source) {
-                                    out->mutable_error_payload()->set_source_task_id(source.source->id);
-                                  }
-                                }
-                              }
-                            }
-                            call->Reply(view.status());
-                          });
+  service_->WatchJobState(
+      "", request->version_number(), call->Park(),
+      [call, response](absl::StatusOr<JobStateView> view) {
+        if (view.ok()) {
+          response->set_version_number((*view)->version);
+          for (const TaskStateInfo& info : (*view)->tasks) {
+            auto* out = response->add_task_state();
+            out->set_task_id(info.task.id);
+            out->set_state(ToProto(info.state));
+            out->set_incarnation(info.incarnation);
+            if (!info.error.ok()) {
+              out->set_error_code(static_cast<int32_t>(info.error.code()));
+              out->set_error_message(std::string(info.error.message()));
+              auto source = GetServiceError(info.error).value_or(ServiceErrorInfo{});
+              out->mutable_error_payload()->set_is_reported_error(source.is_reported_error);
+              if (source.source) {
+                out->mutable_error_payload()->set_source_task_id(source.source->id);
+              }
+            }
+          }
+        }
+        call->Reply(view.status());
+      });
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::InsertKeyValue(Ctx*, const xc::InsertKeyValueRequest* request,
-                                                                 xc::InsertKeyValueResponse*) {
+grpc::ServerUnaryReactor* XlaCoordinationService::InsertKeyValue(
+    Ctx*, const xc::InsertKeyValueRequest* request, xc::InsertKeyValueResponse*) {
   RpcCall* call = NewCall("InsertKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return call->Reply(service_->key_values().Insert(request->kv().key(), request->kv().value(),
                                                    request->allow_overwrite()));
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*, const xc::GetKeyValueRequest* request,
+grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*,
+                                                              const xc::GetKeyValueRequest* request,
                                                               xc::GetKeyValueResponse* response) {
   RpcCall* call = NewCall("GetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
@@ -128,8 +136,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*, const xc::Ge
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::TryGetKeyValue(Ctx*, const xc::TryGetKeyValueRequest* request,
-                                                                 xc::TryGetKeyValueResponse* response) {
+grpc::ServerUnaryReactor* XlaCoordinationService::TryGetKeyValue(
+    Ctx*, const xc::TryGetKeyValueRequest* request, xc::TryGetKeyValueResponse* response) {
   RpcCall* call = NewCall("TryGetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto value = service_->key_values().TryGet(request->key());
@@ -152,8 +160,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::IncrementKeyValue(
   return call->Reply(sum.status());
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(Ctx*, const xc::GetKeyValueDirRequest* request,
-                                                                 xc::GetKeyValueDirResponse* response) {
+grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(
+    Ctx*, const xc::GetKeyValueDirRequest* request, xc::GetKeyValueDirResponse* response) {
   RpcCall* call = NewCall("GetKeyValueDir");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   response->set_directory_key(request->directory_key());
@@ -165,8 +173,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(Ctx*, const xc:
   return call->Reply(absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::DeleteKeyValue(Ctx*, const xc::DeleteKeyValueRequest* request,
-                                                                 xc::DeleteKeyValueResponse*) {
+grpc::ServerUnaryReactor* XlaCoordinationService::DeleteKeyValue(
+    Ctx*, const xc::DeleteKeyValueRequest* request, xc::DeleteKeyValueResponse*) {
   RpcCall* call = NewCall("DeleteKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return call->Reply(service_->key_values().Delete(request->key()));
@@ -198,8 +206,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx*, const xc::Barrie
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(Ctx*, const xc::CancelBarrierRequest* request,
-                                                                xc::CancelBarrierResponse*) {
+grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(
+    Ctx*, const xc::CancelBarrierRequest* request, xc::CancelBarrierResponse*) {
   RpcCall* call = NewCall("CancelBarrier");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto caller = Task(request->source_task_id());
@@ -207,8 +215,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(Ctx*, const xc::
   return call->Reply(service_->CancelBarrier(request->barrier_id(), request->counter(), *caller));
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(Ctx*, const xc::GetAliveTasksRequest* request,
-                                                                xc::GetAliveTasksResponse* response) {
+grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
+    Ctx*, const xc::GetAliveTasksRequest* request, xc::GetAliveTasksResponse* response) {
   RpcCall* call = NewCall("GetAliveTasks");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto requester = Task(request->requesting_task_id());
@@ -232,8 +240,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(Ctx*, const xc::
   return call;
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(Ctx*, const xc::PollForErrorRequest* request,
-                                                               xc::PollForErrorResponse*) {
+grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
+    Ctx*, const xc::PollForErrorRequest* request, xc::PollForErrorResponse*) {
   RpcCall* call = NewCall("PollForError");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id());

@@ -8,41 +8,44 @@ namespace cohort {
 
 // xla.coordination.CoordinationService (jaxlib >= 0.10): plain task ids in the default job,
 // and every request but RegisterTask names the service incarnation it talks to.
-class XlaCoordinationService final : public xla::coordination::CoordinationService::CallbackService {
+class XlaCoordinationService final
+    : public xla::coordination::CoordinationService::CallbackService {
  public:
   XlaCoordinationService(CoordinationService* service, RpcMetrics* metrics)
       : service_(service), metrics_(metrics) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* RegisterTask(Ctx*, const xla::coordination::RegisterTaskRequest*,
-      xla::coordination::RegisterTaskResponse*) override;
+                                         xla::coordination::RegisterTaskResponse*) override;
   grpc::ServerUnaryReactor* Heartbeat(Ctx*, const xla::coordination::HeartbeatRequest*,
-      xla::coordination::HeartbeatResponse*) override;
+                                      xla::coordination::HeartbeatResponse*) override;
   grpc::ServerUnaryReactor* ShutdownTask(Ctx*, const xla::coordination::ShutdownTaskRequest*,
-      xla::coordination::ShutdownTaskResponse*) override;
+                                         xla::coordination::ShutdownTaskResponse*) override;
   grpc::ServerUnaryReactor* WatchTasks(Ctx*, const xla::coordination::WatchTasksRequest*,
-      xla::coordination::WatchTasksResponse*) override;
+                                       xla::coordination::WatchTasksResponse*) override;
   grpc::ServerUnaryReactor* InsertKeyValue(Ctx*, const xla::coordination::InsertKeyValueRequest*,
-      xla::coordination::InsertKeyValueResponse*) override;
+                                           xla::coordination::InsertKeyValueResponse*) override;
   grpc::ServerUnaryReactor* GetKeyValue(Ctx*, const xla::coordination::GetKeyValueRequest*,
-      xla::coordination::GetKeyValueResponse*) override;
+                                        xla::coordination::GetKeyValueResponse*) override;
   grpc::ServerUnaryReactor* TryGetKeyValue(Ctx*, const xla::coordination::TryGetKeyValueRequest*,
-      xla::coordination::TryGetKeyValueResponse*) override;
-  grpc::ServerUnaryReactor* IncrementKeyValue(Ctx*, const xla::coordination::IncrementKeyValueRequest*,
+                                           xla::coordination::TryGetKeyValueResponse*) override;
+  grpc::ServerUnaryReactor* IncrementKeyValue(
+      Ctx*, const xla::coordination::IncrementKeyValueRequest*,
       xla::coordination::IncrementKeyValueResponse*) override;
   grpc::ServerUnaryReactor* GetKeyValueDir(Ctx*, const xla::coordination::GetKeyValueDirRequest*,
-      xla::coordination::GetKeyValueDirResponse*) override;
+                                           xla::coordination::GetKeyValueDirResponse*) override;
   grpc::ServerUnaryReactor* DeleteKeyValue(Ctx*, const xla::coordination::DeleteKeyValueRequest*,
-      xla::coordination::DeleteKeyValueResponse*) override;
+                                           xla::coordination::DeleteKeyValueResponse*) override;
   grpc::ServerUnaryReactor* Barrier(Ctx*, const xla::coordination::BarrierRequest*,
-      xla::coordination::BarrierResponse*) override;
+                                    xla::coordination::BarrierResponse*) override;
   grpc::ServerUnaryReactor* CancelBarrier(Ctx*, const xla::coordination::CancelBarrierRequest*,
-      xla::coordination::CancelBarrierResponse*) override;
+                                          xla::coordination::CancelBarrierResponse*) override;
   grpc::ServerUnaryReactor* GetAliveTasks(Ctx*, const xla::coordination::GetAliveTasksRequest*,
-      xla::coordination::GetAliveTasksResponse*) override;
+                                          xla::coordination::GetAliveTasksResponse*) override;
   grpc::ServerUnaryReactor* PollForError(Ctx*, const xla::coordination::PollForErrorRequest*,
-      xla::coordination::PollForErrorResponse*) override;
-  grpc::ServerUnaryReactor* ReportErrorToService(Ctx*, const xla::coordination::ReportErrorToServiceRequest*,
+                                         xla::coordination::PollForErrorResponse*) override;
+  grpc::ServerUnaryReactor* ReportErrorToService(
+      Ctx*, const xla::coordination::ReportErrorToServiceRequest*,
       xla::coordination::ReportErrorToServiceResponse*) override;
 
  private:

@@ -46,8 +46,8 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
                           "Seconds since each connected task's last heartbeat (or registration).",
                           "gauge",
                           {}};
-    CollectedFamily incarnation{"cohort_coordinator_task_connected",
-                                "1 when the task is connected, else 0.", "gauge", {}};
+    CollectedFamily incarnation{
+        "cohort_coordinator_task_connected", "1 when the task is connected, else 0.", "gauge", {}};
     std::map<std::pair<std::string, std::string>, double> counts;
     for (const auto& job : service->config().jobs) {
       for (TaskState s : {TaskState::kDisconnected, TaskState::kConnected, TaskState::kError}) {
@@ -60,8 +60,8 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
       incarnation.samples.push_back(
           {{{"job", t.task.job}, {"task", id}}, t.state == TaskState::kConnected ? 1.0 : 0.0});
       if (t.state == TaskState::kConnected) {
-        since.samples.push_back({{{"job", t.task.job}, {"task", id}},
-                                 absl::ToDoubleSeconds(now - t.last_heartbeat)});
+        since.samples.push_back(
+            {{{"job", t.task.job}, {"task", id}}, absl::ToDoubleSeconds(now - t.last_heartbeat)});
       }
     }
     for (const auto& [key, n] : counts) {
@@ -72,7 +72,9 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
     out.push_back(std::move(incarnation));
 
     CollectedFamily parked{"cohort_coordinator_parked_calls",
-                           "Blocking calls waiting inside the coordinator, by kind.", "gauge", {}};
+                           "Blocking calls waiting inside the coordinator, by kind.",
+                           "gauge",
+                           {}};
     for (int k = 0; k < kNumParkKinds; ++k) {
       auto kind = static_cast<ParkKind>(k);
       parked.samples.push_back(
@@ -80,10 +82,12 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
     }
     out.push_back(std::move(parked));
 
-    CollectedFamily open{"cohort_coordinator_barriers_open", "Barrier instances in flight.",
-                         "gauge", {}};
+    CollectedFamily open{
+        "cohort_coordinator_barriers_open", "Barrier instances in flight.", "gauge", {}};
     CollectedFamily missing{"cohort_coordinator_barrier_missing_tasks",
-                            "Tasks that have not yet arrived at each open barrier.", "gauge", {}};
+                            "Tasks that have not yet arrived at each open barrier.",
+                            "gauge",
+                            {}};
     auto barriers = service->OpenBarriers();
     open.samples.push_back({{}, static_cast<double>(barriers.size())});
     for (const auto& b : barriers) {
@@ -92,13 +96,17 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
     out.push_back(std::move(open));
     out.push_back(std::move(missing));
 
-    out.push_back({"cohort_coordinator_kv_keys", "Keys in the key-value store.", "gauge",
+    out.push_back({"cohort_coordinator_kv_keys",
+                   "Keys in the key-value store.",
+                   "gauge",
                    {{{}, static_cast<double>(service->key_values().NumKeys())}}});
     out.push_back({"cohort_coordinator_kv_bytes",
-                   "Bytes of keys and values in the key-value store.", "gauge",
+                   "Bytes of keys and values in the key-value store.",
+                   "gauge",
                    {{{}, static_cast<double>(service->key_values().NumBytes())}}});
     out.push_back({"cohort_coordinator_cluster_registered",
-                   "1 once every workload task has registered.", "gauge",
+                   "1 once every workload task has registered.",
+                   "gauge",
                    {{{}, service->ClusterRegistered() ? 1.0 : 0.0}}});
     return out;
   });

@@ -32,8 +32,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsFi
     auto ca = ReadFile(tls.client_ca, "TLS client CA");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }
@@ -71,9 +70,8 @@ absl::Status CoordinatorServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server_ = builder.BuildAndStart();
   if (!server_ || grpc_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on ", options_.listen,
-                     ": the address is invalid or already in use"));
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options_.listen,
+                                               ": the address is invalid or already in use"));
   }
   spdlog::info("coordinator serving gRPC on {} (port {}), service incarnation {:#x}",
                options_.listen, grpc_port_, service_->service_incarnation());
@@ -89,7 +87,9 @@ absl::Status CoordinatorServer::Start() {
     http_->Handle("/metrics", [this](const HttpRequest&) {
       return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry_->Render()};
     });
-    http_->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+    http_->Handle("/healthz", [](const HttpRequest&) {
+      return HttpResponse{200, "text/plain", "ok\n"};
+    });
     http_->Handle("/readyz", [this](const HttpRequest&) {
       absl::MutexLock lock(&mu_);
       if (stopping_) return HttpResponse{503, "text/plain", "shutting down\n"};
@@ -111,7 +111,8 @@ void CoordinatorServer::RunTimers() {
     if (stopping_) break;
     if (!wake_) {
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_ || stopping_; };
-      mu_.AwaitWithDeadline(absl::Condition(&woken), std::min(next, absl::Now() + absl::Seconds(1)));
+      mu_.AwaitWithDeadline(absl::Condition(&woken),
+                            std::min(next, absl::Now() + absl::Seconds(1)));
     }
     wake_ = false;
   }

@@ -33,8 +33,7 @@ struct ServerOptions {
 // and serves /metrics, /healthz and /readyz.
 class CoordinatorServer {
  public:
-  CoordinatorServer(CoordinationService* service, MetricsRegistry* registry,
-                    ServerOptions options);
+  CoordinatorServer(CoordinationService* service, MetricsRegistry* registry, ServerOptions options);
   ~CoordinatorServer();
 
   absl::Status Start();

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "xla/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "xla/coordination_service.grpc.pb.h"
 
 namespace cohort::testing {
 namespace {
@@ -45,7 +45,8 @@ TEST(ConcurrencyTest, ManyTasksRegisterExchangeKeysPassBarriersAndShutDown) {
     insert.mutable_kv()->set_key(absl::StrCat("addresses/", id));
     insert.mutable_kv()->set_value(absl::StrCat("10.0.0.", id % 250, ":1234"));
     xc::InsertKeyValueResponse ir;
-    if (auto s = stub->InsertKeyValue(Deadline().get(), insert, &ir); !s.ok()) return fail("insert", s);
+    if (auto s = stub->InsertKeyValue(Deadline().get(), insert, &ir); !s.ok())
+      return fail("insert", s);
 
     xc::IncrementKeyValueRequest incr;
     *incr.mutable_incarnations() = inc;
@@ -72,7 +73,8 @@ TEST(ConcurrencyTest, ManyTasksRegisterExchangeKeysPassBarriersAndShutDown) {
         *dir.mutable_incarnations() = inc;
         dir.set_directory_key("addresses");
         xc::GetKeyValueDirResponse dr;
-        if (auto s = stub->GetKeyValueDir(Deadline().get(), dir, &dr); !s.ok()) return fail("dir", s);
+        if (auto s = stub->GetKeyValueDir(Deadline().get(), dir, &dr); !s.ok())
+          return fail("dir", s);
         if (dr.kv_size() != kTasks) {
           ++failures;
           errors[id] = absl::StrCat("dir get saw ", dr.kv_size(), " addresses");

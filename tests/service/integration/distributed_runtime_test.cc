@@ -1,8 +1,8 @@
 // xla.DistributedRuntimeService (old jaxlib) over real gRPC on loopback.
 #include <future>
 
-#include "xla/distributed_runtime.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "xla/distributed_runtime.grpc.pb.h"
 
 namespace cohort::testing {
 namespace {
@@ -10,7 +10,8 @@ namespace {
 class DistributedRuntimeTest : public ::testing::Test {
  protected:
   DistributedRuntimeTest()
-      : coordinator_(Jobs(2)), stub_(xla::DistributedRuntimeService::NewStub(coordinator_.Channel())) {}
+      : coordinator_(Jobs(2)),
+        stub_(xla::DistributedRuntimeService::NewStub(coordinator_.Channel())) {}
 
   uint64_t Connect(int node) {
     xla::ConnectRequest request;
@@ -61,7 +62,8 @@ TEST_F(DistributedRuntimeTest, ConnectEnumerateKeyValueAndShutdown) {
   get.set_key("k");
   get.set_timeout_milliseconds(100);
   xla::KeyValueGetResponse gr;
-  EXPECT_EQ(stub_->KeyValueGet(Deadline().get(), get, &gr).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(stub_->KeyValueGet(Deadline().get(), get, &gr).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
   xla::KeyValueSetRequest set;
   set.set_session_id(session);
   set.set_key("k");
@@ -79,7 +81,8 @@ TEST_F(DistributedRuntimeTest, ConnectEnumerateKeyValueAndShutdown) {
   xla::HeartbeatResponse hr;
   EXPECT_TRUE(stub_->Heartbeat(Deadline().get(), hb, &hr).ok());
   hb.set_session_id(session + 1);
-  EXPECT_EQ(stub_->Heartbeat(Deadline().get(), hb, &hr).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(stub_->Heartbeat(Deadline().get(), hb, &hr).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 
   auto shutdown = [&](int node) {
     xla::ShutdownRequest request;

@@ -21,9 +21,11 @@ tf::CoordinatedTask Task(int id, const std::string& job = "worker") {
 
 class TensorflowProtocolTest : public ::testing::Test {
  protected:
-  TensorflowProtocolTest() : coordinator_(Jobs(2)), stub_(CoordinationService::NewStub(coordinator_.Channel())) {}
+  TensorflowProtocolTest()
+      : coordinator_(Jobs(2)), stub_(CoordinationService::NewStub(coordinator_.Channel())) {}
 
-  grpc::Status Register(int id, uint64_t incarnation, tf::RegisterTaskResponse* response = nullptr) {
+  grpc::Status Register(int id, uint64_t incarnation,
+                        tf::RegisterTaskResponse* response = nullptr) {
     tf::RegisterTaskRequest request;
     *request.mutable_source_task() = Task(id);
     request.set_incarnation(incarnation);
@@ -75,7 +77,8 @@ TEST_F(TensorflowProtocolTest, LegacyRegisterWorkerAndHeartbeatFieldsWork) {
   ASSERT_TRUE(stub_->Heartbeat(Deadline().get(), hb, &hb_response).ok());
   EXPECT_EQ(hb_response.leader_incarnation(), coordinator_.service().service_incarnation());
   hb.set_incarnation(99);
-  EXPECT_EQ(stub_->Heartbeat(Deadline().get(), hb, &hb_response).error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(stub_->Heartbeat(Deadline().get(), hb, &hb_response).error_code(),
+            grpc::StatusCode::ABORTED);
 }
 
 TEST_F(TensorflowProtocolTest, KeyValueContract) {
@@ -133,7 +136,8 @@ TEST_F(TensorflowProtocolTest, BlockingGetIsAnsweredWhenTheKeyIsSet) {
   tf::GetKeyValueRequest get;
   get.set_key("later");
   tf::GetKeyValueResponse gr;
-  auto pending = std::async(std::launch::async, [&] { return stub_->GetKeyValue(Deadline().get(), get, &gr); });
+  auto pending = std::async(std::launch::async,
+                            [&] { return stub_->GetKeyValue(Deadline().get(), get, &gr); });
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::InsertKeyValueRequest insert;
   insert.mutable_kv()->set_key("later");
@@ -180,7 +184,8 @@ TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt
   auto [s1, c1] = arrive(0, 1, {0});
   EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   grpc::Status other_status = conflicting.get().first;
-  EXPECT_TRUE(other_status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) << other_status.error_message();
+  EXPECT_TRUE(other_status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << other_status.error_message();
   EXPECT_TRUE(Payloads(s1).count("type.googleapis.com/tensorflow.BarrierError"));
 }
 
@@ -189,7 +194,8 @@ TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
   tf::PollForErrorRequest poll;
   *poll.mutable_source_task() = Task(1);
   tf::PollForErrorResponse pr;
-  auto pending = std::async(std::launch::async, [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
+  auto pending = std::async(std::launch::async,
+                            [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::ReportErrorToServiceRequest report;
   report.set_error_code(static_cast<int>(grpc::StatusCode::INTERNAL));
@@ -201,7 +207,8 @@ TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(s.error_message().find("GPU fell off the bus"), std::string::npos);
   tf::CoordinationServiceError error;
-  ASSERT_TRUE(error.ParseFromString(Payloads(s)["type.googleapis.com/tensorflow.CoordinationServiceError"]));
+  ASSERT_TRUE(error.ParseFromString(
+      Payloads(s)["type.googleapis.com/tensorflow.CoordinationServiceError"]));
   EXPECT_TRUE(error.is_reported_error());
   EXPECT_EQ(error.source_task().task_id(), 0);
 
@@ -249,7 +256,9 @@ TEST_F(TensorflowProtocolTest, ShutdownWaitsForEveryTask) {
   tf::ShutdownTaskRequest request;
   *request.mutable_source_task() = Task(0);
   tf::ShutdownTaskResponse response;
-  auto pending = std::async(std::launch::async, [&] { return stub_->ShutdownTask(Deadline().get(), request, &response); });
+  auto pending = std::async(std::launch::async, [&] {
+    return stub_->ShutdownTask(Deadline().get(), request, &response);
+  });
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::ShutdownTaskRequest other;
   *other.mutable_source_task() = Task(1);

@@ -2,8 +2,8 @@
 #include <future>
 #include <thread>
 
-#include "xla/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "xla/coordination_service.grpc.pb.h"
 
 namespace cohort::testing {
 namespace {
@@ -13,7 +13,8 @@ namespace xc = xla::coordination;
 class XlaProtocolTest : public ::testing::Test {
  protected:
   explicit XlaProtocolTest(absl::Duration heartbeat = absl::Seconds(10))
-      : coordinator_(Jobs(2, heartbeat)), stub_(xc::CoordinationService::NewStub(coordinator_.Channel())) {}
+      : coordinator_(Jobs(2, heartbeat)),
+        stub_(xc::CoordinationService::NewStub(coordinator_.Channel())) {}
 
   xc::Incarnations Inc(int task) {
     xc::Incarnations inc;
@@ -28,7 +29,8 @@ class XlaProtocolTest : public ::testing::Test {
     request.set_incarnation(100 + id);
     xc::RegisterTaskResponse response;
     grpc::Status s = stub_->RegisterTask(Deadline().get(), request, &response);
-    if (s.ok()) EXPECT_EQ(response.service_incarnation(), coordinator_.service().service_incarnation());
+    if (s.ok())
+      EXPECT_EQ(response.service_incarnation(), coordinator_.service().service_incarnation());
     return s;
   }
   void RegisterAll() {
@@ -44,7 +46,8 @@ class XlaProtocolTest : public ::testing::Test {
 TEST_F(XlaProtocolTest, WrongServiceIncarnationIsInternalWithServiceMismatchPayload) {
   xc::InsertKeyValueRequest request;
   *request.mutable_incarnations() = Inc(0);
-  request.mutable_incarnations()->set_service_incarnation(coordinator_.service().service_incarnation() + 1);
+  request.mutable_incarnations()->set_service_incarnation(
+      coordinator_.service().service_incarnation() + 1);
   request.mutable_kv()->set_key("k");
   xc::InsertKeyValueResponse response;
   grpc::Status s = stub_->InsertKeyValue(Deadline().get(), request, &response);
@@ -52,7 +55,8 @@ TEST_F(XlaProtocolTest, WrongServiceIncarnationIsInternalWithServiceMismatchPayl
   auto payloads = Payloads(s);
   ASSERT_TRUE(payloads.count("type.googleapis.com/tensorflow.ServiceMismatchError"));
   xc::ServiceMismatchError mismatch;
-  ASSERT_TRUE(mismatch.ParseFromString(payloads["type.googleapis.com/tensorflow.ServiceMismatchError"]));
+  ASSERT_TRUE(
+      mismatch.ParseFromString(payloads["type.googleapis.com/tensorflow.ServiceMismatchError"]));
   EXPECT_EQ(mismatch.service_incarnation(), coordinator_.service().service_incarnation());
   EXPECT_TRUE(payloads.count("type.googleapis.com/tensorflow.CoordinationServiceError"));
   EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 0u);
@@ -154,7 +158,8 @@ TEST_F(XlaHeartbeatTest, SilentTaskIsDetectedAndOthersPollForErrorEnds) {
   *poll.mutable_incarnations() = Inc(1);
   poll.set_source_task_id(1);
   xc::PollForErrorResponse pr;
-  auto pending = std::async(std::launch::async, [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
+  auto pending = std::async(std::launch::async,
+                            [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
   // Task 1 keeps its heartbeats going; task 0 stays silent.
   std::atomic<bool> done{false};
   std::thread beats([&] {
@@ -173,7 +178,8 @@ TEST_F(XlaHeartbeatTest, SilentTaskIsDetectedAndOthersPollForErrorEnds) {
   beats.join();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   xc::CoordinationServiceError error;
-  ASSERT_TRUE(error.ParseFromString(Payloads(s)["type.googleapis.com/tensorflow.CoordinationServiceError"]));
+  ASSERT_TRUE(error.ParseFromString(
+      Payloads(s)["type.googleapis.com/tensorflow.CoordinationServiceError"]));
   EXPECT_EQ(error.source_task_id(), 0);
   EXPECT_FALSE(error.is_reported_error());
 }

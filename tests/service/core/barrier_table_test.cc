@@ -1,0 +1,375 @@
+// Barriers, specified through CoordinationService::Barrier, which feeds the BarrierTable the
+// participants' health and failures.
+#include "service/core/barrier_table.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "service/core/coordination_service.h"
+#include "service/core/errors.h"
+#include "tests/service/core/callback_result.h"
+
+namespace cohort {
+namespace {
+
+using ::cohort::testing::StatusResult;
+using BarrierResult = ::cohort::testing::ValueResult<int64_t>;
+
+const TaskName kW0{"worker", 0};
+const TaskName kW1{"worker", 1};
+const TaskName kW2{"worker", 2};
+const TaskName kSidecar0{"sidecar", 0};
+
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+// Three workload tasks and an auxiliary job, all registered.
+class BarrierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", 3});
+    config.jobs.push_back({"sidecar", 1, /*auxiliary=*/true});
+    config.heartbeat_timeout = absl::Hours(1);
+    auto service = CoordinationService::Create(config, &clock_);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+    std::vector<StatusResult> registered;
+    for (const TaskName& task : {kW0, kW1, kW2, kSidecar0}) {
+      registered.emplace_back();
+      service_->RegisterTask(task, 1, service_->NewWaiterId(), registered.back().Callback());
+    }
+    for (const StatusResult& r : registered) ASSERT_TRUE(r.fired() && r.value().ok());
+  }
+
+  BarrierResult Arrive(const TaskName& caller, int64_t counter = 0,
+                       std::vector<TaskName> tasks = {}, absl::Duration timeout = kTimeout,
+                       const std::string& id = "b", WaiterId waiter = 0) {
+    BarrierResult result;
+    if (waiter == 0) waiter = service_->NewWaiterId();
+    service_->Barrier(id, counter, timeout, caller, std::move(tasks), waiter, result.Callback());
+    return result;
+  }
+
+  // Runs instance `counter` of barrier "b" with every workload task.
+  void Pass(int64_t counter) {
+    BarrierResult a = Arrive(kW0, counter), b = Arrive(kW1, counter), c = Arrive(kW2, counter);
+    ASSERT_TRUE(c.fired());
+    ASSERT_EQ(c.value().value(), counter);
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    service_->RunTimers();
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+};
+
+absl::StatusCode Code(const BarrierResult& r) { return r.value().status().code(); }
+
+TEST_F(BarrierTest, BarrierPassesWhenAllParticipantsArrive) {
+  BarrierResult w0 = Arrive(kW0);
+  BarrierResult w1 = Arrive(kW1);
+  EXPECT_FALSE(w0.fired());
+  EXPECT_FALSE(w1.fired());
+
+  BarrierResult w2 = Arrive(kW2);
+
+  for (const BarrierResult* r : {&w0, &w1, &w2}) {
+    ASSERT_TRUE(r->fired());
+    EXPECT_EQ(r->value().value(), 0);
+  }
+  EXPECT_TRUE(service_->OpenBarriers().empty());
+}
+
+TEST_F(BarrierTest, EmptyTaskListMeansEveryWorkloadTaskButNotAuxiliaryOnes) {
+  BarrierResult w0 = Arrive(kW0), w1 = Arrive(kW1);
+  std::vector<BarrierSnapshot> open = service_->OpenBarriers();
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_EQ(open[0].arrived, (std::vector<TaskName>{kW0, kW1}));
+  EXPECT_EQ(open[0].missing, std::vector<TaskName>{kW2});
+
+  BarrierResult w2 = Arrive(kW2);
+
+  ASSERT_TRUE(w2.fired());
+  EXPECT_TRUE(w2.value().ok());
+}
+
+TEST_F(BarrierTest, PassedBarrierAnswersARepeatedCallWithTheSameCounterAtOnce) {
+  Pass(0);
+
+  BarrierResult again = Arrive(kW0, 0);
+
+  ASSERT_TRUE(again.fired());
+  EXPECT_EQ(again.value().value(), 0);
+  EXPECT_TRUE(service_->OpenBarriers().empty());
+}
+
+TEST_F(BarrierTest, FailedBarrierAnswersARepeatedCallWithTheSameCounterWithItsError) {
+  BarrierResult w0 = Arrive(kW0);
+  Advance(kTimeout);
+  ASSERT_EQ(Code(w0), absl::StatusCode::kDeadlineExceeded);
+
+  BarrierResult late = Arrive(kW1, 0);
+
+  ASSERT_TRUE(late.fired());
+  EXPECT_EQ(late.value().status(), w0.value().status());
+}
+
+TEST_F(BarrierTest, NextInstanceOfABarrierUsesCounterPlusOne) {
+  Pass(0);
+
+  BarrierResult w0 = Arrive(kW0, 1), w1 = Arrive(kW1, 1);
+  EXPECT_FALSE(w0.fired());
+  BarrierResult w2 = Arrive(kW2, 1);
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(w0.value().value(), 1);
+  EXPECT_EQ(w2.value().value(), 1);
+}
+
+TEST_F(BarrierTest, CallWithAnUnexpectedCounterIsInternal) {
+  Pass(0);
+
+  BarrierResult skipped = Arrive(kW0, 2);
+
+  ASSERT_TRUE(skipped.fired());
+  EXPECT_EQ(Code(skipped), absl::StatusCode::kInternal);
+}
+
+TEST_F(BarrierTest, CounterMismatchFailsTheOpenInstanceForEveryone) {
+  BarrierResult w0 = Arrive(kW0, 0);
+
+  BarrierResult w1 = Arrive(kW1, 1);
+
+  ASSERT_TRUE(w0.fired());
+  ASSERT_TRUE(w1.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInternal);
+  EXPECT_EQ(Code(w1), absl::StatusCode::kInternal);
+}
+
+TEST_F(BarrierTest, BarrierFailsWhenTaskListsDiffer) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW0, kW1});
+
+  BarrierResult w1 = Arrive(kW1, 0, {kW0, kW1, kW2});
+
+  ASSERT_TRUE(w0.fired());
+  ASSERT_TRUE(w1.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(w1), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BarrierTest, TaskListsThatDifferOnlyInOrderOrDuplicatesAgree) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW1, kW0});
+
+  BarrierResult w1 = Arrive(kW1, 0, {kW0, kW1, kW1});
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(w0.value().value(), 0);
+  EXPECT_EQ(w1.value().value(), 0);
+}
+
+TEST_F(BarrierTest, BarrierFailsWhenCallerIsNotAParticipant) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW0, kW1});
+
+  BarrierResult outsider = Arrive(kW2, 0, {kW0, kW1});
+
+  ASSERT_TRUE(outsider.fired());
+  EXPECT_EQ(Code(outsider), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BarrierTest, BarrierFailsWhenAParticipantIsInError) {
+  ASSERT_TRUE(service_->ReportError(kW2, absl::InternalError("crashed")).ok());
+
+  BarrierResult w0 = Arrive(kW0);
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(w0.value().status().message(), kW2.ToString()));
+}
+
+TEST_F(BarrierTest, BarrierFailsWhenAParticipantFailsWhileOthersWait) {
+  BarrierResult w0 = Arrive(kW0), w1 = Arrive(kW1);
+
+  ASSERT_TRUE(service_->ReportError(kW2, absl::InternalError("crashed")).ok());
+
+  ASSERT_TRUE(w0.fired());
+  ASSERT_TRUE(w1.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInternal);
+  EXPECT_EQ(Code(w1), absl::StatusCode::kInternal);
+}
+
+TEST_F(BarrierTest, FailureOfATaskOutsideTheBarrierDoesNotFailIt) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW0, kW1});
+
+  ASSERT_TRUE(service_->ReportError(kW2, absl::InternalError("crashed")).ok());
+
+  EXPECT_FALSE(w0.fired());
+}
+
+TEST_F(BarrierTest, BarrierTimesOutNamingTheMissingTasks) {
+  BarrierResult w0 = Arrive(kW0);
+
+  Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_FALSE(w0.fired());
+  Advance(absl::Milliseconds(1));
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kDeadlineExceeded);
+  std::string message(w0.value().status().message());
+  EXPECT_TRUE(absl::StrContains(message, kW1.ToString())) << message;
+  EXPECT_TRUE(absl::StrContains(message, kW2.ToString())) << message;
+  EXPECT_FALSE(absl::StrContains(message, kW0.ToString())) << message;
+}
+
+TEST_F(BarrierTest, FirstArrivalFixesTheDeadline) {
+  BarrierResult w0 = Arrive(kW0, 0, {}, absl::Seconds(10));
+  Advance(absl::Seconds(5));
+  BarrierResult w1 = Arrive(kW1, 0, {}, absl::Seconds(100));
+
+  Advance(absl::Seconds(5));
+
+  ASSERT_TRUE(w1.fired());
+  EXPECT_EQ(Code(w1), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Code(w0), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(BarrierTest, CancelBarrierCancelsWaitersAndLaterCallers) {
+  BarrierResult w0 = Arrive(kW0);
+
+  ASSERT_TRUE(service_->CancelBarrier("b", 0, kW1).ok());
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kCancelled);
+  BarrierResult w2 = Arrive(kW2);
+  ASSERT_TRUE(w2.fired());
+  EXPECT_EQ(Code(w2), absl::StatusCode::kCancelled);
+}
+
+TEST_F(BarrierTest, CancelBarrierBeforeAnyoneArrivesCancelsLaterCallers) {
+  ASSERT_TRUE(service_->CancelBarrier("b", 0, kW1).ok());
+
+  BarrierResult w0 = Arrive(kW0);
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kCancelled);
+}
+
+TEST_F(BarrierTest, CancelBarrierAfterItPassedIsFailedPrecondition) {
+  Pass(0);
+
+  EXPECT_EQ(service_->CancelBarrier("b", 0, kW0).code(), absl::StatusCode::kFailedPrecondition);
+
+  BarrierResult again = Arrive(kW1, 0);
+  EXPECT_EQ(again.value().value(), 0);
+}
+
+TEST_F(BarrierTest, CancelBarrierOfAnotherInstanceThanTheOpenOneIsFailedPrecondition) {
+  Pass(0);
+  BarrierResult w0 = Arrive(kW0, 1);
+
+  EXPECT_EQ(service_->CancelBarrier("b", 2, kW0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(w0.fired());
+}
+
+TEST_F(BarrierTest, RepeatedCallOfATaskCancelsItsEarlierCall) {
+  BarrierResult first = Arrive(kW0);
+
+  BarrierResult second = Arrive(kW0);
+
+  ASSERT_TRUE(first.fired());
+  EXPECT_EQ(Code(first), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(second.fired());
+  BarrierResult w1 = Arrive(kW1), w2 = Arrive(kW2);
+  ASSERT_TRUE(second.fired());
+  EXPECT_EQ(second.value().value(), 0);
+  EXPECT_EQ(first.count(), 1);
+}
+
+TEST_F(BarrierTest, CallerThatGoesAwayStillCountsAsArrived) {
+  WaiterId waiter = service_->NewWaiterId();
+  BarrierResult w0 = Arrive(kW0, 0, {}, kTimeout, "b", waiter);
+  service_->Cancel(waiter, absl::CancelledError("rpc cancelled"));
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(w0.value().status(), absl::CancelledError("rpc cancelled"));
+
+  BarrierResult w1 = Arrive(kW1), w2 = Arrive(kW2);
+
+  ASSERT_TRUE(w2.fired());
+  EXPECT_EQ(w1.value().value(), 0);
+  EXPECT_EQ(w2.value().value(), 0);
+  EXPECT_EQ(w0.count(), 1);
+}
+
+TEST_F(BarrierTest, BarrierOverASubsetPassesWithoutTheOtherTasks) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW0, kW2});
+
+  BarrierResult w2 = Arrive(kW2, 0, {kW0, kW2});
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(w0.value().value(), 0);
+  EXPECT_EQ(w2.value().value(), 0);
+}
+
+TEST_F(BarrierTest, BarriersWithDifferentIdsAreIndependent) {
+  BarrierResult a = Arrive(kW0, 0, {kW0, kW1}, kTimeout, "a");
+  BarrierResult b = Arrive(kW0, 0, {kW0, kW1}, kTimeout, "b");
+
+  BarrierResult a1 = Arrive(kW1, 0, {kW0, kW1}, kTimeout, "a");
+
+  ASSERT_TRUE(a.fired());
+  EXPECT_TRUE(a.value().ok());
+  EXPECT_FALSE(b.fired());
+}
+
+TEST_F(BarrierTest, StoppingTheServiceAbortsOpenBarriersAndLaterCalls) {
+  BarrierResult w0 = Arrive(kW0);
+
+  service_->Stop(absl::UnavailableError("coordinator shutting down"));
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kAborted);
+  BarrierResult late = Arrive(kW1);
+  ASSERT_TRUE(late.fired());
+  EXPECT_EQ(Code(late), absl::StatusCode::kAborted);
+}
+
+TEST_F(BarrierTest, BarrierErrorCarriesTheBarrierIdAndCounter) {
+  Pass(0);
+  BarrierResult w0 = Arrive(kW0, 1);
+
+  Advance(kTimeout);
+
+  ASSERT_TRUE(w0.fired());
+  std::optional<BarrierErrorInfo> info = GetBarrierError(w0.value().status());
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->barrier_id, "b");
+  EXPECT_EQ(info->counter, 1);
+}
+
+TEST_F(BarrierTest, BarrierNamingAnUnknownTaskIsInvalidArgument) {
+  BarrierResult w0 = Arrive(kW0, 0, {kW0, TaskName{"worker", 7}});
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BarrierTest, BarrierWithAnEmptyIdIsInvalidArgument) {
+  BarrierResult w0 = Arrive(kW0, 0, {}, kTimeout, "");
+
+  ASSERT_TRUE(w0.fired());
+  EXPECT_EQ(Code(w0), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort
