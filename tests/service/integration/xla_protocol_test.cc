@@ -29,8 +29,9 @@ class XlaProtocolTest : public ::testing::Test {
     request.set_incarnation(100 + id);
     xc::RegisterTaskResponse response;
     grpc::Status s = stub_->RegisterTask(Deadline().get(), request, &response);
-    if (s.ok())
+    if (s.ok()) {
       EXPECT_EQ(response.service_incarnation(), coordinator_.service().service_incarnation());
+    }
     return s;
   }
   void RegisterAll() {
