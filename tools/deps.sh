@@ -12,7 +12,7 @@ BUILD_PACKAGES=(
 )
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
-  prometheus python3-venv
+  prometheus python3-venv openssl
 )
 
 want=("${BUILD_PACKAGES[@]}")

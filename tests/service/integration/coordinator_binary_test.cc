@@ -1,0 +1,193 @@
+// The cohort-coordinator binary as users run it: flags, YAML config, TLS, SIGTERM.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tensorflow/coordination_service.grpc.pb.h"
+#include "tests/service/integration/test_server.h"
+
+namespace cohort::testing {
+namespace {
+
+namespace tf = tensorflow;
+
+std::string Bin() { return COHORT_BIN_DIR "/cohort-coordinator"; }
+
+// A port the kernel just handed out on loopback, released for the coordinator to take.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A running coordinator process, stopped by its pid.
+class Process {
+ public:
+  explicit Process(std::vector<std::string> args) {
+    log_ = absl::StrCat(::testing::TempDir(), "/coordinator-", getpid(), "-", ++count_, ".log");
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      (void)f;
+      std::vector<char*> argv;
+      std::string bin = Bin();
+      argv.push_back(bin.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int Terminate() {
+    kill(pid_, SIGTERM);
+    return Wait();
+  }
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    exited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::string Log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  static inline int count_ = 0;
+  std::string log_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+bool WaitReady(const std::shared_ptr<grpc::Channel>& channel) {
+  return channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20));
+}
+
+TEST(CoordinatorBinaryTest, SigtermEndsParkedCallsWithAClearStatusAndExitsCleanly) {
+  int port = FreePort();
+  Process p(
+      {"--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", "", "--job", "worker=1"});
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(WaitReady(channel)) << p.Log();
+  auto stub = tf::CoordinationService::NewStub(channel);
+  tf::GetKeyValueRequest get;
+  get.set_key("never");
+  tf::GetKeyValueResponse response;
+  auto parked = std::async(std::launch::async,
+                           [&] { return stub->GetKeyValue(Deadline().get(), get, &response); });
+  EXPECT_EQ(parked.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  EXPECT_EQ(p.Terminate(), 0) << p.Log();
+  grpc::Status s = parked.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("shutting down"), std::string::npos) << s.error_message();
+  EXPECT_NE(p.Log().find("received SIGTERM"), std::string::npos) << p.Log();
+}
+
+TEST(CoordinatorBinaryTest, YamlConfigIsReadAndFlagsOverrideIt) {
+  int port = FreePort();
+  std::string config = absl::StrCat(::testing::TempDir(), "/coordinator-config.yaml");
+  std::ofstream(config) << "listen: 127.0.0.1:1\nhttp_listen: \"\"\njob: [worker=3]\n"
+                           "heartbeat-timeout: 7s\nlog-format: json\n";
+  Process p({"--config", config, "--listen", absl::StrCat("127.0.0.1:", port)});
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(WaitReady(channel)) << p.Log();
+  auto stub = tf::CoordinationService::NewStub(channel);
+  tf::RegisterTaskRequest reg;
+  reg.mutable_source_task()->set_job_name("worker");
+  reg.mutable_source_task()->set_task_id(3);  // the config says 3 tasks: ids 0..2
+  tf::RegisterTaskResponse rr;
+  grpc::Status s = stub->RegisterTask(Deadline().get(), reg, &rr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("3 tasks"), std::string::npos) << s.error_message();
+  EXPECT_EQ(p.Terminate(), 0);
+  EXPECT_NE(p.Log().find("\"msg\":\"job worker: 3 tasks\""), std::string::npos) << p.Log();
+}
+
+TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--job", "worker"}, "is not NAME=COUNT"},
+      {{"--job", "worker=0"}, "need at least 1"},
+      {{"--job", "w=2", "--heartbeat-timeout", "soon"}, "is not a duration"},
+      {{"--job", "w=2", "--recoverable-job", "other"}, "is not a job"},
+      {{}, "no jobs configured"},
+      {{"--job", "a=1", "--job", "b=1"}, "--default-job"},
+      {{"--job", "w=1", "--log-format", "xml"}, "unknown log format"},
+      {{"--job", "w=1", "--listen", "256.1.1.1:99999", "--http-listen", ""}, "cannot serve gRPC"},
+  };
+  for (const Case& c : cases) {
+    Process p(c.args);
+    EXPECT_NE(p.Wait(), 0) << c.message;
+    EXPECT_NE(p.Log().find(c.message), std::string::npos) << "log: " << p.Log();
+  }
+}
+
+TEST(CoordinatorBinaryTest, ServesTlsWithCertificatesFromFiles) {
+  std::string dir = ::testing::TempDir();
+  std::string key = dir + "/tls.key", cert = dir + "/tls.crt";
+  std::string cmd = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
+      key, " -out ", cert, " >/dev/null 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl failed: " << cmd;
+  int port = FreePort();
+  Process p({"--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", "", "--job", "worker=1",
+             "--tls-cert", cert, "--tls-key", key});
+  std::ifstream in(cert);
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = std::string(std::istreambuf_iterator<char>(in), {});
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                           grpc::SslCredentials(options), args);
+  ASSERT_TRUE(WaitReady(channel)) << p.Log();
+  auto stub = tf::CoordinationService::NewStub(channel);
+  tf::RegisterTaskRequest reg;
+  reg.mutable_source_task()->set_job_name("worker");
+  reg.set_incarnation(1);
+  tf::RegisterTaskResponse rr;
+  EXPECT_TRUE(stub->RegisterTask(Deadline().get(), reg, &rr).ok());
+  // A plaintext client gets nowhere.
+  auto plain = tf::CoordinationService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  EXPECT_FALSE(plain->RegisterTask(Deadline(absl::Seconds(2)).get(), reg, &rr).ok());
+  EXPECT_EQ(p.Terminate(), 0);
+}
+
+}  // namespace
+}  // namespace cohort::testing
