@@ -140,9 +140,10 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
         finished = PassLocked(*barrier, failure);
         answer = barrier->result;
       } else {
-        // A task calling again replaces its earlier call, whose caller has likely gone.
+        // A task calling again replaces its earlier call, whose caller has likely gone. It is
+        // claimed now, so that the new call may take its place under the parked-call limits.
         for (auto& earlier : barrier->calls) {
-          if (earlier->owner() == arrival.caller) {
+          if (earlier->owner() == arrival.caller && parked_->Claim(*earlier)) {
             duplicates.push_back(earlier);
           }
         }
@@ -168,9 +169,11 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
       }
     }
   }
-  FinishCalls(duplicates, absl::CancelledError(absl::StrCat(
-                              "barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
-                              " called again; this earlier call is cancelled")));
+  for (auto& earlier : duplicates) {
+    earlier->Finish(absl::CancelledError(
+        absl::StrCat("barrier \"", arrival.id, "\": ", arrival.caller.ToString(),
+                     " called again; this earlier call is cancelled")));
+  }
   if (!finished.empty()) {
     FinishCalls(finished, answer);
   }
@@ -202,9 +205,12 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
           absl::StrCat("barrier \"", id, "\" instance ", barrier->counter, " already ",
                        barrier->result.ok() ? "passed" : "failed", "; nothing to cancel"));
     }
-    if (barrier && !barrier->done && barrier->counter != counter) {
-      return absl::FailedPreconditionError(absl::StrCat("barrier \"", id, "\" is at instance ",
-                                                        barrier->counter, ", not ", counter));
+    // Only the open instance, or the next one to open, can be cancelled.
+    int64_t expected = !barrier ? 0 : barrier->done ? barrier->counter + 1 : barrier->counter;
+    if (counter != expected) {
+      return absl::FailedPreconditionError(absl::StrCat("barrier \"", id,
+                                                        "\" cannot cancel instance ", counter,
+                                                        ": the next instance is ", expected));
     }
     if (!barrier || barrier->done) {
       // Cancelled before anyone arrived: later callers of this instance are told so.

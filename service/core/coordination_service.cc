@@ -249,10 +249,11 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
         // A newer attempt of the same task supersedes the call still waiting.
         for (auto& earlier : register_calls_) {
           if (earlier->owner() == name) {
-            fx.Finish(parked_, std::static_pointer_cast<StatusCall>(earlier),
-                      ServiceError(absl::AlreadyExistsError(absl::StrCat(
-                          "registration of ", name.ToString(),
-                          " superseded by a newer attempt with incarnation ", incarnation))));
+            fx.FinishReplaced(
+                parked_, std::static_pointer_cast<StatusCall>(earlier),
+                ServiceError(absl::AlreadyExistsError(absl::StrCat(
+                    "registration of ", name.ToString(),
+                    " superseded by a newer attempt with incarnation ", incarnation))));
           }
         }
         RemoveIf(&register_calls_, [&name](const auto& c) { return c->owner() == name; });
@@ -266,6 +267,10 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
                     workload_tasks_->size());
       answer = ParkLocked(call, &register_calls_);
       parked = answer.ok();
+      if (!parked) {
+        task->awaiting_register = false;
+        --workload_awaiting_register_;
+      }
       StateChangedLocked(fx);
       CheckRegisterBarrierLocked(fx);
     }
@@ -299,6 +304,12 @@ void CoordinationService::ConnectLocked(Task& task, uint64_t incarnation, Effect
     --workload_awaiting_register_;
   }
   SetStateLocked(task, TaskState::kConnected);
+  // A task that comes back exchanges devices anew: forget finished exchanges it was part of.
+  for (auto it = device_groups_.begin(); it != device_groups_.end();) {
+    const auto& members = it->second->members;
+    bool member = std::binary_search(members.begin(), members.end(), task.name);
+    it = (member && it->second->done) ? device_groups_.erase(it) : std::next(it);
+  }
   task.incarnation = incarnation;
   task.error = absl::OkStatus();
   task.ever_registered = true;
@@ -325,15 +336,20 @@ void CoordinationService::OnRegisterTimeout() {
     if (register_state_ != Rendezvous::kOpen) return;
     std::vector<TaskName> missing;
     for (const auto& [name, task] : tasks_) {
-      if (!task->job->auxiliary && task->state != TaskState::kConnected) missing.push_back(name);
+      // Tasks waiting at the barrier are still disconnected, but they did register.
+      if (!task->job->auxiliary && task->state != TaskState::kConnected &&
+          !task->awaiting_register) {
+        missing.push_back(name);
+      }
     }
     absl::Status error = ServiceError(absl::DeadlineExceededError(absl::StrCat(
         "the register barrier timed out after ", absl::FormatDuration(config_.register_timeout),
         " with ", missing.size(), " tasks missing: ", internal::TaskList(missing))));
     spdlog::error("{}", std::string(error.message()));
     FailRegisterBarrierLocked(error, fx);
-    absl::Status failed =
-        absl::InternalError(absl::StrCat("cluster registration failed: ", error.message()));
+    absl::Status failed = ServiceError(
+        absl::InternalError(absl::StrCat("cluster registration failed: ", error.message())));
+    PropagateLocked(TaskName{}, failed, fx);
     for (auto& [n, task] : tasks_) {
       if (task->state != TaskState::kError) SetErrorLocked(*task, failed, false, fx);
     }
@@ -454,6 +470,10 @@ absl::Time CoordinationService::RunTimers() {
 void CoordinationService::SetErrorLocked(Task& task, absl::Status error, bool reported_by_task,
                                          Effects& fx) {
   error = WithServiceError(std::move(error), {reported_by_task, task.name});
+  if (task.awaiting_register) {
+    task.awaiting_register = false;
+    --workload_awaiting_register_;
+  }
   SetStateLocked(task, TaskState::kError);
   task.error = error;
   spdlog::error("task {} (incarnation {:#x}) is in error: {}", task.name.ToString(),
@@ -525,9 +545,9 @@ void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, St
     } else {
       // One poll per task: a new one replaces the old, whose caller has likely gone.
       for (auto& earlier : task->polls) {
-        fx.Finish(parked_, std::static_pointer_cast<StatusCall>(earlier),
-                  absl::CancelledError(absl::StrCat("a newer error poll of ", name.ToString(),
-                                                    " replaced this one")));
+        fx.FinishReplaced(parked_, std::static_pointer_cast<StatusCall>(earlier),
+                          absl::CancelledError(absl::StrCat(
+                              "a newer error poll of ", name.ToString(), " replaced this one")));
       }
       task->polls.clear();
       answer = ParkLocked(call, &task->polls);

@@ -37,7 +37,8 @@ struct ServiceConfig {
   std::vector<JobConfig> jobs;
   // Where requests without a job name go (every xla.* request). Empty: the only workload job.
   std::string default_job;
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Clients heartbeat every half of their own timeout (jaxlib: 100 s); keep this >= theirs.
+  absl::Duration heartbeat_timeout = absl::Seconds(100);
   absl::Duration register_timeout = absl::Minutes(5);
   // Zero turns the shutdown barrier off: ShutdownTask returns at once.
   absl::Duration shutdown_barrier_timeout = absl::Minutes(5);

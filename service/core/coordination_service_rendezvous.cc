@@ -32,7 +32,15 @@ void CoordinationService::RemoveFrom(std::vector<std::shared_ptr<ParkedCall>>* c
 // ---- Shutdown and reset --------------------------------------------------------------
 
 void CoordinationService::DisconnectLocked(Task& task, const absl::Status& why, Effects& fx) {
-  if (task.at_shutdown_barrier && !task.job->auxiliary) --workload_at_shutdown_;
+  if (task.at_shutdown_barrier && !task.job->auxiliary) {
+    --workload_at_shutdown_;
+    for (auto& call : shutdown_calls_) {
+      if (call->owner() == task.name) {
+        fx.Finish(parked_, std::static_pointer_cast<StatusCall>(call), absl::Status(why));
+      }
+    }
+    RemoveIf(&shutdown_calls_, [&task](const auto& c) { return c->owner() == task.name; });
+  }
   task.at_shutdown_barrier = false;
   SetStateLocked(task, TaskState::kDisconnected);
   task.disconnected_at = clock_->Now();
@@ -217,7 +225,8 @@ JobStateView CoordinationService::SnapshotLocked(const std::string& job) const {
        ++it) {
     const Task& task = *it->second;
     snap->tasks.push_back({task.name, task.state, task.error, task.incarnation,
-                           absl::FromUnixNanos(task.last_heartbeat_ns.load())});
+                           task.ever_registered ? absl::FromUnixNanos(task.last_heartbeat_ns.load())
+                                                : absl::InfinitePast()});
   }
   return snap;
 }
@@ -293,7 +302,6 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
         group = std::make_unique<Group>();
         group->members = tasks;
       }
-      group->arrived[requester];
       call->set_unlink([this, tasks, waiter] {
         absl::MutexLock lock(&mu_);
         auto it = alive_groups_.find(tasks);
@@ -301,6 +309,7 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
       });
       answer = parked_.Add(call);
       if (answer.ok()) {
+        group->arrived[requester];  // only an admitted call counts as an arrival
         group->calls.push_back(call);
         parked = true;
         CheckAliveGroupsLocked(fx);
@@ -369,7 +378,6 @@ void CoordinationService::WaitForAllTasks(const TaskName& name, std::string devi
         answer = group->error.ok() ? absl::StatusOr<std::vector<std::string>>(group->devices)
                                    : group->error;
       } else {
-        group->arrived[name] = std::move(devices);
         call->set_unlink([this, key, waiter] {
           absl::MutexLock lock(&mu_);
           auto it = device_groups_.find(key);
@@ -377,6 +385,7 @@ void CoordinationService::WaitForAllTasks(const TaskName& name, std::string devi
         });
         absl::Status s = parked_.Add(call);
         if (s.ok()) {
+          group->arrived[name] = std::move(devices);  // only an admitted call counts
           group->calls.push_back(call);
           parked = true;
           if (group->arrived.size() == group->members.size()) FinishDeviceGroupLocked(*group, fx);

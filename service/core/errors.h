@@ -13,9 +13,10 @@ namespace cohort {
 // The core describes errors with absl::Status plus two neutral payloads. rpc/ turns them
 // into each protocol's payload messages in one place (status_translation.cc).
 
-// Where an error came from. Every error the service returns is a service error; a
-// "reported" error is one a task reported (or the service raised on a task's behalf, such
-// as a heartbeat timeout), and carries the source task.
+// Where an error came from. Every error the service returns is a service error. A
+// "reported" error is one a task reported itself (ReportErrorToService); an error the service
+// detected on a task's behalf, such as a heartbeat timeout, names the task as its source but
+// is not reported, as in upstream TSL.
 struct ServiceErrorInfo {
   bool is_reported_error = false;
   std::optional<TaskName> source;

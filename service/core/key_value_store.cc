@@ -64,6 +64,17 @@ absl::Status KeyValueStore::PutLocked(
 
 void KeyValueStore::Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
                          const std::string& value) {
+  std::vector<TimerQueue::TimerId> timers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& call : woken) {
+      auto t = timed_gets_.find(call->id());
+      if (t == timed_gets_.end()) continue;
+      timers.push_back(t->second);
+      timed_gets_.erase(t);
+    }
+  }
+  for (TimerQueue::TimerId t : timers) timers_->Cancel(t);
   for (auto& call : woken) {
     if (parked_->Claim(*call)) call->Finish(value);
   }
@@ -88,6 +99,7 @@ absl::Status KeyValueStore::Insert(absl::string_view key, std::string value, boo
 
 absl::StatusOr<std::string> KeyValueStore::TryGet(absl::string_view key) const {
   std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return s;
   absl::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(k);
   if (it == entries_.end()) {
@@ -112,21 +124,24 @@ void KeyValueStore::Get(absl::string_view key, WaiterId waiter, std::optional<Ta
     } else {
       call->set_unlink([this, k, waiter] { RemoveWaiter(k, waiter); });
       parked = parked_->Add(call);
-      if (parked.ok()) waiters_[k].push_back(call);
+      if (parked.ok()) {
+        waiters_[k].push_back(call);
+        if (deadline) {
+          timed_gets_[waiter] = timers_->Schedule(*deadline, [this, waiter, k] {
+            parked_->Cancel(waiter, absl::DeadlineExceededError(
+                                        absl::StrCat("timed out waiting for key \"", k, "\"")));
+          });
+        }
+      }
     }
   }
   if (value) return call->Finish(std::move(*value));
   if (!parked.ok()) return call->FinishWithError(parked);
-  if (deadline) {
-    timers_->Schedule(*deadline, [this, waiter, k] {
-      parked_->Cancel(waiter, absl::DeadlineExceededError(
-                                  absl::StrCat("timed out waiting for key \"", k, "\"")));
-    });
-  }
 }
 
 void KeyValueStore::RemoveWaiter(const std::string& key, WaiterId id) {
   absl::MutexLock lock(&mu_);
+  timed_gets_.erase(id);
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
   auto& calls = it->second;

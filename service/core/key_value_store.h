@@ -77,6 +77,8 @@ class KeyValueStore {
   std::map<std::string, std::string> entries_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  // Deadline timers of timed gets, cancelled when the get is answered first.
+  absl::flat_hash_map<WaiterId, TimerQueue::TimerId> timed_gets_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string,
                       std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>>
       waiters_ ABSL_GUARDED_BY(mu_);

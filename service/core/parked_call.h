@@ -88,7 +88,7 @@ class ParkedCallRegistry {
   WaiterId NextId() { return next_id_.fetch_add(1) + 1; }
 
   // Registers a call that is about to park. RESOURCE_EXHAUSTED (and nothing registered)
-  // when its task or the whole service is at its limit; FAILED_PRECONDITION once stopped.
+  // when its task or the whole service is at its limit; the stop status once stopped.
   absl::Status Add(std::shared_ptr<ParkedCall> call);
 
   // Claims a call its container has just removed, so that the caller may finish it.

@@ -74,6 +74,15 @@ struct CoordinationService::Effects {
       if (registry.Claim(*call)) call->Finish(std::move(result));
     });
   }
+  // For a call that a newer one of the same task replaces: claimed at once, so that the
+  // newcomer may take its place under the parked-call limits.
+  template <typename T>
+  void FinishReplaced(ParkedCallRegistry& registry, std::shared_ptr<Parked<T>> call, T result) {
+    if (!registry.Claim(*call)) return;
+    after.push_back([call = std::move(call), result = std::move(result)]() mutable {
+      call->Finish(std::move(result));
+    });
+  }
 };
 
 }  // namespace cohort

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,11 @@ inline const TaskName kW1{"worker", 1};
 inline const TaskName kW2{"worker", 2};
 inline const TaskName kSidecar0{"sidecar", 0};
 inline const TaskName kSidecar1{"sidecar", 1};
+
+// True when the status's message names `task`.
+inline bool Mentions(const absl::Status& status, const TaskName& task) {
+  return absl::StrContains(status.message(), task.ToString());
+}
 
 class CoordinationServiceTest : public ::testing::Test {
  protected:

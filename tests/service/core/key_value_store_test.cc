@@ -264,8 +264,7 @@ TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
   Start(limits);
 
   EXPECT_TRUE(store().Insert("/12345678/", "v", false).ok());
-  EXPECT_EQ(store().Insert("123456789", "v", false).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().Insert("123456789", "v", false).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store().Increment("123456789", 1).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store().NumKeys(), 1u);
