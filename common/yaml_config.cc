@@ -1,6 +1,7 @@
 #include "common/yaml_config.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "yaml-cpp/yaml.h"
 
@@ -80,6 +81,26 @@ void AddYamlConfigOption(CLI::App& app) {
   app.config_formatter(std::make_shared<YamlConfig>());
   app.set_config("--config", "", "YAML file of option: value pairs; flags override it");
   app.allow_config_extras(false);
+}
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    const std::string unknown = "INI was not able to parse ";
+    if (message.rfind(unknown, 0) == 0) {
+      message = "the config file sets \"" + message.substr(unknown.size()) +
+                "\", which is not an option (see --help)";
+    }
+    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), message.c_str());
+    return 2;
+  }
+  return std::nullopt;
 }
 
 }  // namespace cohort

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <istream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,9 @@ class YamlConfig : public CLI::Config {
 
 // Adds `--config FILE` (YAML) to the app.
 void AddYamlConfigOption(CLI::App& app);
+
+// Parses the command line (and the config file). Returns an exit code when the program
+// should stop now: 0 after --help, 2 with a one-line reason on stderr for bad input.
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
 
 }  // namespace cohort

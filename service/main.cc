@@ -55,13 +55,14 @@ int main(int argc, char** argv) {
       "Speaks tensorflow.CoordinationService (TensorFlow, jaxlib <= 0.9),\n"
       "xla.coordination.CoordinationService (jaxlib >= 0.10) and xla.DistributedRuntimeService\n"
       "(old jaxlib) on one port, backed by one state machine.\n\n"
-      "Example: cohort-coordinator --job worker=4 --heartbeat-timeout 10s"};
+      "Example: cohort-coordinator --job worker=4 --heartbeat-timeout 100s",
+      "cohort-coordinator"};
   app.get_formatter()->column_width(40);
   cohort::AddYamlConfigOption(app);
 
   cohort::ServerOptions server;
   std::vector<std::string> jobs, aux_jobs, recoverable;
-  std::string default_job, heartbeat = "10s", reg = "5m", shutdown = "5m";
+  std::string default_job, heartbeat = "100s", reg = "5m", shutdown = "5m";
   std::string log_format = "text", log_level = "info";
   bool register_barrier = true;
   cohort::ServiceConfig config;
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
                  "job for requests without a job name (xla.* protocols); default: the only "
                  "workload job");
   app.add_option("--heartbeat-timeout", heartbeat,
-                 "a task without a heartbeat for this long is set to error")
+                 "a task without a heartbeat for this long is set to error; clients send one "
+                 "every half of THEIR OWN timeout (jaxlib: 100s), so keep this at least theirs")
       ->capture_default_str();
   app.add_option("--register-timeout", reg,
                  "how long the register barrier waits for every task, from the first")
@@ -108,8 +110,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-parked-calls", config.parked.max_total, "blocking calls waiting in all")
       ->capture_default_str();
   app.add_option("--service-incarnation", incarnation,
-                 "fixed service incarnation (default random); keep it to survive a restart "
-                 "without clients seeing a new service");
+                 "fixed service incarnation (default random). xla-protocol clients stop when "
+                 "it changes; a restarted coordinator keeps no task state, so tasks must "
+                 "still register again");
   app.add_option("--tls-cert", server.tls.cert, "PEM certificate chain; enables TLS");
   app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
   app.add_option("--tls-client-ca", server.tls.client_ca,
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (auto s = cohort::SetUpLogging("coordinator", log_format, log_level); !s.ok()) return Fail(s);
   for (const auto& [list, aux] : {std::pair{&jobs, false}, std::pair{&aux_jobs, true}}) {
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
       if (job.name == name) job.recoverable = found = true;
     }
     if (!found) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--recoverable-job ", name, " is not a job given with --job")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--recoverable-job ", name, " is not a job given with --job or --auxiliary-job")));
     }
   }
   config.default_job = default_job;

@@ -70,7 +70,13 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
     }
     payloads[kServiceMismatchKey] = error.SerializeAsString();
   }
-  std::string message(status.message().substr(0, kMaxErrorMessageBytes));
+  absl::string_view text = status.message();
+  if (text.size() > kMaxErrorMessageBytes) {
+    size_t cut = kMaxErrorMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut);
+  }
+  std::string message(text);
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message,
                       container.SerializeAsString());
 }

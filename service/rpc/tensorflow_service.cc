@@ -24,16 +24,6 @@ tensorflow::CoordinatedTaskState ToProto(TaskState state) {
   return tensorflow::TASKSTATE_UNSPECIFIED;
 }
 
-// A task named either by the current CoordinatedTask field or by the legacy job/task pair.
-tensorflow::CoordinatedTask LegacyTask(bool has_current, const tensorflow::CoordinatedTask& current,
-                                       const std::string& job, int32_t task) {
-  if (has_current || (job.empty() && task == 0)) return current;
-  tensorflow::CoordinatedTask out;
-  out.set_job_name(job);
-  out.set_task_id(task);
-  return out;
-}
-
 }  // namespace
 
 using Ctx = grpc::CallbackServerContext;
@@ -45,6 +35,24 @@ RpcCall* TensorflowCoordinationService::NewCall(Ctx*, const char* method) {
 absl::StatusOr<TaskName> TensorflowCoordinationService::Resolve(
     const tensorflow::CoordinatedTask& task) const {
   return service_->ResolveTask(task.job_name(), task.task_id());
+}
+
+absl::StatusOr<TaskName> TensorflowCoordinationService::ResolveLegacy(
+    bool has_current, const tensorflow::CoordinatedTask& current, const std::string& job,
+    int32_t task) const {
+  // The current field wins (jaxlib 0.9.1 sends it with an empty job name); old agents send
+  // the legacy job and task fields instead.
+  if (has_current) return Resolve(current);
+  if (!job.empty()) return service_->ResolveTask(job, task);
+  return absl::InvalidArgumentError("the request names no task");
+}
+
+absl::StatusOr<TaskName> TensorflowCoordinationService::Resolve(
+    bool present, const tensorflow::CoordinatedTask& task, const char* field) const {
+  if (!present) {
+    return absl::InvalidArgumentError(absl::StrCat("the request names no task (", field, ")"));
+  }
+  return Resolve(task);
 }
 
 void TensorflowCoordinationService::FillStateInfo(const TaskStateInfo& info,
@@ -69,8 +77,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
     Ctx* ctx, const char* method, const tensorflow::RegisterTaskRequest* request,
     tensorflow::RegisterTaskResponse* response) {
   RpcCall* call = NewCall(ctx, method);
-  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
-                                 request->task()));
+  auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
+                            request->task());
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->incarnation(), call->Park(),
                          [this, call, response](absl::Status s) {
@@ -97,8 +105,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Heartbeat(
     Ctx* ctx, const tensorflow::HeartbeatRequest* request,
     tensorflow::HeartbeatResponse* response) {
   RpcCall* call = NewCall(ctx, "Heartbeat");
-  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
-                                 request->task()));
+  auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
+                            request->task());
   if (!task.ok()) return call->Reply(task.status());
   absl::Status s = service_->Heartbeat(*task, request->incarnation());
   if (s.ok()) response->set_leader_incarnation(service_->service_incarnation());
@@ -109,8 +117,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
     Ctx* ctx, const tensorflow::WaitForAllTasksRequest* request,
     tensorflow::WaitForAllTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "WaitForAllTasks");
-  auto task = Resolve(LegacyTask(request->has_source_task(), request->source_task(), request->job(),
-                                 request->task()));
+  auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
+                            request->task());
   if (!task.ok()) return call->Reply(task.status());
   std::string devices = request->has_local_device_info()
                             ? EncodeLegacyDevices(request->local_device_info())
@@ -134,7 +142,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
     Ctx* ctx, const tensorflow::ShutdownTaskRequest* request, tensorflow::ShutdownTaskResponse*) {
   RpcCall* call = NewCall(ctx, "ShutdownTask");
-  auto task = Resolve(request->source_task());
+  auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   service_->ShutdownTask(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
   return call;
@@ -143,7 +151,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ResetTask(
     Ctx* ctx, const tensorflow::ResetTaskRequest* request, tensorflow::ResetTaskResponse*) {
   RpcCall* call = NewCall(ctx, "ResetTask");
-  auto task = Resolve(request->source_task());
+  auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   return call->Reply(service_->ResetTask(*task));
 }
@@ -154,8 +162,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
   // task named in its payload, and propagated like ReportErrorToService.
   RpcCall* call = NewCall(ctx, method);
   const auto& payload = request->error_payload();
-  auto task = Resolve(
-      LegacyTask(payload.has_source_task(), payload.source_task(), payload.job(), payload.task()));
+  auto task = ResolveLegacy(payload.has_source_task(), payload.source_task(), payload.job(),
+                            payload.task());
   if (!request->has_error_payload()) {
     return call->Reply(absl::InvalidArgumentError(
         absl::StrCat(method, " needs error_payload.source_task to name the failed task")));
@@ -182,8 +190,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToService(
     Ctx* ctx, const tensorflow::ReportErrorToServiceRequest* request,
     tensorflow::ReportErrorToServiceResponse*) {
   RpcCall* call = NewCall(ctx, "ReportErrorToService");
-  auto task = Resolve(LegacyTask(request->has_error_origin(), request->error_origin(),
-                                 request->source_job(), request->source_task()));
+  auto task = ResolveLegacy(request->has_error_origin(), request->error_origin(),
+                            request->source_job(), request->source_task());
   if (!task.ok()) return call->Reply(task.status());
   return call->Reply(service_->ReportError(
       *task, absl::Status(static_cast<absl::StatusCode>(request->error_code()),
@@ -293,7 +301,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::IncrementKeyValue(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
     Ctx* ctx, const tensorflow::BarrierRequest* request, tensorflow::BarrierResponse* response) {
   RpcCall* call = NewCall(ctx, "Barrier");
-  auto caller = Resolve(request->source_task());
+  auto caller = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!caller.ok()) return call->Reply(caller.status());
   std::vector<TaskName> tasks;
   for (const auto& t : request->tasks()) {
@@ -318,7 +326,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::CancelBarrier(
     Ctx* ctx, const tensorflow::CancelBarrierRequest* request, tensorflow::CancelBarrierResponse*) {
   RpcCall* call = NewCall(ctx, "CancelBarrier");
-  auto caller = Resolve(request->source_task());
+  auto caller = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!caller.ok()) return call->Reply(caller.status());
   return call->Reply(service_->CancelBarrier(request->barrier_id(), request->counter(), *caller));
 }
@@ -327,7 +335,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
     Ctx* ctx, const tensorflow::GetAliveTasksRequest* request,
     tensorflow::GetAliveTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "GetAliveTasks");
-  auto requester = Resolve(request->requesting_task());
+  auto requester =
+      Resolve(request->has_requesting_task(), request->requesting_task(), "requesting_task");
   if (!requester.ok()) return call->Reply(requester.status());
   std::vector<TaskName> tasks;
   for (const auto& t : request->tasks()) {
@@ -353,7 +362,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::PollForError(
     Ctx* ctx, const tensorflow::PollForErrorRequest* request, tensorflow::PollForErrorResponse*) {
   RpcCall* call = NewCall(ctx, "PollForError");
-  auto task = Resolve(request->source_task());
+  auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   service_->PollForError(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
   return call;

@@ -67,6 +67,12 @@ class TensorflowCoordinationService final
   grpc::ServerUnaryReactor* ReportToTask(Ctx* ctx, const char* method,
                                          const tensorflow::ReportErrorToTaskRequest* request);
   absl::StatusOr<TaskName> Resolve(const tensorflow::CoordinatedTask& task) const;
+  absl::StatusOr<TaskName> ResolveLegacy(bool has_current,
+                                         const tensorflow::CoordinatedTask& current,
+                                         const std::string& job, int32_t task) const;
+  // INVALID_ARGUMENT when the request left the task out.
+  absl::StatusOr<TaskName> Resolve(bool present, const tensorflow::CoordinatedTask& task,
+                                   const char* field) const;
   void FillStateInfo(const TaskStateInfo& info, tensorflow::CoordinatedTaskStateInfo* out) const;
 
   CoordinationService* const service_;

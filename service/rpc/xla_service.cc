@@ -45,6 +45,20 @@ absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id) const {
   return service_->ResolveTask("", id);
 }
 
+absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id,
+                                                      const xc::Incarnations& incarnations) const {
+  auto task = Task(id);
+  if (!task.ok()) return task;
+  // Upstream checks only the service incarnation. A stale process of a restarted task
+  // would then still write keys and pass barriers; refuse it.
+  if (incarnations.task_incarnation() != 0) {
+    if (auto s = service_->CheckIncarnation(*task, incarnations.task_incarnation()); !s.ok()) {
+      return s;
+    }
+  }
+  return task;
+}
+
 grpc::ServerUnaryReactor* XlaCoordinationService::RegisterTask(
     Ctx*, const xc::RegisterTaskRequest* request, xc::RegisterTaskResponse* response) {
   RpcCall* call = NewCall("RegisterTask");
@@ -75,7 +89,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(
     Ctx*, const xc::ShutdownTaskRequest* request, xc::ShutdownTaskResponse*) {
   RpcCall* call = NewCall("ShutdownTask");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto task = Task(request->source_task_id());
+  auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
   service_->ShutdownTask(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
   return call;
@@ -184,7 +198,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx*, const xc::Barrie
                                                           xc::BarrierResponse* response) {
   RpcCall* call = NewCall("Barrier");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto caller = Task(request->source_task_id());
+  auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
   std::vector<TaskName> tasks;
   for (int32_t id : request->task_ids()) {
@@ -210,7 +224,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(
     Ctx*, const xc::CancelBarrierRequest* request, xc::CancelBarrierResponse*) {
   RpcCall* call = NewCall("CancelBarrier");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto caller = Task(request->source_task_id());
+  auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
   return call->Reply(service_->CancelBarrier(request->barrier_id(), request->counter(), *caller));
 }
@@ -219,7 +233,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
     Ctx*, const xc::GetAliveTasksRequest* request, xc::GetAliveTasksResponse* response) {
   RpcCall* call = NewCall("GetAliveTasks");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto requester = Task(request->requesting_task_id());
+  auto requester = Task(request->requesting_task_id(), request->incarnations());
   if (!requester.ok()) return call->Reply(requester.status());
   std::vector<TaskName> tasks;
   for (int32_t id : request->task_ids()) {
@@ -244,7 +258,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
     Ctx*, const xc::PollForErrorRequest* request, xc::PollForErrorResponse*) {
   RpcCall* call = NewCall("PollForError");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto task = Task(request->source_task_id());
+  auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
   service_->PollForError(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
   return call;
@@ -254,7 +268,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::ReportErrorToService(
     Ctx*, const xc::ReportErrorToServiceRequest* request, xc::ReportErrorToServiceResponse*) {
   RpcCall* call = NewCall("ReportErrorToService");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto task = Task(request->source_task_id());
+  auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
   return call->Reply(service_->ReportError(
       *task, absl::Status(static_cast<absl::StatusCode>(request->error_code()),

@@ -53,6 +53,9 @@ class XlaCoordinationService final
   // The service-incarnation check every request but RegisterTask gets.
   absl::Status Validate(const xla::coordination::Incarnations& incarnations) const;
   absl::StatusOr<TaskName> Task(int32_t id) const;
+  // The task, refused (ABORTED) when the request carries another incarnation than its own.
+  absl::StatusOr<TaskName> Task(int32_t id,
+                                const xla::coordination::Incarnations& incarnations) const;
 
   CoordinationService* const service_;
   RpcMetrics* const metrics_;

@@ -18,9 +18,11 @@ CoordinatorMetrics::CoordinatorMetrics(MetricsRegistry& registry)
           "cohort_coordinator_barrier_duration_seconds",
           "Time from a barrier instance's first arrival until it passed or failed.", {"result"},
           ExponentialBuckets(0.001, 4, 12))),
-      errors_(registry.AddCounter("cohort_coordinator_errors_propagated_total",
-                                  "Task errors propagated to every task of the job, by source job.",
-                                  {"job"})) {
+      errors_(registry.AddCounter(
+          "cohort_coordinator_errors_propagated_total",
+          "Errors propagated to every task (only the first error of the service's "
+          "life propagates), by source job; \"service\" for its own.",
+          {"job"})) {
   barriers_.WithLabels({"passed"});
   barrier_seconds_.WithLabels({"passed"});
 }
@@ -105,7 +107,8 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
                    "gauge",
                    {{{}, static_cast<double>(service->key_values().NumBytes())}}});
     out.push_back({"cohort_coordinator_cluster_registered",
-                   "1 once every workload task has registered.",
+                   "1 once every workload task has registered (the register barrier passed; "
+                   "without the barrier: while all are connected).",
                    "gauge",
                    {{{}, service->ClusterRegistered() ? 1.0 : 0.0}}});
     return out;

@@ -18,7 +18,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsFiles& tls) {
-  if (tls.cert.empty() && tls.key.empty()) return grpc::InsecureServerCredentials();
+  if (tls.cert.empty() && tls.key.empty()) {
+    if (!tls.client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
   }
