@@ -90,7 +90,7 @@ struct Harness {
       reqs[i].set_source_task_id(i);
       reqs[i].set_incarnation(1000 + i);
       stub(i)->async()->RegisterTask(ctxs[i].get(), &reqs[i], &resps[i],
-                                     [&latch](grpc::Status s) { latch.Done(s.ok()); });
+                                     [&latch](const grpc::Status& s) { latch.Done(s.ok()); });
     }
     int failed = latch.Wait();
     double took = Seconds(start, Clock::now());
@@ -114,7 +114,7 @@ struct Harness {
       reqs[i].set_barrier_timeout_in_ms(600'000);
       reqs[i].set_source_task_id(i);
       stub(i)->async()->Barrier(ctxs[i].get(), &reqs[i], &resps[i],
-                                [&latch](grpc::Status s) { latch.Done(s.ok()); });
+                                [&latch](const grpc::Status& s) { latch.Done(s.ok()); });
     }
     auto sent = Clock::now();
     int failed = latch.Wait();
@@ -226,21 +226,21 @@ int main(int argc, char** argv) {
       polls.back()->set_source_task_id(i);
       poll_r[i] = std::make_unique<xc::PollForErrorResponse>();
       stub->async()->PollForError(ctxs.back().get(), polls.back().get(), poll_r[i].get(),
-                                  [&ended](grpc::Status) { ended.Done(true); });
+                                  [&ended](const grpc::Status&) { ended.Done(true); });
       ctxs.push_back(std::make_unique<grpc::ClientContext>());
       gets.push_back(std::make_unique<xc::GetKeyValueRequest>());
       *gets.back()->mutable_incarnations() = h.Inc(i);
       gets.back()->set_key("RECEIVED_PREEMPTION_NOTICE");
       get_r[i] = std::make_unique<xc::GetKeyValueResponse>();
       stub->async()->GetKeyValue(ctxs.back().get(), gets.back().get(), get_r[i].get(),
-                                 [&ended](grpc::Status) { ended.Done(true); });
+                                 [&ended](const grpc::Status&) { ended.Done(true); });
       ctxs.push_back(std::make_unique<grpc::ClientContext>());
       watches.push_back(std::make_unique<xc::WatchTasksRequest>());
       *watches.back()->mutable_incarnations() = h.Inc(i);
       watches.back()->set_version_number(current.version_number());
       watch_r[i] = std::make_unique<xc::WatchTasksResponse>();
       stub->async()->WatchTasks(ctxs.back().get(), watches.back().get(), watch_r[i].get(),
-                                [&ended](grpc::Status) { ended.Done(true); });
+                                [&ended](const grpc::Status&) { ended.Done(true); });
     }
     std::this_thread::sleep_for(std::chrono::seconds(3));  // let every call arrive and park
     long parked = RssKiB(pid);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "service/core/errors.h"
+#include "spdlog/spdlog.h"
 
 namespace cohort {
 
@@ -60,11 +61,20 @@ std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierA
   return barrier;
 }
 
-std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(Instance& barrier,
-                                                                          absl::Status result) {
+std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(
+    Instance& barrier, const absl::Status& result) {
   barrier.done = true;
   barrier.result = result.ok() ? result : BarrierStatus(result, barrier.id, barrier.counter);
   if (barrier.timer) timers_->Cancel(barrier.timer);
+  absl::Duration open_for = clock_->Now() - barrier.started;
+  if (result.ok()) {
+    spdlog::debug("barrier {}#{} passed: {} tasks in {}", barrier.id, barrier.counter,
+                  barrier.participants->size(), absl::FormatDuration(open_for));
+  } else {
+    spdlog::warn("barrier {}#{} failed after {} with {} of {} tasks arrived: {}", barrier.id,
+                 barrier.counter, absl::FormatDuration(open_for), barrier.arrived.size(),
+                 barrier.participants->size(), std::string(result.message()));
+  }
   if (observer_) {
     observer_->OnBarrierDone(barrier.id, barrier.counter, barrier.result,
                              clock_->Now() - barrier.started);

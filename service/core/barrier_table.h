@@ -77,7 +77,7 @@ class BarrierTable {
   std::shared_ptr<Instance> StartLocked(const BarrierArrival& arrival)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the instance done with `result` and returns the calls to finish.
-  std::vector<std::shared_ptr<Call>> PassLocked(Instance& barrier, absl::Status result)
+  std::vector<std::shared_ptr<Call>> PassLocked(Instance& barrier, const absl::Status& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishCalls(std::vector<std::shared_ptr<Call>>& calls, const absl::StatusOr<int64_t>& r);
   void OnTimeout(const std::string& id, int64_t counter);

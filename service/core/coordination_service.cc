@@ -318,7 +318,7 @@ void CoordinationService::ConnectLocked(Task& task, uint64_t incarnation, Effect
   StateChangedLocked(fx);
 }
 
-void CoordinationService::FailRegisterBarrierLocked(absl::Status error, Effects& fx) {
+void CoordinationService::FailRegisterBarrierLocked(const absl::Status& error, Effects& fx) {
   if (register_state_ != Rendezvous::kOpen) return;
   register_state_ = Rendezvous::kFailed;
   register_result_ = error;

@@ -179,7 +179,7 @@ class CoordinationService {
   void PropagateLocked(const TaskName& source, const absl::Status& error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishDeviceGroupLocked(Group& group, Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailRegisterBarrierLocked(absl::Status error, Effects& fx)
+  void FailRegisterBarrierLocked(const absl::Status& error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   bool InGraceLocked(const Task& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

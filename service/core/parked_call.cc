@@ -30,7 +30,7 @@ const char* ParkKindName(ParkKind kind) {
   return "unknown";
 }
 
-absl::Status ParkedCallRegistry::Add(std::shared_ptr<ParkedCall> call) {
+absl::Status ParkedCallRegistry::Add(const std::shared_ptr<ParkedCall>& call) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return stop_status_;
   if (static_cast<int64_t>(calls_.size()) >= limits_.max_total) {
@@ -48,7 +48,7 @@ absl::Status ParkedCallRegistry::Add(std::shared_ptr<ParkedCall> call) {
     ++n;
   }
   counts_[static_cast<int>(call->kind())].fetch_add(1);
-  calls_.emplace(call->id(), std::move(call));
+  calls_.emplace(call->id(), call);
   return absl::OkStatus();
 }
 

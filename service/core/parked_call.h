@@ -89,7 +89,7 @@ class ParkedCallRegistry {
 
   // Registers a call that is about to park. RESOURCE_EXHAUSTED (and nothing registered)
   // when its task or the whole service is at its limit; the stop status once stopped.
-  absl::Status Add(std::shared_ptr<ParkedCall> call);
+  absl::Status Add(const std::shared_ptr<ParkedCall>& call);
 
   // Claims a call its container has just removed, so that the caller may finish it.
   // False when it was already claimed (cancelled concurrently).

@@ -30,7 +30,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx*,
   auto task = service_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->client_id(), call->Park(),
-                         [this, call, response](absl::Status s) {
+                         [this, call, response](const absl::Status& s) {
                            if (s.ok()) response->set_session_id(service_->service_incarnation());
                            call->Reply(s);
                          });
@@ -72,7 +72,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx*,
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   auto task = service_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
+  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
 }
 

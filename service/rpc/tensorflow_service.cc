@@ -81,7 +81,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->incarnation(), call->Park(),
-                         [this, call, response](absl::Status s) {
+                         [this, call, response](const absl::Status& s) {
                            if (s.ok())
                              response->set_leader_incarnation(service_->service_incarnation());
                            call->Reply(s);
@@ -144,7 +144,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
   RpcCall* call = NewCall(ctx, "ShutdownTask");
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
+  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
 }
 
@@ -364,7 +364,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::PollForError(
   RpcCall* call = NewCall(ctx, "PollForError");
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
-  service_->PollForError(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
+  service_->PollForError(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
 }
 

@@ -65,7 +65,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::RegisterTask(
   auto task = Task(request->source_task_id());
   if (!task.ok()) return call->Reply(task.status());
   service_->RegisterTask(*task, request->incarnation(), call->Park(),
-                         [this, call, response](absl::Status s) {
+                         [this, call, response](const absl::Status& s) {
                            if (s.ok())
                              response->set_service_incarnation(service_->service_incarnation());
                            call->Reply(s);
@@ -91,7 +91,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
+  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
 }
 
@@ -260,7 +260,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
-  service_->PollForError(*task, call->Park(), [call](absl::Status s) { call->Reply(s); });
+  service_->PollForError(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
 }
 

@@ -162,7 +162,7 @@ TEST_F(TensorflowProtocolTest, BlockingGetEndsAtTheClientDeadlineAndLeavesNoWait
 
 TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt) {
   RegisterAll();
-  auto arrive = [this](int id, int64_t counter, std::vector<int> tasks) {
+  auto arrive = [this](int id, int64_t counter, const std::vector<int>& tasks) {
     tf::BarrierRequest request;
     request.set_barrier_id("step");
     request.set_barrier_timeout_in_ms(10'000);
