@@ -10,7 +10,10 @@
 namespace cohort {
 
 KeyValueStore::KeyValueStore(KeyValueLimits limits, ParkedCallRegistry* parked, TimerQueue* timers)
-    : limits_(limits), parked_(parked), timers_(timers) {}
+    : limits_(limits),
+      parked_(parked),
+      timers_(timers),
+      history_(limits.history_events, limits.history_bytes) {}
 
 std::string KeyValueStore::NormalizeKey(absl::string_view key) {
   std::vector<absl::string_view> parts = absl::StrSplit(key, '/', absl::SkipEmpty());
@@ -31,9 +34,7 @@ absl::Status KeyValueStore::CheckKey(absl::string_view normalized,
   return absl::OkStatus();
 }
 
-absl::Status KeyValueStore::PutLocked(
-    const std::string& key, std::string value,
-    std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>* woken) {
+absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value, Effects* fx) {
   if (value.size() > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("value of ", value.size(), " bytes for key \"",
                                                      key, "\" exceeds the limit of ",
@@ -49,25 +50,48 @@ absl::Status KeyValueStore::PutLocked(
   }
   bytes_ = new_total;
   ++revision_;
+  auto w = waiters_.find(key);
+  if (w != waiters_.end()) {
+    fx->woken = std::move(w->second);
+    fx->woken_value = value;
+    waiters_.erase(w);
+  }
+  KeyEvent event{it == entries_.end() ? KeyEvent::Type::kInserted : KeyEvent::Type::kUpdated, key,
+                 value, revision_};
   if (it == entries_.end()) {
     entries_.emplace(key, std::move(value));
   } else {
     it->second = std::move(value);
   }
-  auto w = waiters_.find(key);
-  if (w != waiters_.end()) {
-    *woken = std::move(w->second);
-    waiters_.erase(w);
-  }
+  RecordLocked(std::move(event), fx);
   return absl::OkStatus();
 }
 
-void KeyValueStore::Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
-                         const std::string& value) {
+void KeyValueStore::RecordLocked(KeyEvent event, Effects* fx) {
+  auto shared = std::make_shared<const KeyEvent>(std::move(event));
+  history_.Append(shared);
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    KeyWatch& watch = **it;
+    if (!watch.Matches(shared->key)) {
+      ++it;
+      continue;
+    }
+    if (watch.Push(shared, limits_.watch_queue_events, limits_.watch_queue_bytes)) {
+      fx->notified.push_back(*it);
+      ++it;
+      continue;
+    }
+    // What is queued still goes out; the end tells where to pick up.
+    fx->overflowed.emplace_back(*it, shared->revision);
+    it = watches_.erase(it);
+  }
+}
+
+void KeyValueStore::Apply(Effects& fx) {
   std::vector<TimerQueue::TimerId> timers;
-  {
+  if (!fx.woken.empty()) {
     absl::MutexLock lock(&mu_);
-    for (auto& call : woken) {
+    for (auto& call : fx.woken) {
       auto t = timed_gets_.find(call->id());
       if (t == timed_gets_.end()) continue;
       timers.push_back(t->second);
@@ -75,25 +99,34 @@ void KeyValueStore::Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::
     }
   }
   for (TimerQueue::TimerId t : timers) timers_->Cancel(t);
-  for (auto& call : woken) {
-    if (parked_->Claim(*call)) call->Finish(value);
+  for (auto& call : fx.woken) {
+    if (parked_->Claim(*call)) call->Finish(fx.woken_value);
+  }
+  // A recursive delete notifies a watch once per key; once is enough.
+  std::sort(fx.notified.begin(), fx.notified.end());
+  fx.notified.erase(std::unique(fx.notified.begin(), fx.notified.end()), fx.notified.end());
+  for (auto& watch : fx.notified) watch->Notify();
+  for (auto& [watch, resume] : fx.overflowed) {
+    if (!parked_->Claim(*watch)) continue;
+    watch->FinishWithError(absl::ResourceExhaustedError(
+        absl::StrCat("the watch on \"", watch->prefix(), "\" fell behind (over ",
+                     limits_.watch_queue_events, " events or ", limits_.watch_queue_bytes,
+                     " bytes unread): resume from revision ", resume)));
   }
 }
 
 absl::Status KeyValueStore::Insert(absl::string_view key, std::string value, bool allow_overwrite) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
-  std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>> woken;
-  std::string copy;
+  Effects fx;
   {
     absl::MutexLock lock(&mu_);
     if (!allow_overwrite && entries_.count(k)) {
       return absl::AlreadyExistsError(absl::StrCat("key \"", k, "\" already exists"));
     }
-    if (!waiters_.empty() && waiters_.count(k)) copy = value;
-    if (auto s = PutLocked(k, std::move(value), &woken); !s.ok()) return s;
+    if (auto s = PutLocked(k, std::move(value), &fx); !s.ok()) return s;
   }
-  Wake(woken, copy);
+  Apply(fx);
   return absl::OkStatus();
 }
 
@@ -154,7 +187,7 @@ void KeyValueStore::RemoveWaiter(const std::string& key, WaiterId id) {
 absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t delta) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
-  std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>> woken;
+  Effects fx;
   int64_t sum = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -168,9 +201,9 @@ absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t 
       return absl::OutOfRangeError(
           absl::StrCat("incrementing key \"", k, "\" (", current, ") by ", delta, " overflows"));
     }
-    if (auto s = PutLocked(k, absl::StrCat(sum), &woken); !s.ok()) return s;
+    if (auto s = PutLocked(k, absl::StrCat(sum), &fx); !s.ok()) return s;
   }
-  Wake(woken, absl::StrCat(sum));
+  Apply(fx);
   return sum;
 }
 
@@ -190,22 +223,78 @@ absl::Status KeyValueStore::Delete(absl::string_view key) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   std::string prefix = k + "/";
-  absl::MutexLock lock(&mu_);
-  bool changed = false;
-  auto it = entries_.find(k);
-  if (it != entries_.end()) {
-    bytes_ -= it->first.size() + it->second.size();
-    entries_.erase(it);
-    changed = true;
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> removed;
+    auto it = entries_.find(k);
+    if (it != entries_.end()) {
+      bytes_ -= it->first.size() + it->second.size();
+      removed.push_back(it->first);
+      entries_.erase(it);
+    }
+    for (it = entries_.lower_bound(prefix);
+         it != entries_.end() && absl::StartsWith(it->first, prefix);) {
+      bytes_ -= it->first.size() + it->second.size();
+      removed.push_back(it->first);
+      it = entries_.erase(it);
+    }
+    if (removed.empty()) return absl::OkStatus();
+    ++revision_;
+    for (std::string& gone : removed) {
+      RecordLocked(KeyEvent{KeyEvent::Type::kDeleted, std::move(gone), "", revision_}, &fx);
+    }
   }
-  for (it = entries_.lower_bound(prefix);
-       it != entries_.end() && absl::StartsWith(it->first, prefix);) {
-    bytes_ -= it->first.size() + it->second.size();
-    it = entries_.erase(it);
-    changed = true;
-  }
-  if (changed) ++revision_;
+  Apply(fx);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<KeyWatch>> KeyValueStore::Watch(absl::string_view key,
+                                                               int64_t start_revision,
+                                                               WaiterId waiter,
+                                                               std::function<void()> notify) {
+  if (start_revision < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start revision ", start_revision, " is negative"));
+  }
+  auto watch = std::make_shared<KeyWatch>(waiter, NormalizeKey(key), std::move(notify));
+  watch->set_unlink([this, waiter] { RemoveWatch(waiter); });
+  bool replayed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (start_revision > revision_ + 1) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "start revision ", start_revision, " is past the store's revision ", revision_,
+          " (did the coordinator restart?): read the keys again and watch from now"));
+    }
+    std::vector<KeyEventPtr> past;
+    if (start_revision != 0) {
+      if (auto s = history_.Since(start_revision, &past); !s.ok()) return s;
+    }
+    if (auto s = parked_->Add(watch); !s.ok()) return s;
+    watch->created_revision_ = revision_;
+    for (const KeyEventPtr& event : past) {
+      if (!watch->Matches(event->key)) continue;
+      // A replay longer than the queue still goes out whole: the client asked for it.
+      watch->Push(event, SIZE_MAX, SIZE_MAX);
+      replayed = true;
+    }
+    watches_.push_back(watch);
+  }
+  if (replayed) watch->Notify();
+  return watch;
+}
+
+void KeyValueStore::RemoveWatch(WaiterId id) {
+  absl::MutexLock lock(&mu_);
+  watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
+                                [id](const auto& watch) { return watch->id() == id; }),
+                 watches_.end());
+}
+
+KeyValueStore::Stats KeyValueStore::GetStats() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return {entries_.size(), bytes_, revision_};
 }
 
 size_t KeyValueStore::NumKeys() const {

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "service/core/key_watch.h"
 #include "service/core/parked_call.h"
 #include "service/core/timer_queue.h"
 
@@ -24,6 +25,13 @@ struct KeyValueLimits {
   size_t max_key_bytes = 4096;
   size_t max_value_bytes = size_t{1} << 30;
   size_t max_total_bytes = size_t{4} << 30;
+  // Recent changes kept for watches that resume from a revision.
+  size_t history_events = 100'000;
+  size_t history_bytes = size_t{64} << 20;
+  // Events queued for one watch that is not reading; past this it is ended and told the
+  // revision to resume from.
+  size_t watch_queue_events = 100'000;
+  size_t watch_queue_bytes = size_t{64} << 20;
 };
 
 struct KeyValueEntry {
@@ -32,7 +40,8 @@ struct KeyValueEntry {
 };
 
 // The key-value store: keys normalised ("/a//b/" is "a/b"), blocking gets that park,
-// directory reads and deletes over "dir/". It has its own lock, so reads of large
+// directory reads and deletes over "dir/", and watches that see every change in revision
+// order and can resume from a recent revision. It has its own lock, so reads of large
 // directories never hold up heartbeats or barriers.
 class KeyValueStore {
  public:
@@ -55,6 +64,19 @@ class KeyValueStore {
   // Removes the key and everything under "key/". Removing nothing is not an error.
   absl::Status Delete(absl::string_view key);
 
+  // Watches `key` and everything under "key/" (every key when empty). Events with revision
+  // >= `start_revision` are delivered (0: from now on); OUT_OF_RANGE when that revision is
+  // no longer kept or not reached yet. The watch is parked under `waiter`: cancelling the
+  // waiter or stopping the service ends it.
+  absl::StatusOr<std::shared_ptr<KeyWatch>> Watch(absl::string_view key, int64_t start_revision,
+                                                  WaiterId waiter, std::function<void()> notify);
+
+  struct Stats {
+    size_t keys = 0;
+    size_t bytes = 0;
+    int64_t revision = 0;
+  };
+  Stats GetStats() const;
   size_t NumKeys() const;
   size_t NumBytes() const;
   // Bumped by every change; what watches resume from.
@@ -62,12 +84,20 @@ class KeyValueStore {
 
  private:
   absl::Status CheckKey(absl::string_view normalized, absl::string_view original) const;
-  absl::Status PutLocked(const std::string& key, std::string value,
-                         std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>* woken)
+  using GetCall = Parked<absl::StatusOr<std::string>>;
+  // What a change does once the lock is released.
+  struct Effects {
+    std::vector<std::shared_ptr<GetCall>> woken;
+    std::string woken_value;
+    std::vector<std::shared_ptr<KeyWatch>> notified;
+    std::vector<std::pair<std::shared_ptr<KeyWatch>, int64_t>> overflowed;  // resume revision
+  };
+  absl::Status PutLocked(const std::string& key, std::string value, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLocked(KeyEvent event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Apply(Effects& fx);
+  void RemoveWatch(WaiterId id);
   void RemoveWaiter(const std::string& key, WaiterId id);
-  void Wake(std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>& woken,
-            const std::string& value);
 
   const KeyValueLimits limits_;
   ParkedCallRegistry* const parked_;
@@ -79,9 +109,10 @@ class KeyValueStore {
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
   // Deadline timers of timed gets, cancelled when the get is answered first.
   absl::flat_hash_map<WaiterId, TimerQueue::TimerId> timed_gets_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string,
-                      std::vector<std::shared_ptr<Parked<absl::StatusOr<std::string>>>>>
-      waiters_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GetCall>>> waiters_
+      ABSL_GUARDED_BY(mu_);
+  KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort

@@ -24,6 +24,8 @@ const char* ProtocolName(Protocol protocol) {
       return "xla";
     case Protocol::kDistributedRuntime:
       return "xla_distributed";
+    case Protocol::kCohort:
+      return "cohort";
   }
   return "unknown";
 }

@@ -7,7 +7,7 @@
 
 namespace cohort {
 
-enum class Protocol { kTensorflow, kXla, kDistributedRuntime };
+enum class Protocol { kTensorflow, kXla, kDistributedRuntime, kCohort };
 const char* ProtocolName(Protocol protocol);
 
 // Payload keys clients look up in the GrpcPayloadContainer of a status's details.

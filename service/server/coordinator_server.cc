@@ -52,7 +52,8 @@ CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegist
       rpc_metrics_(*registry),
       tensorflow_(service, &rpc_metrics_),
       xla_(service, &rpc_metrics_),
-      distributed_runtime_(service, &rpc_metrics_) {}
+      distributed_runtime_(service, &rpc_metrics_),
+      cohort_(service, &rpc_metrics_) {}
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::UnavailableError("the coordinator is shutting down"));
@@ -66,6 +67,7 @@ absl::Status CoordinatorServer::Start() {
   builder.RegisterService(&tensorflow_);
   builder.RegisterService(&xla_);
   builder.RegisterService(&distributed_runtime_);
+  builder.RegisterService(&cohort_);
   // jaxlib shares compiled executables through the store: no message size limit.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);

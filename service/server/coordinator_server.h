@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "service/core/coordination_service.h"
+#include "service/rpc/cohort_service.h"
 #include "service/rpc/distributed_runtime_service.h"
 #include "service/rpc/rpc_call.h"
 #include "service/rpc/tensorflow_service.h"
@@ -52,6 +53,7 @@ class CoordinatorServer {
   TensorflowCoordinationService tensorflow_;
   XlaCoordinationService xla_;
   DistributedRuntimeService distributed_runtime_;
+  CohortCoordinatorService cohort_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   int grpc_port_ = 0;

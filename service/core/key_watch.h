@@ -1,0 +1,99 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "service/core/parked_call.h"
+
+namespace cohort {
+
+// One change to the key-value store. Every change bumps the store's revision; a recursive
+// delete removes several keys under one revision.
+struct KeyEvent {
+  enum class Type { kInserted, kUpdated, kDeleted };
+  Type type = Type::kInserted;
+  std::string key;
+  std::string value;  // empty for deletes
+  int64_t revision = 0;
+};
+using KeyEventPtr = std::shared_ptr<const KeyEvent>;
+
+const char* KeyEventTypeName(KeyEvent::Type type);
+
+// A watch on a key and everything under "key/" (the empty key watches the whole store).
+// The store appends matching events in revision order; the consumer takes them in batches
+// that never split a revision. The watch is a parked call, so the service's limits, Stop
+// and the caller's cancellation end it like any other: FinishWithError ends the stream.
+// Thread-safe.
+class KeyWatch final : public ParkedCall {
+ public:
+  struct Batch {
+    std::vector<KeyEventPtr> events;
+    // Set once the queue is drained and the watch has ended: why.
+    std::optional<absl::Status> end;
+  };
+
+  // `notify` runs, on any thread and without store locks held, when events or the end
+  // arrive; the consumer then calls Take. It is never called after Detach returns.
+  KeyWatch(WaiterId id, std::string prefix, std::function<void()> notify);
+
+  const std::string& prefix() const { return prefix_; }
+  bool Matches(const std::string& key) const;
+  // The store's revision when the watch was created: events after it follow.
+  int64_t created_revision() const { return created_revision_; }
+
+  // Moves whole revisions out of the queue, stopping once `max_bytes` of keys and values
+  // are taken (at least one revision is taken when any is queued).
+  Batch Take(size_t max_bytes);
+  // Ends the watch once the queue is drained.
+  void FinishWithError(const absl::Status& status) override;
+  // After this returns, `notify` is never called again.
+  void Detach();
+
+ private:
+  friend class KeyValueStore;
+  // Called under the store's lock. False (and nothing queued) when the queue is full.
+  bool Push(const KeyEventPtr& event, size_t max_events, size_t max_bytes);
+  void Notify();
+
+  const std::string prefix_;
+  int64_t created_revision_ = 0;  // set by the store before the watch is shared
+
+  mutable absl::Mutex mu_;
+  std::deque<KeyEventPtr> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex notify_mu_;
+  std::function<void()> notify_ ABSL_GUARDED_BY(notify_mu_);
+};
+
+// Recent events, for watches that resume from a revision. Bounded by count and bytes; the
+// oldest revisions go first.
+class KeyEventHistory {
+ public:
+  KeyEventHistory(size_t max_events, size_t max_bytes)
+      : max_events_(max_events), max_bytes_(max_bytes) {}
+
+  void Append(const KeyEventPtr& event);
+  // Events with revision >= `start`, or OUT_OF_RANGE when some of them were dropped.
+  absl::Status Since(int64_t start, std::vector<KeyEventPtr>* out) const;
+  // The newest revision dropped from the history (0: none).
+  int64_t compacted_revision() const { return compacted_; }
+
+ private:
+  const size_t max_events_;
+  const size_t max_bytes_;
+  std::deque<KeyEventPtr> events_;
+  size_t bytes_ = 0;
+  int64_t compacted_ = 0;
+};
+
+}  // namespace cohort

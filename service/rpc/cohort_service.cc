@@ -1,0 +1,186 @@
+#include "service/rpc/cohort_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+
+namespace cohort {
+namespace {
+
+// A response carries at most this much of keys and values (one revision may exceed it).
+constexpr size_t kWatchBatchBytes = size_t{4} << 20;
+
+v1::KeyEvent::Type ToProto(KeyEvent::Type type) {
+  switch (type) {
+    case KeyEvent::Type::kInserted:
+      return v1::KeyEvent::INSERTED;
+    case KeyEvent::Type::kUpdated:
+      return v1::KeyEvent::UPDATED;
+    case KeyEvent::Type::kDeleted:
+      return v1::KeyEvent::DELETED;
+  }
+  return v1::KeyEvent::TYPE_UNSPECIFIED;
+}
+
+v1::TaskState ToProto(TaskState state) {
+  switch (state) {
+    case TaskState::kUninitialized:
+      return v1::UNINITIALIZED;
+    case TaskState::kDisconnected:
+      return v1::DISCONNECTED;
+    case TaskState::kConnected:
+      return v1::CONNECTED;
+    case TaskState::kError:
+      return v1::ERROR;
+  }
+  return v1::TASK_STATE_UNSPECIFIED;
+}
+
+// One WatchKeys stream. The store queues events on the watch and notifies; Pump moves
+// them to the wire one response at a time. The watch is a parked call, so the client
+// leaving or the service stopping ends it through the parked-call registry.
+class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResponse> {
+ public:
+  WatchKeysReactor(CoordinationService* service, RpcMetrics* metrics,
+                   const v1::WatchKeysRequest& request)
+      : service_(service), metrics_(metrics), waiter_(service->NewWaiterId()), start_(absl::Now()) {
+    auto watch = service_->key_values().Watch(request.key(), request.start_revision(), waiter_,
+                                              [this] { Pump(); });
+    absl::MutexLock lock(&mu_);
+    if (!watch.ok()) {
+      EndLocked(watch.status());
+      return;
+    }
+    watch_ = *watch;
+    response_.set_created(true);
+    response_.set_created_revision(watch_->created_revision());
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      // The client is gone; OnCancel ends the watch.
+      return;
+    }
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    service_->Cancel(waiter_, absl::CancelledError("the watcher went away"));
+    absl::MutexLock lock(&mu_);
+    EndLocked(absl::CancelledError("the watcher went away"));
+  }
+
+  void OnDone() override {
+    std::shared_ptr<KeyWatch> watch;
+    {
+      absl::MutexLock lock(&mu_);
+      watch = watch_;
+    }
+    if (watch) {
+      // A stream that ended for its own reasons (fell behind) leaves nothing parked, and
+      // after Detach no notification can reach this object.
+      service_->Cancel(waiter_, absl::CancelledError("the watch ended"));
+      watch->Detach();
+    }
+    delete this;
+  }
+
+ private:
+  void Pump() {
+    absl::MutexLock lock(&mu_);
+    PumpLocked();
+  }
+
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || !watch_) return;
+    KeyWatch::Batch batch = watch_->Take(kWatchBatchBytes);
+    if (!batch.events.empty()) {
+      response_.Clear();
+      for (const KeyEventPtr& event : batch.events) {
+        v1::KeyEvent* out = response_.add_events();
+        out->set_type(ToProto(event->type));
+        out->set_key(event->key);
+        out->set_value(event->value);
+        out->set_revision(event->revision);
+      }
+      writing_ = true;
+      StartWrite(&response_);
+      return;
+    }
+    if (batch.end) EndLocked(*batch.end);
+  }
+
+  void EndLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    if (metrics_)
+      metrics_->Record(Protocol::kCohort, "WatchKeys", status.code(), absl::Now() - start_);
+    Finish(ToGrpcStatus(status, Protocol::kCohort));
+  }
+
+  CoordinationService* const service_;
+  RpcMetrics* const metrics_;
+  const WaiterId waiter_;
+  const absl::Time start_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<KeyWatch> watch_ ABSL_GUARDED_BY(mu_);
+  v1::WatchKeysResponse response_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::WatchKeysResponse>* CohortCoordinatorService::WatchKeys(
+    grpc::CallbackServerContext*, const v1::WatchKeysRequest* request) {
+  return new WatchKeysReactor(service_, metrics_, *request);
+}
+
+grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
+    grpc::CallbackServerContext*, const v1::GetClusterSnapshotRequest*,
+    v1::ClusterSnapshot* response) {
+  auto* call = new RpcCall(service_, metrics_, Protocol::kCohort, "GetClusterSnapshot");
+  absl::Time now = service_->Now();
+  response->set_service_incarnation(service_->service_incarnation());
+  response->set_default_job(service_->default_job());
+  response->set_cluster_registered(service_->ClusterRegistered());
+  for (const TaskStateInfo& info : service_->AllTasks()) {
+    v1::TaskSnapshot* task = response->add_tasks();
+    task->set_job(info.task.job);
+    task->set_task_id(info.task.id);
+    task->set_state(ToProto(info.state));
+    task->set_incarnation(info.incarnation);
+    task->set_seconds_since_heartbeat(info.last_heartbeat == absl::InfinitePast()
+                                          ? -1
+                                          : absl::ToDoubleSeconds(now - info.last_heartbeat));
+    if (!info.error.ok()) {
+      task->set_error_code(static_cast<int32_t>(info.error.code()));
+      task->set_error_message(std::string(info.error.message()));
+    }
+    task->set_auxiliary(service_->IsAuxiliary(info.task.job));
+  }
+  for (const BarrierSnapshot& barrier : service_->OpenBarriers()) {
+    v1::BarrierSnapshot* out = response->add_barriers();
+    out->set_id(barrier.id);
+    out->set_counter(barrier.counter);
+    out->set_open_seconds(absl::ToDoubleSeconds(now - barrier.started));
+    out->set_seconds_to_deadline(absl::ToDoubleSeconds(barrier.deadline - now));
+    for (const TaskName& task : barrier.arrived) out->add_arrived(task.ToString());
+    for (const TaskName& task : barrier.missing) out->add_missing(task.ToString());
+  }
+  // Read together, so that the three figures describe the same moment.
+  KeyValueStore::Stats stats = service_->key_values().GetStats();
+  response->set_key_count(static_cast<int64_t>(stats.keys));
+  response->set_key_bytes(static_cast<int64_t>(stats.bytes));
+  response->set_key_revision(stats.revision);
+  return call->Reply(absl::OkStatus());
+}
+
+}  // namespace cohort

@@ -1,0 +1,27 @@
+#pragma once
+
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "service/core/coordination_service.h"
+#include "service/rpc/rpc_call.h"
+
+namespace cohort {
+
+// cohort.v1.Coordinator: key watches and the cluster snapshot. Translation only; the
+// watch itself lives in the core's key-value store.
+class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackService {
+ public:
+  CohortCoordinatorService(CoordinationService* service, RpcMetrics* metrics)
+      : service_(service), metrics_(metrics) {}
+
+  grpc::ServerWriteReactor<v1::WatchKeysResponse>* WatchKeys(
+      grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest* request) override;
+  grpc::ServerUnaryReactor* GetClusterSnapshot(grpc::CallbackServerContext* ctx,
+                                               const v1::GetClusterSnapshotRequest* request,
+                                               v1::ClusterSnapshot* response) override;
+
+ private:
+  CoordinationService* const service_;
+  RpcMetrics* const metrics_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,222 @@
+#include "service/core/key_watch.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "service/core/coordination_service.h"
+
+namespace cohort {
+namespace {
+
+// "insert a=1@3" style lines: what a watcher saw, in order.
+std::vector<std::string> Lines(const std::vector<KeyEventPtr>& events) {
+  std::vector<std::string> out;
+  for (const KeyEventPtr& e : events) {
+    out.push_back(
+        absl::StrCat(KeyEventTypeName(e->type), " ", e->key, "=", e->value, "@", e->revision));
+  }
+  return out;
+}
+
+class KeyWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(KeyValueLimits{}); }
+
+  void Start(KeyValueLimits limits) {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", 2});
+    config.heartbeat_timeout = absl::Hours(1);
+    config.key_value = limits;
+    auto service = CoordinationService::Create(config, &clock_);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+  }
+
+  KeyValueStore& store() { return service_->key_values(); }
+
+  // A watch whose notifications are counted.
+  struct Watcher {
+    std::shared_ptr<KeyWatch> watch;
+    std::shared_ptr<int> notified = std::make_shared<int>(0);
+    WaiterId waiter = 0;
+  };
+  absl::StatusOr<Watcher> Watch(const std::string& key, int64_t start = 0) {
+    Watcher w;
+    w.waiter = service_->NewWaiterId();
+    auto watch = store().Watch(key, start, w.waiter, [n = w.notified] { ++*n; });
+    if (!watch.ok()) return watch.status();
+    w.watch = *watch;
+    return w;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+};
+
+TEST_F(KeyWatchTest, WatcherSeesInsertsUpdatesAndDeletesUnderItsKeyInOrder) {
+  auto w = Watch("job/config");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(store().Insert("job/config", "a", false).ok());
+  ASSERT_TRUE(store().Insert("job/config/lr", "0.1", false).ok());
+  ASSERT_TRUE(store().Insert("job/configuration", "not under the key", false).ok());
+  ASSERT_TRUE(store().Insert("job/config", "b", true).ok());
+  ASSERT_TRUE(store().Increment("job/config/step", 5).ok());
+  ASSERT_TRUE(store().Delete("job/config").ok());
+  KeyWatch::Batch batch = w->watch->Take(SIZE_MAX);
+  EXPECT_EQ(Lines(batch.events),
+            (std::vector<std::string>{"insert job/config=a@1", "insert job/config/lr=0.1@2",
+                                      "update job/config=b@4", "insert job/config/step=5@5",
+                                      "delete job/config=@6", "delete job/config/lr=@6",
+                                      "delete job/config/step=@6"}));
+  EXPECT_FALSE(batch.end.has_value());
+  EXPECT_GE(*w->notified, 1);
+}
+
+TEST_F(KeyWatchTest, EmptyKeyWatchesTheWholeStoreAndKeysAreNormalised) {
+  auto w = Watch("");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(store().Insert("/a//b/", "1", false).ok());
+  ASSERT_TRUE(store().Insert("c", "2", false).ok());
+  EXPECT_EQ(Lines(w->watch->Take(SIZE_MAX).events),
+            (std::vector<std::string>{"insert a/b=1@1", "insert c=2@2"}));
+}
+
+TEST_F(KeyWatchTest, CreatedRevisionIsTheStoreRevisionAndFailedWritesSendNothing) {
+  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  auto w = Watch("k");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->watch->created_revision(), 1);
+  EXPECT_EQ(store().Insert("k", "2", false).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store().Delete("k/absent").ok());  // removes nothing: no revision
+  EXPECT_TRUE(w->watch->Take(SIZE_MAX).events.empty());
+  EXPECT_EQ(*w->notified, 0);
+  EXPECT_EQ(store().Revision(), 1);
+}
+
+TEST_F(KeyWatchTest, WatchFromAPastRevisionReplaysTheHistoryThenFollowsLiveChanges) {
+  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  ASSERT_TRUE(store().Insert("k", "2", true).ok());
+  ASSERT_TRUE(store().Insert("other", "x", false).ok());
+  auto w = Watch("k", /*start=*/2);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(store().Insert("k", "3", true).ok());
+  EXPECT_EQ(Lines(w->watch->Take(SIZE_MAX).events),
+            (std::vector<std::string>{"update k=2@2", "update k=3@4"}));
+}
+
+TEST_F(KeyWatchTest, ResumeFromADroppedRevisionIsOutOfRange) {
+  KeyValueLimits limits;
+  limits.history_events = 2;
+  Start(limits);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store().Insert("k", std::to_string(i), true).ok());
+  auto w = Watch("k", /*start=*/2);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(w.status().message().find("read the keys again"), std::string::npos);
+  EXPECT_TRUE(Watch("k", 3).ok());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kWatchKeys), 1);
+}
+
+TEST_F(KeyWatchTest, RevisionPastTheStoreIsOutOfRangeAndNegativeIsInvalid) {
+  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  EXPECT_TRUE(Watch("k", 2).ok());  // the next revision: fine
+  EXPECT_EQ(Watch("k", 3).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Watch("k", -1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KeyWatchTest, HistoryNeverKeepsHalfOfARecursiveDelete) {
+  KeyValueLimits limits;
+  limits.history_events = 3;
+  Start(limits);
+  for (const char* key : {"d/a", "d/b", "d/c"}) ASSERT_TRUE(store().Insert(key, "v", false).ok());
+  ASSERT_TRUE(store().Delete("d").ok());                // revision 4: three events
+  ASSERT_TRUE(store().Insert("d/a", "w", false).ok());  // pushes out one of them
+  EXPECT_EQ(Watch("d", 4).status().code(), absl::StatusCode::kOutOfRange);
+  auto w = Watch("d", 5);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(Lines(w->watch->Take(SIZE_MAX).events), (std::vector<std::string>{"insert d/a=w@5"}));
+}
+
+TEST_F(KeyWatchTest, TakeStopsAtTheByteBudgetButNeverSplitsARevision) {
+  auto w = Watch("d");
+  ASSERT_TRUE(w.ok());
+  for (const char* key : {"d/a", "d/b", "d/c"}) ASSERT_TRUE(store().Insert(key, "v", false).ok());
+  ASSERT_TRUE(store().Delete("d").ok());
+  EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 1 alone
+  EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 2
+  EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 3
+  EXPECT_EQ(w->watch->Take(1).events.size(), 3u);  // the whole delete
+}
+
+TEST_F(KeyWatchTest, SlowWatcherIsEndedWithTheRevisionToResumeFrom) {
+  KeyValueLimits limits;
+  limits.watch_queue_events = 2;
+  Start(limits);
+  auto slow = Watch("k");
+  auto other = Watch("other");
+  ASSERT_TRUE(slow.ok() && other.ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store().Insert("k", std::to_string(i), true).ok());
+  // What was queued still goes out, then the end names the first revision left out.
+  KeyWatch::Batch batch = slow->watch->Take(SIZE_MAX);
+  EXPECT_EQ(Lines(batch.events), (std::vector<std::string>{"insert k=0@1", "update k=1@2"}));
+  ASSERT_TRUE(batch.end.has_value());
+  EXPECT_EQ(batch.end->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(batch.end->message().find("resume from revision 3"), std::string::npos)
+      << batch.end->message();
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kWatchKeys), 1);  // only the other one
+  // The watcher resumes where it was told and misses nothing.
+  auto resumed = Watch("k", 3);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(Lines(resumed->watch->Take(SIZE_MAX).events),
+            (std::vector<std::string>{"update k=2@3"}));
+}
+
+TEST_F(KeyWatchTest, CancellingTheWaiterEndsTheWatchAndStopsDelivery) {
+  auto w = Watch("k");
+  ASSERT_TRUE(w.ok());
+  service_->Cancel(w->waiter, absl::CancelledError("client left"));
+  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  KeyWatch::Batch batch = w->watch->Take(SIZE_MAX);
+  EXPECT_TRUE(batch.events.empty());
+  ASSERT_TRUE(batch.end.has_value());
+  EXPECT_EQ(batch.end->code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kWatchKeys), 0);
+}
+
+TEST_F(KeyWatchTest, StoppingTheServiceEndsEveryWatch) {
+  auto w = Watch("k");
+  ASSERT_TRUE(w.ok());
+  service_->Stop(absl::UnavailableError("going away"));
+  KeyWatch::Batch batch = w->watch->Take(SIZE_MAX);
+  ASSERT_TRUE(batch.end.has_value());
+  EXPECT_EQ(batch.end->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Watch("k").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(KeyWatchTest, DetachedWatchIsNotNotifiedAgain) {
+  auto w = Watch("k");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  EXPECT_EQ(*w->notified, 1);
+  w->watch->Detach();
+  ASSERT_TRUE(store().Insert("k", "2", true).ok());
+  EXPECT_EQ(*w->notified, 1);
+  EXPECT_EQ(w->watch->Take(SIZE_MAX).events.size(), 2u);
+}
+
+TEST_F(KeyWatchTest, WatchesCountAgainstTheParkedCallLimit) {
+  ServiceConfig config;
+  config.jobs.push_back({"worker", 1});
+  config.parked.max_total = 1;
+  auto service = CoordinationService::Create(config, &clock_);
+  ASSERT_TRUE(service.ok());
+  service_ = std::move(*service);
+  EXPECT_TRUE(Watch("a").ok());
+  EXPECT_EQ(Watch("b").status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace cohort
