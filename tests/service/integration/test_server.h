@@ -18,13 +18,14 @@ namespace cohort::testing {
 
 class TestCoordinator {
  public:
-  explicit TestCoordinator(ServiceConfig config) : metrics_(registry_) {
+  explicit TestCoordinator(ServiceConfig config, std::string listen = "127.0.0.1:0")
+      : metrics_(registry_) {
     auto service = CoordinationService::Create(std::move(config), &clock_, &metrics_);
     EXPECT_TRUE(service.ok()) << service.status();
     service_ = std::move(*service);
     metrics_.Attach(service_.get());
     ServerOptions options;
-    options.listen = "127.0.0.1:0";
+    options.listen = std::move(listen);
     options.http_listen = "127.0.0.1:0";
     server_ = std::make_unique<CoordinatorServer>(service_.get(), &registry_, options);
     auto s = server_->Start();

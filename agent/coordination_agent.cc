@@ -1,0 +1,658 @@
+#include "agent/coordination_agent.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "agent/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort {
+namespace {
+
+uint64_t RandomIncarnation() {
+  std::random_device device;
+  std::mt19937_64 engine((uint64_t{device()} << 32) ^ device());
+  uint64_t value = 0;
+  while (value == 0) value = engine();
+  return value;
+}
+
+std::string TaskString(const std::string& job, int32_t id) {
+  return absl::StrCat("/job:", job, "/task:", id);
+}
+
+tensorflow::CoordinatedTask ToProto(const TaskId& task) {
+  tensorflow::CoordinatedTask out;
+  out.set_job_name(task.job);
+  out.set_task_id(task.id);
+  return out;
+}
+
+}  // namespace
+
+const char* AgentStateName(AgentState state) {
+  switch (state) {
+    case AgentState::kUninitialized:
+      return "UNINITIALIZED";
+    case AgentState::kDisconnected:
+      return "DISCONNECTED";
+    case AgentState::kConnected:
+      return "CONNECTED";
+    case AgentState::kError:
+      return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+// The parked PollForError call of one connection.
+struct CoordinationAgent::ErrorPoll {
+  grpc::ClientContext context;
+  tensorflow::PollForErrorRequest request;
+  tensorflow::PollForErrorResponse response;
+  bool done = false;  // guarded by the agent's mu_
+};
+
+// One GetKeyValueAsync: its callback runs exactly once, from the gRPC completion.
+class CoordinationAgent::PendingGet : public AsyncGet {
+ public:
+  void Cancel() override { context.TryCancel(); }
+
+  grpc::ClientContext context;
+  tensorflow::GetKeyValueRequest request;
+  tensorflow::GetKeyValueResponse response;
+  ValueCallback done;
+};
+
+CoordinationAgent::~CoordinationAgent() {
+  // No shutdown barrier here: waiting for every other task in a destructor would hang
+  // whoever forgot to call Shutdown. The coordinator sees this task as gone.
+  if (state() == AgentState::kConnected) {
+    spdlog::warn("agent of {} destroyed while connected, without Shutdown",
+                 TaskString(config_.job_name, config_.task_id));
+  }
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watchers_.clear();
+  }
+  StopBackground();
+}
+
+absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_error) {
+  if (config.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("the coordinator address is empty");
+  }
+  if (config.job_name.empty()) return absl::InvalidArgumentError("the job name is empty");
+  if (config.task_id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("task id ", config.task_id, " is negative"));
+  }
+  if (config.heartbeat_interval <= absl::ZeroDuration() ||
+      config.heartbeat_timeout < config.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the heartbeat interval (", absl::FormatDuration(config.heartbeat_interval),
+                     ") must be positive and no longer than the heartbeat timeout (",
+                     absl::FormatDuration(config.heartbeat_timeout), ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (state_ != AgentState::kUninitialized) {
+    return absl::FailedPreconditionError("the agent is already initialized");
+  }
+  config_ = std::move(config);
+  on_error_ = std::move(on_error);
+  grpc::ChannelArguments args;
+  // Values can be large: jaxlib-style programs share compiled executables through the store.
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  auto credentials = config_.credentials ? config_.credentials : grpc::InsecureChannelCredentials();
+  channel_ = grpc::CreateCustomChannel(config_.coordinator_address, credentials, args);
+  stub_ = tensorflow::CoordinationService::NewStub(channel_);
+  incarnation_ = config_.incarnation != 0 ? config_.incarnation : RandomIncarnation();
+  state_ = AgentState::kDisconnected;
+  return absl::OkStatus();
+}
+
+bool CoordinationAgent::IsInitialized() const {
+  absl::MutexLock lock(&mu_);
+  return state_ != AgentState::kUninitialized;
+}
+
+AgentState CoordinationAgent::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+uint64_t CoordinationAgent::incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return incarnation_;
+}
+
+uint64_t CoordinationAgent::leader_incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return leader_incarnation_;
+}
+
+TaskId CoordinationAgent::own_task() const { return {config_.job_name, config_.task_id}; }
+
+absl::Status CoordinationAgent::last_error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+absl::Status CoordinationAgent::CheckState(AgentState want, const char* what) const {
+  absl::MutexLock lock(&mu_);
+  if (state_ == want) return absl::OkStatus();
+  std::string message = absl::StrCat(what, " needs the agent ", AgentStateName(want),
+                                     ", but it is ", AgentStateName(state_));
+  if (state_ == AgentState::kError) absl::StrAppend(&message, ": ", error_.ToString());
+  return absl::FailedPreconditionError(message);
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinationAgent::Context(absl::Duration timeout) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (timeout != absl::InfiniteDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  return context;
+}
+
+tensorflow::CoordinatedTask CoordinationAgent::OwnTaskProto() const {
+  tensorflow::CoordinatedTask task;
+  task.set_job_name(config_.job_name);
+  task.set_task_id(config_.task_id);
+  task.set_recoverable(config_.recoverable);
+  return task;
+}
+
+void CoordinationAgent::SetError(const absl::Status& error) {
+  ErrorCallback callback;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == AgentState::kError || state_ == AgentState::kUninitialized) return;
+    state_ = AgentState::kError;
+    error_ = error;
+    callback = on_error_;
+  }
+  spdlog::error("task {} entered ERROR: {}", TaskString(config_.job_name, config_.task_id),
+                error.ToString());
+  if (callback) callback(error);
+}
+
+// ---- Connection ----------------------------------------------------------------------
+
+absl::Status CoordinationAgent::Connect() {
+  if (auto s = CheckState(AgentState::kDisconnected, "Connect"); !s.ok()) return s;
+  tensorflow::RegisterTaskRequest request;
+  *request.mutable_source_task() = OwnTaskProto();
+  request.set_incarnation(incarnation());
+  absl::Time give_up = absl::Now() + config_.register_timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Status status;
+  int attempt = 0;
+  while (true) {
+    ++attempt;
+    auto context = Context(give_up - absl::Now());
+    tensorflow::RegisterTaskResponse response;
+    status = FromGrpcStatus(stub_->RegisterTask(context.get(), request, &response));
+    if (status.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        leader_incarnation_ = response.leader_incarnation();
+        state_ = AgentState::kConnected;
+        error_ = absl::OkStatus();
+      }
+      spdlog::info("task {} connected to {} (incarnation {:#x}, coordinator {:#x})",
+                   TaskString(config_.job_name, config_.task_id), config_.coordinator_address,
+                   request.incarnation(), response.leader_incarnation());
+      StartBackground();
+      return absl::OkStatus();
+    }
+    // The coordinator answered: retrying would get the same answer.
+    if (IsCoordinationServiceError(status)) break;
+    if (absl::Now() + backoff >= give_up) break;
+    spdlog::info("registering {} with {} failed (attempt {}): {}; retrying in {}",
+                 TaskString(config_.job_name, config_.task_id), config_.coordinator_address,
+                 attempt, status.ToString(), absl::FormatDuration(backoff));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+  absl::Status error(status.code(),
+                     absl::StrCat("registering ", TaskString(config_.job_name, config_.task_id),
+                                  " with ", config_.coordinator_address, " failed",
+                                  attempt > 1 ? absl::StrCat(" after ", attempt, " attempts") : "",
+                                  ": ", status.message()));
+  status.ForEachPayload(
+      [&error](absl::string_view key, const absl::Cord& value) { error.SetPayload(key, value); });
+  SetError(error);
+  return error;
+}
+
+void CoordinationAgent::StartBackground() {
+  {
+    absl::MutexLock lock(&mu_);
+    background_running_ = true;
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  if (config_.poll_for_errors) StartErrorPoll();
+}
+
+void CoordinationAgent::StopBackground() {
+  std::shared_ptr<ErrorPoll> poll;
+  {
+    absl::MutexLock lock(&mu_);
+    background_running_ = false;
+    poll = poll_;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (poll) {
+    poll->context.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](ErrorPoll* p) { return p->done; }, poll.get()));
+  }
+  // Async gets end with CANCELLED; wait until their callbacks have run.
+  absl::MutexLock lock(&mu_);
+  for (const auto& get : pending_gets_) get->Cancel();
+  mu_.Await(absl::Condition(
+      +[](std::set<std::shared_ptr<PendingGet>>* gets) { return gets->empty(); }, &pending_gets_));
+}
+
+void CoordinationAgent::HeartbeatLoop() {
+  tensorflow::HeartbeatRequest request;
+  *request.mutable_source_task() = OwnTaskProto();
+  request.set_incarnation(incarnation());
+  uint64_t leader = leader_incarnation();
+  absl::Time last_ok = absl::Now();
+  auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !background_running_; };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopped), config_.heartbeat_interval)) return;
+    }
+    auto context = Context(std::min(config_.heartbeat_interval, config_.rpc_timeout));
+    tensorflow::HeartbeatResponse response;
+    absl::Status status = FromGrpcStatus(stub_->Heartbeat(context.get(), request, &response));
+    if (status.ok() && response.leader_incarnation() != leader) {
+      SetError(absl::AbortedError(absl::StrCat(
+          "the coordinator at ", config_.coordinator_address, " restarted (incarnation ",
+          absl::Hex(leader), " is now ", absl::Hex(response.leader_incarnation()),
+          ") and no longer knows this task: reset and connect again")));
+      continue;
+    }
+    if (status.ok()) {
+      last_ok = absl::Now();
+      // An error poll that ended while the coordinator was unreachable is parked again.
+      if (config_.poll_for_errors) StartErrorPoll();
+      continue;
+    }
+    if (IsCoordinationServiceError(status)) {
+      SetError(status);
+      continue;
+    }
+    if (absl::Now() - last_ok > config_.heartbeat_timeout) {
+      SetError(absl::UnavailableError(absl::StrCat(
+          "no heartbeat reached the coordinator at ", config_.coordinator_address, " for ",
+          absl::FormatDuration(absl::Now() - last_ok), ": ", status.message())));
+    }
+  }
+}
+
+void CoordinationAgent::StartErrorPoll() {
+  std::shared_ptr<ErrorPoll> poll;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!background_running_ || state_ != AgentState::kConnected) return;
+    if (poll_ && !poll_->done) return;
+    poll = std::make_shared<ErrorPoll>();
+    poll_ = poll;
+  }
+  *poll->request.mutable_source_task() = OwnTaskProto();
+  stub_->async()->PollForError(&poll->context, &poll->request, &poll->response,
+                               [this, poll](const grpc::Status& status) {
+                                 OnPollDone(FromGrpcStatus(status));
+                                 absl::MutexLock lock(&mu_);
+                                 poll->done = true;
+                               });
+}
+
+void CoordinationAgent::OnPollDone(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!background_running_) return;  // we cancelled it
+  }
+  // Only the coordinator's own answers are errors of the job; a poll that could not reach
+  // it is parked again by the heartbeat loop, which also decides when to give up.
+  if (IsCoordinationServiceError(status)) {
+    SetError(status.ok() ? absl::InternalError("the error poll ended without an error") : status);
+  } else {
+    spdlog::debug("error poll ended without an answer from the coordinator: {}", status.ToString());
+  }
+}
+
+absl::Status CoordinationAgent::WaitForAllTasks(const tensorflow::DeviceInfo& local_devices) {
+  if (auto s = CheckConnected("WaitForAllTasks"); !s.ok()) return s;
+  tensorflow::WaitForAllTasksRequest request;
+  *request.mutable_source_task() = OwnTaskProto();
+  *request.mutable_device_info() = local_devices;
+  tensorflow::WaitForAllTasksResponse response;
+  auto context = Context(config_.register_timeout);
+  absl::Status status = FromGrpcStatus(stub_->WaitForAllTasks(context.get(), request, &response));
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  cluster_devices_ = response.device_info();
+  return absl::OkStatus();
+}
+
+tensorflow::DeviceInfo CoordinationAgent::GetClusterDeviceInfo() const {
+  absl::MutexLock lock(&mu_);
+  return cluster_devices_;
+}
+
+absl::StatusOr<std::vector<AgentTaskState>> CoordinationAgent::GetTaskState(
+    const std::vector<TaskId>& tasks) {
+  if (!IsInitialized()) return absl::FailedPreconditionError("GetTaskState needs Initialize");
+  tensorflow::GetTaskStateRequest request;
+  for (const TaskId& task : tasks) *request.add_source_task() = ToProto(task);
+  tensorflow::GetTaskStateResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->GetTaskState(context.get(), request, &response));
+  if (!status.ok()) return status;
+  std::vector<AgentTaskState> out;
+  for (const auto& info : response.task_state()) {
+    AgentTaskState state;
+    state.task = {info.task().job_name(), info.task().task_id()};
+    state.state = info.state();
+    state.incarnation = info.incarnation();
+    if (info.error_code() != 0) {
+      state.error =
+          absl::Status(static_cast<absl::StatusCode>(info.error_code()), info.error_message());
+    }
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+absl::Status CoordinationAgent::ReportError(const absl::Status& error) {
+  if (error.ok()) return absl::InvalidArgumentError("ReportError needs an error, not OK");
+  if (auto s = CheckConnected("ReportError"); !s.ok()) return s;
+  tensorflow::ReportErrorToServiceRequest request;
+  request.set_error_code(static_cast<int32_t>(error.code()));
+  request.set_error_message(std::string(error.message()));
+  *request.mutable_error_origin() = OwnTaskProto();
+  tensorflow::ReportErrorToServiceResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status =
+      FromGrpcStatus(stub_->ReportErrorToService(context.get(), request, &response));
+  SetError(error);
+  return status;
+}
+
+absl::Status CoordinationAgent::Reset() {
+  if (auto s = CheckState(AgentState::kError, "Reset"); !s.ok()) return s;
+  StopBackground();
+  tensorflow::ResetTaskRequest request;
+  *request.mutable_source_task() = OwnTaskProto();
+  tensorflow::ResetTaskResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->ResetTask(context.get(), request, &response));
+  // A coordinator that restarted or is gone has nothing to reset; the task starts over.
+  if (!status.ok()) spdlog::info("ResetTask: {} (resetting locally)", status.ToString());
+  absl::MutexLock lock(&mu_);
+  state_ = AgentState::kDisconnected;
+  error_ = absl::OkStatus();
+  leader_incarnation_ = 0;
+  barrier_counters_.clear();
+  if (config_.incarnation == 0) incarnation_ = RandomIncarnation();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinationAgent::Shutdown() {
+  AgentState state;
+  {
+    absl::MutexLock lock(&mu_);
+    state = state_;
+  }
+  if (state == AgentState::kUninitialized || state == AgentState::kDisconnected) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Shutdown needs a connected agent, but it is ", AgentStateName(state)));
+  }
+  absl::Status status;
+  if (state == AgentState::kConnected) {
+    tensorflow::ShutdownTaskRequest request;
+    *request.mutable_source_task() = OwnTaskProto();
+    tensorflow::ShutdownTaskResponse response;
+    auto context = Context(config_.shutdown_timeout);
+    status = FromGrpcStatus(stub_->ShutdownTask(context.get(), request, &response));
+    if (!status.ok()) spdlog::warn("shutdown barrier: {}", status.ToString());
+  } else {
+    spdlog::info("shutting down in ERROR: skipping the shutdown barrier");
+  }
+  StopBackground();
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watchers_.clear();
+  }
+  absl::MutexLock lock(&mu_);
+  state_ = AgentState::kDisconnected;
+  return status;
+}
+
+// ---- Key-value -----------------------------------------------------------------------
+
+absl::StatusOr<std::string> CoordinationAgent::GetKeyValue(const std::string& key,
+                                                           absl::Duration timeout) {
+  if (auto s = CheckConnected("GetKeyValue"); !s.ok()) return s;
+  tensorflow::GetKeyValueRequest request;
+  request.set_key(key);
+  tensorflow::GetKeyValueResponse response;
+  auto context = Context(timeout);
+  absl::Status status = FromGrpcStatus(stub_->GetKeyValue(context.get(), request, &response));
+  if (status.code() == absl::StatusCode::kDeadlineExceeded && !IsCoordinationServiceError(status)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("key \"", key, "\" was not set within ", absl::FormatDuration(timeout)));
+  }
+  if (!status.ok()) return status;
+  return response.kv().value();
+}
+
+std::shared_ptr<AsyncGet> CoordinationAgent::GetKeyValueAsync(const std::string& key,
+                                                              ValueCallback done) {
+  auto get = std::make_shared<PendingGet>();
+  get->request.set_key(key);
+  get->done = std::move(done);
+  if (auto s = CheckConnected("GetKeyValueAsync"); !s.ok()) {
+    get->done(s);
+    return get;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    pending_gets_.insert(get);
+  }
+  stub_->async()->GetKeyValue(&get->context, &get->request, &get->response,
+                              [this, get](const grpc::Status& grpc_status) {
+                                absl::Status status = FromGrpcStatus(grpc_status);
+                                ValueCallback done = std::move(get->done);
+                                if (status.ok()) {
+                                  done(get->response.kv().value());
+                                } else {
+                                  done(status);
+                                }
+                                absl::MutexLock lock(&mu_);
+                                pending_gets_.erase(get);
+                              });
+  return get;
+}
+
+absl::StatusOr<std::string> CoordinationAgent::TryGetKeyValue(const std::string& key) {
+  if (auto s = CheckConnected("TryGetKeyValue"); !s.ok()) return s;
+  tensorflow::TryGetKeyValueRequest request;
+  request.set_key(key);
+  tensorflow::TryGetKeyValueResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->TryGetKeyValue(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response.kv().value();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationAgent::GetKeyValueDir(
+    const std::string& directory) {
+  if (auto s = CheckConnected("GetKeyValueDir"); !s.ok()) return s;
+  tensorflow::GetKeyValueDirRequest request;
+  request.set_directory_key(directory);
+  tensorflow::GetKeyValueDirResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->GetKeyValueDir(context.get(), request, &response));
+  if (!status.ok()) return status;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& kv : response.kv()) out.emplace_back(kv.key(), kv.value());
+  return out;
+}
+
+absl::Status CoordinationAgent::InsertKeyValue(const std::string& key, const std::string& value) {
+  if (auto s = CheckConnected("InsertKeyValue"); !s.ok()) return s;
+  tensorflow::InsertKeyValueRequest request;
+  request.mutable_kv()->set_key(key);
+  request.mutable_kv()->set_value(value);
+  tensorflow::InsertKeyValueResponse response;
+  auto context = Context(config_.rpc_timeout);
+  return FromGrpcStatus(stub_->InsertKeyValue(context.get(), request, &response));
+}
+
+absl::Status CoordinationAgent::UpdateKeyValue(const std::string& key, const std::string& value) {
+  if (auto s = CheckConnected("UpdateKeyValue"); !s.ok()) return s;
+  tensorflow::InsertKeyValueRequest request;
+  request.mutable_kv()->set_key(key);
+  request.mutable_kv()->set_value(value);
+  request.set_allow_overwrite(true);
+  tensorflow::InsertKeyValueResponse response;
+  auto context = Context(config_.rpc_timeout);
+  return FromGrpcStatus(stub_->InsertKeyValue(context.get(), request, &response));
+}
+
+absl::Status CoordinationAgent::DeleteKeyValue(const std::string& key) {
+  if (auto s = CheckConnected("DeleteKeyValue"); !s.ok()) return s;
+  tensorflow::DeleteKeyValueRequest request;
+  request.set_key(key);
+  request.set_is_directory(true);
+  tensorflow::DeleteKeyValueResponse response;
+  auto context = Context(config_.rpc_timeout);
+  return FromGrpcStatus(stub_->DeleteKeyValue(context.get(), request, &response));
+}
+
+absl::StatusOr<int64_t> CoordinationAgent::IncrementKeyValue(const std::string& key,
+                                                             int64_t delta) {
+  if (auto s = CheckConnected("IncrementKeyValue"); !s.ok()) return s;
+  tensorflow::IncrementKeyValueRequest request;
+  request.set_key(key);
+  request.set_increment(delta);
+  tensorflow::IncrementKeyValueResponse response;
+  auto context = Context(config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->IncrementKeyValue(context.get(), request, &response));
+  if (!status.ok()) return status;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(response.kv().value(), &value)) {
+    return absl::InternalError(
+        absl::StrCat("the coordinator answered a non-integer \"", response.kv().value(), "\""));
+  }
+  return value;
+}
+
+// ---- Barriers ------------------------------------------------------------------------
+
+absl::Status CoordinationAgent::WaitAtBarrier(const std::string& id, absl::Duration timeout,
+                                              const std::vector<TaskId>& tasks) {
+  if (auto s = CheckConnected("WaitAtBarrier"); !s.ok()) return s;
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier \"", id, "\" needs a positive timeout"));
+  }
+  int64_t counter;
+  {
+    absl::MutexLock lock(&mu_);
+    counter = barrier_counters_[id];
+  }
+  tensorflow::BarrierRequest request;
+  request.set_barrier_id(id);
+  request.set_barrier_timeout_in_ms(absl::ToInt64Milliseconds(timeout));
+  for (const TaskId& task : tasks) *request.add_tasks() = ToProto(task);
+  *request.mutable_source_task() = OwnTaskProto();
+  request.set_counter(counter);
+  tensorflow::BarrierResponse response;
+  // The coordinator ends the barrier at its timeout; the slack lets its answer arrive.
+  auto context = Context(timeout + config_.rpc_timeout);
+  absl::Status status = FromGrpcStatus(stub_->Barrier(context.get(), request, &response));
+  // The next use of this id is the instance after the one the coordinator answered for.
+  std::optional<int64_t> answered;
+  if (status.ok()) {
+    answered = response.counter();
+  } else if (auto c = GetBarrierCounter(status)) {
+    answered = *c;
+  }
+  if (answered) {
+    absl::MutexLock lock(&mu_);
+    barrier_counters_[id] = std::max(barrier_counters_[id], *answered + 1);
+  }
+  return status;
+}
+
+absl::Status CoordinationAgent::CancelBarrier(const std::string& id) {
+  if (auto s = CheckConnected("CancelBarrier"); !s.ok()) return s;
+  tensorflow::CancelBarrierRequest request;
+  request.set_barrier_id(id);
+  *request.mutable_source_task() = OwnTaskProto();
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_counter(barrier_counters_[id]);
+  }
+  tensorflow::CancelBarrierResponse response;
+  auto context = Context(config_.rpc_timeout);
+  return FromGrpcStatus(stub_->CancelBarrier(context.get(), request, &response));
+}
+
+absl::StatusOr<std::vector<AliveTaskInfo>> CoordinationAgent::GetAliveTasks(
+    const std::vector<TaskId>& tasks, absl::Duration timeout) {
+  if (auto s = CheckConnected("GetAliveTasks"); !s.ok()) return s;
+  tensorflow::GetAliveTasksRequest request;
+  *request.mutable_requesting_task() = OwnTaskProto();
+  for (const TaskId& task : tasks) *request.add_tasks() = ToProto(task);
+  tensorflow::GetAliveTasksResponse response;
+  auto context = Context(timeout);
+  absl::Status status = FromGrpcStatus(stub_->GetAliveTasks(context.get(), request, &response));
+  if (!status.ok()) return status;
+  std::vector<AliveTaskInfo> out;
+  for (int i = 0; i < response.alive_tasks_size(); ++i) {
+    const auto& task = response.alive_tasks(i);
+    out.push_back({{task.job_name(), task.task_id()},
+                   i < response.incarnations_size() ? response.incarnations(i) : 0});
+  }
+  return out;
+}
+
+// ---- Watches -------------------------------------------------------------------------
+
+absl::StatusOr<int64_t> CoordinationAgent::StartWatchKey(const std::string& key,
+                                                         KeyWatcher::EventCallback on_event) {
+  if (!IsInitialized()) return absl::FailedPreconditionError("StartWatchKey needs Initialize");
+  auto watcher = KeyWatcher::Start(channel_, key, std::move(on_event));
+  if (!watcher.ok()) return watcher.status();
+  absl::MutexLock lock(&watch_mu_);
+  int64_t id = next_watch_id_++;
+  watchers_.emplace(id, std::move(*watcher));
+  return id;
+}
+
+void CoordinationAgent::StopWatchKey(int64_t id) {
+  std::unique_ptr<KeyWatcher> watcher;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    auto it = watchers_.find(id);
+    if (it == watchers_.end()) return;
+    watcher = std::move(it->second);
+    watchers_.erase(it);
+  }
+  watcher->Stop();
+}
+
+}  // namespace cohort

@@ -1,0 +1,191 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/key_watcher.h"
+#include "grpcpp/grpcpp.h"
+#include "tensorflow/coordination_service.grpc.pb.h"
+
+namespace cohort {
+
+struct AgentConfig {
+  std::string coordinator_address;  // HOST:PORT
+  std::string job_name;
+  int32_t task_id = 0;
+  // 0 picks a random one at Initialize and at every Reset.
+  uint64_t incarnation = 0;
+  bool recoverable = false;
+  // Heartbeats go out every interval; after `heartbeat_timeout` without a successful one
+  // the agent gives up on the coordinator and enters ERROR. Keep the coordinator's
+  // --heartbeat-timeout at least twice the interval.
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  // How long Connect keeps trying (the register barrier included).
+  absl::Duration register_timeout = absl::Minutes(5);
+  // Deadline of calls that answer at once (insert, try-get, delete, ...).
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // Client-side limit on the shutdown barrier; the coordinator's own timeout also applies.
+  absl::Duration shutdown_timeout = absl::Minutes(5);
+  // Keep a PollForError call parked, so errors of other tasks arrive at once.
+  bool poll_for_errors = true;
+  // Empty: insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+enum class AgentState { kUninitialized, kDisconnected, kConnected, kError };
+const char* AgentStateName(AgentState state);
+
+struct TaskId {
+  std::string job;
+  int32_t id = 0;
+  friend bool operator==(const TaskId& a, const TaskId& b) {
+    return a.job == b.job && a.id == b.id;
+  }
+  friend bool operator<(const TaskId& a, const TaskId& b) {
+    return a.job != b.job ? a.job < b.job : a.id < b.id;
+  }
+};
+
+struct AgentTaskState {
+  TaskId task;
+  tensorflow::CoordinatedTaskState state = tensorflow::TASKSTATE_UNSPECIFIED;
+  uint64_t incarnation = 0;
+  absl::Status error;
+};
+
+struct AliveTaskInfo {
+  TaskId task;
+  uint64_t incarnation = 0;
+};
+
+// A pending GetKeyValueAsync. Cancel ends it with CANCELLED unless it already finished;
+// its callback runs exactly once either way.
+class AsyncGet {
+ public:
+  virtual ~AsyncGet() = default;
+  virtual void Cancel() = 0;
+};
+
+// The client side of tensorflow.CoordinationService for one task of one job: registration
+// with retries, heartbeats, error polling, key-value, barriers, device exchange and
+// shutdown, plus cohort's key watches. States: UNINITIALIZED -> Initialize -> DISCONNECTED
+// -> Connect -> CONNECTED -> (an error) -> ERROR -> Reset -> DISCONNECTED. The error
+// callback runs once per error, on an agent thread; nothing here aborts the process.
+// Every method is thread-safe.
+class CoordinationAgent {
+ public:
+  using ErrorCallback = std::function<void(const absl::Status&)>;
+  using ValueCallback = std::function<void(absl::StatusOr<std::string>)>;
+
+  CoordinationAgent() = default;
+  ~CoordinationAgent();
+  CoordinationAgent(const CoordinationAgent&) = delete;
+  CoordinationAgent& operator=(const CoordinationAgent&) = delete;
+
+  absl::Status Initialize(AgentConfig config, ErrorCallback on_error = nullptr);
+  bool IsInitialized() const;
+  AgentState state() const;
+  uint64_t incarnation() const;
+  // The coordinator's incarnation seen at registration (0 before).
+  uint64_t leader_incarnation() const;
+  TaskId own_task() const;
+  // The error that moved the agent to ERROR (OK otherwise).
+  absl::Status last_error() const;
+
+  // Registers, retrying with backoff while the coordinator cannot be reached (an error
+  // from the coordinator itself is final), then starts heartbeats and error polling.
+  absl::Status Connect();
+  // Exchanges `local_devices` with every task of this job's group; the cluster's devices
+  // are then in GetClusterDeviceInfo, in task order.
+  absl::Status WaitForAllTasks(const tensorflow::DeviceInfo& local_devices);
+  tensorflow::DeviceInfo GetClusterDeviceInfo() const;
+  absl::StatusOr<std::vector<AgentTaskState>> GetTaskState(const std::vector<TaskId>& tasks);
+  // Tells the coordinator, which propagates it to every task; this agent enters ERROR.
+  absl::Status ReportError(const absl::Status& error);
+  // Back from ERROR to DISCONNECTED (a new incarnation when none was configured).
+  absl::Status Reset();
+  // Waits at the shutdown barrier (when connected), then disconnects.
+  absl::Status Shutdown();
+
+  // Key-value.
+  absl::StatusOr<std::string> GetKeyValue(const std::string& key,
+                                          absl::Duration timeout = absl::InfiniteDuration());
+  std::shared_ptr<AsyncGet> GetKeyValueAsync(const std::string& key, ValueCallback done);
+  absl::StatusOr<std::string> TryGetKeyValue(const std::string& key);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GetKeyValueDir(
+      const std::string& directory);
+  absl::Status InsertKeyValue(const std::string& key, const std::string& value);
+  absl::Status UpdateKeyValue(const std::string& key, const std::string& value);
+  absl::Status DeleteKeyValue(const std::string& key);
+  absl::StatusOr<int64_t> IncrementKeyValue(const std::string& key, int64_t delta);
+
+  // Barriers. An empty task list means every task of the workload. Counters are kept per
+  // barrier id, so that the same id can be used again.
+  absl::Status WaitAtBarrier(const std::string& id, absl::Duration timeout,
+                             const std::vector<TaskId>& tasks = {});
+  absl::Status CancelBarrier(const std::string& id);
+  // Blocks until every alive task of `tasks` has asked; answers the alive ones.
+  absl::StatusOr<std::vector<AliveTaskInfo>> GetAliveTasks(
+      const std::vector<TaskId>& tasks, absl::Duration timeout = absl::InfiniteDuration());
+
+  // Every insert, update and delete of `key` and of keys under "key/", in order, from now
+  // on; a dropped stream is resumed without losing events. Returns an id for StopWatchKey.
+  absl::StatusOr<int64_t> StartWatchKey(const std::string& key, KeyWatcher::EventCallback on_event);
+  // The callback is not called after this returns (unless called from that callback).
+  void StopWatchKey(int64_t id);
+
+ private:
+  class PendingGet;
+
+  absl::Status CheckState(AgentState want, const char* what) const;
+  absl::Status CheckConnected(const char* what) const {
+    return CheckState(AgentState::kConnected, what);
+  }
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  tensorflow::CoordinatedTask OwnTaskProto() const;
+  // Moves to ERROR with `error` and runs the callback, unless already there.
+  void SetError(const absl::Status& error);
+  void StartBackground();
+  void StopBackground();
+  void HeartbeatLoop();
+  void StartErrorPoll();
+  void OnPollDone(const absl::Status& status);
+
+  AgentConfig config_;
+  ErrorCallback on_error_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tensorflow::CoordinationService::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  AgentState state_ ABSL_GUARDED_BY(mu_) = AgentState::kUninitialized;
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t leader_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  tensorflow::DeviceInfo cluster_devices_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> barrier_counters_ ABSL_GUARDED_BY(mu_);
+  std::set<std::shared_ptr<PendingGet>> pending_gets_ ABSL_GUARDED_BY(mu_);
+
+  // Background work of one connection: heartbeats and the parked error poll.
+  bool background_running_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_thread_;
+  struct ErrorPoll;
+  std::shared_ptr<ErrorPoll> poll_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex watch_mu_;
+  int64_t next_watch_id_ ABSL_GUARDED_BY(watch_mu_) = 1;
+  std::map<int64_t, std::unique_ptr<KeyWatcher>> watchers_ ABSL_GUARDED_BY(watch_mu_);
+};
+
+}  // namespace cohort

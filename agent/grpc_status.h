@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace cohort {
+
+// The payload keys a coordinator puts in a status's details (a GrpcPayloadContainer). The
+// agent keeps them on the absl::Status under the same keys, as the TSL agent does.
+inline constexpr char kCoordinationServiceErrorUrl[] =
+    "type.googleapis.com/tensorflow.CoordinationServiceError";
+inline constexpr char kBarrierErrorUrl[] = "type.googleapis.com/tensorflow.BarrierError";
+
+// A gRPC status as an absl::Status, with the coordinator's payloads attached.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// The coordinator itself said no (the status has a CoordinationServiceError payload), as
+// opposed to the call not reaching it.
+bool IsCoordinationServiceError(const absl::Status& status);
+
+struct ErrorSource {
+  bool is_reported_error = false;
+  std::string job;
+  int32_t task_id = -1;  // -1: none named
+};
+std::optional<ErrorSource> GetErrorSource(const absl::Status& status);
+// The counter of the barrier instance an error is about.
+std::optional<int64_t> GetBarrierCounter(const absl::Status& status);
+
+}  // namespace cohort
