@@ -217,7 +217,7 @@ int Status(Client& client) {
               static_cast<long long>(snapshot->key_bytes()),
               static_cast<long long>(snapshot->key_revision()));
   PrintTasks(*snapshot);
-  std::printf("(* auxiliary task)\n");
+  if (workload < snapshot->tasks_size()) std::printf("(* auxiliary task)\n");
   if (snapshot->barriers_size() > 0) {
     std::printf("\n%-24s %-8s %-8s %-10s %s\n", "BARRIER", "COUNTER", "OPEN", "DEADLINE",
                 "MISSING");

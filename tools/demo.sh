@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo job: a coordinator and four local tasks that register, exchange addresses
-# through the key-value store, pass barriers and shut down. Everything runs on loopback.
+# The demo job: a coordinator and four local tasks (examples/agent, on the cohort agent)
+# that register, exchange addresses through the key-value store, watch a key, pass
+# barriers and shut down. Everything runs on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/bin
@@ -24,7 +25,7 @@ curl -sf 127.0.0.1:$HTTP/readyz >/dev/null || { cat "$LOG"; echo "coordinator di
 
 echo "== launching $TASKS tasks"
 for i in $(seq 0 $((TASKS - 1))); do
-  $BIN/cohort-demo-task --coordinator 127.0.0.1:$GRPC --task "$i" &
+  $BIN/cohort-agent-example --coordinator 127.0.0.1:$GRPC --task "$i" --num-tasks "$TASKS" &
   pids+=($!)
   sleep 0.3
 done
@@ -32,6 +33,9 @@ status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 pids=()
 
+echo "== what cohortctl shows of the finished job"
+$BIN/cohortctl --coordinator 127.0.0.1:$GRPC status || true
+$BIN/cohortctl --coordinator 127.0.0.1:$GRPC kv ls demo || true
 echo "== what the coordinator saw (from http://127.0.0.1:$HTTP/metrics)"
 curl -s 127.0.0.1:$HTTP/metrics | grep -E '^cohort_coordinator_(tasks|barriers_total|kv_keys|cluster_registered|rpcs_total\{protocol="tensorflow",method="(RegisterTask|Barrier)")' || true
 echo "== coordinator log"

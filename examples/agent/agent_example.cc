@@ -1,0 +1,134 @@
+// cohort-agent-example: a small C++ workload on the cohort agent. Each task connects,
+// publishes its address, watches the job's configuration, passes a barrier per training
+// step and shuts down through the shutdown barrier, printing what it does.
+//
+// Identity comes from the env the cohort operator injects (COHORT_COORDINATOR_ADDRESS,
+// COHORT_JOB_NAME, COHORT_TASK_ID, COHORT_NUM_TASKS); flags override it.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "agent/coordination_agent.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+std::string Env(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+int task_id = 0;
+
+void Say(const std::string& what) {
+  std::printf("[task %d] %s\n", task_id, what.c_str());
+  std::fflush(stdout);
+}
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "[task %d] %s failed: %s\n", task_id, what.c_str(),
+               status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cohort-agent-example: a workload task on the cohort agent. It connects, publishes its\n"
+      "address, watches demo/config, passes one barrier per step and shuts down.",
+      "cohort-agent-example"};
+  cohort::AgentConfig config;
+  config.coordinator_address = Env("COHORT_COORDINATOR_ADDRESS", "localhost:8476");
+  config.job_name = Env("COHORT_JOB_NAME", "worker");
+  int num_tasks = std::atoi(Env("COHORT_NUM_TASKS", "1").c_str());
+  task_id = std::atoi(Env("COHORT_TASK_ID", "0").c_str());
+  int steps = 3, exit_at_step = -1, exit_code = 1;
+  double step_seconds = 0.2;
+  app.add_option("--coordinator", config.coordinator_address,
+                 "coordinator address ($COHORT_COORDINATOR_ADDRESS)")
+      ->capture_default_str();
+  app.add_option("--job", config.job_name, "job name ($COHORT_JOB_NAME)")->capture_default_str();
+  app.add_option("--task", task_id, "task id ($COHORT_TASK_ID)")->capture_default_str();
+  app.add_option("--num-tasks", num_tasks, "tasks in the job ($COHORT_NUM_TASKS)")
+      ->capture_default_str();
+  app.add_option("--steps", steps, "training steps, one barrier each")->capture_default_str();
+  app.add_option("--step-seconds", step_seconds, "time each step takes")->capture_default_str();
+  app.add_option("--exit-at-step", exit_at_step,
+                 "exit with --exit-code at this step, as a crashing worker would (-1: never)");
+  app.add_option("--exit-code", exit_code, "exit status for --exit-at-step")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  config.task_id = task_id;
+  spdlog::set_level(spdlog::level::warn);
+
+  cohort::CoordinationAgent agent;
+  if (auto s = agent.Initialize(config,
+                                [](const absl::Status& error) {
+                                  Say(absl::StrCat("the job failed: ", error.message()));
+                                });
+      !s.ok()) {
+    return Fail("initialize", s);
+  }
+  Say(absl::StrCat("connecting to ", config.coordinator_address, " as /job:", config.job_name,
+                   "/task:", task_id, " of ", num_tasks));
+  if (auto s = agent.Connect(); !s.ok()) return Fail("connect", s);
+  Say("registered; every task of the job is here");
+
+  // Watch the job's configuration: task 0 writes it, everyone sees it change.
+  absl::Notification config_seen;
+  auto watch = agent.StartWatchKey("demo/config", [&](absl::StatusOr<cohort::KeyChange> change) {
+    if (!change.ok()) return Say(absl::StrCat("config watch ended: ", change.status().message()));
+    Say(absl::StrCat("saw ", cohort::KeyChangeTypeName(change->type), " ", change->key, " = ",
+                     change->value, " (revision ", change->revision, ")"));
+    if (change->key == "demo/config/learning_rate" && !config_seen.HasBeenNotified()) {
+      config_seen.Notify();
+    }
+  });
+  if (!watch.ok()) return Fail("watch demo/config", watch.status());
+
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  std::string address = absl::StrCat(host, ":", 9000 + task_id);
+  if (auto s = agent.InsertKeyValue(absl::StrCat("demo/peers/", task_id), address); !s.ok()) {
+    return Fail("publish address", s);
+  }
+  if (auto s = agent.WaitAtBarrier("demo/peers-published", absl::Minutes(5)); !s.ok()) {
+    return Fail("barrier peers-published", s);
+  }
+  auto peers = agent.GetKeyValueDir("demo/peers");
+  if (!peers.ok()) return Fail("read peers", peers.status());
+  Say(absl::StrCat("found ", peers->size(), " peers, e.g. ", peers->front().first, " -> ",
+                   peers->front().second));
+
+  if (task_id == 0 && !agent.InsertKeyValue("demo/config/learning_rate", "0.01").ok()) {
+    return Fail("write config", absl::InternalError("insert failed"));
+  }
+  if (!config_seen.WaitForNotificationWithTimeout(absl::Minutes(5))) {
+    return Fail("config watch", absl::DeadlineExceededError("no config within 5 minutes"));
+  }
+
+  for (int step = 0; step < steps; ++step) {
+    if (step == exit_at_step) {
+      Say(absl::StrCat("exiting with status ", exit_code, " at step ", step, " as asked"));
+      std::fflush(stdout);
+      _exit(exit_code);
+    }
+    absl::SleepFor(absl::Seconds(step_seconds));
+    auto done = agent.IncrementKeyValue("demo/steps_done", 1);
+    if (!done.ok()) return Fail("count step", done.status());
+    if (auto s = agent.WaitAtBarrier("demo/step", absl::Minutes(5)); !s.ok()) {
+      return Fail(absl::StrCat("barrier of step ", step), s);
+    }
+    Say(absl::StrCat("step ", step, " done (", *done, " task-steps so far)"));
+  }
+  agent.StopWatchKey(*watch);
+  if (auto s = agent.Shutdown(); !s.ok()) return Fail("shutdown", s);
+  Say("shut down cleanly");
+  return 0;
+}
