@@ -43,7 +43,7 @@ format: deps
 
 # clang-tidy over our own sources (not the generated protobuf code); findings are errors.
 lint: build
-	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '/(common|service|bench|examples|tests)/[^/]+' \
+	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '/(agent|common|service|sidecar|bench|examples|tests)/[^/]+' \
 	  > $(BUILD)/clang-tidy.log 2>&1 || { grep -E 'error:|warning:' $(BUILD)/clang-tidy.log; exit 1; }
 	@echo "clang-tidy: clean"
 

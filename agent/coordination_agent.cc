@@ -150,12 +150,29 @@ absl::Status CoordinationAgent::CheckState(AgentState want, const char* what) co
   return absl::FailedPreconditionError(message);
 }
 
-std::unique_ptr<grpc::ClientContext> CoordinationAgent::Context(absl::Duration timeout) const {
-  auto context = std::make_unique<grpc::ClientContext>();
+std::shared_ptr<grpc::ClientContext> CoordinationAgent::Context(absl::Duration timeout) const {
+  auto* context = new grpc::ClientContext;
   if (timeout != absl::InfiniteDuration()) {
     context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
-  return context;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_.insert(context);
+  }
+  return std::shared_ptr<grpc::ClientContext>(context, [this](grpc::ClientContext* done) {
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_.erase(done);
+    }
+    delete done;
+  });
+}
+
+void CoordinationAgent::CancelPendingCalls() {
+  absl::MutexLock lock(&mu_);
+  ++cancellations_;
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  for (const auto& get : pending_gets_) get->Cancel();
 }
 
 tensorflow::CoordinatedTask CoordinationAgent::OwnTaskProto() const {
@@ -191,6 +208,15 @@ absl::Status CoordinationAgent::Connect() {
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Status status;
   int attempt = 0;
+  int64_t cancellations;
+  {
+    absl::MutexLock lock(&mu_);
+    cancellations = cancellations_;
+  }
+  auto cancelled = [this, cancellations] {
+    absl::MutexLock lock(&mu_);
+    return cancellations_ != cancellations;
+  };
   while (true) {
     ++attempt;
     auto context = Context(give_up - absl::Now());
@@ -210,7 +236,7 @@ absl::Status CoordinationAgent::Connect() {
       return absl::OkStatus();
     }
     // The coordinator answered: retrying would get the same answer.
-    if (IsCoordinationServiceError(status)) break;
+    if (IsCoordinationServiceError(status) || cancelled()) break;
     if (absl::Now() + backoff >= give_up) break;
     spdlog::info("registering {} with {} failed (attempt {}): {}; retrying in {}",
                  TaskString(config_.job_name, config_.task_id), config_.coordinator_address,
@@ -273,7 +299,9 @@ void CoordinationAgent::HeartbeatLoop() {
     }
     auto context = Context(std::min(config_.heartbeat_interval, config_.rpc_timeout));
     tensorflow::HeartbeatResponse response;
+    absl::Time sent = absl::Now();
     absl::Status status = FromGrpcStatus(stub_->Heartbeat(context.get(), request, &response));
+    if (config_.on_heartbeat) config_.on_heartbeat(absl::Now() - sent, status);
     if (status.ok() && response.leader_incarnation() != leader) {
       SetError(absl::AbortedError(absl::StrCat(
           "the coordinator at ", config_.coordinator_address, " restarted (incarnation ",
@@ -320,7 +348,7 @@ void CoordinationAgent::StartErrorPoll() {
 void CoordinationAgent::OnPollDone(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
-    if (!background_running_) return;  // we cancelled it
+    if (!background_running_ || shutting_down_) return;  // we ended it
   }
   // Only the coordinator's own answers are errors of the job; a poll that could not reach
   // it is parked again by the heartbeat loop, which also decides when to give up.
@@ -420,6 +448,10 @@ absl::Status CoordinationAgent::Shutdown() {
   }
   absl::Status status;
   if (state == AgentState::kConnected) {
+    {
+      absl::MutexLock lock(&mu_);
+      shutting_down_ = true;
+    }
     tensorflow::ShutdownTaskRequest request;
     *request.mutable_source_task() = OwnTaskProto();
     tensorflow::ShutdownTaskResponse response;
@@ -436,6 +468,7 @@ absl::Status CoordinationAgent::Shutdown() {
   }
   absl::MutexLock lock(&mu_);
   state_ = AgentState::kDisconnected;
+  shutting_down_ = false;
   return status;
 }
 

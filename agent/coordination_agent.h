@@ -42,6 +42,8 @@ struct AgentConfig {
   bool poll_for_errors = true;
   // Empty: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Told of every heartbeat's round trip and outcome, on the heartbeat thread (metrics).
+  std::function<void(absl::Duration, const absl::Status&)> on_heartbeat;
 };
 
 enum class AgentState { kUninitialized, kDisconnected, kConnected, kError };
@@ -116,6 +118,9 @@ class CoordinationAgent {
   absl::Status ReportError(const absl::Status& error);
   // Back from ERROR to DISCONNECTED (a new incarnation when none was configured).
   absl::Status Reset();
+  // Ends every call to the coordinator in flight (Connect and its retries, blocking gets,
+  // barriers, device exchange, ...) with CANCELLED, for a process that is going away.
+  void CancelPendingCalls();
   // Waits at the shutdown barrier (when connected), then disconnects.
   absl::Status Shutdown();
 
@@ -153,7 +158,8 @@ class CoordinationAgent {
   absl::Status CheckConnected(const char* what) const {
     return CheckState(AgentState::kConnected, what);
   }
-  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // A context registered as in flight until it is destroyed, so CancelPendingCalls finds it.
+  std::shared_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
   tensorflow::CoordinatedTask OwnTaskProto() const;
   // Moves to ERROR with `error` and runs the callback, unless already there.
   void SetError(const absl::Status& error);
@@ -176,9 +182,14 @@ class CoordinationAgent {
   tensorflow::DeviceInfo cluster_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> barrier_counters_ ABSL_GUARDED_BY(mu_);
   std::set<std::shared_ptr<PendingGet>> pending_gets_ ABSL_GUARDED_BY(mu_);
+  mutable std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  int64_t cancellations_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Background work of one connection: heartbeats and the parked error poll.
   bool background_running_ ABSL_GUARDED_BY(mu_) = false;
+  // Set while Shutdown waits at the barrier: the coordinator then ends the error poll with
+  // "shut down", which is no error.
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
   struct ErrorPoll;
   std::shared_ptr<ErrorPoll> poll_ ABSL_GUARDED_BY(mu_);

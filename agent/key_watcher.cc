@@ -148,7 +148,7 @@ struct KeyWatcher::State {
 };
 
 absl::StatusOr<std::unique_ptr<KeyWatcher>> KeyWatcher::Start(
-    std::shared_ptr<grpc::Channel> channel, std::string key, EventCallback callback,
+    const std::shared_ptr<grpc::Channel>& channel, std::string key, EventCallback callback,
     Options options) {
   if (options.start_revision < 0) {
     return absl::InvalidArgumentError("the start revision cannot be negative");

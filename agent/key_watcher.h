@@ -39,13 +39,12 @@ class KeyWatcher {
   };
 
   // Returns once the coordinator has accepted the watch.
-  static absl::StatusOr<std::unique_ptr<KeyWatcher>> Start(std::shared_ptr<grpc::Channel> channel,
-                                                           std::string key, EventCallback callback,
-                                                           Options options);
-  static absl::StatusOr<std::unique_ptr<KeyWatcher>> Start(std::shared_ptr<grpc::Channel> channel,
-                                                           std::string key,
-                                                           EventCallback callback) {
-    return Start(std::move(channel), std::move(key), std::move(callback), Options{});
+  static absl::StatusOr<std::unique_ptr<KeyWatcher>> Start(
+      const std::shared_ptr<grpc::Channel>& channel, std::string key, EventCallback callback,
+      Options options);
+  static absl::StatusOr<std::unique_ptr<KeyWatcher>> Start(
+      const std::shared_ptr<grpc::Channel>& channel, std::string key, EventCallback callback) {
+    return Start(channel, std::move(key), std::move(callback), Options{});
   }
   ~KeyWatcher();
 

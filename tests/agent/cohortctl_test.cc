@@ -1,9 +1,5 @@
 // cohortctl, the binary, against a live coordinator on loopback.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <future>
 #include <string>
@@ -13,94 +9,22 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
-
-extern char** environ;
+#include "tests/support/subprocess.h"
 
 namespace cohort::testing {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = ProcessResult;
 
-std::string ReadAll(int fd) {
-  std::string data;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof buffer)) > 0) data.append(buffer, n);
-  return data;
+std::vector<std::string> WithBinary(std::vector<std::string> args) {
+  args.insert(args.begin(), std::string(COHORT_BIN_DIR) + "/cohortctl");
+  return args;
 }
 
-// A running cohortctl with its stdout and stderr on pipes.
-class Cohortctl {
+// A running cohortctl.
+class Cohortctl : public Subprocess {
  public:
-  explicit Cohortctl(std::vector<std::string> args) {
-    std::string binary = std::string(COHORT_BIN_DIR) + "/cohortctl";
-    args.insert(args.begin(), binary);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int out[2], err[2];
-    EXPECT_EQ(pipe(out), 0);
-    EXPECT_EQ(pipe(err), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    posix_spawn_file_actions_addclose(&actions, err[0]);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    EXPECT_EQ(posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    close(out[1]);
-    close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-  }
-  ~Cohortctl() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-
-  // Reads stdout until `n` lines arrived (or it closed).
-  std::vector<std::string> ReadLines(size_t n) {
-    std::vector<std::string> lines;
-    std::string partial;
-    char c;
-    while (lines.size() < n && read(out_fd_, &c, 1) == 1) {
-      if (c == '\n') {
-        lines.push_back(partial);
-        partial.clear();
-      } else {
-        partial += c;
-      }
-    }
-    return lines;
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-
-  Result Wait() {
-    Result result;
-    auto err = std::async(std::launch::async, [this] { return ReadAll(err_fd_); });
-    result.out = ReadAll(out_fd_);
-    result.err = err.get();
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    close(out_fd_);
-    close(err_fd_);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return result;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
+  explicit Cohortctl(std::vector<std::string> args) : Subprocess(WithBinary(std::move(args))) {}
 };
 
 class CohortctlTest : public ::testing::Test {

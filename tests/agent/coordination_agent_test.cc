@@ -251,7 +251,8 @@ TEST_F(AgentTest, AsyncGetAnswersOnceAndCanBeCancelled) {
   CoordinationAgent& a = *agents[0];
 
   std::promise<absl::StatusOr<std::string>> set_promise;
-  a.GetKeyValueAsync("later", [&](absl::StatusOr<std::string> v) { set_promise.set_value(v); });
+  a.GetKeyValueAsync("later",
+                     [&](const absl::StatusOr<std::string>& v) { set_promise.set_value(v); });
   ASSERT_TRUE(a.InsertKeyValue("later", "v").ok());
   auto set = set_promise.get_future().get();
   ASSERT_TRUE(set.ok());
@@ -259,7 +260,7 @@ TEST_F(AgentTest, AsyncGetAnswersOnceAndCanBeCancelled) {
 
   std::promise<absl::StatusOr<std::string>> cancel_promise;
   auto pending = a.GetKeyValueAsync(
-      "never", [&](absl::StatusOr<std::string> v) { cancel_promise.set_value(v); });
+      "never", [&](const absl::StatusOr<std::string>& v) { cancel_promise.set_value(v); });
   pending->Cancel();
   EXPECT_EQ(cancel_promise.get_future().get().status().code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(
@@ -274,7 +275,7 @@ TEST_F(AgentTest, ShutdownAndResetCancelPendingAsyncGets) {
   std::atomic<int> answers{0};
   absl::Status seen;
   absl::Mutex mu;
-  a.GetKeyValueAsync("never", [&](absl::StatusOr<std::string> v) {
+  a.GetKeyValueAsync("never", [&](const absl::StatusOr<std::string>& v) {
     absl::MutexLock lock(&mu);
     seen = v.status();
     ++answers;
@@ -282,10 +283,11 @@ TEST_F(AgentTest, ShutdownAndResetCancelPendingAsyncGets) {
   ASSERT_TRUE(a.Shutdown().ok());
   EXPECT_EQ(answers.load(), 1);  // answered before Shutdown returned
   EXPECT_EQ(seen.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(logs[0].Count(), 0);  // a clean shutdown is no error
 
   // Reset from ERROR, reconnect, and a pending get ends with the reset too.
   ASSERT_TRUE(a.Connect().ok());
-  a.GetKeyValueAsync("never", [&](absl::StatusOr<std::string> v) {
+  a.GetKeyValueAsync("never", [&](const absl::StatusOr<std::string>& v) {
     absl::MutexLock lock(&mu);
     seen = v.status();
     ++answers;

@@ -1,0 +1,163 @@
+#include "sidecar/gpu/gpu_monitor.h"
+
+#include <iostream>
+#include <utility>
+
+#include "sidecar/gpu/device_query.h"
+#include "sidecar/gpu/gpu_sampler.h"
+
+namespace cohort::gpu {
+
+GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options)) {
+  inventory_.library_path = NvmlLibrary::ResolvePath(options_.library_path);
+  library_ = NvmlLibrary::Open(inventory_.library_path, &inventory_.diagnostic);
+  if (library_ == nullptr) {
+    health_ = std::make_unique<GpuHealthTracker>(options_.health_policy, std::vector<std::string>{},
+                                                 options_.on_health_event);
+    Log(inventory_.diagnostic);
+    return;
+  }
+  inventory_.nvml_loaded = true;
+  inventory_.missing_functions = library_->missing_functions();
+
+  InventoryReading reading = ReadInventory(*library_, options_.sysfs_pci_devices_dir);
+  inventory_.driver = std::move(reading.driver);
+  inventory_.gpus = std::move(reading.gpus);
+  inventory_.topology = std::move(reading.topology);
+  devices_ = std::move(reading.devices);
+  for (const std::string& problem : reading.problems) Log(problem);
+
+  std::vector<std::string> uuids;
+  for (const GpuInfo& gpu : inventory_.gpus) uuids.push_back(gpu.uuid);
+  health_ = std::make_unique<GpuHealthTracker>(options_.health_policy, std::move(uuids),
+                                               options_.on_health_event);
+  lost_.assign(inventory_.gpus.size(), false);
+
+  if (inventory_.gpus.empty()) {
+    inventory_.diagnostic = "NVML in " + inventory_.library_path + " (driver " +
+                            inventory_.driver.driver_version + ") found no GPUs; reporting 0 GPUs";
+    Log(inventory_.diagnostic);
+    return;
+  }
+
+  for (const GpuInfo& gpu : inventory_.gpus) {
+    if (!gpu.lost) continue;
+    lost_[gpu.index] = true;
+    health_->OnGpuLost(gpu.index, "NVML_ERROR_GPU_IS_LOST while reading the inventory");
+  }
+  watcher_ = std::make_unique<GpuEventWatcher>(*library_, devices_);
+  for (const std::string& problem : watcher_->problems()) Log(problem);
+
+  std::string summary = "NVML in " + inventory_.library_path + " (driver " +
+                        inventory_.driver.driver_version + ") found " +
+                        std::to_string(inventory_.gpus.size()) + " GPUs";
+  if (!inventory_.missing_functions.empty()) {
+    summary += "; this driver lacks";
+    for (const std::string& name : inventory_.missing_functions) summary += " " + name;
+  }
+  Log(summary);
+}
+
+GpuMonitor::~GpuMonitor() {
+  StopEventThread();
+  // The watcher's event set must be freed before NVML shuts down.
+  watcher_.reset();
+}
+
+std::vector<GpuSample> GpuMonitor::Sample() {
+  std::lock_guard<std::mutex> lock(sample_mu_);
+  std::vector<GpuSample> samples;
+  if (library_ == nullptr) return samples;
+  for (size_t index = 0; index < devices_.size(); ++index) {
+    int gpu = static_cast<int>(index);
+    if (devices_[index] == nullptr) {
+      GpuSample unreadable;
+      unreadable.index = gpu;
+      unreadable.lost = lost_[index];
+      samples.push_back(unreadable);
+      continue;
+    }
+    DeviceQuery query(lost_[index]);
+    samples.push_back(ReadSample(library_->api(), gpu, devices_[index], &query));
+    if (query.lost() && !lost_[index]) {
+      lost_[index] = true;
+      health_->OnGpuLost(gpu, "NVML_ERROR_GPU_IS_LOST from " + query.lost_in());
+    }
+    if (!samples.back().lost) health_->OnEccCounts(gpu, samples.back().ecc);
+  }
+  return samples;
+}
+
+std::vector<GpuEvent> GpuMonitor::PollEvents(std::chrono::milliseconds timeout) {
+  return PollAndApply(timeout).events;
+}
+
+EventPoll GpuMonitor::PollAndApply(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(poll_mu_);
+  if (!listening_for_events()) return {};
+  EventPoll poll = watcher_->Poll(timeout);
+  for (const GpuEvent& event : poll.events) {
+    if (options_.on_event) options_.on_event(event);
+    if (event.kind == GpuEvent::Kind::kXid) {
+      health_->OnXid(event.gpu_index, event.xid);
+    } else {
+      health_->OnDoubleBitEccEvent(event.gpu_index);
+    }
+  }
+  if (poll.gpu_lost) Sample();  // the wait does not say which GPU; a sample finds it
+  // A broken wait fails every time; say so once per distinct error.
+  if (poll.error != last_poll_error_ && !poll.error.empty()) Log(poll.error);
+  last_poll_error_ = poll.error;
+  return poll;
+}
+
+bool GpuMonitor::listening_for_events() const {
+  return watcher_ != nullptr && watcher_->listening();
+}
+
+bool GpuMonitor::StartEventThread() {
+  if (!listening_for_events()) return false;
+  std::lock_guard<std::mutex> lock(thread_mu_);
+  if (event_thread_.joinable()) return true;
+  stop_ = false;
+  event_thread_ = std::thread([this] { EventLoop(); });
+  return true;
+}
+
+void GpuMonitor::StopEventThread() {
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(thread_mu_);
+    stop_ = true;
+    thread = std::move(event_thread_);
+  }
+  stop_cv_.notify_all();
+  if (thread.joinable()) thread.join();
+}
+
+void GpuMonitor::EventLoop() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(thread_mu_);
+      if (stop_) return;
+    }
+    EventPoll poll = PollAndApply(options_.event_wait_slice);
+    if (!poll.error.empty()) {
+      // A failing wait returns at once; pause for a slice so the thread does not spin.
+      std::unique_lock<std::mutex> lock(thread_mu_);
+      stop_cv_.wait_for(lock, options_.event_wait_slice, [this] { return stop_; });
+    }
+  }
+}
+
+std::vector<GpuHealth> GpuMonitor::Health() const { return health_->Snapshot(); }
+
+void GpuMonitor::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::cerr << "cohort-gpu: " << line << std::endl;
+  }
+}
+
+}  // namespace cohort::gpu

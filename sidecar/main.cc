@@ -1,0 +1,183 @@
+// cohort-sidecar: the agent of one worker pod.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/yaml_config.h"
+#include "sidecar/sidecar.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+std::string Env(const char* name, const std::string& fallback = "") {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "cohort-sidecar: %s\n", message.c_str());
+  return 2;
+}
+
+bool ParseDuration(const std::string& text, absl::Duration* out) {
+  return absl::ParseDuration(text, out) && *out > absl::ZeroDuration();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cohort-sidecar: runs in every worker pod next to the workload. It registers the pod with\n"
+      "the coordinator (in the auxiliary sidecar job), publishes the node's GPUs and hands rank\n"
+      "and cluster topology to the workload (cluster.json and cluster.env in --handoff-dir,\n"
+      "and GET /v1/cluster), serves GPU and agent metrics, and reports a GPU fault or the\n"
+      "workload's exit to the coordinator at once.\n\n"
+      "Identity comes from the env the cohort operator injects (COHORT_COORDINATOR_ADDRESS,\n"
+      "COHORT_JOB_NAME, COHORT_TASK_ID, COHORT_NUM_TASKS, POD_NAME, POD_NAMESPACE, POD_IP);\n"
+      "flags override it.",
+      "cohort-sidecar"};
+  app.get_formatter()->column_width(40);
+  cohort::AddYamlConfigOption(app);
+  cohort::SidecarOptions options;
+  options.coordinator_address = Env("COHORT_COORDINATOR_ADDRESS");
+  options.workload_job = Env("COHORT_JOB_NAME", "worker");
+  std::string task = Env("COHORT_TASK_ID", "0"), num_tasks = Env("COHORT_NUM_TASKS", "1");
+  options.pod.pod = Env("POD_NAME", Env("HOSTNAME"));
+  options.pod.namespace_name = Env("POD_NAMESPACE");
+  options.pod_ip = Env("POD_IP");
+  std::string sample = "5s", heartbeat = "5s", heartbeat_timeout = "30s", reg = "10m";
+  std::string liveness = "none", stale = "10s", ignore_xids = "13,31,43,45,68,109";
+  std::string log_format = "text", log_level = "info";
+
+  app.add_option("--coordinator", options.coordinator_address,
+                 "coordinator gRPC address ($COHORT_COORDINATOR_ADDRESS)");
+  app.add_option("--job", options.workload_job, "the workload's job ($COHORT_JOB_NAME)")
+      ->capture_default_str();
+  app.add_option("--task", task, "this pod's worker index ($COHORT_TASK_ID)")
+      ->capture_default_str();
+  app.add_option("--num-tasks", num_tasks, "workers in the job ($COHORT_NUM_TASKS)")
+      ->capture_default_str();
+  app.add_option("--sidecar-job", options.sidecar_job,
+                 "auxiliary job the sidecars register in (the coordinator's --auxiliary-job)")
+      ->capture_default_str();
+  app.add_option("--pod", options.pod.pod, "pod name for metric labels ($POD_NAME)");
+  app.add_option("--namespace", options.pod.namespace_name,
+                 "namespace for metric labels ($POD_NAMESPACE)");
+  app.add_option("--pod-ip", options.pod_ip, "this pod's address, told to peers ($POD_IP)");
+  app.add_option("--http-listen", options.http_listen,
+                 "address of /metrics /healthz /readyz /v1/cluster /v1/alive")
+      ->capture_default_str();
+  app.add_option("--handoff-dir", options.handoff_dir,
+                 "shared volume for cluster.json and cluster.env (empty: HTTP only)");
+  app.add_option("--sample-interval", sample, "how often GPUs are sampled")->capture_default_str();
+  app.add_option("--heartbeat-interval", heartbeat, "heartbeat period")->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout,
+                 "give up on the coordinator after this long without a heartbeat")
+      ->capture_default_str();
+  app.add_option("--register-timeout", reg, "how long one registration attempt may take")
+      ->capture_default_str();
+  app.add_option("--nvml-library", options.gpu.library_path,
+                 "libnvidia-ml.so.1 to load ($COHORT_NVML_LIBRARY, else the loader's search)");
+  app.add_option("--ignore-xids", ignore_xids,
+                 "XIDs that leave a GPU healthy (application errors), comma-separated")
+      ->capture_default_str();
+  app.add_flag("--dcgm-metrics", options.dcgm_metrics,
+               "also export DCGM exporter's metric names (DCGM_FI_DEV_*)");
+  app.add_option("--workload-liveness", liveness,
+                 "how to notice the workload exiting: process (shared process namespace), "
+                 "file, http, or none")
+      ->capture_default_str();
+  app.add_option("--workload-process", options.workload.process_pattern,
+                 "process: regex over the workload's command line");
+  app.add_option("--liveness-file", options.workload.liveness_file,
+                 "file: the file the workload touches");
+  app.add_option("--liveness-timeout", stale, "file, http: stale after this long")
+      ->capture_default_str();
+  app.add_option("--log-format", log_format, "text or json")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
+  if (auto s = cohort::SetUpLogging("sidecar", log_format, log_level); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+
+  if (options.coordinator_address.empty()) {
+    return Fail("no coordinator: set --coordinator or COHORT_COORDINATOR_ADDRESS");
+  }
+  if (!absl::SimpleAtoi(task, &options.task_id) || options.task_id < 0) {
+    return Fail(absl::StrCat("task \"", task, "\" is not a worker index (0, 1, ...)"));
+  }
+  if (!absl::SimpleAtoi(num_tasks, &options.num_tasks) || options.num_tasks <= options.task_id) {
+    return Fail(absl::StrCat("--num-tasks \"", num_tasks, "\" must be a count above task ",
+                             options.task_id));
+  }
+  options.pod.job = options.workload_job;
+  options.pod.task = absl::StrCat(options.task_id);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  options.pod.hostname = host;
+  for (auto [text, out, flag] :
+       {std::tuple{&sample, &options.sample_interval, "--sample-interval"},
+        std::tuple{&heartbeat, &options.heartbeat_interval, "--heartbeat-interval"},
+        std::tuple{&heartbeat_timeout, &options.heartbeat_timeout, "--heartbeat-timeout"},
+        std::tuple{&reg, &options.register_timeout, "--register-timeout"},
+        std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"}}) {
+    if (!ParseDuration(*text, out)) {
+      return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 5s or 500ms"));
+    }
+  }
+  if (options.heartbeat_timeout < options.heartbeat_interval) {
+    return Fail("--heartbeat-timeout must be at least --heartbeat-interval");
+  }
+  options.gpu.health_policy.ignored_xids.clear();
+  for (absl::string_view part : absl::StrSplit(ignore_xids, ',', absl::SkipWhitespace())) {
+    uint64_t xid = 0;
+    if (!absl::SimpleAtoi(part, &xid)) {
+      return Fail(absl::StrCat("--ignore-xids: \"", part, "\" is not an XID number"));
+    }
+    options.gpu.health_policy.ignored_xids.insert(xid);
+  }
+  if (!cohort::WorkloadWatch::ParseMode(liveness, &options.workload.mode)) {
+    return Fail(absl::StrCat("--workload-liveness \"", liveness,
+                             "\" is not one of process, file, http, none"));
+  }
+  if (options.workload.mode == cohort::WorkloadWatch::Mode::kProcess) {
+    if (options.workload.process_pattern.empty()) {
+      return Fail("--workload-liveness process needs --workload-process REGEX");
+    }
+    try {
+      std::regex check(options.workload.process_pattern);
+    } catch (const std::regex_error& e) {
+      return Fail(absl::StrCat("--workload-process: not a regex: ", e.what()));
+    }
+  }
+  if (options.workload.mode == cohort::WorkloadWatch::Mode::kFile &&
+      options.workload.liveness_file.empty()) {
+    return Fail("--workload-liveness file needs --liveness-file PATH");
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  cohort::MetricsRegistry registry;
+  cohort::Sidecar sidecar(options, &registry);
+  if (auto s = sidecar.Start(); !s.ok()) return Fail(std::string(s.message()));
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}: shutting down (not a failure)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  sidecar.Stop();
+  return 0;
+}

@@ -1,0 +1,332 @@
+#include "sidecar/sidecar.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "agent/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort {
+namespace {
+
+// Readers of the hand-off directory never see a half-written file.
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                                 const std::string& content) {
+  std::string path = absl::StrCat(dir, "/", name);
+  std::string temp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << content;
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+const char* ProblemReason(gpu::HealthProblem problem) {
+  switch (problem) {
+    case gpu::HealthProblem::kCriticalXid:
+      return "xid";
+    case gpu::HealthProblem::kDoubleBitEcc:
+      return "double_bit_ecc";
+    case gpu::HealthProblem::kGpuLost:
+      return "gpu_lost";
+  }
+  return "gpu";
+}
+
+}  // namespace
+
+Sidecar::Sidecar(SidecarOptions options, MetricsRegistry* registry)
+    : options_(std::move(options)), registry_(registry) {}
+
+Sidecar::~Sidecar() { Stop(); }
+
+std::string Sidecar::TaskString() const {
+  return absl::StrCat("/job:", options_.workload_job, "/task:", options_.task_id, " (pod ",
+                      options_.pod.pod, ")");
+}
+
+int Sidecar::http_port() const { return http_.port(); }
+
+absl::Status Sidecar::Start() {
+  gpu::GpuMonitorOptions gpu_options = options_.gpu;
+  gpu_options.on_health_event = [this](const gpu::HealthEvent& event) { OnGpuProblem(event); };
+  gpu_options.on_event = [this](const gpu::GpuEvent& event) {
+    if (gpu_metrics_) gpu_metrics_->OnEvent(event);
+  };
+  gpu_options.log = [](const std::string& line) { spdlog::info("gpu: {}", line); };
+  gpus_ = std::make_unique<gpu::GpuMonitor>(gpu_options);
+  spdlog::info("{} GPUs on this node{}", gpus_->inventory().gpus.size(),
+               gpus_->inventory().gpus.empty()
+                   ? ""
+                   : absl::StrCat(", driver ", gpus_->inventory().driver.driver_version));
+  gpu_metrics_ = std::make_unique<GpuMetrics>(options_.pod, gpus_->inventory(),
+                                              options_.dcgm_metrics,
+                                              [this] { return gpus_->Health(); });
+  gpu_metrics_->Register(*registry_);
+  RegisterMetrics();
+
+  workload_ = std::make_unique<WorkloadWatch>(
+      options_.workload, [this](const std::string& what) { OnWorkloadExit(what); });
+
+  http_.Handle("/metrics", [this](const HttpRequest&) {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry_->Render()};
+  });
+  http_.Handle("/healthz", [](const HttpRequest&) {
+    return HttpResponse{200, "text/plain", "ok\n"};
+  });
+  http_.Handle("/readyz", [this](const HttpRequest&) {
+    absl::MutexLock lock(&mu_);
+    if (ready_) return HttpResponse{200, "text/plain", "ready\n"};
+    return HttpResponse{503, "text/plain",
+                        "not ready: waiting for the coordinator and every "
+                        "sidecar of the job\n"};
+  });
+  http_.Handle("/v1/cluster", [this](const HttpRequest&) { return ClusterResponse(); });
+  http_.Handle("/v1/alive", [this](const HttpRequest& request) {
+    if (request.method != "POST" && request.method != "PUT") {
+      return HttpResponse{405, "text/plain", "POST /v1/alive\n"};
+    }
+    workload_->Ping();
+    return HttpResponse{204, "text/plain", ""};
+  });
+  if (auto s = http_.Start(options_.http_listen); !s.ok()) return s;
+  spdlog::info("sidecar of {} serving /metrics /healthz /readyz /v1/cluster on {} (port {})",
+               TaskString(), options_.http_listen, http_.port());
+
+  workload_->Start();
+  gpus_->StartEventThread();
+  sample_thread_ = std::thread([this] { SampleLoop(); });
+  lifecycle_thread_ = std::thread([this] { Lifecycle(); });
+  return absl::OkStatus();
+}
+
+void Sidecar::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    ready_ = false;
+  }
+  if (workload_) workload_->Stop();
+  if (gpus_) gpus_->StopEventThread();
+  if (sample_thread_.joinable()) sample_thread_.join();
+  // The lifecycle thread may sit in a blocking call to the coordinator.
+  agent_.CancelPendingCalls();
+  if (lifecycle_thread_.joinable()) lifecycle_thread_.join();
+  if (agent_.state() == AgentState::kConnected) {
+    // The sidecar job is auxiliary: no shutdown barrier waits for it.
+    if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", s.ToString());
+  }
+  http_.Stop();
+  spdlog::info("sidecar of {} stopped", TaskString());
+}
+
+bool Sidecar::SleepUnlessStopped(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopped_), d);
+  return stopped_;
+}
+
+void Sidecar::SampleLoop() {
+  do {
+    gpu_metrics_->OnSample(gpus_->Sample());
+  } while (!SleepUnlessStopped(options_.sample_interval));
+}
+
+// ---- The coordinator ------------------------------------------------------------------
+
+void Sidecar::Lifecycle() {
+  AgentConfig config;
+  config.coordinator_address = options_.coordinator_address;
+  config.job_name = options_.sidecar_job;
+  config.task_id = options_.task_id;
+  config.heartbeat_interval = options_.heartbeat_interval;
+  config.heartbeat_timeout = options_.heartbeat_timeout;
+  config.register_timeout = options_.register_timeout;
+  config.on_heartbeat = [this](absl::Duration rtt, const absl::Status& status) {
+    heartbeats_->WithLabels({status.ok() ? "ok" : "failed"}).Inc();
+    if (status.ok()) heartbeat_rtt_->Observe(absl::ToDoubleSeconds(rtt));
+  };
+  auto on_error = [this](const absl::Status& error) {
+    spdlog::warn("the job is failing: {}", error.ToString());
+    absl::MutexLock lock(&mu_);
+    ready_ = false;
+  };
+  if (auto s = agent_.Initialize(config, on_error); !s.ok()) {
+    spdlog::error("cannot start the agent: {}", s.ToString());
+    return;
+  }
+  // A coordinator that comes up after this pod, or restarts, is waited for.
+  while (!Connected()) {
+    if (SleepUnlessStopped(absl::Seconds(2))) return;
+    if (agent_.state() == AgentState::kError) (void)agent_.Reset();
+  }
+  std::optional<std::pair<std::string, absl::Status>> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    pending.swap(pending_report_);
+  }
+  if (pending) Report(pending->first, pending->second);
+
+  if (auto s = ExchangeTopology(); !s.ok()) {
+    spdlog::error("topology exchange failed: {}", s.ToString());
+    return;
+  }
+}
+
+bool Sidecar::Connected() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return true;  // nothing more to do
+  }
+  absl::Status s = agent_.Connect();
+  if (s.ok()) return true;
+  spdlog::warn("cannot register {} with {}: {}", TaskString(), options_.coordinator_address,
+               s.ToString());
+  return false;
+}
+
+absl::Status Sidecar::ExchangeTopology() {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  v1::TaskTopology local =
+      LocalTopology(gpus_->inventory(), options_.task_id, host, options_.pod_ip, options_.pod.pod);
+  if (auto s = agent_.WaitForAllTasks(PackTopology(local)); !s.ok()) return s;
+  auto tasks = UnpackTopology(agent_.GetClusterDeviceInfo());
+  if (!tasks.ok()) return tasks.status();
+  ClusterView view;
+  view.job = options_.workload_job;
+  view.rank = options_.task_id;
+  view.world_size = options_.num_tasks;
+  view.coordinator_address = options_.coordinator_address;
+  view.tasks = std::move(*tasks);
+  if (!options_.handoff_dir.empty()) {
+    for (const auto& [name, content] : {std::pair{"cluster.json", ClusterJson(view)},
+                                        std::pair{"cluster.env", ClusterEnv(view)}}) {
+      if (auto s = WriteFileAtomically(options_.handoff_dir, name, content); !s.ok()) return s;
+    }
+  }
+  spdlog::info("cluster complete: {} tasks, {} GPUs; rank {} handed to the workload{}",
+               view.tasks.size(), GlobalGpus(view).size(), view.rank,
+               options_.handoff_dir.empty() ? "" : absl::StrCat(" in ", options_.handoff_dir));
+  absl::MutexLock lock(&mu_);
+  view_ = std::move(view);
+  cluster_complete_at_ = absl::Now();
+  ready_ = agent_.state() == AgentState::kConnected;
+  return absl::OkStatus();
+}
+
+HttpResponse Sidecar::ClusterResponse() const {
+  absl::MutexLock lock(&mu_);
+  if (!view_) {
+    return HttpResponse{503, "application/json",
+                        "{\"error\": \"the cluster is not complete yet\"}\n"};
+  }
+  return HttpResponse{200, "application/json", ClusterJson(*view_)};
+}
+
+// ---- Failures -------------------------------------------------------------------------
+
+void Sidecar::Report(const std::string& reason, const absl::Status& error) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_error_reason_ = reason;
+    last_error_ = std::string(error.message());
+    last_error_at_ = absl::Now();
+    if (agent_.state() != AgentState::kConnected) {
+      if (!pending_report_) pending_report_ = {reason, error};
+      spdlog::error("{} (not connected yet: reported once connected)",
+                    std::string(error.message()));
+      return;
+    }
+  }
+  spdlog::error("reporting to the coordinator: {}", std::string(error.message()));
+  reported_->WithLabels({reason}).Inc();
+  if (auto s = agent_.ReportError(error); !s.ok()) {
+    spdlog::error("the report did not reach the coordinator: {}", s.ToString());
+  }
+}
+
+void Sidecar::OnWorkloadExit(const std::string& what) {
+  // A workload that shut down through the coordinator is done, not failed. Only one whose
+  // task is still connected died on us.
+  auto states = agent_.GetTaskState({{options_.workload_job, options_.task_id}});
+  if (states.ok() && states->size() == 1 && (*states)[0].state != tensorflow::TASKSTATE_CONNECTED) {
+    spdlog::info("{}; its task is {}, so this is not a failure", what,
+                 tensorflow::CoordinatedTaskState_Name((*states)[0].state));
+    return;
+  }
+  Report("workload_exit", absl::UnavailableError(absl::StrCat(TaskString(), " failed: ", what,
+                                                              " without shutting down")));
+}
+
+void Sidecar::OnGpuProblem(const gpu::HealthEvent& event) {
+  Report(ProblemReason(event.problem),
+         absl::InternalError(absl::StrCat("GPU ", event.gpu_index, " (", event.gpu_uuid, ") of ",
+                                          TaskString(), " is unhealthy: ", event.reason)));
+}
+
+// ---- Metrics --------------------------------------------------------------------------
+
+void Sidecar::RegisterMetrics() {
+  heartbeat_rtt_ = &registry_
+                        ->AddHistogram("cohort_sidecar_heartbeat_rtt_seconds",
+                                       "Round trip of the sidecar's heartbeats to the coordinator.",
+                                       {}, ExponentialBuckets(0.0005, 2, 14))
+                        .WithLabels({});
+  heartbeats_ = &registry_->AddCounter("cohort_sidecar_heartbeats_total",
+                                       "Heartbeats sent, by result (ok, failed).", {"result"});
+  reported_ = &registry_->AddCounter(
+      "cohort_sidecar_errors_reported_total",
+      "Errors this sidecar reported to the coordinator, by reason (xid, double_bit_ecc, "
+      "gpu_lost, workload_exit).",
+      {"reason"});
+  registry_->AddCollector([this] { return CollectAgentMetrics(); });
+}
+
+std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
+  CollectedFamily state{"cohort_sidecar_agent_state",
+                        "1 for the agent's current state (UNINITIALIZED, DISCONNECTED, "
+                        "CONNECTED, ERROR).",
+                        "gauge",
+                        {}};
+  AgentState current = agent_.state();
+  for (AgentState s : {AgentState::kUninitialized, AgentState::kDisconnected,
+                       AgentState::kConnected, AgentState::kError}) {
+    state.samples.push_back({{{"state", AgentStateName(s)}}, s == current ? 1.0 : 0.0});
+  }
+  CollectedFamily ready{"cohort_sidecar_ready",
+                        "1 once registered and the cluster topology is complete.",
+                        "gauge",
+                        {}};
+  CollectedFamily since{"cohort_sidecar_seconds_since_cluster_complete",
+                        "Seconds since every sidecar of the job published its topology.",
+                        "gauge",
+                        {}};
+  CollectedFamily last{"cohort_sidecar_last_error_timestamp_seconds",
+                       "When this sidecar last found an error to report (Unix time).",
+                       "gauge",
+                       {}};
+  CollectedFamily last_info{"cohort_sidecar_last_error_info",
+                            "1, labelled with the reason and message of the last error found.",
+                            "gauge",
+                            {}};
+  absl::MutexLock lock(&mu_);
+  ready.samples.push_back({{}, ready_ ? 1.0 : 0.0});
+  if (cluster_complete_at_ != absl::InfinitePast()) {
+    since.samples.push_back({{}, absl::ToDoubleSeconds(absl::Now() - cluster_complete_at_)});
+  }
+  if (last_error_at_ != absl::InfinitePast()) {
+    last.samples.push_back({{}, absl::ToDoubleSeconds(last_error_at_ - absl::UnixEpoch())});
+    last_info.samples.push_back(
+        {{{"reason", last_error_reason_}, {"message", last_error_.substr(0, 200)}}, 1});
+  }
+  return {state, ready, since, last, last_info};
+}
+
+}  // namespace cohort

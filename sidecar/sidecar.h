@@ -1,0 +1,96 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/coordination_agent.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "sidecar/cluster_topology.h"
+#include "sidecar/gpu/gpu_monitor.h"
+#include "sidecar/gpu_metrics.h"
+#include "sidecar/workload_watch.h"
+
+namespace cohort {
+
+struct SidecarOptions {
+  std::string coordinator_address;
+  std::string workload_job = "worker";  // whose task this pod runs
+  std::string sidecar_job = "sidecar";  // the auxiliary job the sidecars register in
+  int task_id = 0;
+  int num_tasks = 1;
+  PodIdentity pod;
+  std::string pod_ip;
+  std::string http_listen = "0.0.0.0:9477";
+  std::string handoff_dir;  // empty: no files, only GET /v1/cluster
+  absl::Duration sample_interval = absl::Seconds(5);
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  absl::Duration register_timeout = absl::Minutes(10);
+  bool dcgm_metrics = false;
+  gpu::GpuMonitorOptions gpu;
+  WorkloadWatch::Options workload;
+};
+
+// The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and
+// learns the cluster's, hands rank and topology to the workload (files and GET
+// /v1/cluster), serves metrics, and reports to the coordinator at once when a GPU turns
+// unhealthy or the workload exits without shutting down, so the whole gang learns in
+// milliseconds rather than after a heartbeat timeout.
+class Sidecar {
+ public:
+  Sidecar(SidecarOptions options, MetricsRegistry* registry);
+  ~Sidecar();
+
+  // Serves HTTP and starts the background work; fails only when the port cannot be bound.
+  absl::Status Start();
+  // A clean stop (SIGTERM): no error is reported; calls in flight to the coordinator end.
+  void Stop();
+  int http_port() const;
+
+ private:
+  void Lifecycle();
+  void SampleLoop();
+  bool Connected();
+  absl::Status ExchangeTopology();
+  void Report(const std::string& reason, const absl::Status& error);
+  void OnWorkloadExit(const std::string& what);
+  void OnGpuProblem(const gpu::HealthEvent& event);
+  bool SleepUnlessStopped(absl::Duration d);
+  std::string TaskString() const;
+  void RegisterMetrics();
+  std::vector<CollectedFamily> CollectAgentMetrics() const;
+  HttpResponse ClusterResponse() const;
+
+  const SidecarOptions options_;
+  MetricsRegistry* const registry_;
+  CoordinationAgent agent_;
+  std::unique_ptr<gpu::GpuMonitor> gpus_;
+  std::unique_ptr<GpuMetrics> gpu_metrics_;
+  std::unique_ptr<WorkloadWatch> workload_;
+  HttpServer http_;
+  std::thread lifecycle_thread_;
+  std::thread sample_thread_;
+
+  Histogram* heartbeat_rtt_ = nullptr;
+  Family<Counter>* heartbeats_ = nullptr;
+  Family<Counter>* reported_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cluster_complete_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::optional<ClusterView> view_ ABSL_GUARDED_BY(mu_);
+  // An error found before the agent connected, sent once it does.
+  std::optional<std::pair<std::string, absl::Status>> pending_report_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_reason_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace cohort

@@ -1,0 +1,28 @@
+#pragma once
+
+// Extra C functions the fake libnvidia-ml.so.1 exports so tests can change the node while it
+// runs. Tests find them with dlsym on the fake's handle (dlopen with RTLD_NOLOAD returns the
+// copy the module under test loaded), so the fake's state is the one the module sees.
+//
+// Each returns 0, or -1 when `index` names no configured GPU (or NVML is not initialised).
+
+extern "C" {
+
+// Queues a critical-XID event for every event set the GPU is registered in for XIDs.
+int fakeNvmlInjectXid(unsigned int index, unsigned long long xid);
+// Adds `count` to the GPU's volatile and aggregate double-bit ECC counters and queues a
+// double-bit ECC event for every event set registered for it.
+int fakeNvmlInjectDoubleBitEcc(unsigned int index, unsigned long long count);
+// From now on every call about the GPU answers NVML_ERROR_GPU_IS_LOST, and the next wait on
+// each event set holding the GPU answers it once.
+int fakeNvmlSetGpuLost(unsigned int index);
+// How many nvmlInit calls are not yet matched by nvmlShutdown.
+int fakeNvmlInitCount(void);
+// How many event sets exist (created and not freed).
+int fakeNvmlEventSetCount(void);
+}
+
+using FakeNvmlInjectXidFn = int (*)(unsigned int, unsigned long long);
+using FakeNvmlInjectDoubleBitEccFn = int (*)(unsigned int, unsigned long long);
+using FakeNvmlSetGpuLostFn = int (*)(unsigned int);
+using FakeNvmlCountFn = int (*)();

@@ -1,0 +1,456 @@
+// cohort-sidecar, the binary, against a live coordinator, on a node without GPUs and on
+// nodes of fake GPUs (a fake libnvidia-ml.so.1 loaded through the real dlopen path).
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "agent/coordination_agent.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/service/integration/test_server.h"
+#include "tests/support/subprocess.h"
+
+namespace cohort::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The value of the one sample of `name` whose labels include every `labels` pair; NaN when
+// there is none.
+double Sample(const std::string& metrics, const std::string& name,
+              const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') {
+      continue;
+    }
+    bool all = true;
+    for (const auto& [k, v] : labels) {
+      all = all && line.find(absl::StrCat(k, "=\"", v, "\"")) != std::string::npos;
+    }
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nan("");
+}
+
+bool Eventually(const std::function<bool()>& condition,
+                absl::Duration timeout = absl::Seconds(20)) {
+  for (absl::Time end = absl::Now() + timeout; absl::Now() < end;) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return condition();
+}
+
+struct ErrorLog {
+  absl::Mutex mu;
+  std::vector<absl::Status> errors;
+  CoordinationAgent::ErrorCallback Callback() {
+    return [this](const absl::Status& s) {
+      absl::MutexLock lock(&mu);
+      errors.push_back(s);
+    };
+  }
+  size_t Count() {
+    absl::MutexLock lock(&mu);
+    return errors.size();
+  }
+  absl::Status First() {
+    absl::MutexLock lock(&mu);
+    return errors.empty() ? absl::OkStatus() : errors.front();
+  }
+};
+
+// One cohort-sidecar process with its own port, hand-off directory and fault FIFO.
+struct SidecarProcess {
+  int port = 0;
+  std::string handoff;
+  std::string fifo;
+  std::string log;
+  std::unique_ptr<Subprocess> process;
+
+  std::string Url(const std::string& path) const {
+    return absl::StrCat("http://127.0.0.1:", port, path);
+  }
+  std::string Get(const std::string& path, int* code = nullptr) const {
+    int c = 0;
+    std::string body = HttpGet(Url(path), &c);
+    if (code) *code = c;
+    return body;
+  }
+  bool Ready() const {
+    int code = 0;
+    Get("/readyz", &code);
+    return code == 200;
+  }
+  // Writes a fault for the fake NVML inside the sidecar process.
+  void Inject(const std::string& line) const {
+    std::ofstream out(fifo);
+    out << line << "\n";
+  }
+};
+
+class SidecarTest : public ::testing::Test {
+ protected:
+  void StartCoordinator(int workers, absl::Duration heartbeat = absl::Seconds(60)) {
+    ServiceConfig config = Jobs(workers, heartbeat);
+    config.jobs.push_back({"sidecar", workers, /*auxiliary=*/true});
+    config.shutdown_barrier_timeout = absl::Seconds(20);
+    coordinator_ = std::make_unique<TestCoordinator>(config);
+  }
+
+  // `gpus`: a file of testdata/ for the fake NVML, or "" for a node without the driver.
+  SidecarProcess StartSidecar(int task, int num_tasks, const std::string& gpus,
+                              std::vector<std::string> extra = {}) {
+    SidecarProcess s;
+    s.port = FreePort();
+    std::string dir = absl::StrCat(::testing::TempDir(), "sidecar-", getpid(), "-", s.port);
+    mkdir(dir.c_str(), 0755);
+    s.handoff = dir + "/handoff";
+    mkdir(s.handoff.c_str(), 0755);
+    s.fifo = dir + "/nvml-control";
+    s.log = dir + "/sidecar.log";
+    std::map<std::string, std::string> env = {
+        {"COHORT_COORDINATOR_ADDRESS", coordinator_->address()},
+        {"COHORT_JOB_NAME", "worker"},
+        {"COHORT_TASK_ID", std::to_string(task)},
+        {"COHORT_NUM_TASKS", std::to_string(num_tasks)},
+        {"POD_NAME", absl::StrCat("train-worker-", task)},
+        {"POD_NAMESPACE", "ml"},
+        {"POD_IP", absl::StrCat("10.0.0.", task + 1)},
+        {"FAKE_NVML_CONTROL_FIFO", s.fifo},
+    };
+    if (gpus.empty()) {
+      env["COHORT_NVML_LIBRARY"] = dir + "/no-driver/libnvidia-ml.so.1";
+    } else {
+      env["COHORT_NVML_LIBRARY"] = COHORT_FAKE_NVML_PATH;
+      env["FAKE_NVML_CONFIG"] = std::string(COHORT_GPU_TEST_DATA_DIR) + "/" + gpus;
+    }
+    std::vector<std::string> argv = {std::string(COHORT_BIN_DIR) + "/cohort-sidecar",
+                                     "--http-listen",
+                                     absl::StrCat("127.0.0.1:", s.port),
+                                     "--handoff-dir",
+                                     s.handoff,
+                                     "--sample-interval",
+                                     "200ms",
+                                     "--heartbeat-interval",
+                                     "200ms"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    s.process = std::make_unique<Subprocess>(argv, env, s.log);
+    return s;
+  }
+
+  std::unique_ptr<CoordinationAgent> Worker(int task, ErrorLog* log) {
+    auto agent = std::make_unique<CoordinationAgent>();
+    AgentConfig config;
+    config.coordinator_address = coordinator_->address();
+    config.job_name = "worker";
+    config.task_id = task;
+    config.heartbeat_interval = absl::Milliseconds(500);
+    config.heartbeat_timeout = absl::Seconds(30);
+    EXPECT_TRUE(agent->Initialize(config, log->Callback()).ok());
+    return agent;
+  }
+
+  TaskState StateOf(const std::string& job, int id) {
+    for (const TaskStateInfo& info : coordinator_->service().AllTasks()) {
+      if (info.task.job == job && info.task.id == id) return info.state;
+    }
+    return TaskState::kUninitialized;
+  }
+
+  std::unique_ptr<TestCoordinator> coordinator_;
+};
+
+TEST_F(SidecarTest, NodeWithoutTheDriverRegistersHandsOffAndStopsCleanly) {
+  StartCoordinator(1);
+  SidecarProcess sidecar = StartSidecar(0, 1, "");
+  ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); })) << ReadFile(sidecar.log);
+  EXPECT_EQ(StateOf("sidecar", 0), TaskState::kConnected);
+
+  Json cluster = Json::parse(ReadFile(sidecar.handoff + "/cluster.json"));
+  EXPECT_EQ(cluster["rank"], 0);
+  EXPECT_EQ(cluster["world_size"], 1);
+  EXPECT_EQ(cluster["coordinator_address"], coordinator_->address());
+  EXPECT_TRUE(cluster["local_gpus"].empty());
+  EXPECT_TRUE(cluster["global_gpus"].empty());
+  EXPECT_EQ(cluster["peers"][0]["address"], "10.0.0.1");
+  EXPECT_EQ(Json::parse(sidecar.Get("/v1/cluster")), cluster);
+
+  std::string metrics = sidecar.Get("/metrics");
+  EXPECT_EQ(Sample(metrics, "cohort_gpus", {{"pod", "train-worker-0"}}), 0);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_agent_state", {{"state", "CONNECTED"}}), 1);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_ready"), 1);
+
+  sidecar.process->Signal(SIGTERM);
+  ProcessResult result = sidecar.process->Wait();
+  EXPECT_EQ(result.exit_code, 0);
+  std::string log = ReadFile(sidecar.log);
+  // One clear line about the missing driver, and nothing reported to the coordinator.
+  std::regex gpu_line("gpu: [^\n]*libnvidia-ml");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(log.begin(), log.end(), gpu_line), std::sregex_iterator()),
+      1)
+      << log;
+  EXPECT_EQ(log.find("reporting to the coordinator"), std::string::npos) << log;
+  EXPECT_EQ(StateOf("sidecar", 0), TaskState::kDisconnected);
+  EXPECT_NE(StateOf("worker", 0), TaskState::kError);
+}
+
+TEST_F(SidecarTest, EightFakeGpusAreExportedWithTheFakesExactValues) {
+  StartCoordinator(1);
+  SidecarProcess sidecar = StartSidecar(0, 1, "eight_gpus.json", {"--dcgm-metrics"});
+  ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); })) << ReadFile(sidecar.log);
+  Json node = Json::parse(ReadFile(std::string(COHORT_GPU_TEST_DATA_DIR) + "/eight_gpus.json"));
+  std::string metrics;
+  ASSERT_TRUE(Eventually([&] {
+    metrics = sidecar.Get("/metrics");
+    return !std::isnan(Sample(metrics, "cohort_gpu_temperature_celsius", {{"gpu", "7"}}));
+  }));
+  EXPECT_EQ(Sample(metrics, "cohort_gpus"), 8);
+  for (int i = 0; i < 8; ++i) {
+    const Json& gpu = node["gpus"][i];
+    std::vector<std::pair<std::string, std::string>> labels = {
+        {"namespace", "ml"},        {"job", "worker"},     {"pod", "train-worker-0"}, {"task", "0"},
+        {"gpu", std::to_string(i)}, {"uuid", gpu["uuid"]}, {"model", gpu["name"]}};
+    SCOPED_TRACE(gpu["uuid"].get<std::string>());
+    double total = gpu["memory"]["total"], used = gpu["memory"]["used"];
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_memory_total_bytes", labels), total);
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_memory_used_bytes", labels), used);
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_temperature_celsius", labels),
+              gpu["temperature"].get<double>());
+    EXPECT_DOUBLE_EQ(Sample(metrics, "cohort_gpu_power_watts", labels),
+                     gpu["power_mw"].get<double>() / 1000);
+    EXPECT_DOUBLE_EQ(Sample(metrics, "cohort_gpu_utilization_ratio", labels),
+                     gpu["utilization"]["gpu"].get<double>() / 100);
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_sm_clock_hertz", labels),
+              gpu["sm_clock_mhz"].get<double>() * 1e6);
+    EXPECT_DOUBLE_EQ(Sample(metrics, "cohort_gpu_energy_joules_total", labels),
+                     gpu["energy_mj"].get<double>() / 1000);
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_ecc_errors_total",
+                     {{"gpu", std::to_string(i)}, {"type", "single_bit"}, {"scope", "aggregate"}}),
+              gpu["ecc"]["aggregate_single"].get<double>());
+    EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy", labels), 1);
+    // DCGM exporter's names and units, with its labels.
+    std::vector<std::pair<std::string, std::string>> dcgm = {
+        {"gpu", std::to_string(i)}, {"UUID", gpu["uuid"]}, {"modelName", gpu["name"]}};
+    EXPECT_EQ(Sample(metrics, "DCGM_FI_DEV_GPU_TEMP", dcgm), gpu["temperature"].get<double>());
+    EXPECT_EQ(Sample(metrics, "DCGM_FI_DEV_GPU_UTIL", dcgm),
+              gpu["utilization"]["gpu"].get<double>());
+    EXPECT_DOUBLE_EQ(Sample(metrics, "DCGM_FI_DEV_FB_USED", dcgm), used / (1024 * 1024));
+    EXPECT_DOUBLE_EQ(Sample(metrics, "DCGM_FI_DEV_POWER_USAGE", dcgm),
+                     gpu["power_mw"].get<double>() / 1000);
+    EXPECT_EQ(Sample(metrics, "DCGM_FI_DEV_SM_CLOCK", dcgm), gpu["sm_clock_mhz"].get<double>());
+  }
+  // promtool finds cohort's own exposition clean. Its lint does object to DCGM exporter's
+  // own names (camelCase labels such as modelName, "COUNTER" in a gauge's name), which are
+  // kept as they are for the dashboards built on them; it objects to nothing else.
+  std::string file = sidecar.handoff + "/../metrics.txt";
+  std::ofstream(file) << metrics;
+  int status = 0;
+  std::string lint =
+      RunShell("grep -v DCGM_FI_ " + file + " | promtool check metrics 2>&1", &status);
+  EXPECT_EQ(status, 0) << lint;
+  lint = RunShell("promtool check metrics < " + file + " 2>&1", &status);
+  std::istringstream complaints(lint);
+  std::string line;
+  int lines = 0;
+  while (std::getline(complaints, line)) {
+    ++lines;
+    EXPECT_EQ(line.rfind("DCGM_FI_DEV_", 0), 0u) << line;
+  }
+  EXPECT_GT(lines, 0);
+}
+
+TEST_F(SidecarTest, TwoSidecarsHandOffOneTopologyWithDenseGlobalGpuIds) {
+  StartCoordinator(2);
+  SidecarProcess first = StartSidecar(0, 2, "eight_gpus.json");
+  SidecarProcess second = StartSidecar(1, 2, "nvlink_mesh.json");
+  ASSERT_TRUE(Eventually([&] { return first.Ready() && second.Ready(); }))
+      << ReadFile(first.log) << ReadFile(second.log);
+  Json a = Json::parse(ReadFile(first.handoff + "/cluster.json"));
+  Json b = Json::parse(ReadFile(second.handoff + "/cluster.json"));
+  EXPECT_EQ(a["global_gpus"], b["global_gpus"]);
+  EXPECT_EQ(a["rank"], 0);
+  EXPECT_EQ(b["rank"], 1);
+  ASSERT_EQ(a["global_gpus"].size(), 12u);  // 8 + 4
+  for (int g = 0; g < 12; ++g) {
+    EXPECT_EQ(a["global_gpus"][g]["global_id"], g);
+    EXPECT_EQ(a["global_gpus"][g]["task"], g < 8 ? 0 : 1);
+    EXPECT_EQ(a["global_gpus"][g]["local_index"], g < 8 ? g : g - 8);
+  }
+  EXPECT_EQ(b["local_gpus"].size(), 4u);
+  EXPECT_EQ(a["peers"][1]["address"], "10.0.0.2");
+  std::string env = ReadFile(second.handoff + "/cluster.env");
+  EXPECT_NE(env.find("COHORT_RANK='1'\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("COHORT_WORLD_SIZE='2'\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("COHORT_GLOBAL_GPU_IDS='8,9,10,11'\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("COHORT_PEER_ADDRESSES='10.0.0.1,10.0.0.2'\n"), std::string::npos) << env;
+  // The file is meant to be sourced by a shell.
+  int status = 0;
+  std::string rank = RunShell(". " + second.handoff + "/cluster.env && echo $COHORT_RANK", &status);
+  EXPECT_EQ(rank, "1\n");
+}
+
+TEST_F(SidecarTest, CriticalXidReachesAWorkloadTaskAndIgnoredXidsDoNot) {
+  StartCoordinator(1);
+  ErrorLog errors;
+  auto worker = Worker(0, &errors);
+  ASSERT_TRUE(worker->Connect().ok());
+  SidecarProcess sidecar = StartSidecar(0, 1, "eight_gpus.json");
+  ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); })) << ReadFile(sidecar.log);
+
+  sidecar.Inject("xid 2 13");  // an application error: counted, not a GPU fault
+  ASSERT_TRUE(Eventually([&] {
+    return Sample(sidecar.Get("/metrics"), "cohort_gpu_xid_errors_total",
+                  {{"gpu", "2"}, {"xid", "13"}}) == 1;
+  }));
+  EXPECT_EQ(errors.Count(), 0u);
+
+  sidecar.Inject("xid 3 79");
+  ASSERT_TRUE(Eventually([&] { return errors.Count() > 0; })) << ReadFile(sidecar.log);
+  absl::Status error = errors.First();
+  EXPECT_NE(error.message().find("GPU 3"), std::string::npos) << error;
+  EXPECT_NE(error.message().find("XID 79"), std::string::npos) << error;
+  EXPECT_NE(error.message().find("train-worker-0"), std::string::npos) << error;
+  std::string metrics = sidecar.Get("/metrics");
+  EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy", {{"gpu", "3"}}), 0);
+  EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy", {{"gpu", "2"}}), 1);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_errors_reported_total", {{"reason", "xid"}}), 1);
+  EXPECT_EQ(StateOf("sidecar", 0), TaskState::kError);  // the source of the error
+}
+
+TEST_F(SidecarTest, DoubleBitEccAndALostGpuAreReported) {
+  StartCoordinator(1);
+  ErrorLog errors;
+  auto worker = Worker(0, &errors);
+  ASSERT_TRUE(worker->Connect().ok());
+  SidecarProcess sidecar = StartSidecar(0, 1, "eight_gpus.json");
+  ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); }));
+  sidecar.Inject("dbe 5 1");
+  ASSERT_TRUE(Eventually([&] { return errors.Count() > 0; })) << ReadFile(sidecar.log);
+  EXPECT_NE(errors.First().message().find("GPU 5"), std::string::npos) << errors.First();
+  sidecar.Inject("lost 6");
+  ASSERT_TRUE(Eventually([&] {
+    return Sample(sidecar.Get("/metrics"), "cohort_gpu_healthy", {{"gpu", "6"}}) == 0;
+  }));
+}
+
+// The workload's process dies (SIGKILL) while its task is connected: the sidecar sees it
+// through the shared process namespace and the other task hears of it at once, long before
+// the coordinator's 60 s heartbeat timeout.
+TEST_F(SidecarTest, WorkloadExitWithoutShutdownReachesTheOtherTasks) {
+  StartCoordinator(2);
+  ErrorLog errors;
+  auto other = Worker(1, &errors);
+  auto connected = std::async(std::launch::async, [&] { return other->Connect(); });
+  std::string coordinator = coordinator_->address();
+  Subprocess workload({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+                       coordinator, "--task", "0", "--num-tasks", "2", "--steps", "1000",
+                       "--step-seconds", "1"});
+  ASSERT_TRUE(connected.get().ok());
+  SidecarProcess sidecar = StartSidecar(
+      0, 2, "",
+      {"--workload-liveness", "process", "--workload-process",
+       absl::StrCat("cohort-agent-example --coordinator ", coordinator, " --task 0 ")});
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(sidecar.log).find("watching workload process") != std::string::npos;
+  })) << ReadFile(sidecar.log);
+  workload.Signal(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return errors.Count() > 0; })) << ReadFile(sidecar.log);
+  // The sidecar's report, not the coordinator's heartbeat timeout ("sent no heartbeat").
+  EXPECT_NE(errors.First().message().find("/job:worker/task:0"), std::string::npos)
+      << errors.First();
+  EXPECT_NE(errors.First().message().find("without shutting down"), std::string::npos);
+}
+
+TEST_F(SidecarTest, WorkloadThatShutDownCleanlyIsNotAFailure) {
+  StartCoordinator(1);
+  std::string coordinator = coordinator_->address();
+  std::string pattern = absl::StrCat("cohort-agent-example --coordinator ", coordinator);
+  SidecarProcess sidecar =
+      StartSidecar(0, 1, "", {"--workload-liveness", "process", "--workload-process", pattern});
+  Subprocess workload({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+                       coordinator, "--task", "0", "--num-tasks", "1", "--steps", "2",
+                       "--step-seconds", "0.5"});
+  EXPECT_EQ(workload.Wait().exit_code, 0);
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(sidecar.log).find("so this is not a failure") != std::string::npos;
+  })) << ReadFile(sidecar.log);
+  EXPECT_EQ(StateOf("worker", 0), TaskState::kDisconnected);
+  EXPECT_TRUE(std::isnan(Sample(sidecar.Get("/metrics"), "cohort_sidecar_errors_reported_total")));
+}
+
+// A real Prometheus (Debian's package) scrapes two sidecars and the coordinator.
+TEST_F(SidecarTest, PrometheusScrapesTwoSidecarsAndTheCoordinator) {
+  StartCoordinator(2);
+  SidecarProcess first = StartSidecar(0, 2, "eight_gpus.json");
+  SidecarProcess second = StartSidecar(1, 2, "eight_gpus.json");
+  ASSERT_TRUE(Eventually([&] { return first.Ready() && second.Ready(); }));
+  std::string dir = first.handoff + "/../prometheus";
+  mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n"
+      << "scrape_configs:\n"
+      << "  - job_name: sidecars\n    static_configs:\n      - targets: ['127.0.0.1:" << first.port
+      << "', '127.0.0.1:" << second.port << "']\n"
+      << "  - job_name: coordinator\n    static_configs:\n      - targets: ['127.0.0.1:"
+      << coordinator_->http_port() << "']\n";
+  int port = FreePort();
+  Subprocess prometheus({"/usr/bin/prometheus", "--config.file=" + dir + "/prometheus.yml",
+                         "--storage.tsdb.path=" + dir + "/data",
+                         absl::StrCat("--web.listen-address=127.0.0.1:", port)},
+                        {}, dir + "/prometheus.log");
+  auto query = [&](const std::string& promql) {
+    int code = 0;
+    std::string body =
+        HttpGet(absl::StrCat("http://127.0.0.1:", port, "/api/v1/query?query=", promql), &code);
+    return code == 200 ? Json::parse(body)["data"]["result"] : Json::array();
+  };
+  ASSERT_TRUE(Eventually(
+      [&] { return query("sum(up)").size() == 1 && query("sum(up)")[0]["value"][1] == "3"; },
+      absl::Seconds(60)))
+      << ReadFile(dir + "/prometheus.log");
+  ASSERT_TRUE(Eventually([&] { return query("cohort_gpu_temperature_celsius").size() == 16; }));
+  Json by_pod = query("count%20by%20(pod)%20(cohort_gpu_healthy)");
+  EXPECT_EQ(by_pod.size(), 2u) << by_pod.dump();
+  EXPECT_EQ(query("cohort_coordinator_tasks").empty(), false);
+}
+
+TEST_F(SidecarTest, BadFlagsAreOneClearLine) {
+  StartCoordinator(1);
+  Subprocess bad({std::string(COHORT_BIN_DIR) + "/cohort-sidecar", "--coordinator",
+                  coordinator_->address(), "--task", "3", "--num-tasks", "2"});
+  ProcessResult result = bad.Wait();
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_EQ(result.err, "cohort-sidecar: --num-tasks \"2\" must be a count above task 3\n");
+  Subprocess mode({std::string(COHORT_BIN_DIR) + "/cohort-sidecar", "--coordinator",
+                   coordinator_->address(), "--workload-liveness", "process"});
+  result = mode.Wait();
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_EQ(result.err,
+            "cohort-sidecar: --workload-liveness process needs --workload-process REGEX\n");
+}
+
+}  // namespace
+}  // namespace cohort::testing
