@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 WERROR ?= $(if $(CI),ON,OFF)
 NINJA_JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test asan-test format-check format lint demo bench clean
+.PHONY: all deps build test unit-test asan-test compat-test format-check format lint demo bench clean
 
 all: build
 
@@ -21,9 +21,9 @@ build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
 	@echo "binaries in $(BUILD)/bin/"
 
-# The whole suite: formatting, unit and integration tests, then the same tests under
-# AddressSanitizer and UndefinedBehaviorSanitizer.
-test: build format-check unit-test asan-test
+# The whole suite: formatting, unit and integration tests, the same tests under
+# AddressSanitizer and UndefinedBehaviorSanitizer, then real JAX and TensorFlow clients.
+test: build format-check unit-test asan-test compat-test
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
@@ -33,6 +33,11 @@ asan-test: deps
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 900
+
+# Real clients (jaxlib, TensorFlow) against the coordinator, from a project-local venv
+# (.venv/) that tests/compat/run.sh creates and keeps up to date.
+compat-test: build
+	bash tests/compat/run.sh
 
 SOURCES = $(shell git ls-files '*.cc' '*.h')
 format-check: deps

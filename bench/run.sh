@@ -22,3 +22,10 @@ run() {  # run TASKS SCENARIO [loadgen args...]
 for n in ${REGISTER_TASKS:-1000 4000}; do run "$n" register; done
 run 64 kv --clients 64 --seconds 5 --value-bytes 100
 run "${MEMORY_TASKS:-4000}" memory
+
+# Failure detection (sidecar and heartbeat paths) and the sidecar's cost on 8 fake GPUs.
+FAILURES=bench/results/failure.jsonl
+$BIN/cohort-failure-bench --bin-dir $BIN \
+  --fake-nvml build/tests/sidecar/gpu/fake_nvml/libnvidia-ml.so.1 \
+  --gpu-config tests/sidecar/gpu/testdata/eight_gpus.json \
+  --rounds "${FAILURE_ROUNDS:-5}" --seconds "${RESOURCE_SECONDS:-60}" | tee "$FAILURES"

@@ -1,0 +1,286 @@
+// cohort-failure-bench: how fast the rest of a job learns that a task failed, and what the
+// sidecar costs. Real processes on loopback: a coordinator, a victim task
+// (cohort-agent-example), its sidecar, and an observer task in this process whose error
+// callback stops the clock. Prints one JSON object per scenario.
+//   exit:      the victim is SIGKILLed; its sidecar sees the exit and reports it.
+//   xid:       a critical XID is injected into the victim's (fake) GPU; the sidecar reports it.
+//   heartbeat: the victim is SIGKILLed with no sidecar; the coordinator's heartbeat timeout
+//              finds it.
+//   resources: one sidecar on 8 fake GPUs sampling every second: RSS and CPU.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "agent/coordination_agent.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string bin_dir = "build/bin";
+  std::string fake_nvml;
+  std::string gpu_config;
+  std::string work_dir = "/tmp/cohort-failure-bench";
+  int rounds = 5;
+  int seconds = 30;
+  std::string heartbeat_timeout = "10s";
+};
+
+// Only the victim has a sidecar here, so the coordinator's sidecar job has one task.
+
+// A child process, SIGKILLed when this goes away.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
+          const std::string& log) {
+    std::vector<std::string> environment;
+    for (char** e = environ; *e; ++e) environment.emplace_back(*e);
+    for (const auto& [k, v] : env) environment.push_back(k + "=" + v);
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (auto& e : environment) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() { Kill(SIGKILL); }
+  pid_t pid() const { return pid_; }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+int FreePort() {
+  static int next = 21000 + (getpid() % 1000) * 20;
+  return next++;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool WaitFor(const std::function<bool()>& condition, int seconds) {
+  for (auto end = Clock::now() + std::chrono::seconds(seconds); Clock::now() < end;) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+long ProcStatus(pid_t pid, const char* field) {
+  std::istringstream in(ReadFile(absl::StrCat("/proc/", pid, "/status")));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::string(field).size()));
+  }
+  return -1;
+}
+
+double CpuSeconds(pid_t pid) {
+  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::vector<std::string> fields((std::istream_iterator<std::string>(in)),
+                                  std::istream_iterator<std::string>());
+  // utime and stime are fields 14 and 15 of the line, 12 and 13 after "(comm) ".
+  return (std::stod(fields[11]) + std::stod(fields[12])) / sysconf(_SC_CLK_TCK);
+}
+
+struct Cluster {
+  int port = 0;
+  std::unique_ptr<Process> coordinator;
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+};
+
+Cluster StartCoordinator(const Options& o, const std::string& dir) {
+  Cluster c;
+  c.port = FreePort();
+  c.coordinator = std::make_unique<Process>(
+      std::vector<std::string>{o.bin_dir + "/cohort-coordinator", "--listen", c.address(),
+                               "--http-listen", "", "--job", "worker=2", "--auxiliary-job",
+                               "sidecar=1", "--heartbeat-timeout", o.heartbeat_timeout,
+                               "--log-level", "warn"},
+      std::map<std::string, std::string>{}, dir + "/coordinator.log");
+  return c;
+}
+
+std::unique_ptr<Process> StartSidecar(const Options& o, const Cluster& c, const std::string& dir,
+                                      int http_port, const std::string& pattern,
+                                      const std::string& sample_interval) {
+  std::map<std::string, std::string> env = {{"COHORT_COORDINATOR_ADDRESS", c.address()},
+                                            {"COHORT_TASK_ID", "0"},
+                                            {"COHORT_NUM_TASKS", "2"},
+                                            {"POD_NAME", "bench-worker-0"},
+                                            {"FAKE_NVML_CONTROL_FIFO", dir + "/fifo"},
+                                            {"COHORT_NVML_LIBRARY", o.fake_nvml},
+                                            {"FAKE_NVML_CONFIG", o.gpu_config}};
+  std::vector<std::string> argv = {o.bin_dir + "/cohort-sidecar", "--http-listen",
+                                   absl::StrCat("127.0.0.1:", http_port), "--sample-interval",
+                                   sample_interval, "--log-level", "warn"};
+  if (!pattern.empty()) {
+    argv.insert(argv.end(), {"--workload-liveness", "process", "--workload-process", pattern});
+  }
+  return std::make_unique<Process>(argv, env, dir + "/sidecar.log");
+}
+
+bool Ready(int http_port) {
+  std::string cmd = absl::StrCat("curl -sf -o /dev/null http://127.0.0.1:", http_port, "/readyz");
+  return std::system(cmd.c_str()) == 0;
+}
+
+// One round of a failure scenario: seconds from the fault to the observer's error callback,
+// or a negative number when it did not arrive.
+double FailureRound(const Options& o, const std::string& scenario, int round) {
+  std::string dir = absl::StrCat(o.work_dir, "/", scenario, "-", round);
+  std::system(absl::StrCat("mkdir -p ", dir).c_str());
+  Cluster cluster = StartCoordinator(o, dir);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string victim_cmd = absl::StrCat("cohort-agent-example --coordinator ", cluster.address(),
+                                        " --task 0 ");
+  auto victim = std::make_unique<Process>(
+      std::vector<std::string>{o.bin_dir + "/cohort-agent-example", "--coordinator",
+                               cluster.address(), "--task", "0", "--num-tasks", "2", "--steps",
+                               "100000", "--step-seconds", "1"},
+      std::map<std::string, std::string>{}, dir + "/victim.log");
+  absl::Notification failed;
+  Clock::time_point failed_at;
+  cohort::CoordinationAgent observer;
+  cohort::AgentConfig config;
+  config.coordinator_address = cluster.address();
+  config.job_name = "worker";
+  config.task_id = 1;
+  auto on_error = [&](const absl::Status&) {
+    failed_at = Clock::now();
+    if (!failed.HasBeenNotified()) failed.Notify();
+  };
+  if (!observer.Initialize(config, on_error).ok() || !observer.Connect().ok()) return -1;
+  int http_port = FreePort();
+  std::unique_ptr<Process> sidecar;
+  if (scenario != "heartbeat") {
+    sidecar = StartSidecar(o, cluster, dir, http_port, scenario == "exit" ? victim_cmd : "", "5s");
+    if (!WaitFor([&] { return Ready(http_port); }, 30)) return -1;
+    // The workload watch scans for the process every 200 ms.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  Clock::time_point fault = Clock::now();
+  if (scenario == "xid") {
+    std::ofstream(dir + "/fifo") << "xid 0 79\n";
+  } else {
+    victim->Kill(SIGKILL);
+  }
+  bool arrived = failed.WaitForNotificationWithTimeout(absl::Seconds(120));
+  double took = std::chrono::duration<double>(failed_at - fault).count();
+  observer.CancelPendingCalls();
+  return arrived ? took : -1;
+}
+
+nlohmann::json Failure(const Options& o, const std::string& scenario) {
+  std::vector<double> seconds;
+  for (int r = 0; r < o.rounds; ++r) {
+    double s = FailureRound(o, scenario, r);
+    if (s >= 0) seconds.push_back(s);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  nlohmann::json out = {{"scenario", "failure_detection_" + scenario},
+                        {"rounds", o.rounds},
+                        {"detected", seconds.size()}};
+  if (scenario == "heartbeat") out["heartbeat_timeout"] = o.heartbeat_timeout;
+  if (!seconds.empty()) {
+    out["p50_ms"] = seconds[seconds.size() / 2] * 1000;
+    out["min_ms"] = seconds.front() * 1000;
+    out["max_ms"] = seconds.back() * 1000;
+  }
+  return out;
+}
+
+nlohmann::json Resources(const Options& o) {
+  std::string dir = o.work_dir + "/resources";
+  std::system(absl::StrCat("mkdir -p ", dir).c_str());
+  Cluster cluster = StartCoordinator(o, dir);
+  int http_port = FreePort();
+  auto sidecar = StartSidecar(o, cluster, dir, http_port, "", "1s");
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // warm up
+  double cpu0 = CpuSeconds(sidecar->pid());
+  auto t0 = Clock::now();
+  // Scrape like Prometheus would, every 15 s, so exposition is part of the cost.
+  for (int i = 0; i < o.seconds; ++i) {
+    if (i % 15 == 0) {
+      std::system(absl::StrCat("curl -sf -o /dev/null http://127.0.0.1:", http_port, "/metrics")
+                      .c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  double cpu = CpuSeconds(sidecar->pid()) - cpu0;
+  return {{"scenario", "sidecar_resources"},
+          {"gpus", 8},
+          {"sample_interval_s", 1},
+          {"seconds", wall},
+          {"cpu_percent_of_one_core", 100 * cpu / wall},
+          {"rss_kib", ProcStatus(sidecar->pid(), "VmRSS:")},
+          {"rss_peak_kib", ProcStatus(sidecar->pid(), "VmHWM:")}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cohort-failure-bench: failure detection time and sidecar cost"};
+  Options o;
+  std::vector<std::string> scenarios = {"exit", "xid", "heartbeat", "resources"};
+  app.add_option("--bin-dir", o.bin_dir)->capture_default_str();
+  app.add_option("--fake-nvml", o.fake_nvml, "the test suite's fake libnvidia-ml.so.1")
+      ->required();
+  app.add_option("--gpu-config", o.gpu_config, "fake node JSON (8 GPUs)")->required();
+  app.add_option("--rounds", o.rounds)->capture_default_str();
+  app.add_option("--seconds", o.seconds, "resources: how long to measure")->capture_default_str();
+  app.add_option("--heartbeat-timeout", o.heartbeat_timeout, "the coordinator's")
+      ->capture_default_str();
+  app.add_option("--work-dir", o.work_dir)->capture_default_str();
+  app.add_option("scenarios", scenarios)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::off);
+  for (const std::string& s : scenarios) {
+    nlohmann::json result = s == "resources" ? Resources(o) : Failure(o, s);
+    std::printf("%s\n", result.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
