@@ -1,0 +1,336 @@
+"""Starting and stopping the servers and client processes of the compatibility suite.
+
+Every process is started in its own session, tracked by a ProcessGroup and stopped by
+PID when the group closes, also when a test fails. Every wait has a deadline.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+COMPAT_DIR = Path(__file__).resolve().parent
+REPO_ROOT = COMPAT_DIR.parents[1]
+VENV_DIR = Path(os.environ.get("COMPAT_VENV_DIR", REPO_ROOT / ".venv"))
+CLIENTS_DIR = VENV_DIR / "clients"
+WORKER = COMPAT_DIR / "worker.py"
+
+
+def coordinator_binary():
+    bin_dir = Path(os.environ.get("COHORT_BIN_DIR", "build/bin"))
+    if not bin_dir.is_absolute():
+        bin_dir = (REPO_ROOT / bin_dir).resolve()
+    return bin_dir / "cohort-coordinator"
+
+
+def free_port():
+    """A port nothing listens on right now (for servers that cannot bind port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def version_tuple(text):
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+# ---------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True)
+class Client:
+    """A jaxlib installation: the interpreter that imports it, and what it speaks."""
+
+    name: str
+    python: str
+    version: str
+    skip_reason: str = ""
+
+    @property
+    def protocol(self):
+        if version_tuple(self.version) >= (0, 10):
+            return "xla.coordination.CoordinationService"
+        return "tensorflow.CoordinationService"
+
+    @property
+    def cohort_job(self):
+        # jaxlib up to 0.9.0 names its job jax_worker; later versions name none, and
+        # cohort maps them to its default job.
+        return "jax_worker" if version_tuple(self.version) < (0, 9, 1) else "worker"
+
+    def job_path(self, task):
+        """How cohort's messages name a task of this client."""
+        return f"/job:{self.cohort_job}/task:{task}"
+
+
+def installed_version(python, dist):
+    """The installed version of a distribution in another interpreter, or None."""
+    try:
+        out = subprocess.run(
+            [python, "-c",
+             f"import importlib.metadata as m; print(m.version({dist!r}))"],
+            capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def skip_note(path):
+    """The reason run.sh recorded for a client it could not install, if any."""
+    if path.exists():
+        return path.read_text().strip() or f"installation failed ({path})"
+    return ""
+
+
+def jaxlib_clients():
+    """Every jaxlib the suite drives: the main venv's, then one per clients/jaxlib-*.txt."""
+    clients = []
+    main_version = installed_version(sys.executable, "jaxlib")
+    reason = skip_note(VENV_DIR / "main.skip")
+    if main_version is None and not reason:
+        reason = f"jaxlib is not installed in {sys.executable} (run tests/compat/run.sh)"
+    clients.append(Client(f"jaxlib-{main_version or 'main'}", sys.executable,
+                          main_version or "0", reason))
+    for req in sorted((COMPAT_DIR / "clients").glob("jaxlib-*.txt")):
+        name = req.stem
+        python = CLIENTS_DIR / name / "bin" / "python"
+        reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+        version = installed_version(str(python), "jaxlib") if python.exists() else None
+        if version is None and not reason:
+            reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
+        clients.append(Client(name, str(python), version or name.split("-", 1)[1], reason))
+    return clients
+
+
+# ---------------------------------------------------------------- processes
+
+
+class ProcessGroup:
+    """Processes of one test or fixture; close() stops each one by its PID."""
+
+    def __init__(self, log_dir):
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = []
+
+    def start(self, name, argv, env=None):
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "w")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        proc.log_path = log_path
+        proc.name = name
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def stop(proc, sig=signal.SIGTERM, grace=5.0):
+        """Stops one process by PID; returns its exit status."""
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        return proc.returncode
+
+    def close(self):
+        for proc in self.procs:
+            self.stop(proc, grace=3.0)
+
+
+def log_text(proc):
+    try:
+        return Path(proc.log_path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def tail(text, lines=40):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_for_log(proc, pattern, timeout):
+    """Waits until the process's log matches pattern; returns the match."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(pattern, log_text(proc))
+        if m:
+            return m
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(
+        f"{proc.name} did not log {pattern!r} within {timeout}s "
+        f"(exit status {proc.poll()}):\n{tail(log_text(proc))}")
+
+
+def wait_all(procs, timeout):
+    """Waits for every process; kills the ones still running at the deadline."""
+    deadline = time.monotonic() + timeout
+    late = []
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            late.append(proc.name)
+            ProcessGroup.stop(proc, sig=signal.SIGKILL)
+    return late
+
+
+# ---------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    kind: str  # "cohort" or "jaxlib"
+    address: str
+    proc: subprocess.Popen
+    metrics_url: str = ""
+
+    def log(self):
+        return log_text(self.proc)
+
+    def metrics(self):
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
+            return r.read().decode()
+
+    def metric(self, name, **labels):
+        """The value of one series of a scrape, or None when it is absent."""
+        for line in self.metrics().splitlines():
+            if line.startswith("#"):
+                continue
+            m = re.match(r"([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", line)
+            if not m or m.group(1) != name:
+                continue
+            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            if got == {k: str(v) for k, v in labels.items()}:
+                return float(m.group(3))
+        return None
+
+
+def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name="cohort"):
+    binary = coordinator_binary()
+    if not os.access(binary, os.X_OK):
+        raise AssertionError(
+            f"{binary} not found: build it first or set COHORT_BIN_DIR")
+    argv = [str(binary), "--job", f"{job}={tasks}", "--listen", "127.0.0.1:0",
+            "--http-listen", "127.0.0.1:0" if http else "",
+            "--heartbeat-timeout", f"{heartbeat_s}s", "--register-timeout", "60s",
+            "--shutdown-barrier-timeout", f"{shutdown_s}s"]
+    proc = group.start(name, argv)
+    port = wait_for_log(proc, r"serving gRPC on \S+ \(port (\d+)\)", 15).group(1)
+    metrics_url = ""
+    if http:
+        hport = wait_for_log(proc, r"serving /metrics \S+ \S+ on \S+ \(port (\d+)\)", 15).group(1)
+        metrics_url = f"http://127.0.0.1:{hport}/metrics"
+    return Server("cohort", f"127.0.0.1:{port}", proc, metrics_url)
+
+
+def start_jaxlib_service(group, client, tasks, heartbeat_s, shutdown_s=30, name="jaxlib",
+                         legacy=False):
+    """jaxlib's own service, hosted by worker.py in the client's interpreter."""
+    address = f"127.0.0.1:{free_port()}"
+    proc = group.start(name, [client.python, str(WORKER), "--scenario", "serve",
+                              "--address", address, "--num-tasks", str(tasks),
+                              "--heartbeat-timeout", str(heartbeat_s),
+                              "--shutdown-timeout", str(shutdown_s)]
+                       + (["--legacy"] if legacy else []))
+    wait_for_log(proc, r"serving on ", 30)
+    return Server("jaxlib", address, proc)
+
+
+def start_server(kind, group, client, tasks, heartbeat_s, shutdown_s=30):
+    if kind == "cohort":
+        return start_cohort(group, client.cohort_job, tasks, heartbeat_s, shutdown_s)
+    return start_jaxlib_service(group, client, tasks, heartbeat_s, shutdown_s)
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+@dataclass
+class TaskRun:
+    task_id: int
+    proc: subprocess.Popen
+    out: Path
+
+    def steps(self):
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def log(self):
+        return log_text(self.proc)
+
+
+def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), delays=None):
+    """Starts one worker per task; delays maps a task id to seconds to wait first."""
+    runs = []
+    order = sorted(range(tasks), key=lambda t: (delays or {}).get(t, 0.0))
+    started = time.monotonic()
+    for t in order:
+        delay = (delays or {}).get(t, 0.0)
+        pause = started + delay - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        out = group.log_dir / f"{scenario}-task-{t}.json"
+        proc = group.start(
+            f"{scenario}-task-{t}",
+            [client.python, str(WORKER), "--scenario", scenario, "--address", server.address,
+             "--task-id", str(t), "--num-tasks", str(tasks), "--out", str(out),
+             "--heartbeat-timeout", str(heartbeat_s), *extra])
+        runs.append(TaskRun(t, proc, out))
+    return sorted(runs, key=lambda r: r.task_id)
+
+
+def legacy_client():
+    """jaxlib 0.4.13 of clients/legacy-jaxlib-0.4.13.txt (xla.DistributedRuntimeService)."""
+    name = "legacy-jaxlib-0.4.13"
+    python = CLIENTS_DIR / name / "bin" / "python"
+    reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+    version = installed_version(str(python), "jaxlib") if python.exists() else None
+    if version is None and not reason:
+        reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
+    return Client(f"jaxlib-{version or '0.4.13'}", str(python), version or "0.4.13", reason)
+
+
+def tensorflow_client():
+    """The TensorFlow venv of clients/tensorflow-cpu.txt: (python, version, skip reason)."""
+    name = "tensorflow-cpu"
+    python = CLIENTS_DIR / name / "bin" / "python"
+    reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+    version = installed_version(str(python), name) if python.exists() else None
+    if version is None and not reason:
+        reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
+    return str(python), version or "", reason
+
+
+def kill_and_time_the_survivors(group, runs, victim, limit):
+    """SIGKILLs runs[victim]; returns {task id: seconds until it exited} for the others
+    that exited within limit seconds of the kill."""
+    killed_at = time.monotonic()
+    group.stop(runs[victim].proc, sig=signal.SIGKILL)
+    survivors = [r for r in runs if r.task_id != victim]
+    ended = {}
+    while len(ended) < len(survivors) and time.monotonic() < killed_at + limit:
+        for r in survivors:
+            if r.task_id not in ended and r.proc.poll() is not None:
+                ended[r.task_id] = time.monotonic() - killed_at
+        time.sleep(0.02)
+    return ended
