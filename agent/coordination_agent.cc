@@ -266,17 +266,24 @@ void CoordinationAgent::StartBackground() {
 
 void CoordinationAgent::StopBackground() {
   std::shared_ptr<ErrorPoll> poll;
+  bool told_coordinator;
   {
     absl::MutexLock lock(&mu_);
     background_running_ = false;
     poll = poll_;
+    told_coordinator = leaving_;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (poll) {
-    poll->context.TryCancel();
+    // After ShutdownTask or ResetTask the coordinator has ended the poll already; cancel it
+    // from here only when it has not (a destroyed agent, an unreachable coordinator).
+    auto done = +[](ErrorPoll* p) { return p->done; };
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](ErrorPoll* p) { return p->done; }, poll.get()));
+    if (!mu_.AwaitWithTimeout(absl::Condition(done, poll.get()),
+                              told_coordinator ? absl::Seconds(1) : absl::ZeroDuration())) {
+      poll->context.TryCancel();
+      mu_.Await(absl::Condition(done, poll.get()));
+    }
   }
   // Async gets end with CANCELLED; wait until their callbacks have run.
   absl::MutexLock lock(&mu_);
@@ -348,7 +355,7 @@ void CoordinationAgent::StartErrorPoll() {
 void CoordinationAgent::OnPollDone(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
-    if (!background_running_ || shutting_down_) return;  // we ended it
+    if (!background_running_ || leaving_) return;  // we ended it
   }
   // Only the coordinator's own answers are errors of the job; a poll that could not reach
   // it is parked again by the heartbeat loop, which also decides when to give up.
@@ -419,7 +426,10 @@ absl::Status CoordinationAgent::ReportError(const absl::Status& error) {
 
 absl::Status CoordinationAgent::Reset() {
   if (auto s = CheckState(AgentState::kError, "Reset"); !s.ok()) return s;
-  StopBackground();
+  {
+    absl::MutexLock lock(&mu_);
+    leaving_ = true;
+  }
   tensorflow::ResetTaskRequest request;
   *request.mutable_source_task() = OwnTaskProto();
   tensorflow::ResetTaskResponse response;
@@ -427,7 +437,9 @@ absl::Status CoordinationAgent::Reset() {
   absl::Status status = FromGrpcStatus(stub_->ResetTask(context.get(), request, &response));
   // A coordinator that restarted or is gone has nothing to reset; the task starts over.
   if (!status.ok()) spdlog::info("ResetTask: {} (resetting locally)", status.ToString());
+  StopBackground();
   absl::MutexLock lock(&mu_);
+  leaving_ = false;
   state_ = AgentState::kDisconnected;
   error_ = absl::OkStatus();
   leader_incarnation_ = 0;
@@ -450,7 +462,7 @@ absl::Status CoordinationAgent::Shutdown() {
   if (state == AgentState::kConnected) {
     {
       absl::MutexLock lock(&mu_);
-      shutting_down_ = true;
+      leaving_ = true;
     }
     tensorflow::ShutdownTaskRequest request;
     *request.mutable_source_task() = OwnTaskProto();
@@ -468,7 +480,7 @@ absl::Status CoordinationAgent::Shutdown() {
   }
   absl::MutexLock lock(&mu_);
   state_ = AgentState::kDisconnected;
-  shutting_down_ = false;
+  leaving_ = false;
   return status;
 }
 

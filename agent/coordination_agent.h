@@ -187,9 +187,9 @@ class CoordinationAgent {
 
   // Background work of one connection: heartbeats and the parked error poll.
   bool background_running_ ABSL_GUARDED_BY(mu_) = false;
-  // Set while Shutdown waits at the barrier: the coordinator then ends the error poll with
-  // "shut down", which is no error.
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Set while Shutdown or Reset tells the coordinator: it then ends the error poll itself
+  // ("shut down", "reset"), which is no error.
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
   struct ErrorPoll;
   std::shared_ptr<ErrorPoll> poll_ ABSL_GUARDED_BY(mu_);

@@ -150,9 +150,13 @@ std::unique_ptr<Process> StartSidecar(const Options& o, const Cluster& c, const 
                                             {"FAKE_NVML_CONTROL_FIFO", dir + "/fifo"},
                                             {"COHORT_NVML_LIBRARY", o.fake_nvml},
                                             {"FAKE_NVML_CONFIG", o.gpu_config}};
-  std::vector<std::string> argv = {o.bin_dir + "/cohort-sidecar", "--http-listen",
-                                   absl::StrCat("127.0.0.1:", http_port), "--sample-interval",
-                                   sample_interval, "--log-level", "warn"};
+  std::vector<std::string> argv = {o.bin_dir + "/cohort-sidecar",
+                                   "--http-listen",
+                                   absl::StrCat("127.0.0.1:", http_port),
+                                   "--sample-interval",
+                                   sample_interval,
+                                   "--log-level",
+                                   "warn"};
   if (!pattern.empty()) {
     argv.insert(argv.end(), {"--workload-liveness", "process", "--workload-process", pattern});
   }
@@ -171,8 +175,8 @@ double FailureRound(const Options& o, const std::string& scenario, int round) {
   std::system(absl::StrCat("mkdir -p ", dir).c_str());
   Cluster cluster = StartCoordinator(o, dir);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::string victim_cmd = absl::StrCat("cohort-agent-example --coordinator ", cluster.address(),
-                                        " --task 0 ");
+  std::string victim_cmd =
+      absl::StrCat("cohort-agent-example --coordinator ", cluster.address(), " --task 0 ");
   auto victim = std::make_unique<Process>(
       std::vector<std::string>{o.bin_dir + "/cohort-agent-example", "--coordinator",
                                cluster.address(), "--task", "0", "--num-tasks", "2", "--steps",
@@ -208,7 +212,6 @@ double FailureRound(const Options& o, const std::string& scenario, int round) {
   }
   bool arrived = failed.WaitForNotificationWithTimeout(absl::Seconds(120));
   double took = std::chrono::duration<double>(failed_at - fault).count();
-  observer.CancelPendingCalls();
   return arrived ? took : -1;
 }
 
@@ -243,8 +246,8 @@ nlohmann::json Resources(const Options& o) {
   // Scrape like Prometheus would, every 15 s, so exposition is part of the cost.
   for (int i = 0; i < o.seconds; ++i) {
     if (i % 15 == 0) {
-      std::system(absl::StrCat("curl -sf -o /dev/null http://127.0.0.1:", http_port, "/metrics")
-                      .c_str());
+      std::system(
+          absl::StrCat("curl -sf -o /dev/null http://127.0.0.1:", http_port, "/metrics").c_str());
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
@@ -266,8 +269,7 @@ int main(int argc, char** argv) {
   Options o;
   std::vector<std::string> scenarios = {"exit", "xid", "heartbeat", "resources"};
   app.add_option("--bin-dir", o.bin_dir)->capture_default_str();
-  app.add_option("--fake-nvml", o.fake_nvml, "the test suite's fake libnvidia-ml.so.1")
-      ->required();
+  app.add_option("--fake-nvml", o.fake_nvml, "the test suite's fake libnvidia-ml.so.1")->required();
   app.add_option("--gpu-config", o.gpu_config, "fake node JSON (8 GPUs)")->required();
   app.add_option("--rounds", o.rounds)->capture_default_str();
   app.add_option("--seconds", o.seconds, "resources: how long to measure")->capture_default_str();

@@ -486,6 +486,11 @@ void CoordinationService::SetErrorLocked(Task& task, absl::Status error, bool re
   CheckShutdownBarrierLocked(fx);
 }
 
+absl::Status CoordinationService::PropagatedError() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return first_error_;
+}
+
 void CoordinationService::PropagateLocked(const TaskName& source, const absl::Status& error,
                                           Effects& fx) {
   if (!first_error_.ok()) return;

@@ -141,6 +141,8 @@ class CoordinationService {
   bool IsAuxiliary(const std::string& job) const;
   // True once every workload task has registered.
   bool ClusterRegistered() const;
+  // The error that was propagated to every task (OK while there is none).
+  absl::Status PropagatedError() const;
 
   // Runs due timers and the heartbeat check. Returns when it next wants to run.
   absl::Time RunTimers();

@@ -10,7 +10,8 @@ constexpr char kCurrent = 'd';
 constexpr char kLegacy = 'l';
 constexpr char kTopology = 't';
 
-void NumberDevices(xla::GlobalTopologyProto* topology) {
+template <typename Global>
+void NumberDevices(Global* topology) {
   auto* nodes = topology->mutable_nodes();
   std::stable_sort(nodes->begin(), nodes->end(),
                    [](const auto& a, const auto& b) { return a.node_id() < b.node_id(); });
@@ -34,8 +35,37 @@ std::string EncodeLegacyDevices(const tensorflow::CoordinationServiceDeviceInfo&
   return kLegacy + devices.SerializeAsString();
 }
 
-std::string EncodeLocalTopology(const xla::LocalTopologyProto& topology) {
+std::string EncodeLocalTopology(const xla::LocalTopologyProtoV3& topology) {
   return kTopology + topology.SerializeAsString();
+}
+
+xla::LocalTopologyProtoV3 ToV3(const xla::LocalTopologyProto& topology) {
+  xla::LocalTopologyProtoV3 out;
+  out.set_node_id(topology.node_id());
+  for (const auto& device : topology.devices()) {
+    auto* d = out.add_devices();
+    d->set_local_device_ordinal(device.local_device_ordinal());
+    d->set_name(device.name());
+    d->set_vendor(device.vendor());
+    d->set_global_device_id(device.global_device_id());
+  }
+  return out;
+}
+
+xla::GlobalTopologyProto ToV1(const xla::GlobalTopologyProtoV3& topology) {
+  xla::GlobalTopologyProto out;
+  for (const auto& node : topology.nodes()) {
+    auto* n = out.add_nodes();
+    n->set_node_id(node.node_id());
+    for (const auto& device : node.devices()) {
+      auto* d = n->add_devices();
+      d->set_local_device_ordinal(device.local_device_ordinal());
+      d->set_name(device.name());
+      d->set_vendor(device.vendor());
+      d->set_global_device_id(device.global_device_id());
+    }
+  }
+  return out;
 }
 
 void MergeDevices(const std::vector<std::string>& encoded, tensorflow::DeviceInfo* devices,
@@ -62,8 +92,8 @@ void MergeDevices(const std::vector<std::string>& encoded, tensorflow::DeviceInf
   if (xla) NumberDevices(legacy->mutable_xla()->mutable_devices());
 }
 
-xla::GlobalTopologyProto BuildGlobalTopology(const std::vector<std::string>& encoded) {
-  xla::GlobalTopologyProto global;
+xla::GlobalTopologyProtoV3 BuildGlobalTopology(const std::vector<std::string>& encoded) {
+  xla::GlobalTopologyProtoV3 global;
   for (const std::string& blob : encoded) {
     if (blob.empty() || blob[0] != kTopology) continue;
     global.add_nodes()->ParseFromArray(blob.data() + 1, static_cast<int>(blob.size() - 1));

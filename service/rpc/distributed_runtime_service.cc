@@ -4,11 +4,33 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "service/rpc/device_info.h"
 
 namespace cohort {
 
 using Ctx = grpc::CallbackServerContext;
+
+namespace {
+
+// Field 1 of a serialized message, read without knowing the rest of its layout.
+int32_t NodeIdOf(const std::string& bytes) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  while (uint32_t tag = in.ReadTag()) {
+    using google::protobuf::internal::WireFormatLite;
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+      uint32_t value = 0;
+      return in.ReadVarint32(&value) ? static_cast<int32_t>(value) : 0;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) break;
+  }
+  return 0;
+}
+
+}  // namespace
 
 RpcCall* DistributedRuntimeService::NewCall(const char* method) {
   return new RpcCall(service_, metrics_, Protocol::kDistributedRuntime, method);
@@ -23,12 +45,30 @@ absl::Status DistributedRuntimeService::CheckSession(uint64_t session_id) const 
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx*,
+bool DistributedRuntimeService::NewLayout(int32_t node) const {
+  absl::MutexLock lock(&mu_);
+  auto it = protocol_versions_.find(node);
+  return it != protocol_versions_.end() && it->second >= 3;
+}
+
+int32_t DistributedRuntimeService::NodeOf(Ctx* ctx, int32_t named) const {
+  if (named != 0) return named;
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(ctx->peer());
+  return it == peers_.end() ? named : it->second;
+}
+
+grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
                                                              const xla::ConnectRequest* request,
                                                              xla::ConnectResponse* response) {
   RpcCall* call = NewCall("Connect");
   auto task = service_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
+  {
+    absl::MutexLock lock(&mu_);
+    protocol_versions_[request->node_id()] = request->protocol_version();
+    peers_[ctx->peer()] = request->node_id();
+  }
   service_->RegisterTask(*task, request->client_id(), call->Park(),
                          [this, call, response](const absl::Status& s) {
                            if (s.ok()) response->set_session_id(service_->service_incarnation());
@@ -41,14 +81,29 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
     Ctx*, const xla::EnumerateDevicesRequest* request, xla::EnumerateDevicesResponse* response) {
   RpcCall* call = NewCall("EnumerateDevices");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  auto task = service_->ResolveTask("", request->local_topology().node_id());
+  // node_id is field 1 in both layouts; the node's protocol version says which the rest is.
+  bool new_layout = NewLayout(NodeIdOf(request->local_topology()));
+  xla::LocalTopologyProtoV3 local;
+  xla::LocalTopologyProto old_layout;
+  if (new_layout ? !local.ParseFromString(request->local_topology())
+                 : !old_layout.ParseFromString(request->local_topology())) {
+    return call->Reply(absl::InvalidArgumentError(absl::StrCat(
+        "local_topology is not a LocalTopologyProto of protocol version ",
+        new_layout ? "3 or later (node_id, boot_id, devices)" : "1 or 2 (node_id, devices)")));
+  }
+  if (!new_layout) local = ToV3(old_layout);
+  auto task = service_->ResolveTask("", local.node_id());
   if (!task.ok()) return call->Reply(task.status());
-  service_->WaitForAllTasks(*task, EncodeLocalTopology(request->local_topology()), call->Park(),
-                            [call, response](absl::StatusOr<std::vector<std::string>> all) {
-                              if (all.ok())
-                                *response->mutable_global_topology() = BuildGlobalTopology(*all);
-                              call->Reply(all.status());
-                            });
+  service_->WaitForAllTasks(
+      *task, EncodeLocalTopology(local), call->Park(),
+      [call, response, new_layout](absl::StatusOr<std::vector<std::string>> all) {
+        if (all.ok()) {
+          xla::GlobalTopologyProtoV3 global = BuildGlobalTopology(*all);
+          response->set_global_topology(new_layout ? global.SerializeAsString()
+                                                   : ToV1(global).SerializeAsString());
+        }
+        call->Reply(all.status());
+      });
   return call;
 }
 
@@ -62,15 +117,18 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx*,
   // This protocol's heartbeat names no incarnation: it is the registered one's.
   auto state = service_->GetTaskStates({*task});
   if (!state.ok()) return call->Reply(state.status());
-  return call->Reply(service_->Heartbeat(*task, (*state)[0].incarnation));
+  if (auto s = service_->Heartbeat(*task, (*state)[0].incarnation); !s.ok()) return call->Reply(s);
+  // This protocol has no error polling: a failure elsewhere in the job reaches the other
+  // nodes as the answer to their heartbeats, which makes old clients stop.
+  return call->Reply(service_->PropagatedError());
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx*,
+grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx* ctx,
                                                               const xla::ShutdownRequest* request,
                                                               xla::ShutdownResponse*) {
   RpcCall* call = NewCall("Shutdown");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  auto task = service_->ResolveTask("", request->node_id());
+  auto task = service_->ResolveTask("", NodeOf(ctx, request->node_id()));
   if (!task.ok()) return call->Reply(task.status());
   service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
   return call;
@@ -101,6 +159,23 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   return call->Reply(
       service_->key_values().Insert(request->key(), request->value(), /*allow_overwrite=*/true));
+}
+
+grpc::ServerUnaryReactor* DistributedRuntimeService::WaitAtBarrier(
+    Ctx*, const xla::WaitAtBarrierRequest* request, xla::WaitAtBarrierResponse*) {
+  RpcCall* call = NewCall("WaitAtBarrier");
+  if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
+  auto task = service_->ResolveTask("", request->node_id());
+  if (!task.ok()) return call->Reply(task.status());
+  if (request->timeout_milliseconds() <= 0) {
+    return call->Reply(absl::InvalidArgumentError("barrier timeout_milliseconds must be positive"));
+  }
+  // Every node of the job takes part; this protocol has no counters, so an id is one
+  // barrier (a repeated call gets its cached result).
+  service_->Barrier(request->barrier_id(), /*counter=*/0,
+                    absl::Milliseconds(request->timeout_milliseconds()), *task, {}, call->Park(),
+                    [call](const absl::StatusOr<int64_t>& r) { call->Reply(r.status()); });
+  return call;
 }
 
 }  // namespace cohort

@@ -22,9 +22,6 @@ PROTO_NAME = b"xla/pjrt/distributed/protocol.proto"
 # What jaxlib 0.4.13's client puts in ConnectRequest.protocol_version (its service
 # refuses any other).
 PROTOCOL_VERSION = 3
-BUG_LAYOUT = ("cohort bug: its LocalTopologyProto has devices = 2, jaxlib 0.4.13's has "
-              "boot_id = 2 and devices = 3, so cohort cannot parse the request; see "
-              "docs/compatibility.md")
 
 
 def embedded_schema():
@@ -67,8 +64,8 @@ def test_enumerate_devices_in_jaxlib_0_4_13_layout(request, kind, group):
     assert [(f.name, f.number) for f in topology.DESCRIPTOR.fields] == [
         ("node_id", 1), ("boot_id", 2), ("devices", 3)]
     if kind == "cohort":
+        # cohort picks the layout by the protocol version the node connected with.
         server = start_cohort(group, "worker", 1, heartbeat_s=10)
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BUG_LAYOUT))
     else:
         server = start_jaxlib_service(group, CLIENT, 1, 10, legacy=True)
 
