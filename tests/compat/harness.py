@@ -223,7 +223,8 @@ class Server:
         return None
 
 
-def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name="cohort"):
+def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name="cohort",
+                 extra=()):
     binary = coordinator_binary()
     if not os.access(binary, os.X_OK):
         raise AssertionError(
@@ -231,7 +232,7 @@ def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name
     argv = [str(binary), "--job", f"{job}={tasks}", "--listen", "127.0.0.1:0",
             "--http-listen", "127.0.0.1:0" if http else "",
             "--heartbeat-timeout", f"{heartbeat_s}s", "--register-timeout", "60s",
-            "--shutdown-barrier-timeout", f"{shutdown_s}s"]
+            "--shutdown-barrier-timeout", f"{shutdown_s}s", *extra]
     proc = group.start(name, argv)
     port = wait_for_log(proc, r"serving gRPC on \S+ \(port (\d+)\)", 15).group(1)
     metrics_url = ""

@@ -10,8 +10,9 @@ import signal
 
 import pytest
 
-from conftest import client_server_params
-from harness import kill_and_time_the_survivors, start_server, start_tasks, tail, wait_for_log
+from conftest import JAXLIB_CLIENTS, client_server_params
+from harness import (coordinator_binary, kill_and_time_the_survivors, start_cohort, start_server,
+                     start_tasks, tail, wait_for_log)
 
 TASKS = 4
 HEARTBEAT_S = 2
@@ -58,3 +59,42 @@ def test_killed_task_reaches_the_others_within_the_heartbeat_timeout(pair, group
     if server_kind == "cohort":
         assert re.search(rf"task {re.escape(client.job_path(VICTIM))} \(incarnation 0x[0-9a-f]+\) "
                          r"is in error", server.log()), tail(server.log())
+
+
+MAIN = JAXLIB_CLIENTS[0]
+
+
+@pytest.mark.skipif(bool(MAIN.skip_reason), reason=f"{MAIN.name}: {MAIN.skip_reason}")
+def test_sidecar_tells_the_others_long_before_the_heartbeat_timeout(group):
+    """Only the victim has a sidecar here (the other sidecars' topology exchange never
+    completes, which the exit report does not need). It sees the process exit (a shared
+    process namespace: here, the machine's) and reports it; jaxlib's parked PollForError delivers the report to the
+    survivors at once, instead of after the 30 s heartbeat timeout."""
+    heartbeat_s = 30
+    server = start_cohort(group, MAIN.cohort_job, TASKS, heartbeat_s,
+                          extra=["--auxiliary-job", f"sidecar={TASKS}"])
+    runs = start_tasks(group, MAIN, server, "crash", TASKS, heartbeat_s,
+                       extra=["--wait-seconds", "60"])
+    for r in runs:
+        wait_for_log(r.proc, rf"task {r.task_id}: ready", 60)
+    sidecar = group.start("sidecar", [
+        str(coordinator_binary().parent / "cohort-sidecar"), "--http-listen", "127.0.0.1:0",
+        "--sidecar-job", "sidecar", "--workload-liveness", "process", "--workload-process",
+        rf"worker\.py .*--address {re.escape(server.address)} --task-id {VICTIM} "],
+        env={"COHORT_COORDINATOR_ADDRESS": server.address, "COHORT_JOB_NAME": MAIN.cohort_job,
+             "COHORT_TASK_ID": str(VICTIM), "COHORT_NUM_TASKS": str(TASKS),
+             "COHORT_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"})
+    wait_for_log(sidecar, r"watching workload process", 30)
+
+    ended = kill_and_time_the_survivors(group, runs, VICTIM, limit=heartbeat_s - 5)
+    assert sorted(ended) == [r.task_id for r in runs[:VICTIM]], (
+        f"survivors not told well before the heartbeat timeout: {ended}\n"
+        f"{tail(sidecar and open(sidecar.log_path).read())}")
+    print(f"{MAIN.name} with the sidecar: survivors ended {ended} s after the kill")
+    for r in runs[:VICTIM]:
+        log = r.log()
+        assert FATAL in log, tail(log)
+        # The sidecar's report about the victim, not the coordinator's heartbeat timeout.
+        assert f"{MAIN.job_path(VICTIM)} (pod " in log, tail(log)
+        assert "without shutting down" in log, tail(log)
+        assert "sent no heartbeat" not in log, tail(log)
