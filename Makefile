@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 WERROR ?= $(if $(CI),ON,OFF)
 NINJA_JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test asan-test compat-test format-check format lint demo bench clean
+.PHONY: all deps build test unit-test asan-test compat-test e2e-test format-check format lint demo bench clean
 
 all: build
 
@@ -23,7 +23,7 @@ build: deps $(BUILD)/build.ninja
 
 # The whole suite: formatting, unit and integration tests, the same tests under
 # AddressSanitizer and UndefinedBehaviorSanitizer, then real JAX and TensorFlow clients.
-test: build format-check unit-test asan-test compat-test
+test: build format-check unit-test asan-test compat-test e2e-test
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
@@ -39,9 +39,18 @@ asan-test: deps
 compat-test: build
 	bash tests/compat/run.sh
 
+# The local Kubernetes cluster (tools/local-cluster: kube-apiserver, controller manager and
+# a pod runner built once from the Kubernetes Go modules, cached under build/tools) and the
+# end-to-end tests on it.
+e2e-test: build
+	tools/local-cluster tools >/dev/null
+	cd tools/localcluster && go vet ./... && go test ./internal/...
+	bash tests/e2e/local_cluster_smoke.sh
+
 SOURCES = $(shell git ls-files '*.cc' '*.h')
 format-check: deps
 	@clang-format --style=file --dry-run --Werror $(SOURCES) && echo "format: clean"
+	@test -z "$$(cd tools/localcluster && gofmt -l .)" || { cd tools/localcluster && gofmt -l .; echo "gofmt: the files above"; exit 1; }
 
 format: deps
 	clang-format --style=file -i $(SOURCES)

@@ -64,9 +64,8 @@ absl::Status Sidecar::Start() {
                gpus_->inventory().gpus.empty()
                    ? ""
                    : absl::StrCat(", driver ", gpus_->inventory().driver.driver_version));
-  gpu_metrics_ = std::make_unique<GpuMetrics>(options_.pod, gpus_->inventory(),
-                                              options_.dcgm_metrics,
-                                              [this] { return gpus_->Health(); });
+  gpu_metrics_ = std::make_unique<GpuMetrics>(
+      options_.pod, gpus_->inventory(), options_.dcgm_metrics, [this] { return gpus_->Health(); });
   gpu_metrics_->Register(*registry_);
   RegisterMetrics();
 

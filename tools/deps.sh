@@ -13,6 +13,8 @@ BUILD_PACKAGES=(
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
   prometheus python3-venv openssl
+  # The local cluster (tools/local-cluster): `ip` for pod network namespaces, pgrep.
+  iproute2 procps
 )
 
 want=("${BUILD_PACKAGES[@]}")
@@ -39,3 +41,13 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# The local cluster is built from the Kubernetes Go modules, which need a recent Go (the
+# machine image has one; Debian 12's golang package is too old).
+if [[ "${1:-}" != "--build-only" ]]; then
+  if ! command -v go >/dev/null; then
+    echo "deps: Go 1.26 or newer is needed for the local cluster (tools/local-cluster)" >&2
+  elif ! go version | grep -Eq 'go1\.(2[6-9]|[3-9][0-9])'; then
+    echo "deps: $(go version): the local cluster needs Go 1.26 or newer" >&2
+  fi
+fi

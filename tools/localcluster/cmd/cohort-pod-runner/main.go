@@ -1,0 +1,89 @@
+// cohort-pod-runner stands in for the kubelet on the local cluster's one node: it binds
+// pods to the node and runs their containers as local processes. `local-cluster up`
+// starts it; see tools/README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"cohort.dev/tools/localcluster/internal/podrunner"
+)
+
+func main() {
+	var cfg podrunner.Config
+	var kubeconfig, nodeIP, podCIDR, pathPrepend string
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the runner's identity (required)")
+	flag.StringVar(&cfg.NodeName, "node-name", "local", "name of the Node object")
+	flag.StringVar(&nodeIP, "node-ip", "10.244.0.1", "the bridge's address: node InternalIP and pod gateway")
+	flag.StringVar(&podCIDR, "pod-cidr", "10.244.0.0/16", "pod addresses")
+	flag.StringVar(&cfg.Bridge, "bridge", "cohort0", "bridge the pod network namespaces join")
+	flag.StringVar(&cfg.APIHost, "api-host", "10.244.0.1", "apiserver address given to pods")
+	flag.IntVar(&cfg.APIPort, "api-port", 443, "apiserver port given to pods")
+	var apiForward string
+	flag.StringVar(&apiForward, "api-forward", "10.244.0.1:443,10.244.0.1:6443",
+		"comma-separated gateway addresses that forward to --api-server")
+	flag.StringVar(&cfg.APIServer, "api-server", "127.0.0.1:6443", "the apiserver's loopback address")
+	flag.StringVar(&cfg.StateDir, "state-dir", "", "per-pod runtime files (required)")
+	flag.StringVar(&cfg.LogDir, "log-dir", "", "container logs (required)")
+	flag.StringVar(&cfg.MountpointLog, "mountpoint-log", "", "file listing mount points created on the host")
+	flag.StringVar(&cfg.BinDir, "bin-dir", "", "directory of cohort binaries that images map to")
+	flag.StringVar(&cfg.InitBinary, "init-binary", "", "cohort-container-init (required)")
+	flag.StringVar(&pathPrepend, "path-prepend", "", "colon-separated directories put first in containers' PATH")
+	flag.StringVar(&cfg.Python, "python", "", "interpreter that runs a container command of python or python3")
+	flag.IntVar(&cfg.KubeletPort, "kubelet-port", 10250, "port of the container log endpoint on the node address (0: off)")
+	flag.StringVar(&cfg.TLSCertFile, "tls-cert", "", "serving certificate of the log endpoint")
+	flag.StringVar(&cfg.TLSKeyFile, "tls-key", "", "its key")
+	flag.StringVar(&cfg.ClientCAFile, "client-ca", "", "CA whose clients (the apiserver) may read logs")
+	flag.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest grace period for pods when the runner stops")
+	flag.Parse()
+
+	if kubeconfig == "" || cfg.StateDir == "" || cfg.LogDir == "" || cfg.InitBinary == "" {
+		log.Fatal("--kubeconfig, --state-dir, --log-dir and --init-binary are required")
+	}
+	var err error
+	if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+		log.Fatalf("--node-ip: %v", err)
+	}
+	if cfg.PodCIDR, err = netip.ParsePrefix(podCIDR); err != nil {
+		log.Fatalf("--pod-cidr: %v", err)
+	}
+	for _, addr := range strings.Split(apiForward, ",") {
+		if addr = strings.TrimSpace(addr); addr != "" {
+			cfg.APIForward = append(cfg.APIForward, addr)
+		}
+	}
+	for _, dir := range filepath.SplitList(pathPrepend) {
+		if strings.TrimSpace(dir) != "" {
+			cfg.PathPrepend = append(cfg.PathPrepend, dir)
+		}
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		log.Fatalf("kubeconfig: %v", err)
+	}
+	restConfig.QPS, restConfig.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		log.Fatalf("client: %v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := podrunner.New(cfg, client).Run(ctx); err != nil {
+		log.Printf("pod runner: %v", err)
+		os.Exit(1)
+	}
+	log.Printf("pod runner stopped")
+}

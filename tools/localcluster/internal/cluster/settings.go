@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Settings are the cluster's addresses and names. Defaults can be changed through
+// COHORT_LOCAL_* variables at `up`; the values in use are saved so `down` and `status`
+// find the same cluster.
+type Settings struct {
+	PodCIDR     string `json:"podCIDR"`     // pods get addresses here; the bridge has the first
+	ServiceCIDR string `json:"serviceCIDR"` // cluster IPs (allocated, not routed)
+	Bridge      string `json:"bridge"`
+	APIPort     int    `json:"apiPort"`  // on loopback; pods use the gateway on 443 and this port
+	EtcdPort    int    `json:"etcdPort"` // client port; the peer port is this + 10
+	KubeletPort int    `json:"kubeletPort"`
+	NodeName    string `json:"nodeName"`
+	// PathPrepend goes first in containers' PATH; Python replaces python/python3.
+	PathPrepend string `json:"pathPrepend"`
+	Python      string `json:"python"`
+}
+
+// DefaultSettings reads COHORT_LOCAL_* overrides from the environment.
+func DefaultSettings(l Layout) (Settings, error) {
+	s := Settings{
+		PodCIDR:     envOr("COHORT_LOCAL_POD_CIDR", "10.244.0.0/16"),
+		ServiceCIDR: envOr("COHORT_LOCAL_SERVICE_CIDR", "10.96.0.0/16"),
+		Bridge:      envOr("COHORT_LOCAL_BRIDGE", "cohort0"),
+		NodeName:    envOr("COHORT_LOCAL_NODE_NAME", "local"),
+		Python:      os.Getenv("COHORT_LOCAL_PYTHON"),
+	}
+	venv := filepath.Join(l.Root, ".venv", "bin")
+	if _, err := os.Stat(venv); err == nil {
+		s.PathPrepend = venv
+	}
+	if v, ok := os.LookupEnv("COHORT_LOCAL_PATH"); ok {
+		s.PathPrepend = v
+	}
+	var err error
+	if s.APIPort, err = envInt("COHORT_LOCAL_API_PORT", 6443); err != nil {
+		return s, err
+	}
+	if s.EtcdPort, err = envInt("COHORT_LOCAL_ETCD_PORT", 23790); err != nil {
+		return s, err
+	}
+	if s.KubeletPort, err = envInt("COHORT_LOCAL_KUBELET_PORT", 10250); err != nil {
+		return s, err
+	}
+	_, err = s.Gateway()
+	return s, err
+}
+
+// Gateway is the bridge's address: node IP, pods' default route and the apiserver.
+func (s Settings) Gateway() (netip.Prefix, error) {
+	prefix, err := netip.ParsePrefix(s.PodCIDR)
+	if err != nil || !prefix.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("COHORT_LOCAL_POD_CIDR %q: want an IPv4 CIDR", s.PodCIDR)
+	}
+	return netip.PrefixFrom(prefix.Masked().Addr().Next(), prefix.Bits()), nil
+}
+
+// APIServiceIP is the first cluster IP, which the apiserver gives the kubernetes service.
+func (s Settings) APIServiceIP() (netip.Addr, error) {
+	prefix, err := netip.ParsePrefix(s.ServiceCIDR)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("service CIDR %q: %w", s.ServiceCIDR, err)
+	}
+	return prefix.Masked().Addr().Next(), nil
+}
+
+// APIServerURL is where clients on the host reach the apiserver: loopback only.
+func (s Settings) APIServerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(s.APIPort)
+}
+
+// PodAPIPort is the port pods use on the gateway: the kubernetes service's port.
+const PodAPIPort = 443
+
+func (s Settings) save(path string) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// loadSettings returns the saved settings of the cluster, or the defaults.
+func loadSettings(l Layout) (Settings, error) {
+	data, err := os.ReadFile(filepath.Join(l.Run, "settings.json"))
+	if err != nil {
+		return DefaultSettings(l)
+	}
+	var s Settings
+	if err := json.Unmarshal(data, &s); err != nil {
+		return DefaultSettings(l)
+	}
+	return s, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 65535 {
+		return 0, fmt.Errorf("%s=%q: want a port number", name, v)
+	}
+	return n, nil
+}

@@ -1,0 +1,34 @@
+package cluster
+
+import (
+	"net"
+	"testing"
+)
+
+func TestGatewayIsTheFirstAddressOfThePodCIDR(t *testing.T) {
+	gw, err := Settings{PodCIDR: "10.244.3.7/16"}.Gateway()
+	if err != nil || gw.String() != "10.244.0.1/16" {
+		t.Errorf("gateway %s, %v", gw, err)
+	}
+	if _, err := (Settings{PodCIDR: "fd00::/64"}).Gateway(); err == nil {
+		t.Error("want an error for an IPv6 pod CIDR")
+	}
+}
+
+func TestPKIIsMadeOnceAndServingCertificatesFollowThePodNetwork(t *testing.T) {
+	l := NewLayout(t.TempDir())
+	s := Settings{PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", NodeName: "local"}
+	if err := ensurePKI(l, s); err != nil {
+		t.Fatal(err)
+	}
+	if !certCovers(l.PKIFile("apiserver.crt"), []net.IP{net.IPv4(10, 244, 0, 1), net.IPv4(10, 96, 0, 1)}) {
+		t.Error("apiserver certificate does not name the gateway and the kubernetes service IP")
+	}
+	s.PodCIDR = "10.77.0.0/16"
+	if err := ensurePKI(l, s); err != nil {
+		t.Fatal(err)
+	}
+	if !certCovers(l.PKIFile("apiserver.crt"), []net.IP{net.IPv4(10, 77, 0, 1)}) {
+		t.Error("apiserver certificate was not issued again for the new gateway")
+	}
+}

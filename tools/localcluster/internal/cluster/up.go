@@ -1,0 +1,217 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"cohort.dev/tools/localcluster/internal/hostnet"
+)
+
+const (
+	etcdTimeout      = 60 * time.Second
+	apiserverTimeout = 180 * time.Second
+	nodeTimeout      = 120 * time.Second
+)
+
+// Up starts the cluster, or finds it running, and prints KUBECONFIG=PATH last.
+func Up(l Layout, out io.Writer) error {
+	if err := checkHost(); err != nil {
+		return err
+	}
+	if s, err := loadSettings(l); err == nil && allRunning(l, s) && apiReady(l, s) == nil {
+		fmt.Fprintf(out, "local-cluster: already up (%s)\n", s.APIServerURL())
+		fmt.Fprintf(out, "KUBECONFIG=%s\n", l.Kubeconfig())
+		return nil
+	}
+	// A half-running cluster (a crashed component) is restarted as a whole.
+	if err := Down(l, io.Discard); err != nil {
+		return err
+	}
+	s, err := DefaultSettings(l)
+	if err != nil {
+		return err
+	}
+	if err := prepare(l, s); err != nil {
+		return err
+	}
+	if err := startAll(l, s, out); err != nil {
+		_ = Down(l, io.Discard)
+		return err
+	}
+	fmt.Fprintf(out, "local-cluster: up (%s, node %s)\n", s.APIServerURL(), s.NodeName)
+	fmt.Fprintf(out, "KUBECONFIG=%s\n", l.Kubeconfig())
+	return nil
+}
+
+func checkHost() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the local cluster needs root (network namespaces, mount namespaces)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("the local cluster needs the ip command (Debian package iproute2)")
+	}
+	return nil
+}
+
+func prepare(l Layout, s Settings) error {
+	for _, dir := range []string{l.Logs, l.PodLogs, l.Run, l.Etcd, l.Pods} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := s.save(filepath.Join(l.Run, "settings.json")); err != nil {
+		return err
+	}
+	if err := ensurePKI(l, s); err != nil {
+		return err
+	}
+	kubeconfigs := map[string]string{
+		l.Kubeconfig(): "admin",
+		l.ComponentKubeconfig("controller-manager"): "controller-manager",
+		l.ComponentKubeconfig("pod-runner"):         "pod-runner",
+	}
+	for path, identity := range kubeconfigs {
+		if err := writeKubeconfig(l, s, path, identity); err != nil {
+			return err
+		}
+	}
+	gw, err := s.Gateway()
+	if err != nil {
+		return err
+	}
+	// The apiserver listens on the bridge's address, so the bridge comes first.
+	return hostnet.Bridge{Name: s.Bridge, Gateway: gw}.Ensure()
+}
+
+func startAll(l Layout, s Settings, out io.Writer) error {
+	for _, c := range components(l, s) {
+		fmt.Fprintf(out, "local-cluster: starting %s (log %s)\n", c.name, l.LogFile(c.name))
+		if _, err := l.start(c); err != nil {
+			return err
+		}
+		var err error
+		switch c.name {
+		case "etcd":
+			err = waitFor(l, c, etcdTimeout, func() error { return etcdHealthy(s) })
+		case "kube-apiserver":
+			err = waitFor(l, c, apiserverTimeout, func() error { return apiReady(l, s) })
+		}
+		if err != nil {
+			return err
+		}
+	}
+	client, err := adminClient(l)
+	if err != nil {
+		return err
+	}
+	runner := components(l, s)[3]
+	return waitFor(l, runner, nodeTimeout, func() error { return nodeReady(client, s.NodeName) })
+}
+
+// waitFor polls check until it passes, the component dies, or timeout.
+func waitFor(l Layout, c component, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return nil
+		}
+		if _, alive := l.runningPID(c); !alive {
+			return fmt.Errorf("%s exited; last lines of %s:\n%s", c.name, l.LogFile(c.name), tail(l.LogFile(c.name), 30))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after %s (%v); last lines of %s:\n%s",
+		c.name, timeout, err, l.LogFile(c.name), tail(l.LogFile(c.name), 30))
+}
+
+func etcdHealthy(s Settings) error {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(s.EtcdPort) + "/health")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd health: %s", resp.Status)
+	}
+	return nil
+}
+
+// apiReady asks /readyz, trusting only the cluster's CA.
+func apiReady(l Layout, s Settings) error {
+	caPEM, err := os.ReadFile(l.PKIFile("ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := http.Client{
+		Timeout:   3 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	resp, err := client.Get(s.APIServerURL() + "/readyz")
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz %s: %s", resp.Status, body)
+	}
+	return nil
+}
+
+func adminClient(l Layout) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 5 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+// nodeReady: the node is registered and Ready, and pods can be created in the default
+// namespace (its service account exists; the ServiceAccount admission plugin needs it).
+func nodeReady(client kubernetes.Interface, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ready := false
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+			ready = true
+		}
+	}
+	if !ready {
+		return fmt.Errorf("node %s not Ready", name)
+	}
+	_, err = client.CoreV1().ServiceAccounts(v1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+	return err
+}
+
+func allRunning(l Layout, s Settings) bool {
+	for _, c := range components(l, s) {
+		if _, ok := l.runningPID(c); !ok {
+			return false
+		}
+	}
+	return true
+}
