@@ -556,21 +556,20 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationAge
 }
 
 absl::Status CoordinationAgent::InsertKeyValue(const std::string& key, const std::string& value) {
-  if (auto s = CheckConnected("InsertKeyValue"); !s.ok()) return s;
-  tensorflow::InsertKeyValueRequest request;
-  request.mutable_kv()->set_key(key);
-  request.mutable_kv()->set_value(value);
-  tensorflow::InsertKeyValueResponse response;
-  auto context = Context(config_.rpc_timeout);
-  return FromGrpcStatus(stub_->InsertKeyValue(context.get(), request, &response));
+  return Put("InsertKeyValue", key, value, /*overwrite=*/false);
 }
 
 absl::Status CoordinationAgent::UpdateKeyValue(const std::string& key, const std::string& value) {
-  if (auto s = CheckConnected("UpdateKeyValue"); !s.ok()) return s;
+  return Put("UpdateKeyValue", key, value, /*overwrite=*/true);
+}
+
+absl::Status CoordinationAgent::Put(const char* what, const std::string& key,
+                                    const std::string& value, bool overwrite) {
+  if (auto s = CheckConnected(what); !s.ok()) return s;
   tensorflow::InsertKeyValueRequest request;
   request.mutable_kv()->set_key(key);
   request.mutable_kv()->set_value(value);
-  request.set_allow_overwrite(true);
+  request.set_allow_overwrite(overwrite);
   tensorflow::InsertKeyValueResponse response;
   auto context = Context(config_.rpc_timeout);
   return FromGrpcStatus(stub_->InsertKeyValue(context.get(), request, &response));

@@ -161,6 +161,8 @@ class CoordinationAgent {
   // A context registered as in flight until it is destroyed, so CancelPendingCalls finds it.
   std::shared_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
   tensorflow::CoordinatedTask OwnTaskProto() const;
+  absl::Status Put(const char* what, const std::string& key, const std::string& value,
+                   bool overwrite);
   // Moves to ERROR with `error` and runs the callback, unless already there.
   void SetError(const absl::Status& error);
   void StartBackground();

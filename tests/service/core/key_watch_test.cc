@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
+#include "tests/service/core/coordination_service_fixture.h"
 
 namespace cohort {
 namespace {
@@ -22,18 +23,12 @@ std::vector<std::string> Lines(const std::vector<KeyEventPtr>& events) {
   return out;
 }
 
-class KeyWatchTest : public ::testing::Test {
+class KeyWatchTest : public testing::CoordinationServiceTest {
  protected:
-  void SetUp() override { Start(KeyValueLimits{}); }
-
-  void Start(KeyValueLimits limits) {
-    ServiceConfig config;
-    config.jobs.push_back({"worker", 2});
-    config.heartbeat_timeout = absl::Hours(1);
+  void StartWith(KeyValueLimits limits) {
+    ServiceConfig config = Config();
     config.key_value = limits;
-    auto service = CoordinationService::Create(config, &clock_);
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = std::move(*service);
+    Start(config);
   }
 
   KeyValueStore& store() { return service_->key_values(); }
@@ -52,9 +47,6 @@ class KeyWatchTest : public ::testing::Test {
     w.watch = *watch;
     return w;
   }
-
-  ManualClock clock_;
-  std::unique_ptr<CoordinationService> service_;
 };
 
 TEST_F(KeyWatchTest, WatcherSeesInsertsUpdatesAndDeletesUnderItsKeyInOrder) {
@@ -111,7 +103,7 @@ TEST_F(KeyWatchTest, WatchFromAPastRevisionReplaysTheHistoryThenFollowsLiveChang
 TEST_F(KeyWatchTest, ResumeFromADroppedRevisionIsOutOfRange) {
   KeyValueLimits limits;
   limits.history_events = 2;
-  Start(limits);
+  StartWith(limits);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(store().Insert("k", std::to_string(i), true).ok());
   auto w = Watch("k", /*start=*/2);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
@@ -130,7 +122,7 @@ TEST_F(KeyWatchTest, RevisionPastTheStoreIsOutOfRangeAndNegativeIsInvalid) {
 TEST_F(KeyWatchTest, HistoryNeverKeepsHalfOfARecursiveDelete) {
   KeyValueLimits limits;
   limits.history_events = 3;
-  Start(limits);
+  StartWith(limits);
   for (const char* key : {"d/a", "d/b", "d/c"}) ASSERT_TRUE(store().Insert(key, "v", false).ok());
   ASSERT_TRUE(store().Delete("d").ok());                // revision 4: three events
   ASSERT_TRUE(store().Insert("d/a", "w", false).ok());  // pushes out one of them
@@ -154,7 +146,7 @@ TEST_F(KeyWatchTest, TakeStopsAtTheByteBudgetButNeverSplitsARevision) {
 TEST_F(KeyWatchTest, SlowWatcherIsEndedWithTheRevisionToResumeFrom) {
   KeyValueLimits limits;
   limits.watch_queue_events = 2;
-  Start(limits);
+  StartWith(limits);
   auto slow = Watch("k");
   auto other = Watch("other");
   ASSERT_TRUE(slow.ok() && other.ok());
@@ -208,12 +200,9 @@ TEST_F(KeyWatchTest, DetachedWatchIsNotNotifiedAgain) {
 }
 
 TEST_F(KeyWatchTest, WatchesCountAgainstTheParkedCallLimit) {
-  ServiceConfig config;
-  config.jobs.push_back({"worker", 1});
+  ServiceConfig config = Config();
   config.parked.max_total = 1;
-  auto service = CoordinationService::Create(config, &clock_);
-  ASSERT_TRUE(service.ok());
-  service_ = std::move(*service);
+  Start(config);
   EXPECT_TRUE(Watch("a").ok());
   EXPECT_EQ(Watch("b").status().code(), absl::StatusCode::kResourceExhausted);
 }
