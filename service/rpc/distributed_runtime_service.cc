@@ -54,8 +54,12 @@ bool DistributedRuntimeService::NewLayout(int32_t node) const {
 int32_t DistributedRuntimeService::NodeOf(Ctx* ctx, int32_t named) const {
   if (named != 0) return named;
   absl::MutexLock lock(&mu_);
-  auto it = peers_.find(ctx->peer());
-  return it == peers_.end() ? named : it->second;
+  // Only clients that leave node_id out (protocol version 3 and later), and only a peer
+  // that connected as one node: several nodes may share one connection in other clients.
+  auto peer = peers_.find(ctx->peer());
+  if (peer == peers_.end() || peer->second < 0) return named;
+  auto version = protocol_versions_.find(peer->second);
+  return version != protocol_versions_.end() && version->second >= 3 ? peer->second : named;
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
@@ -67,7 +71,8 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
   {
     absl::MutexLock lock(&mu_);
     protocol_versions_[request->node_id()] = request->protocol_version();
-    peers_[ctx->peer()] = request->node_id();
+    auto [peer, added] = peers_.emplace(ctx->peer(), request->node_id());
+    if (!added && peer->second != request->node_id()) peer->second = -1;  // shared: ambiguous
   }
   service_->RegisterTask(*task, request->client_id(), call->Park(),
                          [this, call, response](const absl::Status& s) {

@@ -48,6 +48,7 @@ class DistributedRuntimeService final : public xla::DistributedRuntimeService::C
   RpcMetrics* const metrics_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int32_t, int32_t> protocol_versions_ ABSL_GUARDED_BY(mu_);
+  // Peer address -> the node that connected from it; -1 when several did.
   absl::flat_hash_map<std::string, int32_t> peers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -31,7 +31,13 @@ func (b Bridge) Ensure() error {
 			return err
 		}
 	}
-	_, err = ip("link", "set", b.Name, "up")
+	if _, err := ip("link", "set", b.Name, "up"); err != nil {
+		return err
+	}
+	// A blackhole for the pod range, behind the bridge's own route (a higher metric), and
+	// left in place by Remove: with the cluster down, anything still addressed to a pod IP
+	// is dropped here instead of leaving the machine by its default route.
+	_, err = ip("route", "replace", "blackhole", b.Gateway.Masked().String(), "metric", "4096")
 	return err
 }
 
