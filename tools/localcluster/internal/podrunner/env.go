@@ -53,6 +53,14 @@ func (r *Runner) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	env.set("PATH", strings.Join(append(prefix, path), ":"))
 	env.set("HOME", homeDir())
 	env.set("HOSTNAME", sb.hostname)
+	if sb.sharedTmp {
+		// The host's /tmp stays visible (see sandbox.sharedTmp): a directory of its own.
+		tmp, err := sb.tmpDir(c)
+		if err != nil {
+			return nil, err
+		}
+		env.set("TMPDIR", tmp)
+	}
 	if lang := os.Getenv("LANG"); lang != "" {
 		env.set("LANG", lang)
 	}

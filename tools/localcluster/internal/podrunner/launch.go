@@ -49,6 +49,7 @@ func (c *container) processSpec(sb *sandbox, pod *v1.Pod, command, args []string
 	if err != nil {
 		return nil, "CreateContainerConfigError", err
 	}
+
 	var argv []string
 	if useImage {
 		cmd, err := c.w.r.resolveCommand(&c.spec, env)

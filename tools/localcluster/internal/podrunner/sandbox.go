@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +26,9 @@ type sandbox struct {
 	volumes  map[string]string // volume name -> host directory
 	// hostNetwork pods share the host's network namespace and address.
 	hostNetwork bool
+	// sharedTmp: the runner's own files (a checkout under /tmp) would be hidden by a /tmp
+	// of the container's own, so containers see the host's /tmp and get TMPDIR instead.
+	sharedTmp bool
 
 	mu             sync.Mutex
 	lastHosts      []byte
@@ -42,6 +46,7 @@ func newSandbox(ctx context.Context, r *Runner, pod *v1.Pod) (*sandbox, error) {
 		hostIP:      r.cfg.NodeIP.String(),
 		hostname:    podHostname(pod),
 		hostNetwork: pod.Spec.HostNetwork,
+		sharedTmp:   underTmp(r.cfg.StateDir) || underTmp(r.cfg.BinDir) || underTmp(r.cfg.InitBinary),
 	}
 	if !sb.hostNetwork {
 		addr, err := r.pool.Allocate(string(pod.UID))
@@ -129,21 +134,34 @@ func (sb *sandbox) writeHosts(content []byte) error {
 	return nil
 }
 
-// mountsFor lists a container's bind mounts: the pod's /etc files, a /tmp of its own (as
-// an image would give it; pods must not meet in the host's /tmp), then its volumeMounts.
-func (sb *sandbox) mountsFor(c *v1.Container) ([]containerspec.Mount, error) {
+func underTmp(path string) bool {
+	return path == "/tmp" || strings.HasPrefix(filepath.Clean(path), "/tmp/")
+}
+
+// tmpDir is the container's own temporary directory.
+func (sb *sandbox) tmpDir(c *v1.Container) (string, error) {
 	tmp := filepath.Join(sb.containerDir(c.Name), "tmp")
 	if err := os.MkdirAll(tmp, 0o777); err != nil {
-		return nil, err
+		return "", err
 	}
-	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+	return tmp, os.Chmod(tmp, 0o777|os.ModeSticky)
+}
+
+// mountsFor lists a container's bind mounts: the pod's /etc files, a /tmp of its own (as
+// an image would give it; pods must not meet in the host's /tmp) unless sharedTmp, then
+// its volumeMounts.
+func (sb *sandbox) mountsFor(c *v1.Container) ([]containerspec.Mount, error) {
+	tmp, err := sb.tmpDir(c)
+	if err != nil {
 		return nil, err
 	}
 	mounts := []containerspec.Mount{
 		{Source: sb.etcPath("hosts"), Target: "/etc/hosts"},
 		{Source: sb.etcPath("resolv.conf"), Target: "/etc/resolv.conf"},
 		{Source: sb.etcPath("hostname"), Target: "/etc/hostname"},
-		{Source: tmp, Target: "/tmp"},
+	}
+	if !sb.sharedTmp {
+		mounts = append(mounts, containerspec.Mount{Source: tmp, Target: "/tmp"})
 	}
 	for _, vm := range c.VolumeMounts {
 		source, ok := sb.volumes[vm.Name]
