@@ -18,7 +18,7 @@ import (
 // namespace, so other pods and the host keep their own /etc/hosts and mounts.
 //
 // A volume may be mounted over a directory that holds host paths the container needs
-// (mountPath /work over a repository in /work/main), so every host path is opened before
+// (mountPath /src over a repository in /src/cohort), so every host path is opened before
 // the first mount and used through its file descriptor afterwards.
 func enterContainer(spec *containerspec.Spec) (string, error) {
 	program, err := lookPath(spec.Argv[0], spec.Env)
