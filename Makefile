@@ -46,6 +46,7 @@ e2e-test: build
 	tools/local-cluster tools >/dev/null
 	cd tools/localcluster && go vet ./... && go test ./internal/...
 	bash tests/e2e/local_cluster_smoke.sh
+	bash tests/e2e/crd_test.sh
 
 SOURCES = $(shell git ls-files '*.cc' '*.h')
 format-check: deps

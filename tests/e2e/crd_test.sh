@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The CoordinatedJob CRD on the local cluster's real kube-apiserver: it installs, a valid
+# job is stored with its defaults and shows in `kubectl get cjob`, and invalid jobs are
+# refused by the API server with a message that names the problem. Brings the cluster up
+# if it is not, and down again if it brought it up.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LC="$ROOT/tools/local-cluster"
+KUBECTL="$ROOT/build/tools/bin/kubectl"
+CRD="$ROOT/charts/cohort/crds/coordinatedjobs.cohort.dev.yaml"
+NS="crd-test-$$"
+passed=0
+failed=0
+started_here=0
+
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
+k() { "$KUBECTL" -n "$NS" "$@"; }
+
+cleanup() {
+  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
+}
+
+if ! "$LC" status >/dev/null 2>&1; then
+  started_here=1
+  line=$("$LC" up | tail -n 1) || { echo "crd test: the local cluster did not come up"; exit 1; }
+else
+  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
+fi
+export "${line?}"
+trap cleanup EXIT
+"$KUBECTL" create namespace "$NS" >/dev/null
+
+if out=$("$KUBECTL" apply --server-side -f "$CRD" 2>&1) &&
+  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null 2>&1; then
+  pass "the CRD installs and is established"
+else
+  fail "the CRD installs and is established" "$out"
+fi
+
+if out=$(k apply -f "$ROOT/examples/quickstart.yaml" 2>&1); then
+  defaults=$(k get cjob quickstart -o jsonpath='{.spec.successPolicy} {.spec.suspend} {.spec.failurePolicy.maxRestarts}')
+  if [[ "$defaults" == "AllWorkers false 3" ]]; then
+    pass "examples/quickstart.yaml is accepted, with defaults filled in"
+  else
+    fail "examples/quickstart.yaml defaults" "got '$defaults'"
+  fi
+else
+  fail "examples/quickstart.yaml is accepted" "$out"
+fi
+
+header=$(k get cjob 2>&1 | head -n 1)
+if [[ "$header" =~ NAME\ +PHASE\ +READY\ +REPLICAS\ +RESTARTS\ +AGE ]] && k get cjob quickstart >/dev/null 2>&1; then
+  pass "kubectl get cjob shows Phase, Ready, Replicas, Restarts and Age"
+else
+  fail "printer columns" "$header"
+fi
+
+if out=$(k patch cjob quickstart --subresource=status --type=merge \
+  -p '{"status":{"phase":"Running","restarts":1,"tasks":{"total":4,"ready":4}}}' 2>&1) &&
+  [[ "$(k get cjob quickstart -o jsonpath='{.status.phase}/{.status.tasks.ready}')" == "Running/4" ]]; then
+  pass "status is a subresource the operator can write"
+else
+  fail "status subresource" "$out"
+fi
+
+# refused NAME EXPECTED-TEXT PATCH: a minimal valid job changed by PATCH (JSON merged into
+# it; null removes a field) is refused by the API server (server-side dry run), and the
+# message contains EXPECTED-TEXT.
+refused() {
+  local name=$1 want=$2 patch=$3 out
+  out=$(python3 - "$patch" <<'PY' | k create --dry-run=server -f - 2>&1
+import json, sys
+job = {"apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
+       "metadata": {"name": "bad"},
+       "spec": {"replicas": 4, "template": {"spec": {"containers": [
+           {"name": "worker", "image": "ghcr.io/cohort/cohort-agent-example:0.1.0"}]}}}}
+def merge(a, b):
+    for key, value in b.items():
+        if value is None:
+            a.pop(key, None)
+        elif isinstance(value, dict) and isinstance(a.get(key), dict):
+            merge(a[key], value)
+        else:
+            a[key] = value
+merge(job, json.loads(sys.argv[1]))
+print(json.dumps(job))
+PY
+)
+  if [[ $? -ne 0 && "$out" == *"$want"* ]]; then
+    pass "refused: $name"
+  else
+    fail "refused: $name" "wanted '$want' in: $out"
+  fi
+}
+refused "no replicas" 'spec.replicas: Invalid value: 0' '{"spec":{"replicas":0}}'
+refused "an unknown framework" 'spec.framework: Unsupported value: "pytorch"' '{"spec":{"framework":"pytorch"}}'
+refused "a template without containers" 'spec.template.spec.containers' '{"spec":{"template":{"spec":{"containers":[]}}}}'
+refused "a malformed duration" 'spec.coordinator.heartbeatTimeout' '{"spec":{"coordinator":{"heartbeatTimeout":"ten seconds"}}}'
+refused "an exit code both retryable and permanent" 'an exit code cannot be both retryable and permanent' \
+  '{"spec":{"failurePolicy":{"retryableExitCodes":[137],"permanentExitCodes":[1,137]}}}'
+refused "a negative restart limit" 'spec.failurePolicy.maxRestarts' '{"spec":{"failurePolicy":{"maxRestarts":-1}}}'
+refused "no template" 'spec.template: Required value' '{"spec":{"template":null}}'
+
+echo "crd test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
