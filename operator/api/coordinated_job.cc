@@ -1,0 +1,307 @@
+#include "operator/api/coordinated_job.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace cohort::api {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// A DNS-1035 label short enough that "<name>-worker-16383" still is a valid hostname.
+constexpr size_t kMaxNameLength = 42;
+
+absl::Status CheckName(const std::string& name) {
+  if (name.empty()) return Invalid("metadata.name", "missing");
+  if (name.size() > kMaxNameLength) {
+    return Invalid("metadata.name",
+                   absl::StrCat("\"", name, "\" is longer than ", kMaxNameLength,
+                                " characters, too long for the pod and service names derived "
+                                "from it"));
+  }
+  if (!absl::ascii_islower(name[0])) {
+    return Invalid("metadata.name", absl::StrCat("\"", name,
+                                                 "\" must start with a lower-case letter (it "
+                                                 "names services, which are DNS-1035 labels)"));
+  }
+  for (char c : name) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-') {
+      return Invalid("metadata.name",
+                     absl::StrCat("\"", name, "\" may hold only a-z, 0-9 and '-'"));
+    }
+  }
+  if (name.back() == '-') return Invalid("metadata.name", "must not end with '-'");
+  return absl::OkStatus();
+}
+
+std::string Str(const json& o, const char* key, const std::string& fallback = "") {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
+                                           const std::string& field) {
+  std::vector<int> out;
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return out;
+  if (!it->is_array()) return Invalid(field, "must be a list of exit codes");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer() || v.get<int>() < 1 || v.get<int>() > 255) {
+      return Invalid(field, absl::StrCat(v.dump(), " is not an exit code from 1 to 255"));
+    }
+    out.push_back(v.get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+bool Condition::operator==(const Condition& o) const {
+  return type == o.type && status == o.status && reason == o.reason && message == o.message &&
+         last_transition_time == o.last_transition_time &&
+         observed_generation == o.observed_generation;
+}
+
+bool TaskCounts::operator==(const TaskCounts& o) const {
+  return total == o.total && registered == o.registered && ready == o.ready &&
+         succeeded == o.succeeded && failed == o.failed;
+}
+
+bool JobStatus::operator==(const JobStatus& o) const {
+  return phase == o.phase && restarts == o.restarts && tasks == o.tasks &&
+         coordinator_address == o.coordinator_address && start_time == o.start_time &&
+         completion_time == o.completion_time && observed_generation == o.observed_generation &&
+         conditions == o.conditions;
+}
+
+std::string FormatRfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::optional<absl::Time> ParseRfc3339(const std::string& text) {
+  absl::Time t;
+  std::string error;
+  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return std::nullopt;
+  return t;
+}
+
+std::string FrameworkName(Framework f) {
+  switch (f) {
+    case Framework::kJax:
+      return "jax";
+    case Framework::kTensorflow:
+      return "tensorflow";
+    case Framework::kGeneric:
+      break;
+  }
+  return "generic";
+}
+
+std::string WorkloadJobName(Framework f) {
+  return f == Framework::kJax ? "jax_worker" : "worker";
+}
+
+bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code) {
+  const auto has = [](const std::vector<int>& v, int c) {
+    return std::find(v.begin(), v.end(), c) != v.end();
+  };
+  if (has(policy.permanent_exit_codes, exit_code)) return false;
+  if (has(policy.retryable_exit_codes, exit_code)) return true;
+  return exit_code >= 128 || exit_code < 0;  // < 0: no exit code (pod lost, evicted)
+}
+
+absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
+  if (!object.is_object()) return Invalid("object", "not a JSON object");
+  CoordinatedJob job;
+  job.object = object;
+  const json metadata = object.value("metadata", json::object());
+  job.name = Str(metadata, "name");
+  job.namespace_name = Str(metadata, "namespace");
+  job.uid = Str(metadata, "uid");
+  job.generation = metadata.value("generation", int64_t{0});
+  job.resource_version = Str(metadata, "resourceVersion");
+  if (auto s = CheckName(job.name); !s.ok()) return s;
+
+  const json spec = object.value("spec", json::object());
+  if (!spec.is_object()) return Invalid("spec", "missing");
+  JobSpec& s = job.spec;
+  auto replicas = spec.find("replicas");
+  if (replicas == spec.end() || !replicas->is_number_integer() || replicas->get<int64_t>() < 1 ||
+      replicas->get<int64_t>() > 16384) {
+    return Invalid("spec.replicas", "must be a whole number from 1 to 16384");
+  }
+  s.replicas = replicas->get<int>();
+
+  const std::string framework = Str(spec, "framework", "generic");
+  if (framework == "jax") {
+    s.framework = Framework::kJax;
+  } else if (framework == "tensorflow") {
+    s.framework = Framework::kTensorflow;
+  } else if (framework == "generic") {
+    s.framework = Framework::kGeneric;
+  } else {
+    return Invalid("spec.framework", absl::StrCat("\"", framework,
+                                                  "\" is not jax, tensorflow or generic"));
+  }
+
+  s.pod_template = spec.value("template", json::object());
+  const json containers = s.pod_template.value("/spec/containers"_json_pointer, json::array());
+  if (!containers.is_array() || containers.empty()) {
+    return Invalid("spec.template.spec.containers", "the workload needs at least one container");
+  }
+  for (const auto& c : containers) {
+    if (Str(c, "name").empty()) {
+      return Invalid("spec.template.spec.containers", "every container needs a name");
+    }
+    if (Str(c, "name") == "cohort-sidecar") {
+      return Invalid("spec.template.spec.containers",
+                     "\"cohort-sidecar\" is the name of the container the operator injects");
+    }
+  }
+
+  const json coordinator = spec.value("coordinator", json::object());
+  s.coordinator.image = Str(coordinator, "image");
+  s.coordinator.resources = coordinator.value("resources", json::object());
+  s.coordinator.heartbeat_timeout = Str(coordinator, "heartbeatTimeout", "30s");
+  s.coordinator.register_timeout = Str(coordinator, "registerTimeout", "10m");
+  s.coordinator.shutdown_barrier_timeout = Str(coordinator, "shutdownBarrierTimeout", "5m");
+  for (const auto& [field, value] :
+       {std::pair{"heartbeatTimeout", &s.coordinator.heartbeat_timeout},
+        std::pair{"registerTimeout", &s.coordinator.register_timeout},
+        std::pair{"shutdownBarrierTimeout", &s.coordinator.shutdown_barrier_timeout}}) {
+    absl::Duration d;
+    if (!absl::ParseDuration(*value, &d) || d < absl::ZeroDuration()) {
+      return Invalid(absl::StrCat("spec.coordinator.", field),
+                     absl::StrCat("\"", *value, "\" is not a duration such as 30s or 2m"));
+    }
+  }
+
+  const json sidecar = spec.value("sidecar", json::object());
+  s.sidecar.image = Str(sidecar, "image");
+  s.sidecar.resources = sidecar.value("resources", json::object());
+  const json health = sidecar.value("gpuHealth", json::object());
+  if (health.contains("ignoredXids") && health["ignoredXids"].is_array()) {
+    std::vector<int> xids;
+    for (const auto& x : health["ignoredXids"]) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0) {
+        return Invalid("spec.sidecar.gpuHealth.ignoredXids", "XIDs are whole numbers");
+      }
+      xids.push_back(x.get<int>());
+    }
+    s.sidecar.ignored_xids = xids;
+  }
+  s.sidecar.dcgm_metrics = health.value("dcgmMetrics", false);
+
+  const json failure = spec.value("failurePolicy", json::object());
+  s.failure_policy.max_restarts = failure.value("maxRestarts", 3);
+  if (s.failure_policy.max_restarts < 0) {
+    return Invalid("spec.failurePolicy.maxRestarts", "must not be negative");
+  }
+  auto retryable = ExitCodes(failure, "retryableExitCodes", "spec.failurePolicy.retryableExitCodes");
+  if (!retryable.ok()) return retryable.status();
+  auto permanent = ExitCodes(failure, "permanentExitCodes", "spec.failurePolicy.permanentExitCodes");
+  if (!permanent.ok()) return permanent.status();
+  for (int c : *retryable) {
+    if (std::find(permanent->begin(), permanent->end(), c) != permanent->end()) {
+      return Invalid("spec.failurePolicy",
+                     absl::StrCat("exit code ", c, " cannot be both retryable and permanent"));
+    }
+  }
+  s.failure_policy.retryable_exit_codes = *retryable;
+  s.failure_policy.permanent_exit_codes = *permanent;
+
+  const std::string success = Str(spec, "successPolicy", "AllWorkers");
+  if (success == "AllWorkers") {
+    s.success_policy = SuccessPolicy::kAllWorkers;
+  } else if (success == "Worker0") {
+    s.success_policy = SuccessPolicy::kWorker0;
+  } else {
+    return Invalid("spec.successPolicy", absl::StrCat("\"", success,
+                                                      "\" is not AllWorkers or Worker0"));
+  }
+  if (spec.contains("activeDeadlineSeconds") && spec["activeDeadlineSeconds"].is_number()) {
+    s.active_deadline_seconds = spec["activeDeadlineSeconds"].get<int64_t>();
+  }
+  if (spec.contains("ttlSecondsAfterFinished") && spec["ttlSecondsAfterFinished"].is_number()) {
+    s.ttl_seconds_after_finished = spec["ttlSecondsAfterFinished"].get<int>();
+  }
+  s.suspend = spec.value("suspend", false);
+
+  const json status = object.value("status", json::object());
+  JobStatus& st = job.status;
+  st.phase = Str(status, "phase");
+  st.restarts = status.value("restarts", 0);
+  const json tasks = status.value("tasks", json::object());
+  st.tasks.total = tasks.value("total", 0);
+  st.tasks.registered = tasks.value("registered", 0);
+  st.tasks.ready = tasks.value("ready", 0);
+  st.tasks.succeeded = tasks.value("succeeded", 0);
+  st.tasks.failed = tasks.value("failed", 0);
+  st.coordinator_address = Str(status, "coordinatorAddress");
+  st.start_time = ParseRfc3339(Str(status, "startTime"));
+  st.completion_time = ParseRfc3339(Str(status, "completionTime"));
+  st.observed_generation = status.value("observedGeneration", int64_t{0});
+  for (const auto& c : status.value("conditions", json::array())) {
+    Condition cond;
+    cond.type = Str(c, "type");
+    cond.status = Str(c, "status");
+    cond.reason = Str(c, "reason");
+    cond.message = Str(c, "message");
+    cond.last_transition_time = Str(c, "lastTransitionTime");
+    cond.observed_generation = c.value("observedGeneration", int64_t{0});
+    st.conditions.push_back(cond);
+  }
+  return job;
+}
+
+json StatusToJson(const JobStatus& st) {
+  json out = json::object();
+  if (!st.phase.empty()) out["phase"] = st.phase;
+  out["restarts"] = st.restarts;
+  out["tasks"] = {{"total", st.tasks.total},         {"registered", st.tasks.registered},
+                  {"ready", st.tasks.ready},         {"succeeded", st.tasks.succeeded},
+                  {"failed", st.tasks.failed}};
+  if (!st.coordinator_address.empty()) out["coordinatorAddress"] = st.coordinator_address;
+  if (st.start_time) out["startTime"] = FormatRfc3339(*st.start_time);
+  if (st.completion_time) out["completionTime"] = FormatRfc3339(*st.completion_time);
+  out["observedGeneration"] = st.observed_generation;
+  json conditions = json::array();
+  for (const auto& c : st.conditions) {
+    json j = {{"type", c.type}, {"status", c.status}};
+    if (!c.reason.empty()) j["reason"] = c.reason;
+    if (!c.message.empty()) j["message"] = c.message;
+    if (!c.last_transition_time.empty()) j["lastTransitionTime"] = c.last_transition_time;
+    j["observedGeneration"] = c.observed_generation;
+    conditions.push_back(j);
+  }
+  out["conditions"] = conditions;
+  return out;
+}
+
+void SetCondition(std::vector<Condition>* conditions, const std::string& type,
+                  const std::string& status, const std::string& reason,
+                  const std::string& message, absl::Time now, int64_t generation) {
+  for (auto& c : *conditions) {
+    if (c.type != type) continue;
+    if (c.status != status) c.last_transition_time = FormatRfc3339(now);
+    c.status = status;
+    c.reason = reason;
+    c.message = message;
+    c.observed_generation = generation;
+    return;
+  }
+  conditions->push_back({type, status, reason, message, FormatRfc3339(now), generation});
+}
+
+const Condition* FindCondition(const std::vector<Condition>& conditions, const std::string& type) {
+  for (const auto& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace cohort::api

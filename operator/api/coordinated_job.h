@@ -1,0 +1,140 @@
+// CoordinatedJob (cohort.dev/v1alpha1) as C++ types, read from and written to the JSON the
+// API server serves. The CRD in charts/cohort/crds/ is the schema; this file must agree.
+#ifndef COHORT_OPERATOR_API_COORDINATED_JOB_H_
+#define COHORT_OPERATOR_API_COORDINATED_JOB_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace cohort::api {
+
+using json = nlohmann::json;
+
+inline constexpr char kGroup[] = "cohort.dev";
+inline constexpr char kApiVersion[] = "cohort.dev/v1alpha1";
+inline constexpr char kKind[] = "CoordinatedJob";
+
+enum class Framework { kGeneric, kJax, kTensorflow };
+enum class SuccessPolicy { kAllWorkers, kWorker0 };
+
+namespace phase {
+inline constexpr char kPending[] = "Pending";
+inline constexpr char kRunning[] = "Running";
+inline constexpr char kRestarting[] = "Restarting";
+inline constexpr char kSucceeded[] = "Succeeded";
+inline constexpr char kFailed[] = "Failed";
+inline constexpr char kSuspended[] = "Suspended";
+}  // namespace phase
+
+struct CoordinatorSpec {
+  std::string image;  // "" : the operator's default
+  json resources = json::object();
+  std::string heartbeat_timeout = "30s";
+  std::string register_timeout = "10m";
+  std::string shutdown_barrier_timeout = "5m";
+};
+
+struct SidecarSpec {
+  std::string image;  // "" : the operator's default
+  json resources = json::object();
+  std::optional<std::vector<int>> ignored_xids;
+  bool dcgm_metrics = false;
+};
+
+struct FailurePolicy {
+  int max_restarts = 3;
+  std::vector<int> retryable_exit_codes;  // in addition to / instead of the default rule
+  std::vector<int> permanent_exit_codes;
+};
+
+struct JobSpec {
+  int replicas = 1;
+  Framework framework = Framework::kGeneric;
+  json pod_template = json::object();  // a PodTemplateSpec
+  CoordinatorSpec coordinator;
+  SidecarSpec sidecar;
+  FailurePolicy failure_policy;
+  SuccessPolicy success_policy = SuccessPolicy::kAllWorkers;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int> ttl_seconds_after_finished;
+  bool suspend = false;
+};
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;
+  std::string message;
+  std::string last_transition_time;  // RFC 3339
+  int64_t observed_generation = 0;
+  bool operator==(const Condition& o) const;
+};
+
+struct TaskCounts {
+  int total = 0;
+  int registered = 0;
+  int ready = 0;
+  int succeeded = 0;
+  int failed = 0;
+  bool operator==(const TaskCounts& o) const;
+};
+
+struct JobStatus {
+  std::string phase;  // "" until the operator first saw the job
+  int restarts = 0;
+  TaskCounts tasks;
+  std::string coordinator_address;
+  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> completion_time;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+  bool operator==(const JobStatus& o) const;
+  bool operator!=(const JobStatus& o) const { return !(*this == o); }
+};
+
+struct CoordinatedJob {
+  std::string name;
+  std::string namespace_name;
+  std::string uid;
+  int64_t generation = 0;
+  std::string resource_version;
+  JobSpec spec;
+  JobStatus status;
+  json object;  // as read, for writing the status back
+};
+
+// Reads a CoordinatedJob; InvalidArgument names the field that is wrong. The API server
+// has validated the object already (the CRD's schema), so this only fails on objects that
+// bypassed it or on rules the schema cannot express.
+absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object);
+
+json StatusToJson(const JobStatus& status);
+
+// Whether a worker exit code restarts the gang (true) or fails the job (false): the
+// job's lists first, then the default rule (128 and above: killed by a signal, retryable).
+bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code);
+
+std::string FrameworkName(Framework f);
+// The coordination job name the workload's tasks register under: jaxlib always uses
+// "jax_worker"; TensorFlow and cohort's agent use "worker".
+std::string WorkloadJobName(Framework f);
+
+// "2026-11-22T15:04:05Z" and back.
+std::string FormatRfc3339(absl::Time t);
+std::optional<absl::Time> ParseRfc3339(const std::string& text);
+
+// Sets a condition, keeping lastTransitionTime when its status does not change.
+void SetCondition(std::vector<Condition>* conditions, const std::string& type,
+                  const std::string& status, const std::string& reason,
+                  const std::string& message, absl::Time now, int64_t generation);
+const Condition* FindCondition(const std::vector<Condition>& conditions, const std::string& type);
+
+}  // namespace cohort::api
+
+#endif  // COHORT_OPERATOR_API_COORDINATED_JOB_H_

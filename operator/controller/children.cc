@@ -1,0 +1,262 @@
+#include "operator/controller/children.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cohort::controller {
+namespace {
+
+json Labels(const api::CoordinatedJob& job, const std::string& role) {
+  json labels = {{kManagedByLabel, kManagedBy},
+                 {"app.kubernetes.io/name", "cohort"},
+                 {kJobLabel, job.name}};
+  if (!role.empty()) labels[kRoleLabel] = role;
+  return labels;
+}
+
+json Metadata(const api::CoordinatedJob& job, const std::string& name, json labels) {
+  return {{"name", name},
+          {"namespace", job.namespace_name},
+          {"labels", std::move(labels)},
+          {"ownerReferences", json::array({OwnerReference(job)})}};
+}
+
+json FieldEnv(const std::string& name, const std::string& path) {
+  return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", path}}}}}};
+}
+
+json Env(const std::string& name, const std::string& value) {
+  return {{"name", name}, {"value", value}};
+}
+
+// The env contract: every workload container and the sidecar get these.
+json ContractEnv(const api::CoordinatedJob& job, int index, int restart) {
+  const std::string address = CoordinatorAddress(job);
+  json env = json::array({
+      Env("COHORT_COORDINATOR_ADDRESS", address),
+      Env("COHORT_JOB_NAME", api::WorkloadJobName(job.spec.framework)),
+      Env("COHORT_TASK_ID", absl::StrCat(index)),
+      Env("COHORT_NUM_TASKS", absl::StrCat(job.spec.replicas)),
+      Env("COHORT_RESTART_COUNT", absl::StrCat(restart)),
+      Env("COHORT_HANDOFF_DIR", kHandoffDir),
+      FieldEnv("POD_NAME", "metadata.name"),
+      FieldEnv("POD_NAMESPACE", "metadata.namespace"),
+      FieldEnv("POD_IP", "status.podIP"),
+  });
+  if (job.spec.framework == api::Framework::kJax) {
+    env.push_back(Env("JAX_COORDINATOR_ADDRESS", address));
+    env.push_back(Env("JAX_NUM_PROCESSES", absl::StrCat(job.spec.replicas)));
+    env.push_back(Env("JAX_PROCESS_ID", absl::StrCat(index)));
+  } else if (job.spec.framework == api::Framework::kTensorflow) {
+    json workers = json::array();
+    for (int i = 0; i < job.spec.replicas; ++i) {
+      workers.push_back(absl::StrCat(WorkerPodName(job, i), ".", WorkersServiceName(job), ".",
+                                     job.namespace_name, ".svc:", kTensorflowPort));
+    }
+    json tf_config = {{"cluster", {{"worker", workers}}},
+                      {"task", {{"type", "worker"}, {"index", index}}}};
+    env.push_back(Env("TF_CONFIG", tf_config.dump()));
+  }
+  return env;
+}
+
+json HandoffMount() { return {{"name", "cohort-handoff"}, {"mountPath", kHandoffDir}}; }
+
+std::string WorkloadProcessPattern(const json& pod_template) {
+  const std::string annotated = pod_template.value(
+      json::json_pointer("/metadata/annotations/cohort.dev~1workload-process"), std::string());
+  // Anything in the shared process namespace but the sidecar and the pause process.
+  return annotated.empty() ? "^(?!.*(cohort-sidecar|/pause)).+" : annotated;
+}
+
+json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
+                      const OperatorSettings& settings) {
+  json args = json::array({"--handoff-dir", kHandoffDir, "--http-listen",
+                           absl::StrCat("0.0.0.0:", kSidecarHttpPort), "--heartbeat-timeout",
+                           job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
+                           settings.workload_liveness});
+  if (settings.workload_liveness == "process") {
+    args.push_back("--workload-process");
+    args.push_back(WorkloadProcessPattern(job.spec.pod_template));
+  } else if (settings.workload_liveness == "file") {
+    args.push_back("--liveness-file");
+    args.push_back(absl::StrCat(kHandoffDir, "/alive"));
+  }
+  if (job.spec.sidecar.ignored_xids) {
+    std::vector<std::string> xids;
+    for (int x : *job.spec.sidecar.ignored_xids) xids.push_back(absl::StrCat(x));
+    args.push_back("--ignore-xids");
+    args.push_back(absl::StrJoin(xids, ","));
+  }
+  if (job.spec.sidecar.dcgm_metrics) args.push_back("--dcgm-metrics");
+  json container = {
+      {"name", kSidecarContainer},
+      {"image", job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image},
+      {"restartPolicy", "Always"},  // a native sidecar: starts first, stops after the workload
+      {"args", args},
+      {"env", ContractEnv(job, index, restart)},
+      {"ports", json::array({{{"name", "metrics"},
+                              {"containerPort", kSidecarHttpPort},
+                              {"protocol", "TCP"}}})},
+      {"volumeMounts", json::array({HandoffMount()})},
+      {"startupProbe",
+       {{"httpGet", {{"path", "/healthz"}, {"port", kSidecarHttpPort}}},
+        {"periodSeconds", 1},
+        {"failureThreshold", 60}}},
+      {"securityContext",
+       {{"allowPrivilegeEscalation", false},
+        {"readOnlyRootFilesystem", true},
+        {"capabilities", {{"drop", json::array({"ALL"})}}}}},
+  };
+  if (!job.spec.sidecar.resources.empty()) container["resources"] = job.spec.sidecar.resources;
+  return container;
+}
+
+}  // namespace
+
+std::string CoordinatorName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-coordinator");
+}
+std::string WorkersServiceName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-workers");
+}
+std::string WorkerPodName(const api::CoordinatedJob& job, int index) {
+  return absl::StrCat(job.name, "-worker-", index);
+}
+std::string CoordinatorAddress(const api::CoordinatedJob& job) {
+  return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:",
+                      kCoordinatorGrpcPort);
+}
+
+json OwnerReference(const api::CoordinatedJob& job) {
+  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},   {"name", job.name},
+          {"uid", job.uid},                 {"controller", true},   {"blockOwnerDeletion", true}};
+}
+
+json CoordinatorConfigMap(const api::CoordinatedJob& job) {
+  const auto& c = job.spec.coordinator;
+  const std::string workload = api::WorkloadJobName(job.spec.framework);
+  // Read by cohort-coordinator --config; keys are its flags.
+  std::string config = absl::StrCat(
+      "# cohort-coordinator settings for CoordinatedJob ", job.namespace_name, "/", job.name,
+      " (written by cohort-operator)\n",
+      "listen: 0.0.0.0:", kCoordinatorGrpcPort, "\n",
+      "http-listen: 0.0.0.0:", kCoordinatorHttpPort, "\n",
+      "job: [\"", workload, "=", job.spec.replicas, "\"]\n",
+      "auxiliary-job: [\"sidecar=", job.spec.replicas, "\"]\n",
+      "default-job: ", workload, "\n",
+      "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
+      "register-timeout: ", c.register_timeout, "\n",
+      "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n");
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
+          {"data", {{"coordinator.yaml", config}}}};
+}
+
+json CoordinatorService(const api::CoordinatedJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
+          {"spec",
+           {{"selector", {{kJobLabel, job.name}, {kRoleLabel, "coordinator"}}},
+            {"ports", json::array({{{"name", "grpc"},
+                                    {"port", kCoordinatorGrpcPort},
+                                    {"targetPort", kCoordinatorGrpcPort}},
+                                   {{"name", "http"},
+                                    {"port", kCoordinatorHttpPort},
+                                    {"targetPort", kCoordinatorHttpPort}}})}}}};
+}
+
+json WorkersService(const api::CoordinatedJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Metadata(job, WorkersServiceName(job), Labels(job, "worker"))},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},  // peers find each other before they are ready
+            {"selector", {{kJobLabel, job.name}, {kRoleLabel, "worker"}}}}}};
+}
+
+json CoordinatorPod(const api::CoordinatedJob& job, int restart,
+                    const OperatorSettings& settings) {
+  json labels = Labels(job, "coordinator");
+  labels[kRestartLabel] = absl::StrCat(restart);
+  json container = {
+      {"name", "coordinator"},
+      {"image",
+       job.spec.coordinator.image.empty() ? settings.coordinator_image : job.spec.coordinator.image},
+      {"args", json::array({"--config", "/etc/cohort/coordinator.yaml"})},
+      {"ports", json::array({{{"name", "grpc"}, {"containerPort", kCoordinatorGrpcPort}},
+                             {{"name", "http"}, {"containerPort", kCoordinatorHttpPort}}})},
+      {"readinessProbe",
+       {{"httpGet", {{"path", "/readyz"}, {"port", kCoordinatorHttpPort}}},
+        {"periodSeconds", 1},
+        {"failureThreshold", 3}}},
+      {"livenessProbe",
+       {{"httpGet", {{"path", "/healthz"}, {"port", kCoordinatorHttpPort}}},
+        {"periodSeconds", 10},
+        {"failureThreshold", 6}}},
+      {"volumeMounts",
+       json::array({{{"name", "config"}, {"mountPath", "/etc/cohort"}, {"readOnly", true}}})},
+      {"securityContext",
+       {{"allowPrivilegeEscalation", false},
+        {"readOnlyRootFilesystem", true},
+        {"runAsNonRoot", true},
+        {"runAsUser", 65532},
+        {"capabilities", {{"drop", json::array({"ALL"})}}},
+        {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+  };
+  if (!job.spec.coordinator.resources.empty()) {
+    container["resources"] = job.spec.coordinator.resources;
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", Metadata(job, CoordinatorName(job), labels)},
+          {"spec",
+           {{"restartPolicy", "Never"},  // a lost coordinator restarts the whole gang
+            {"terminationGracePeriodSeconds", 5},
+            {"enableServiceLinks", false},
+            {"containers", json::array({container})},
+            {"volumes", json::array({{{"name", "config"},
+                                      {"configMap", {{"name", CoordinatorName(job)}}}}})}}}};
+}
+
+json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
+               const OperatorSettings& settings) {
+  const json& tmpl = job.spec.pod_template;
+  json metadata = tmpl.value("metadata", json::object());
+  json labels = metadata.value("labels", json::object());
+  const json ours = Labels(job, "worker");
+  for (const auto& [k, v] : ours.items()) labels[k] = v;
+  labels[kRestartLabel] = absl::StrCat(restart);
+  labels[kIndexLabel] = absl::StrCat(index);
+  json pod_metadata = Metadata(job, WorkerPodName(job, index), labels);
+  if (metadata.contains("annotations")) pod_metadata["annotations"] = metadata["annotations"];
+
+  json spec = tmpl.value("spec", json::object());
+  spec["hostname"] = WorkerPodName(job, index);
+  spec["subdomain"] = WorkersServiceName(job);
+  spec["restartPolicy"] = "Never";  // the operator restarts the gang, never one worker
+  if (settings.workload_liveness == "process") spec["shareProcessNamespace"] = true;
+
+  const json contract = ContractEnv(job, index, restart);
+  for (auto& container : spec["containers"]) {
+    json env = contract;
+    for (const auto& e : container.value("env", json::array())) env.push_back(e);  // user wins
+    container["env"] = env;
+    json mounts = container.value("volumeMounts", json::array());
+    mounts.push_back(HandoffMount());
+    container["volumeMounts"] = mounts;
+  }
+  json init = spec.value("initContainers", json::array());
+  init.push_back(SidecarContainer(job, index, restart, settings));
+  spec["initContainers"] = init;
+  json volumes = spec.value("volumes", json::array());
+  volumes.push_back({{"name", "cohort-handoff"}, {"emptyDir", json::object()}});
+  spec["volumes"] = volumes;
+
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};
+}
+
+}  // namespace cohort::controller

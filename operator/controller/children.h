@@ -1,0 +1,57 @@
+// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod and
+// Service, the workers' headless Service, and worker Pods with the sidecar injected and the
+// env contract of DESIGN.md. Pure functions of the job and the operator's settings.
+#ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
+#define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "operator/api/coordinated_job.h"
+
+namespace cohort::controller {
+
+using json = nlohmann::json;
+
+inline constexpr char kManagedByLabel[] = "app.kubernetes.io/managed-by";
+inline constexpr char kManagedBy[] = "cohort-operator";
+inline constexpr char kJobLabel[] = "cohort.dev/job";
+inline constexpr char kRoleLabel[] = "cohort.dev/role";
+inline constexpr char kRestartLabel[] = "cohort.dev/restart";
+inline constexpr char kIndexLabel[] = "cohort.dev/task-index";
+inline constexpr char kSidecarContainer[] = "cohort-sidecar";
+inline constexpr char kHandoffDir[] = "/var/run/cohort";
+inline constexpr int kCoordinatorGrpcPort = 8476;
+inline constexpr int kCoordinatorHttpPort = 8477;
+inline constexpr int kSidecarHttpPort = 9477;
+inline constexpr int kTensorflowPort = 2222;
+
+struct OperatorSettings {
+  std::string coordinator_image = "ghcr.io/cohort/cohort-coordinator:0.1.0";
+  std::string sidecar_image = "ghcr.io/cohort/cohort-sidecar:0.1.0";
+  // How the sidecar notices the workload exiting: process (the pod shares one process
+  // namespace), file, http or none (the operator still sees the pod's exit).
+  std::string workload_liveness = "process";
+  // After the first sign of a failure, how long to wait for the rest of the gang's exits
+  // before deciding between restart and failure (see PlanJob).
+  absl::Duration failure_settle = absl::Seconds(1);
+};
+
+std::string CoordinatorName(const api::CoordinatedJob& job);     // Pod, Service, ConfigMap
+std::string WorkersServiceName(const api::CoordinatedJob& job);  // headless
+std::string WorkerPodName(const api::CoordinatedJob& job, int index);
+// "<job>-coordinator.<namespace>.svc:8476"
+std::string CoordinatorAddress(const api::CoordinatedJob& job);
+
+json OwnerReference(const api::CoordinatedJob& job);
+json CoordinatorConfigMap(const api::CoordinatedJob& job);
+json CoordinatorService(const api::CoordinatedJob& job);
+json WorkersService(const api::CoordinatedJob& job);
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings);
+json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
+               const OperatorSettings& settings);
+
+}  // namespace cohort::controller
+
+#endif  // COHORT_OPERATOR_CONTROLLER_CHILDREN_H_

@@ -1,0 +1,165 @@
+#include "operator/controller/coordinator_watcher.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+
+#include "absl/time/clock.h"
+#include "absl/strings/str_cat.h"
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort::controller {
+
+struct CoordinatorWatcher::Follow {
+  std::string key;
+  std::string address;
+  int restart = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<CoordinatorView> view;  // guarded by CoordinatorWatcher::mu_
+  std::thread thread;
+};
+
+namespace {
+
+CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
+  CoordinatorView view;
+  for (const auto& t : snapshot.tasks()) {
+    if (!t.auxiliary() && t.state() == cohort::v1::CONNECTED) ++view.registered;
+    if (t.state() == cohort::v1::ERROR) {
+      view.errors.push_back({absl::StrCat("/job:", t.job(), "/task:", t.task_id()), t.auxiliary(),
+                             t.error_message()});
+    }
+  }
+  return view;
+}
+
+bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b) {
+  if (!a || a->registered != b.registered || a->errors.size() != b.errors.size()) return false;
+  for (size_t i = 0; i < b.errors.size(); ++i) {
+    if (a->errors[i].task != b.errors[i].task) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CoordinatorWatcher::CoordinatorWatcher(absl::Duration interval,
+                                       std::function<void(const std::string&)> on_change)
+    : interval_(interval), on_change_(std::move(on_change)) {}
+
+CoordinatorWatcher::~CoordinatorWatcher() { StopAll(); }
+
+void CoordinatorWatcher::Watch(const std::string& key, const std::string& address, int restart) {
+  std::shared_ptr<Follow> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = follows_.find(key);
+    if (it != follows_.end()) {
+      if (it->second->address == address && it->second->restart == restart) return;
+      old = it->second;
+      follows_.erase(it);
+    }
+    auto follow = std::make_shared<Follow>();
+    follow->key = key;
+    follow->address = address;
+    follow->restart = restart;
+    follows_[key] = follow;
+    follow->thread = std::thread([this, follow] { Run(follow); });
+  }
+  if (old) Retire(old);
+}
+
+// An old follow ends within one call's deadline; it is joined later, never waited for here.
+void CoordinatorWatcher::Retire(const std::shared_ptr<Follow>& old) {
+  old->stop = true;
+  old->cv.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  retired_.push_back(old);
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if ((*it)->done) {
+      (*it)->thread.join();
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CoordinatorWatcher::Unwatch(const std::string& key) {
+  std::shared_ptr<Follow> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = follows_.find(key);
+    if (it == follows_.end()) return;
+    old = it->second;
+    follows_.erase(it);
+  }
+  Retire(old);
+}
+
+std::optional<CoordinatorView> CoordinatorWatcher::View(const std::string& key,
+                                                        int restart) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = follows_.find(key);
+  if (it == follows_.end() || it->second->restart != restart) return std::nullopt;
+  return it->second->view;
+}
+
+size_t CoordinatorWatcher::Watched() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return follows_.size();
+}
+
+void CoordinatorWatcher::StopAll() {
+  std::map<std::string, std::shared_ptr<Follow>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.swap(follows_);
+    for (auto& f : retired_) all[absl::StrCat("retired/", all.size())] = f;
+    retired_.clear();
+  }
+  for (auto& [key, f] : all) {
+    f->stop = true;
+    f->cv.notify_all();
+  }
+  for (auto& [key, f] : all) {
+    if (f->thread.joinable()) f->thread.join();
+  }
+}
+
+void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
+  auto channel = grpc::CreateChannel(follow->address, grpc::InsecureChannelCredentials());
+  auto stub = cohort::v1::Coordinator::NewStub(channel);
+  bool said_unreachable = false;
+  while (!follow->stop) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    cohort::v1::ClusterSnapshot snapshot;
+    grpc::Status status = stub->GetClusterSnapshot(&context, {}, &snapshot);
+    if (status.ok()) {
+      said_unreachable = false;
+      CoordinatorView view = Reduce(snapshot);
+      bool changed = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        changed = !SameView(follow->view, view);
+        follow->view = std::move(view);
+      }
+      if (changed && !follow->stop) on_change_(follow->key);
+    } else if (!said_unreachable) {
+      spdlog::debug("coordinator of {} at {}: {}", follow->key, follow->address,
+                    status.error_message());
+      said_unreachable = true;
+    }
+    std::unique_lock<std::mutex> lock(follow->mu);
+    follow->cv.wait_for(lock, absl::ToChronoMicroseconds(interval_),
+                        [&] { return follow->stop.load(); });
+  }
+  follow->done = true;
+}
+
+}  // namespace cohort::controller

@@ -1,0 +1,54 @@
+// Follows each running job's coordinator through cohort.v1.Coordinator/GetClusterSnapshot,
+// so the operator learns of a task in error (a sidecar's report, a missed heartbeat) from
+// the coordinator itself, within one poll interval, instead of waiting for pods to exit.
+// One thread per watched coordinator; a change that matters (tasks registered, tasks in
+// error) calls `on_change` with the job's key.
+#ifndef COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
+#define COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "operator/controller/job_plan.h"
+
+namespace cohort::controller {
+
+class CoordinatorWatcher {
+ public:
+  CoordinatorWatcher(absl::Duration interval, std::function<void(const std::string&)> on_change);
+  ~CoordinatorWatcher();
+  CoordinatorWatcher(const CoordinatorWatcher&) = delete;
+  CoordinatorWatcher& operator=(const CoordinatorWatcher&) = delete;
+
+  // Follows the coordinator of job `key`'s gang `restart` at `address` (host:port). A watch
+  // of the same key at another address or gang is replaced.
+  void Watch(const std::string& key, const std::string& address, int restart);
+  void Unwatch(const std::string& key);
+  // The latest snapshot of that gang's coordinator; nullopt before the first answer.
+  std::optional<CoordinatorView> View(const std::string& key, int restart) const;
+  size_t Watched() const;
+  void StopAll();
+
+ private:
+  struct Follow;
+  void Run(std::shared_ptr<Follow> follow);
+  void Retire(const std::shared_ptr<Follow>& old);
+
+  const absl::Duration interval_;
+  const std::function<void(const std::string&)> on_change_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Follow>> follows_;
+  std::vector<std::shared_ptr<Follow>> retired_;  // stopping; joined once done
+};
+
+}  // namespace cohort::controller
+
+#endif  // COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_

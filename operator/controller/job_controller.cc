@@ -1,0 +1,403 @@
+#include "operator/controller/job_controller.h"
+
+#include <future>
+
+#include "absl/time/clock.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "operator/kube/leader_election.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort::controller {
+namespace {
+
+std::string KeyOf(const std::string& ns, const std::string& name) {
+  return absl::StrCat(ns, "/", name);
+}
+
+std::pair<std::string, std::string> SplitKey(const std::string& key) {
+  auto slash = key.find('/');
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+const kube::Resource& ResourceFor(const json& object) {
+  const std::string kind = object.value("kind", "");
+  if (kind == "Service") return kube::kServices;
+  if (kind == "ConfigMap") return kube::kConfigMaps;
+  return kube::kPods;
+}
+
+std::string Summarize(const std::vector<std::string>& names) {
+  if (names.size() <= 4) return absl::StrJoin(names, ", ");
+  return absl::StrCat(names.front(), " ... ", names.back());
+}
+
+}  // namespace
+
+JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics, Options options)
+    : client_(client),
+      options_(std::move(options)),
+      watcher_(options_.coordinator_poll, [this](const std::string& key) { queue_.Add(key); }) {
+  reconcile_duration_ = &metrics
+                             ->AddHistogram("cohort_operator_reconcile_duration_seconds",
+                                            "Time to reconcile one CoordinatedJob.", {},
+                                            ExponentialBuckets(0.001, 2, 14))
+                             .WithLabels({});
+  reconcile_total_ = &metrics->AddCounter(
+      "cohort_operator_reconcile_total",
+      "Reconciles by result: success, error (retried with backoff), conflict (stale cache).",
+      {"result"});
+  watch_restarts_ = &metrics->AddCounter(
+      "cohort_operator_watch_restarts_total",
+      "Watches that ended in an error or an expired resourceVersion and were restarted.",
+      {"resource"});
+  queue_depth_ = &metrics
+                      ->AddGauge("cohort_operator_queue_depth",
+                                 "CoordinatedJob keys waiting to be reconciled.", {})
+                      .WithLabels({});
+  metrics->AddCollector([this] { return CollectJobMetrics(); });
+
+  const auto watch_restart = [this](const char* resource) {
+    return [this, resource](const std::string&) { watch_restarts_->WithLabels({resource}).Inc(); };
+  };
+  kube::Informer::Options job_options;
+  job_options.namespace_name = options_.namespace_name;
+  jobs_ = std::make_unique<kube::Informer>(
+      client_, kube::kCoordinatedJobs, job_options,
+      kube::Informer::Handlers{
+          [this](const json& o) { queue_.Add(KeyOf(kube::Namespace(o), kube::Name(o))); },
+          [this](const json& o) { queue_.Add(KeyOf(kube::Namespace(o), kube::Name(o))); },
+          watch_restart("coordinatedjobs")});
+  // Children are cached only when the operator made them (the managed-by label).
+  kube::Informer::Options child_options;
+  child_options.namespace_name = options_.namespace_name;
+  child_options.selector.label_selector = absl::StrCat(kManagedByLabel, "=", kManagedBy);
+  child_options.index_label = kJobLabel;
+  const auto child_handlers = [this, &watch_restart](const char* resource) {
+    return kube::Informer::Handlers{[this](const json& o) { EnqueueOwner(o); },
+                                    [this](const json& o) { EnqueueOwner(o); },
+                                    watch_restart(resource)};
+  };
+  pods_ = std::make_unique<kube::Informer>(client_, kube::kPods, child_options,
+                                           child_handlers("pods"));
+  services_ = std::make_unique<kube::Informer>(client_, kube::kServices, child_options,
+                                               child_handlers("services"));
+  config_maps_ = std::make_unique<kube::Informer>(client_, kube::kConfigMaps, child_options,
+                                                  child_handlers("configmaps"));
+}
+
+JobController::~JobController() { Stop(); }
+
+void JobController::EnqueueOwner(const json& child) {
+  const std::string job = child.value(json::json_pointer("/metadata/labels/cohort.dev~1job"), "");
+  if (!job.empty()) queue_.Add(KeyOf(kube::Namespace(child), job));
+}
+
+bool JobController::StartAndSync(const std::atomic<bool>& stop) {
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+    informer->Start();
+  }
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+    if (!informer->WaitForSync(stop)) return false;
+  }
+  synced_ = true;
+  spdlog::info("caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps",
+               jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size());
+  return true;
+}
+
+void JobController::Run() {
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
+    threads_.emplace_back([this] {
+      while (auto key = queue_.Get()) {
+        const absl::Time start = absl::Now();
+        absl::Status s = Reconcile(*key);
+        reconcile_duration_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+        if (s.ok()) {
+          reconcile_total_->WithLabels({"success"}).Inc();
+          queue_.Forget(*key);
+        } else if (absl::IsAborted(s)) {
+          // Our cache was behind the API server; the watch event that follows requeues it.
+          reconcile_total_->WithLabels({"conflict"}).Inc();
+          spdlog::debug("reconcile {}: {}", *key, s.ToString());
+          queue_.AddRateLimited(*key);
+        } else {
+          reconcile_total_->WithLabels({"error"}).Inc();
+          spdlog::warn("reconcile {}: {} (retry {} with backoff)", *key, s.ToString(),
+                       queue_.Failures(*key) + 1);
+          queue_.AddRateLimited(*key);
+        }
+        queue_.Done(*key);
+      }
+    });
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void JobController::Stop() {
+  queue_.ShutDown();
+  watcher_.StopAll();
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+    if (informer) informer->Stop();
+  }
+}
+
+absl::Status JobController::Reconcile(const std::string& key) {
+  const auto [ns, name] = SplitKey(key);
+  auto object = jobs_->Get(ns, name);
+  if (!object) {
+    // Deleted: its children go with it (owner references); forget what we kept.
+    watcher_.Unwatch(key);
+    std::lock_guard<std::mutex> lock(failures_mu_);
+    failure_seen_.erase(key);
+    return absl::OkStatus();
+  }
+  if (object->contains("/metadata/deletionTimestamp"_json_pointer)) return absl::OkStatus();
+  auto job = api::ParseCoordinatedJob(*object);
+  if (!job.ok()) return FailInvalid(*object, std::string(job.status().message()));
+
+  Observed observed;
+  observed.now = absl::Now();
+  for (const auto& pod : pods_->ByIndex(ns, name)) observed.pods.push_back(ObservePod(pod));
+  observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
+  observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
+  observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
+
+  const int gang = job->status.restarts;
+  const ObservedPod* coordinator = nullptr;
+  for (const auto& p : observed.pods) {
+    if (p.role == "coordinator" && p.restart == gang && !p.terminating) coordinator = &p;
+  }
+  const bool active = job->status.phase != api::phase::kSucceeded &&
+                      job->status.phase != api::phase::kFailed && !job->spec.suspend;
+  if (active && coordinator && coordinator->phase == "Running" && !coordinator->pod_ip.empty()) {
+    const std::string host = coordinator->pod_ip.find(':') == std::string::npos
+                                 ? coordinator->pod_ip
+                                 : absl::StrCat("[", coordinator->pod_ip, "]");
+    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang);
+    observed.coordinator = watcher_.View(key, gang);
+  } else {
+    watcher_.Unwatch(key);
+  }
+  {
+    std::lock_guard<std::mutex> lock(failures_mu_);
+    auto it = failure_seen_.find(key);
+    if (it != failure_seen_.end() && it->second.first == gang) {
+      observed.failure_first_seen = it->second.second;
+    }
+  }
+
+  Plan plan = PlanJob(*job, observed, options_.settings);
+
+  {
+    std::lock_guard<std::mutex> lock(failures_mu_);
+    if (plan.failure_seen && plan.status.restarts == gang && !observed.failure_first_seen) {
+      failure_seen_[key] = {gang, observed.now};
+    } else if (!plan.failure_seen || plan.status.restarts != gang) {
+      failure_seen_.erase(key);
+    }
+  }
+  absl::Status applied = Apply(*job, plan);
+  if (!applied.ok()) return applied;
+  if (plan.requeue_after) queue_.AddAfter(key, *plan.requeue_after);
+  return absl::OkStatus();
+}
+
+absl::Status JobController::WriteStatus(const api::CoordinatedJob& job,
+                                        const api::JobStatus& status) {
+  json object = job.object;
+  object["status"] = api::StatusToJson(status);
+  auto updated = client_->Replace(kube::kCoordinatedJobs, job.namespace_name, job.name, object,
+                                  "status");
+  if (!updated.ok()) return updated.status();
+  (*updated)["kind"] = api::kKind;
+  jobs_->Upsert(*updated);
+  return absl::OkStatus();
+}
+
+absl::Status JobController::FailInvalid(const json& object, const std::string& message) {
+  if (object.value("/status/phase"_json_pointer, "") == api::phase::kFailed) {
+    return absl::OkStatus();
+  }
+  json updated = object;
+  const std::string now = api::FormatRfc3339(absl::Now());
+  const int64_t generation = object.value("/metadata/generation"_json_pointer, int64_t{0});
+  updated["status"] = {
+      {"phase", api::phase::kFailed},
+      {"restarts", 0},
+      {"completionTime", now},
+      {"observedGeneration", generation},
+      {"conditions", json::array({{{"type", kConditionFailed},
+                                   {"status", "True"},
+                                   {"reason", "InvalidSpec"},
+                                   {"message", message},
+                                   {"lastTransitionTime", now},
+                                   {"observedGeneration", generation}}})}};
+  auto written = client_->Replace(kube::kCoordinatedJobs, kube::Namespace(object),
+                                  kube::Name(object), updated, "status");
+  if (!written.ok()) return written.status();
+  RecordEvent(object, "Warning", "InvalidSpec", message);
+  spdlog::warn("CoordinatedJob {}/{} is invalid: {}", kube::Namespace(object), kube::Name(object),
+               message);
+  return absl::OkStatus();
+}
+
+absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& plan) {
+  const std::string key = KeyOf(job.namespace_name, job.name);
+  // Status first: a restart is counted before its pods go, and a conflict stops here.
+  if (plan.status != job.status) {
+    if (absl::Status s = WriteStatus(job, plan.status); !s.ok()) return s;
+    if (plan.status.phase != job.status.phase) {
+      spdlog::info("CoordinatedJob {}: {} -> {}{}", key,
+                   job.status.phase.empty() ? "new" : job.status.phase, plan.status.phase,
+                   plan.status.restarts != job.status.restarts
+                       ? absl::StrCat(" (restart ", plan.status.restarts, ")")
+                       : "");
+    }
+  }
+  for (const auto& e : plan.events) RecordEvent(job.object, e.type, e.reason, e.message);
+
+  // Deletes, then creates, each batch in parallel.
+  std::vector<std::future<absl::Status>> deletes;
+  for (const auto& pod : plan.delete_pods) {
+    deletes.push_back(std::async(std::launch::async, [this, &job, pod] {
+      kube::DeleteOptions options;
+      options.propagation_policy = "Background";
+      absl::Status s = client_->Delete(kube::kPods, job.namespace_name, pod, options);
+      return absl::IsNotFound(s) ? absl::OkStatus() : s;
+    }));
+  }
+  absl::Status first_error;
+  for (auto& f : deletes) {
+    absl::Status s = f.get();
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (!plan.delete_pods.empty()) {
+    spdlog::info("CoordinatedJob {}: deleting {} pod(s): {}", key, plan.delete_pods.size(),
+                 Summarize(plan.delete_pods));
+  }
+
+  std::vector<std::string> created_pods;
+  std::string invalid;
+  constexpr size_t kParallel = 16;
+  for (size_t begin = 0; begin < plan.create.size(); begin += kParallel) {
+    std::vector<std::pair<const json*, std::future<absl::StatusOr<json>>>> batch;
+    for (size_t i = begin; i < std::min(plan.create.size(), begin + kParallel); ++i) {
+      const json* object = &plan.create[i];
+      batch.emplace_back(object, std::async(std::launch::async, [this, &job, object] {
+                           return client_->Create(ResourceFor(*object), job.namespace_name,
+                                                  *object);
+                         }));
+    }
+    for (auto& [object, future] : batch) {
+      auto result = future.get();
+      if (result.ok()) {
+        json created = *result;
+        created["kind"] = object->value("kind", "");
+        const std::string kind = created["kind"];
+        if (kind == "Pod") {
+          pods_->Upsert(created);
+          created_pods.push_back(kube::Name(created));
+        } else if (kind == "Service") {
+          services_->Upsert(created);
+        } else {
+          config_maps_->Upsert(created);
+        }
+      } else if (absl::IsInvalidArgument(result.status())) {
+        if (invalid.empty()) {
+          invalid = absl::StrCat("the API server refused ", object->value("kind", ""), " ",
+                                 kube::Name(*object), ": ", result.status().message());
+        }
+      } else if (!absl::IsAlreadyExists(result.status()) && first_error.ok()) {
+        first_error = result.status();
+      }
+    }
+  }
+  if (!created_pods.empty()) {
+    const std::string message =
+        absl::StrCat("created ", created_pods.size(), " pod(s): ", Summarize(created_pods));
+    spdlog::info("CoordinatedJob {}: {}", key, message);
+    RecordEvent(job.object, "Normal", "CreatedPods", message);
+  }
+  if (!invalid.empty()) {
+    // The job's pod template cannot be run: no retry will change that.
+    auto latest = jobs_->Get(job.namespace_name, job.name);
+    return FailInvalid(latest ? *latest : job.object, invalid);
+  }
+  if (plan.delete_job) {
+    spdlog::info("CoordinatedJob {}: ttlSecondsAfterFinished passed; deleting it", key);
+    kube::DeleteOptions options;
+    options.propagation_policy = "Background";
+    options.precondition_uid = job.uid;
+    absl::Status s =
+        client_->Delete(kube::kCoordinatedJobs, job.namespace_name, job.name, options);
+    if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
+  }
+  return first_error;
+}
+
+void JobController::RecordEvent(const json& involved, const std::string& type,
+                                const std::string& reason, const std::string& message) {
+  const std::string ns = kube::Namespace(involved);
+  json event = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"generateName", kube::Name(involved) + "."}, {"namespace", ns}}},
+      {"involvedObject",
+       {{"apiVersion", api::kApiVersion},
+        {"kind", api::kKind},
+        {"name", kube::Name(involved)},
+        {"namespace", ns},
+        {"uid", kube::Uid(involved)}}},
+      {"type", type},
+      {"reason", reason},
+      {"message", message.substr(0, 1024)},
+      {"firstTimestamp", api::FormatRfc3339(absl::Now())},
+      {"lastTimestamp", api::FormatRfc3339(absl::Now())},
+      {"count", 1},
+      {"source", {{"component", "cohort-operator"}}},
+      {"reportingComponent", "cohort.dev/operator"},
+      {"reportingInstance", options_.identity}};
+  auto s = client_->Create(kube::kEvents, ns, event);
+  if (!s.ok()) spdlog::debug("event for {}/{}: {}", ns, kube::Name(involved), s.status().ToString());
+}
+
+std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
+  static const char* kPhases[] = {api::phase::kPending,   api::phase::kRunning,
+                                  api::phase::kRestarting, api::phase::kSucceeded,
+                                  api::phase::kFailed,     api::phase::kSuspended};
+  CollectedFamily by_phase{"cohort_operator_jobs", "CoordinatedJobs by phase.", "gauge", {}};
+  CollectedFamily job_phase{"cohort_operator_job_phase",
+                            "1 for the phase each CoordinatedJob is in, 0 for the others.",
+                            "gauge",
+                            {}};
+  CollectedFamily restarts{"cohort_operator_job_restarts",
+                           "Gang restarts of each CoordinatedJob (status.restarts).", "gauge", {}};
+  CollectedFamily watched{"cohort_operator_coordinators_watched",
+                          "Coordinators the operator follows through cluster snapshots.",
+                          "gauge",
+                          {}};
+  std::map<std::string, int> counts;
+  if (jobs_) {
+    for (const auto& o : jobs_->All()) {
+      std::string p = o.value("/status/phase"_json_pointer, std::string(api::phase::kPending));
+      counts[p]++;
+      const std::string ns = kube::Namespace(o), name = kube::Name(o);
+      for (const char* candidate : kPhases) {
+        job_phase.samples.push_back(
+            {{{"namespace", ns}, {"cjob", name}, {"phase", candidate}}, p == candidate ? 1.0 : 0.0});
+      }
+      restarts.samples.push_back({{{"namespace", ns}, {"cjob", name}},
+                                  static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
+    }
+  }
+  for (const char* p : kPhases) {
+    by_phase.samples.push_back({{{"phase", p}}, static_cast<double>(counts[p])});
+  }
+  watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
+  queue_depth_->Set(static_cast<double>(queue_.Depth()));
+  return {by_phase, job_phase, restarts, watched};
+}
+
+}  // namespace cohort::controller

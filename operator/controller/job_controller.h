@@ -1,0 +1,77 @@
+// The reconcile loop: informers for CoordinatedJobs and their pods, services and config
+// maps feed a work queue of job keys; each reconcile gathers what exists, asks PlanJob what
+// should, writes the status first (conditional on resourceVersion, so two decisions can
+// never both count a restart), then creates and deletes children and records Events.
+#ifndef COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
+#define COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/metrics.h"
+#include "operator/controller/coordinator_watcher.h"
+#include "operator/controller/job_plan.h"
+#include "operator/controller/work_queue.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/kube_client.h"
+
+namespace cohort::controller {
+
+class JobController {
+ public:
+  struct Options {
+    std::string namespace_name;  // "" for every namespace
+    int workers = 4;             // keys reconciled in parallel
+    OperatorSettings settings;
+    absl::Duration coordinator_poll = absl::Milliseconds(500);
+    std::string identity = "cohort-operator";  // Events' reportingInstance
+  };
+
+  JobController(kube::KubeClient* client, MetricsRegistry* metrics, Options options);
+  ~JobController();
+  JobController(const JobController&) = delete;
+  JobController& operator=(const JobController&) = delete;
+
+  // Starts the informers and returns once their first lists are cached (false: stopped).
+  bool StartAndSync(const std::atomic<bool>& stop);
+  // Reconciles with `workers` threads until Stop().
+  void Run();
+  void Stop();
+  bool synced() const { return synced_.load(); }
+
+ private:
+  absl::Status Reconcile(const std::string& key);
+  absl::Status Apply(const api::CoordinatedJob& job, const Plan& plan);
+  absl::Status WriteStatus(const api::CoordinatedJob& job, const api::JobStatus& status);
+  absl::Status FailInvalid(const json& object, const std::string& message);
+  void RecordEvent(const json& involved, const std::string& type, const std::string& reason,
+                   const std::string& message);
+  void EnqueueOwner(const json& child);
+  std::vector<CollectedFamily> CollectJobMetrics() const;
+
+  kube::KubeClient* client_;
+  Options options_;
+  WorkQueue queue_;
+  CoordinatorWatcher watcher_;
+  std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_;
+  std::atomic<bool> synced_{false};
+  std::vector<std::thread> threads_;
+
+  std::mutex failures_mu_;
+  std::map<std::string, std::pair<int, absl::Time>> failure_seen_;  // key -> (gang, first seen)
+
+  Histogram* reconcile_duration_;
+  Family<Counter>* reconcile_total_;
+  Family<Counter>* watch_restarts_;
+  Gauge* queue_depth_;
+};
+
+}  // namespace cohort::controller
+
+#endif  // COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_

@@ -1,0 +1,363 @@
+#include "operator/controller/job_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/time/clock.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cohort::controller {
+namespace {
+
+using json = nlohmann::json;
+namespace phase = api::phase;
+
+int IntLabel(const json& labels, const char* key) {
+  int v = -1;
+  auto it = labels.find(key);
+  if (it == labels.end() || !it->is_string() || !absl::SimpleAtoi(it->get<std::string>(), &v)) {
+    return -1;
+  }
+  return v;
+}
+
+bool Finished(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
+
+std::string DescribeExit(const ObservedPod& p) {
+  if (*p.exit_code < 0) {
+    return absl::StrCat("worker ", p.index, " failed without an exit code",
+                        p.reason.empty() ? "" : absl::StrCat(" (", p.reason, ")"));
+  }
+  std::string text = absl::StrCat("worker ", p.index, " exited with code ", *p.exit_code);
+  if (*p.exit_code > 128 && *p.exit_code < 160) {
+    absl::StrAppend(&text, " (signal ", *p.exit_code - 128, ")");
+  }
+  if (!p.reason.empty() && p.reason != "Error" && p.reason != "Completed") {
+    absl::StrAppend(&text, " (", p.reason, ")");
+  }
+  return text;
+}
+
+// The phase transition helpers below all act on the plan being built.
+struct Planner {
+  const api::CoordinatedJob& job;
+  const Observed& observed;
+  const OperatorSettings& settings;
+  Plan plan;
+
+  api::JobStatus& st() { return plan.status; }
+  absl::Time now() const { return observed.now; }
+
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    plan.events.push_back({type, reason, message});
+  }
+  void Requeue(absl::Duration d) {
+    if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+    if (!plan.requeue_after || d < *plan.requeue_after) plan.requeue_after = d;
+  }
+  void Condition(const std::string& type, bool value, const std::string& reason,
+                 const std::string& message) {
+    api::SetCondition(&st().conditions, type, value ? "True" : "False", reason, message, now(),
+                      job.generation);
+  }
+  void DeletePods(bool include_finished) {
+    for (const auto& p : observed.pods) {
+      if (p.terminating) continue;
+      // A worker whose workload exited is done even while its sidecar is still stopping.
+      if (!include_finished && (Finished(p) || (p.role == "worker" && p.exit_code))) continue;
+      plan.delete_pods.push_back(p.name);
+    }
+  }
+  void Finish(bool succeeded, const std::string& reason, const std::string& message) {
+    st().phase = succeeded ? phase::kSucceeded : phase::kFailed;
+    st().completion_time = now();
+    Condition(succeeded ? kConditionSucceeded : kConditionFailed, true, reason, message);
+    Condition(kConditionReady, false, "Finished", "the job has finished");
+    if (const auto* c = api::FindCondition(st().conditions, kConditionRestarting);
+        c && c->status == "True") {
+      Condition(kConditionRestarting, false, "Finished", "the job has finished");
+    }
+    Event(succeeded ? "Normal" : "Warning", reason, message);
+    // Finished workers stay for their logs; anything still running goes.
+    DeletePods(/*include_finished=*/false);
+    ScheduleTtl();
+  }
+  void ScheduleTtl() {
+    if (!job.spec.ttl_seconds_after_finished || !st().completion_time) return;
+    const absl::Time expiry =
+        *st().completion_time + absl::Seconds(*job.spec.ttl_seconds_after_finished);
+    if (now() >= expiry) {
+      plan.delete_job = true;
+    } else {
+      Requeue(expiry - now());
+    }
+  }
+};
+
+}  // namespace
+
+ObservedPod ObservePod(const json& pod) {
+  ObservedPod p;
+  const json metadata = pod.value("metadata", json::object());
+  p.name = metadata.value("name", "");
+  const json labels = metadata.value("labels", json::object());
+  p.role = labels.value(kRoleLabel, "");
+  p.index = IntLabel(labels, kIndexLabel);
+  p.restart = IntLabel(labels, kRestartLabel);
+  p.terminating = metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
+  const json status = pod.value("status", json::object());
+  p.phase = status.value("phase", "");
+  p.pod_ip = status.value("podIP", "");
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
+  }
+  // The workload: the coordinator's container, or a worker's first container.
+  std::string workload;
+  const json containers = pod.value("/spec/containers"_json_pointer, json::array());
+  if (!containers.empty()) workload = containers[0].value("name", "");
+  for (const auto& cs : status.value("containerStatuses", json::array())) {
+    if (cs.value("name", "") != workload) continue;
+    const json terminated = cs.value("/state/terminated"_json_pointer, json());
+    if (terminated.is_object()) {
+      p.exit_code = terminated.value("exitCode", -1);
+      p.finished_at = api::ParseRfc3339(terminated.value("finishedAt", ""));
+      p.reason = terminated.value("reason", "");
+    }
+  }
+  if (!p.exit_code && p.phase == "Failed") {
+    p.exit_code = -1;
+    p.reason = status.value("reason", status.value("message", ""));
+  }
+  if (!p.exit_code && p.phase == "Succeeded") p.exit_code = 0;
+  return p;
+}
+
+Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
+             const OperatorSettings& settings) {
+  Planner P{job, observed, settings, Plan{}};
+  api::JobStatus& st = P.plan.status = job.status;
+  const int replicas = job.spec.replicas;
+  const int gang = st.restarts;
+  st.observed_generation = job.generation;
+  st.tasks.total = replicas;
+  st.coordinator_address = CoordinatorAddress(job);
+  if (st.phase.empty()) {
+    st.phase = phase::kPending;
+    P.Event("Normal", "Pending", absl::StrCat("starting a coordinator and ", replicas, " workers"));
+  }
+
+  // ---- Finished jobs keep their status; only leftovers and the TTL remain.
+  if (st.phase == phase::kSucceeded || st.phase == phase::kFailed) {
+    P.DeletePods(/*include_finished=*/false);
+    P.ScheduleTtl();
+    return std::move(P.plan);
+  }
+
+  // ---- Suspended: no pods. Resuming starts a gang as if new.
+  if (job.spec.suspend) {
+    P.DeletePods(/*include_finished=*/true);
+    if (st.phase != phase::kSuspended) {
+      st.phase = phase::kSuspended;
+      P.Condition(kConditionSuspended, true, "Suspended", "spec.suspend is true; pods deleted");
+      P.Condition(kConditionReady, false, "Suspended", "the job is suspended");
+      P.Event("Normal", "Suspended", "the job is suspended: its pods are deleted");
+    }
+    st.tasks.registered = st.tasks.ready = 0;
+    return std::move(P.plan);
+  }
+  if (st.phase == phase::kSuspended) {
+    st.phase = phase::kPending;
+    st.start_time = observed.now;  // the deadline counts from the resume
+    P.Condition(kConditionSuspended, false, "Resumed", "spec.suspend is false");
+    P.Event("Normal", "Resumed", "the job is resumed: starting its pods");
+  }
+  if (!st.start_time) st.start_time = observed.now;
+
+  // ---- Deadline.
+  if (job.spec.active_deadline_seconds) {
+    const absl::Time end = *st.start_time + absl::Seconds(*job.spec.active_deadline_seconds);
+    if (observed.now >= end) {
+      P.Finish(false, "DeadlineExceeded",
+               absl::StrCat("the job ran longer than activeDeadlineSeconds (",
+                            *job.spec.active_deadline_seconds, ")"));
+      return std::move(P.plan);
+    }
+    P.Requeue(end - observed.now);
+  }
+
+  // ---- Sort pods: this gang's, and leftovers of earlier gangs (deleted).
+  const ObservedPod* coordinator = nullptr;
+  std::vector<const ObservedPod*> workers(replicas, nullptr);
+  std::map<std::string, const ObservedPod*> by_name;
+  for (const auto& p : observed.pods) {
+    by_name[p.name] = &p;
+    const bool current = p.restart == gang;
+    if (current && p.role == "coordinator" && p.name == CoordinatorName(job)) {
+      coordinator = &p;
+    } else if (current && p.role == "worker" && p.index >= 0 && p.index < replicas &&
+               p.name == WorkerPodName(job, p.index)) {
+      workers[p.index] = &p;
+    } else if (!p.terminating) {
+      P.plan.delete_pods.push_back(p.name);
+    }
+  }
+
+  // ---- Counts.
+  int created = 0, running = 0, ready = 0, succeeded = 0, failed = 0;
+  for (const ObservedPod* w : workers) {
+    if (!w) continue;
+    ++created;
+    if (w->phase == "Running" || Finished(*w)) ++running;
+    if (w->ready) ++ready;
+    if (w->exit_code && *w->exit_code == 0) ++succeeded;
+    if (w->exit_code && *w->exit_code != 0) ++failed;
+  }
+  st.tasks.ready = ready;
+  st.tasks.succeeded = succeeded;
+  st.tasks.failed = failed;
+  st.tasks.registered = observed.coordinator ? observed.coordinator->registered : 0;
+
+  // ---- Success.
+  const bool worker0_done = workers[0] && workers[0]->exit_code && *workers[0]->exit_code == 0;
+  if (job.spec.success_policy == api::SuccessPolicy::kWorker0 && worker0_done) {
+    P.Finish(true, "Worker0Succeeded", "worker 0 exited 0 (successPolicy Worker0)");
+    return std::move(P.plan);
+  }
+  if (succeeded == replicas) {
+    P.Finish(true, "AllWorkersSucceeded", absl::StrCat("all ", replicas, " workers exited 0"));
+    return std::move(P.plan);
+  }
+
+  // ---- Failures of this gang.
+  std::vector<std::string> signals;
+  std::string cause = "WorkerFailed";
+  std::vector<const ObservedPod*> exits;
+  for (const ObservedPod* w : workers) {
+    if (w && w->exit_code && *w->exit_code != 0) exits.push_back(w);
+  }
+  for (const ObservedPod* w : exits) signals.push_back(DescribeExit(*w));
+  // Pods created earlier for this gang that are gone: deleted by someone, or evicted.
+  const bool gang_started = st.phase == phase::kRunning || created > 0;
+  if (st.phase == phase::kRunning) {
+    for (int i = 0; i < replicas; ++i) {
+      if (!workers[i] || (workers[i]->terminating && !workers[i]->exit_code)) {
+        signals.push_back(absl::StrCat("worker ", i, " pod ", WorkerPodName(job, i),
+                                       " was deleted"));
+        if (exits.empty()) cause = "WorkerLost";
+      }
+    }
+  }
+  const bool coordinator_exited = coordinator && coordinator->exit_code.has_value();
+  if (coordinator_exited || (gang_started && (!coordinator || coordinator->terminating))) {
+    signals.push_back(
+        !coordinator_exited
+            ? absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted")
+            : absl::StrCat("the coordinator exited with code ", *coordinator->exit_code));
+    if (exits.empty()) cause = "CoordinatorLost";
+  }
+  if (observed.coordinator) {
+    for (const auto& e : observed.coordinator->errors) {
+      signals.push_back(absl::StrCat(e.auxiliary ? "the sidecar task " : "task ", e.task,
+                                     " is in error: ", e.message));
+    }
+    if (!observed.coordinator->errors.empty() && exits.empty() && signals.size() ==
+        observed.coordinator->errors.size()) {
+      cause = "TaskError";
+    }
+  }
+
+  if (!signals.empty()) {
+    P.plan.failure_seen = true;
+    const absl::Time first = observed.failure_first_seen.value_or(observed.now);
+    if (observed.now < first + settings.failure_settle) {
+      P.Requeue(first + settings.failure_settle - observed.now);
+      return std::move(P.plan);
+    }
+    // The workers that exited first decide: one retryable exit among them, or a failure that
+    // is not an exit at all, restarts the gang.
+    bool permanent = false;
+    std::string first_exit;
+    if (!exits.empty()) {
+      absl::Time earliest = absl::InfiniteFuture();
+      for (const ObservedPod* w : exits) {
+        earliest = std::min(earliest, w->finished_at.value_or(observed.now));
+      }
+      permanent = true;
+      for (const ObservedPod* w : exits) {
+        if (w->finished_at.value_or(observed.now) > earliest + absl::Seconds(1)) continue;
+        if (first_exit.empty()) first_exit = DescribeExit(*w);
+        if (api::IsRetryableExitCode(job.spec.failure_policy, *w->exit_code)) {
+          permanent = false;
+          first_exit = DescribeExit(*w);
+          break;
+        }
+      }
+    }
+    const std::string what = first_exit.empty() ? signals.front() : first_exit;
+    if (permanent) {
+      P.Finish(false, "WorkerFailed",
+               absl::StrCat(what, ", which failurePolicy counts as permanent"));
+      return std::move(P.plan);
+    }
+    if (gang >= job.spec.failure_policy.max_restarts) {
+      P.Finish(false, "MaxRestartsExceeded",
+               absl::StrCat("the gang failed after ", gang, " restart",
+                            gang == 1 ? "" : "s", " (failurePolicy.maxRestarts ",
+                            job.spec.failure_policy.max_restarts, "); last failure: ", what));
+      return std::move(P.plan);
+    }
+    st.restarts = gang + 1;
+    st.phase = phase::kRestarting;
+    st.tasks.registered = st.tasks.ready = 0;
+    const std::string message = absl::StrCat("gang restart ", st.restarts, " of at most ",
+                                             job.spec.failure_policy.max_restarts, ": ", what);
+    P.Condition(kConditionRestarting, true, cause, message);
+    P.Condition(kConditionReady, false, cause, what);
+    P.Event("Warning", "GangRestart", message);
+    P.DeletePods(/*include_finished=*/true);
+    return std::move(P.plan);
+  }
+
+  // ---- Create what is missing: services and config, the coordinator, then (once it is
+  // ready, so workers find it) the workers.
+  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job));
+  if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
+  if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
+  if (!by_name.count(CoordinatorName(job))) {
+    P.plan.create.push_back(CoordinatorPod(job, gang, settings));
+  }
+  if (coordinator && coordinator->ready) {
+    for (int i = 0; i < replicas; ++i) {
+      if (!by_name.count(WorkerPodName(job, i))) {
+        P.plan.create.push_back(WorkerPod(job, i, gang, settings));
+      }
+    }
+  }
+
+  // ---- Phase and readiness.
+  if (running == replicas && coordinator && coordinator->phase == "Running") {
+    if (st.phase != phase::kRunning) {
+      if (st.phase == phase::kRestarting) {
+        P.Condition(kConditionRestarting, false, "Recovered",
+                    absl::StrCat("gang ", gang, " is running"));
+      }
+      st.phase = phase::kRunning;
+      P.Event("Normal", "Running", absl::StrCat("all ", replicas, " workers are running"));
+    }
+  }
+  if (ready == replicas) {
+    P.Condition(kConditionReady, true, "AllWorkersReady",
+                absl::StrCat("all ", replicas, " workers are ready"));
+  } else {
+    const std::string waiting =
+        !coordinator || !coordinator->ready
+            ? "waiting for the coordinator pod to be ready"
+            : absl::StrCat(ready, " of ", replicas, " workers are ready");
+    P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
+  }
+  return std::move(P.plan);
+}
+
+}  // namespace cohort::controller

@@ -1,0 +1,100 @@
+// The operator's decisions as one pure function: from a CoordinatedJob and what exists for
+// it (pods, services, the coordinator's view of its tasks), what should be created or
+// deleted and what the job's status should say. No I/O and no clock: the controller
+// gathers `Observed` and applies the `Plan`, so running it twice on the same input plans the
+// same thing (reconcile is idempotent).
+#ifndef COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
+#define COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "operator/api/coordinated_job.h"
+#include "operator/controller/children.h"
+
+namespace cohort::controller {
+
+// A pod of the job as the plan needs to see it.
+struct ObservedPod {
+  std::string name;
+  std::string role;     // "coordinator" or "worker"
+  int index = -1;       // worker index
+  int restart = -1;     // the gang it belongs to (label cohort.dev/restart)
+  std::string phase;    // Pending, Running, Succeeded, Failed, Unknown
+  bool terminating = false;
+  bool ready = false;
+  std::string pod_ip;
+  // The workload container (a worker's first container; the coordinator's container)
+  // ended with this exit code (-1: the pod failed without one, e.g. evicted).
+  std::optional<int> exit_code;
+  std::optional<absl::Time> finished_at;
+  std::string reason;  // why it ended, for messages
+};
+
+ObservedPod ObservePod(const nlohmann::json& pod);
+
+// The coordinator's cluster snapshot, reduced to what decisions need.
+struct CoordinatorView {
+  int registered = 0;  // workload tasks connected
+  struct TaskError {
+    std::string task;  // "/job:worker/task:3"
+    bool auxiliary = false;
+    std::string message;
+  };
+  std::vector<TaskError> errors;  // tasks in ERROR
+};
+
+struct Observed {
+  std::vector<ObservedPod> pods;
+  bool coordinator_config_map = false;
+  bool coordinator_service = false;
+  bool workers_service = false;
+  std::optional<CoordinatorView> coordinator;  // absent: not reachable (yet)
+  // When the controller first saw a failure of the current gang (absent: not yet).
+  std::optional<absl::Time> failure_first_seen;
+  absl::Time now;
+};
+
+struct PlannedEvent {
+  std::string type;  // Normal or Warning
+  std::string reason;
+  std::string message;
+};
+
+struct Plan {
+  std::vector<nlohmann::json> create;  // in this order
+  std::vector<std::string> delete_pods;
+  bool delete_job = false;  // ttlSecondsAfterFinished has passed
+  api::JobStatus status;
+  std::vector<PlannedEvent> events;
+  // A failure is being observed: the controller remembers when it first saw one.
+  bool failure_seen = false;
+  std::optional<absl::Duration> requeue_after;
+};
+
+// Condition types the operator sets.
+inline constexpr char kConditionReady[] = "Ready";
+inline constexpr char kConditionRestarting[] = "Restarting";
+inline constexpr char kConditionSucceeded[] = "Succeeded";
+inline constexpr char kConditionFailed[] = "Failed";
+inline constexpr char kConditionSuspended[] = "Suspended";
+
+// How a gang ends or restarts:
+// - Success: AllWorkers when every worker's workload exited 0; Worker0 when worker 0 did.
+// - A failure is a worker exiting non-zero, a worker or the coordinator pod lost, or a task
+//   in error at the coordinator. Once one is seen, the plan waits `failure_settle` for the
+//   rest of the gang to report, then looks at the workers that exited first (within a second
+//   of the earliest): if any of them has a retryable exit code (or the failure did not come
+//   from an exit at all) the gang restarts, else the job fails. This is what makes a killed
+//   worker (137) restart the job even though its peers then exit 1 because their
+//   coordination service told them a task failed, while a worker's own exit 1 fails the job.
+// - Restarts stop at failurePolicy.maxRestarts: the job fails with reason MaxRestartsExceeded.
+Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
+             const OperatorSettings& settings);
+
+}  // namespace cohort::controller
+
+#endif  // COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_

@@ -1,0 +1,58 @@
+// The controller's work queue: keys ("namespace/name") to reconcile, each at most once in the
+// queue and never processed by two workers at once (a key added while it is processed is
+// processed again afterwards). Failed keys come back after a per-key exponential backoff;
+// AddAfter schedules a key for later (deadlines, TTLs, settling failures).
+#ifndef COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_
+#define COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace cohort::controller {
+
+class WorkQueue {
+ public:
+  WorkQueue(absl::Duration base_backoff = absl::Milliseconds(100),
+            absl::Duration max_backoff = absl::Seconds(60));
+
+  void Add(const std::string& key);
+  void AddAfter(const std::string& key, absl::Duration delay);
+  // Adds after this key's next backoff (doubling with every failure in a row).
+  void AddRateLimited(const std::string& key);
+  // The key succeeded: its backoff starts over.
+  void Forget(const std::string& key);
+
+  // Blocks for the next key; nullopt once ShutDown() was called.
+  std::optional<std::string> Get();
+  // Processing of `key` finished (call after every Get).
+  void Done(const std::string& key);
+  void ShutDown();
+
+  size_t Depth() const;  // keys waiting now (not the delayed ones)
+  int Failures(const std::string& key) const;
+
+ private:
+  void PromoteDueLocked(absl::Time now);
+
+  const absl::Duration base_backoff_, max_backoff_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  std::set<std::string> queued_;      // in queue_
+  std::set<std::string> processing_;  // handed out by Get, not Done yet
+  std::set<std::string> dirty_;       // added while processing: queue again on Done
+  std::multimap<absl::Time, std::string> delayed_;
+  std::map<std::string, int> failures_;
+  bool shut_down_ = false;
+};
+
+}  // namespace cohort::controller
+
+#endif  // COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_

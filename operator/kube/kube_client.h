@@ -1,0 +1,128 @@
+// A Kubernetes REST client over cpprestsdk: the verbs cohort-operator uses (get, list, watch,
+// create, replace, patch, delete) on any resource, with objects as JSON. Errors come back
+// as absl::Status with the API server's message: NotFound (404), AlreadyExists (409 with
+// reason AlreadyExists), Aborted (409 conflict), OutOfRange (410 Gone), InvalidArgument (400,
+// 422), PermissionDenied (403), Unauthenticated (401), ResourceExhausted (429), Unavailable
+// (5xx or no connection).
+#ifndef COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_
+#define COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "operator/kube/kube_config.h"
+
+namespace cohort::kube {
+
+using json = nlohmann::json;
+
+// A resource type: where it lives in the API and whether it has a namespace.
+struct Resource {
+  std::string api_path;  // "/api/v1", "/apis/cohort.dev/v1alpha1"
+  std::string plural;    // "pods"
+  std::string kind;      // "Pod"
+  bool namespaced = true;
+};
+
+inline const Resource kPods{"/api/v1", "pods", "Pod", true};
+inline const Resource kServices{"/api/v1", "services", "Service", true};
+inline const Resource kConfigMaps{"/api/v1", "configmaps", "ConfigMap", true};
+inline const Resource kEvents{"/api/v1", "events", "Event", true};
+inline const Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease", true};
+inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",
+                                       "CoordinatedJob", true};
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  int64_t limit = 0;           // page size; 0: everything in one response
+  std::string continue_token;  // from the previous page's metadata.continue
+};
+
+struct DeleteOptions {
+  std::optional<int64_t> grace_period_seconds;
+  std::string propagation_policy;  // "Background", "Foreground", "Orphan" or "" (default)
+  std::string precondition_uid;    // delete only this incarnation of the name
+};
+
+enum class PatchType { kMerge, kStrategicMerge, kJsonPatch };
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK
+  json object;
+};
+
+class KubeClient {
+ public:
+  struct Options {
+    std::chrono::seconds request_timeout{30};
+    std::string user_agent = "cohort-operator";
+  };
+
+  explicit KubeClient(KubeConfig config) : KubeClient(std::move(config), Options{}) {}
+  KubeClient(KubeConfig config, Options options);
+  ~KubeClient();
+  KubeClient(const KubeClient&) = delete;
+  KubeClient& operator=(const KubeClient&) = delete;
+
+  const KubeConfig& config() const { return config_; }
+
+  absl::StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name);
+  // A whole list (following `continue` when options.limit pages it); the returned object's
+  // metadata.resourceVersion is the one to watch from.
+  absl::StatusOr<json> List(const Resource& r, const std::string& ns, const ListOptions& options);
+  absl::StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object);
+  // PUT of the whole object (or of its `subresource`, e.g. "status"); the object's
+  // metadata.resourceVersion makes it conditional.
+  absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
+                               const json& object, const std::string& subresource = "");
+  absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                             PatchType type, const json& patch,
+                             const std::string& subresource = "");
+  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                      const DeleteOptions& options = {});
+
+  // Streams changes after `resource_version` to `on_event` until the server ends the watch
+  // (OK), an error (OutOfRange when the version is too old: list again), or Shutdown()
+  // (Cancelled). Bookmarks are asked for and delivered as BOOKMARK events.
+  absl::Status Watch(const Resource& r, const std::string& ns, const ListOptions& options,
+                     const std::string& resource_version, int timeout_seconds,
+                     const std::function<void(const WatchEvent&)>& on_event);
+
+  // Ends every watch in progress and makes later calls fail with Cancelled.
+  void Shutdown();
+
+  // "<api_path>/namespaces/<ns>/<plural>[/<name>][/<subresource>]"
+  static std::string Path(const Resource& r, const std::string& ns, const std::string& name = "",
+                          const std::string& subresource = "");
+
+ private:
+  struct Impl;
+  absl::StatusOr<json> Request(const std::string& method, const std::string& path_and_query,
+                               const std::string& content_type, const std::string& body);
+
+  KubeConfig config_;
+  Options options_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> shut_down_{false};
+};
+
+// The Status object the API server sends with an error, as an absl::Status.
+absl::Status StatusFromResponse(int http_status, const std::string& body);
+
+// Convenience for an object's metadata fields ("" when missing).
+std::string Name(const json& object);
+std::string Namespace(const json& object);
+std::string Uid(const json& object);
+std::string ResourceVersion(const json& object);
+
+}  // namespace cohort::kube
+
+#endif  // COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_

@@ -1,0 +1,235 @@
+// cohort-operator: runs CoordinatedJobs. Watches them (and the pods, services and config
+// maps it makes for them), starts a coordinator and the workers with the sidecar, restarts
+// the gang on failure and reports status. One replica leads (a Lease); others stand by.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/http_server.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/yaml_config.h"
+#include "operator/controller/job_controller.h"
+#include "operator/kube/kube_client.h"
+#include "operator/kube/leader_election.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+std::string Env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "cohort-operator: %s\n", message.c_str());
+  return 2;
+}
+
+bool ParseDuration(const std::string& text, absl::Duration* out) {
+  return absl::ParseDuration(text, out) && *out >= absl::ZeroDuration();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cohort-operator: runs CoordinatedJobs (cohort.dev/v1alpha1) on Kubernetes. For each job\n"
+      "it creates a coordinator pod and service and the worker pods with cohort-sidecar\n"
+      "injected, restarts the whole gang when a worker or the coordinator fails (up to\n"
+      "failurePolicy.maxRestarts), and writes the job's status. Serves /metrics, /healthz\n"
+      "and /readyz. With --leader-elect, one replica works and the others stand by.\n\n"
+      "Kubernetes access: --kubeconfig, else $KUBECONFIG, else the pod's service account,\n"
+      "else ~/.kube/config.",
+      "cohort-operator"};
+  app.get_formatter()->column_width(44);
+  cohort::AddYamlConfigOption(app);
+
+  std::string kubeconfig, namespace_name, http_listen = "0.0.0.0:8080";
+  bool leader_elect = true;
+  std::string election_namespace = Env("POD_NAMESPACE", "default");
+  std::string election_id = "cohort-operator";
+  std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s";
+  cohort::controller::OperatorSettings settings;
+  std::string failure_settle = "1s", coordinator_poll = "500ms";
+  int workers = 4;
+  std::string log_format = "text", log_level = "info";
+
+  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: see above)");
+  app.add_option("--namespace", namespace_name,
+                 "watch CoordinatedJobs in this namespace only (default: all)");
+  app.add_option("--http-listen", http_listen, "address of /metrics /healthz /readyz")
+      ->capture_default_str();
+  app.add_option("--leader-elect", leader_elect,
+                 "elect one active replica through a Lease (true or false)")
+      ->capture_default_str();
+  app.add_option("--leader-election-namespace", election_namespace,
+                 "namespace of the Lease ($POD_NAMESPACE)")
+      ->capture_default_str();
+  app.add_option("--leader-election-id", election_id, "name of the Lease")->capture_default_str();
+  app.add_option("--lease-duration", lease_duration,
+                 "how long a standby waits for a silent leader before taking over")
+      ->capture_default_str();
+  app.add_option("--renew-deadline", renew_deadline,
+                 "how long the leader keeps trying to renew before it gives up and exits")
+      ->capture_default_str();
+  app.add_option("--retry-period", retry_period, "how often the lease is renewed or tried")
+      ->capture_default_str();
+  app.add_option("--coordinator-image", settings.coordinator_image,
+                 "coordinator image for jobs that name none")
+      ->capture_default_str();
+  app.add_option("--sidecar-image", settings.sidecar_image,
+                 "sidecar image for jobs that name none")
+      ->capture_default_str();
+  app.add_option("--workload-liveness", settings.workload_liveness,
+                 "how sidecars notice the workload exiting: process (pods share a process "
+                 "namespace), file, http or none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "file", "http", "none"}));
+  app.add_option("--failure-settle", failure_settle,
+                 "after a failure, how long to wait for the rest of the gang to exit before "
+                 "choosing between a restart and failing the job")
+      ->capture_default_str();
+  app.add_option("--coordinator-poll", coordinator_poll,
+                 "how often each running job's coordinator is asked for its cluster snapshot")
+      ->capture_default_str();
+  app.add_option("--workers", workers, "jobs reconciled in parallel")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--log-format", log_format, "text or json")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  app.add_flag_callback(
+      "--version", [] {
+        std::printf("cohort-operator %s\n", kVersion);
+        std::exit(0);
+      },
+      "print the version and exit");
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
+  if (auto s = cohort::SetUpLogging("operator", log_format, log_level); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  absl::Duration lease, renew, retry, settle, poll;
+  for (auto [text, out, flag] :
+       {std::tuple{&lease_duration, &lease, "--lease-duration"},
+        std::tuple{&renew_deadline, &renew, "--renew-deadline"},
+        std::tuple{&retry_period, &retry, "--retry-period"},
+        std::tuple{&failure_settle, &settle, "--failure-settle"},
+        std::tuple{&coordinator_poll, &poll, "--coordinator-poll"}}) {
+    if (!ParseDuration(*text, out)) {
+      return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 15s or 500ms"));
+    }
+  }
+  if (leader_elect && !(retry < renew && renew < lease)) {
+    return Fail("leader election needs --retry-period < --renew-deadline < --lease-duration");
+  }
+  if (poll < absl::Milliseconds(10)) return Fail("--coordinator-poll must be at least 10ms");
+  settings.failure_settle = settle;
+
+  auto config = cohort::kube::ResolveKubeConfig(kubeconfig);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  cohort::kube::KubeClient client(*config);
+  spdlog::info("cohort-operator {}: API server {} ({}), {}", kVersion, config->server,
+               config->source,
+               namespace_name.empty() ? "all namespaces" : "namespace " + namespace_name);
+
+  // Signals are taken by one thread; everything else checks `stop`.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  cohort::MetricsRegistry metrics;
+  metrics.AddGauge("cohort_operator_build_info", "cohort-operator's version (value 1).",
+                   {"version"})
+      .WithLabels({kVersion})
+      .Set(1);
+  auto& leader_gauge = metrics
+                           .AddGauge("cohort_operator_leader",
+                                     "1 while this replica holds the leader lease, else 0.", {})
+                           .WithLabels({});
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const std::string identity = absl::StrCat(Env("POD_NAME", host), "_", getpid());
+
+  cohort::controller::JobController::Options options;
+  options.namespace_name = namespace_name;
+  options.workers = workers;
+  options.settings = settings;
+  options.coordinator_poll = poll;
+  options.identity = identity;
+  cohort::controller::JobController controller(&client, &metrics, options);
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> standby{leader_elect};
+  cohort::HttpServer http;
+  http.Handle("/metrics", [&](const cohort::HttpRequest&) {
+    return cohort::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.Render()};
+  });
+  http.Handle("/healthz", [](const cohort::HttpRequest&) {
+    return cohort::HttpResponse{200, "text/plain", "ok\n"};
+  });
+  http.Handle("/readyz", [&](const cohort::HttpRequest&) {
+    if (controller.synced()) return cohort::HttpResponse{200, "text/plain", "ready: leading\n"};
+    if (standby) return cohort::HttpResponse{200, "text/plain", "ready: standing by\n"};
+    return cohort::HttpResponse{503, "text/plain", "not ready: caches are syncing\n"};
+  });
+  if (!http_listen.empty()) {
+    if (auto s = http.Start(http_listen); !s.ok()) return Fail(std::string(s.message()));
+    spdlog::info("serving /metrics /healthz /readyz on {}", http_listen);
+  }
+
+  int exit_code = 0;
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (!stop) spdlog::info("signal {}: stopping", sig);
+    stop = true;
+    controller.Stop();
+    client.Shutdown();
+  });
+
+  cohort::kube::LeaderElector elector(
+      &client, {election_namespace, election_id, identity, lease, renew, retry});
+  std::thread holder;
+  if (leader_elect) {
+    spdlog::info("leader election: candidate {} for lease {}/{}", identity, election_namespace,
+                 election_id);
+    if (elector.Acquire(stop)) {
+      standby = false;
+      leader_gauge.Set(1);
+      holder = std::thread([&] {
+        elector.HoldUntilLost(stop);
+        if (!stop) {
+          // Another replica may act now; this one must not. Exit and be restarted.
+          leader_gauge.Set(0);
+          spdlog::error("leadership lost: exiting so that only the new leader acts");
+          std::_Exit(1);
+        }
+      });
+    }
+  } else {
+    leader_gauge.Set(1);
+  }
+  if (!stop && controller.StartAndSync(stop)) controller.Run();
+
+  stop = true;
+  if (holder.joinable()) holder.join();
+  if (leader_elect) elector.Release();
+  kill(getpid(), SIGTERM);  // wakes the signal thread if it still waits
+  signal_thread.join();
+  http.Stop();
+  spdlog::info("stopped");
+  return exit_code;
+}
