@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Assertions on the cohort chart's rendered manifests, for tests/chart/chart_test.sh.
+
+  chart_checks.py split RENDERED BUILTIN MONITORS
+      Splits `helm template` output: Prometheus Operator objects (monitoring.coreos.com)
+      go to MONITORS, everything else to BUILTIN.
+  chart_checks.py check SET OBJECTS_JSON MONITORS RELEASE_NAMESPACE [WATCH_NAMESPACE]
+      OBJECTS_JSON is what `kubectl apply --dry-run=server -o json` returned for BUILTIN
+      (the API server's view, defaults filled in). Prints PASS/FAIL lines; the exit status is
+      the number of failures.
+
+Python's standard library has no YAML parser, so the objects are read as the API server
+returns them (JSON), and the monitors, which this cluster may not serve, as text.
+"""
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CHART = os.path.join(ROOT, "charts", "cohort")
+
+# The operator's API use (its contract); RBAC must grant exactly this.
+EXPECTED_RULES = sorted([
+    ("cohort.dev", "coordinatedjobs", ("delete", "get", "list", "patch", "update", "watch")),
+    ("cohort.dev", "coordinatedjobs/status", ("get", "patch", "update")),
+    ("", "pods", ("create", "delete", "get", "list", "watch")),
+    ("", "services", ("create", "delete", "get", "list", "watch")),
+    ("", "configmaps", ("create", "delete", "get", "list", "watch")),
+    ("", "events", ("create", "patch")),
+])
+
+failures = 0
+
+
+def report(ok, what, detail=""):
+    global failures
+    if ok:
+        print(f"PASS {what}")
+    else:
+        failures += 1
+        print(f"FAIL {what}" + (f": {detail}" if detail else ""))
+
+
+def split(rendered, builtin, monitors):
+    docs = re.split(r"^---\s*$", open(rendered).read(), flags=re.M)
+    keep, mon = [], []
+    for d in docs:
+        if not re.search(r"^kind:", d, re.M):
+            continue
+        (mon if re.search(r"^apiVersion: monitoring\.coreos\.com/", d, re.M) else keep).append(d)
+    open(builtin, "w").write("\n---\n".join(keep))
+    open(monitors, "w").write("\n---\n".join(mon))
+
+
+def rules_of(role):
+    out = []
+    for r in role.get("rules", []):
+        for group in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                out.append((group, res, tuple(sorted(r.get("verbs", [])))))
+    return sorted(out)
+
+
+def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
+    data = json.load(open(objects_json))
+    items = data.get("items", [data]) if data.get("kind") == "List" else [data]
+    by_kind = {}
+    for o in items:
+        by_kind.setdefault(o["kind"], []).append(o)
+    monitors = open(monitors_path).read() if os.path.exists(monitors_path) else ""
+    values = {
+        "defaults": {"prefix": "cohort-test", "image": "ghcr.io/cohort/cohort-operator:0.1.0",
+                     "coordinator": "ghcr.io/cohort/cohort-coordinator:0.1.0",
+                     "sidecar": "ghcr.io/cohort/cohort-sidecar:0.1.0"},
+        "custom": {"prefix": "ml-cohort",
+                   "image": "registry.example.com/ml/cohort-operator@sha256:"
+                            "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                   "coordinator": "registry.example.com/ml/cohort-coordinator:0.1.1",
+                   "sidecar": "registry.example.com/ml/cohort-sidecar:0.1.1"},
+    }
+    expect = values.get(set_name, values["defaults"])
+    leader = set_name != "minimal"
+    lease = "cohort-leader" if set_name == "custom" else f"{expect['prefix']}-operator"
+    sa_name = "cohort-operator-external" if set_name == "minimal" else f"{expect['prefix']}-operator"
+
+    # -- The CRD comes with the chart.
+    crds = [o["metadata"]["name"] for o in by_kind.get("CustomResourceDefinition", [])]
+    report(crds == ["coordinatedjobs.cohort.dev"], f"[{set_name}] the CoordinatedJob CRD is included", crds)
+
+    # -- The Deployment.
+    deps = by_kind.get("Deployment", [])
+    report(len(deps) == 1, f"[{set_name}] one operator Deployment", len(deps))
+    if not deps:
+        return
+    dep = deps[0]
+    pod = dep["spec"]["template"]["spec"]
+    containers = pod["containers"]
+    report([c["name"] for c in containers] == ["cohort-operator"],
+           f"[{set_name}] one container, cohort-operator")
+    c = containers[0]
+    report(c["image"] == expect["image"], f"[{set_name}] operator image {expect['image']}", c["image"])
+    args = c.get("args", [])
+    want_args = [
+        "--http-listen=0.0.0.0:8080",
+        f"--leader-elect={'true' if leader else 'false'}",
+        f"--coordinator-image={expect['coordinator']}",
+        f"--sidecar-image={expect['sidecar']}",
+    ]
+    if leader:
+        want_args += ["--leader-election-namespace=$(POD_NAMESPACE)", f"--leader-election-id={lease}"]
+    if watch_ns:
+        want_args.append(f"--namespace={watch_ns}")
+    if set_name == "custom":
+        want_args += ["--workers=16", "--log-level=debug", "--log-format=json"]
+    missing = [a for a in want_args if a not in args]
+    report(not missing, f"[{set_name}] operator flags", f"missing {missing} in {args}")
+    if not watch_ns:
+        report(not any(a.startswith("--namespace") for a in args),
+               f"[{set_name}] watches every namespace (no --namespace)", args)
+    if not leader:
+        report(not any(a.startswith("--leader-election-id") for a in args),
+               f"[{set_name}] no Lease name without leader election", args)
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
+    report(env.get("POD_NAMESPACE") == "metadata.namespace" and env.get("POD_NAME") == "metadata.name",
+           f"[{set_name}] POD_NAMESPACE and POD_NAME from the downward API", env)
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+    report(ports == {"http": 8080}, f"[{set_name}] port http 8080", ports)
+    ready = c.get("readinessProbe", {}).get("httpGet", {})
+    report(ready.get("path") == "/readyz" and ready.get("port") == "http",
+           f"[{set_name}] readiness probe GET /readyz", ready)
+    live = c.get("livenessProbe", {}).get("httpGet", {})
+    if set_name == "minimal":
+        report("livenessProbe" not in c, f"[{set_name}] livenessProbe: null removes the probe")
+    else:
+        report(live.get("path") == "/healthz" and live.get("port") == "http",
+               f"[{set_name}] liveness probe GET /healthz", live)
+    res = c.get("resources", {})
+    report(bool(res.get("requests", {}).get("cpu")) and bool(res.get("requests", {}).get("memory"))
+           and bool(res.get("limits", {}).get("memory")),
+           f"[{set_name}] requests and a memory limit", res)
+    if set_name == "custom":
+        report(res == {"requests": {"cpu": "250m", "memory": "256Mi"},
+                       "limits": {"cpu": "2", "memory": "1Gi"}},
+               f"[{set_name}] resources as given", res)
+        report(dep["spec"]["replicas"] == 2, f"[{set_name}] 2 replicas")
+        report(pod.get("imagePullSecrets") == [{"name": "registry-credentials"}],
+               f"[{set_name}] imagePullSecrets", pod.get("imagePullSecrets"))
+        report(c.get("imagePullPolicy") == "Always", f"[{set_name}] pullPolicy Always")
+        report(pod.get("nodeSelector") == {"kubernetes.io/os": "linux"}
+               and pod.get("priorityClassName") == "ml-high", f"[{set_name}] scheduling values")
+        report(dep["metadata"]["name"] == "ml-cohort-operator", f"[{set_name}] fullnameOverride",
+               dep["metadata"]["name"])
+
+    # Restricted security context.
+    psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
+    run_as_non_root = csc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+    uid = csc.get("runAsUser", psc.get("runAsUser"))
+    seccomp = (csc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+    report(run_as_non_root is True and uid not in (None, 0), f"[{set_name}] runs as non-root (uid {uid})")
+    report(csc.get("readOnlyRootFilesystem") is True, f"[{set_name}] read-only root file system")
+    report(csc.get("allowPrivilegeEscalation") is False, f"[{set_name}] no privilege escalation")
+    report(csc.get("capabilities", {}).get("drop") == ["ALL"] and not csc.get("capabilities", {}).get("add"),
+           f"[{set_name}] every capability dropped")
+    report(seccomp == "RuntimeDefault", f"[{set_name}] seccomp RuntimeDefault", seccomp)
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    report("/tmp" in mounts and "emptyDir" in vols.get(mounts["/tmp"], {}),
+           f"[{set_name}] a writable emptyDir at /tmp")
+    report(pod.get("serviceAccountName") == sa_name, f"[{set_name}] service account {sa_name}",
+           pod.get("serviceAccountName"))
+
+    # -- The metrics Service selects the operator pods.
+    svcs = by_kind.get("Service", [])
+    report(len(svcs) == 1, f"[{set_name}] one metrics Service", len(svcs))
+    if svcs:
+        sel = svcs[0]["spec"]["selector"]
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        report(all(labels.get(k) == v for k, v in sel.items()),
+               f"[{set_name}] the metrics Service selects the operator's pods", sel)
+        sp = svcs[0]["spec"]["ports"]
+        report([(p["name"], p["port"], p["targetPort"]) for p in sp] == [("http-metrics", 8080, "http")],
+               f"[{set_name}] the metrics Service port http-metrics -> http", sp)
+
+    # -- RBAC: exactly the operator's rules, bound to its ServiceAccount.
+    sas = [o["metadata"]["name"] for o in by_kind.get("ServiceAccount", [])]
+    if set_name == "minimal":
+        report(not sas and not by_kind.get("Role") and not by_kind.get("ClusterRole")
+               and not by_kind.get("RoleBinding") and not by_kind.get("ClusterRoleBinding"),
+               f"[{set_name}] no ServiceAccount and no RBAC objects", sorted(by_kind))
+    else:
+        report(sas == [sa_name], f"[{set_name}] ServiceAccount {sa_name}", sas)
+        kind = "Role" if watch_ns else "ClusterRole"
+        other = "ClusterRole" if watch_ns else None
+        main = [o for o in by_kind.get(kind, [])
+                if not o["metadata"]["name"].endswith("-leader-election")]
+        report(len(main) == 1, f"[{set_name}] one {kind} for the operator's work", len(main))
+        if other:
+            report(not by_kind.get(other), f"[{set_name}] no {other} when one namespace is watched")
+        if main:
+            role = main[0]
+            if watch_ns:
+                report(role["metadata"].get("namespace") == watch_ns,
+                       f"[{set_name}] the Role is in the watched namespace {watch_ns}",
+                       role["metadata"].get("namespace"))
+            got = rules_of(role)
+            report(got == EXPECTED_RULES, f"[{set_name}] {kind} grants exactly the operator's API use",
+                   f"got {got}")
+            wild = [r for r in role.get("rules", []) if "*" in r.get("verbs", []) + r.get("resources", []) + r.get("apiGroups", [])]
+            report(not wild, f"[{set_name}] no wildcards in RBAC", wild)
+            binds = [b for b in by_kind.get(kind + "Binding", [])
+                     if b["roleRef"]["name"] == role["metadata"]["name"]]
+            report(len(binds) == 1 and binds[0]["subjects"] == [
+                {"kind": "ServiceAccount", "name": sa_name, "namespace": release_ns}],
+                f"[{set_name}] {kind}Binding to the operator's ServiceAccount",
+                [b.get("subjects") for b in binds])
+        le = [o for o in by_kind.get("Role", []) if o["metadata"]["name"].endswith("-leader-election")]
+        report(len(le) == 1 and le[0]["metadata"]["namespace"] == release_ns,
+               f"[{set_name}] a Role for the leader Lease in the release namespace")
+        if le:
+            rules = sorted((tuple(r.get("resources", [])), tuple(sorted(r["verbs"])),
+                            tuple(r.get("resourceNames", []))) for r in le[0]["rules"])
+            report(rules == [(("leases",), ("create",), ()), (("leases",), ("get", "update"), (lease,))],
+                   f"[{set_name}] leases: create, and get/update of {lease} only", rules)
+
+    # -- Monitoring and dashboards.
+    cms = [o for o in by_kind.get("ConfigMap", []) if "-dashboard-" in o["metadata"]["name"]]
+    if set_name == "monitoring":
+        files = sorted(f for f in os.listdir(os.path.join(CHART, "dashboards")) if f.endswith(".json"))
+        report(len(cms) == len(files), f"[{set_name}] one dashboard ConfigMap per file ({len(files)})", len(cms))
+        for cm in cms:
+            labels = cm["metadata"].get("labels", {})
+            ann = cm["metadata"].get("annotations", {})
+            (key, text), = cm["data"].items()
+            name = key.replace("cohort-", "", 1)
+            same = json.loads(text) == json.load(open(os.path.join(CHART, "dashboards", name)))
+            report(labels.get("grafana_dashboard") == "1" and ann.get("grafana_folder") == "cohort" and same,
+                   f"[{set_name}] {cm['metadata']['name']}: grafana_dashboard=1, folder, the file's JSON")
+        count = lambda pat: len(re.findall(pat, monitors, re.M))
+        report(count(r"^kind: ServiceMonitor$") == 2 and count(r"^kind: PodMonitor$") == 1,
+               f"[{set_name}] ServiceMonitors for the operator and coordinators, a PodMonitor for sidecars")
+        report(count(r"^    release: kps$") == 3, f"[{set_name}] additionalLabels on every monitor")
+        report(count(r"^      interval: 15s$") == 3, f"[{set_name}] the scrape interval on every endpoint")
+        report(re.search(r"- port: http-metrics", monitors) and re.search(r"- port: http$", monitors, re.M)
+               and re.search(r"- port: metrics$", monitors, re.M),
+               f"[{set_name}] monitors scrape ports http-metrics (operator), http (coordinators), metrics (sidecars)")
+        report(count(r"^      app\.kubernetes\.io/managed-by: cohort-operator$") == 2
+               and re.search(r"^      cohort\.dev/role: worker$", monitors, re.M),
+               f"[{set_name}] coordinator and sidecar monitors select the operator's children")
+        relabel = json.load(open(os.path.join(CHART, "monitoring", "relabelings.json")))
+        targets = {r.get("targetLabel") for k in ("coordinator", "sidecar", "operator")
+                   for kind in ("relabelings", "metricRelabelings") for r in relabel[k][kind]} - {None}
+        report(all(re.search(rf"targetLabel: {t}$", monitors, re.M) for t in targets),
+               f"[{set_name}] the relabelling of monitoring/relabelings.json ({', '.join(sorted(targets))})")
+    else:
+        report(not monitors.strip() and not cms, f"[{set_name}] no monitors and no dashboards (off by default)")
+
+
+def main():
+    if sys.argv[1] == "split":
+        split(*sys.argv[2:5])
+        return 0
+    check(*sys.argv[2:])
+    return min(failures, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
