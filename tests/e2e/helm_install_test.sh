@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# A real `helm install` of charts/cohort into a fresh namespace of the local cluster: the
+# operator runs as a pod (in-cluster configuration, the chart's RBAC, leader election), and
+# examples/quickstart.yaml, applied as a user would, reaches Succeeded. Needs `make build`
+# (build/bin/cohort-operator and the programs the pods run) and the local cluster up
+# (tools/local-cluster up). Uninstalls and deletes the namespace at the end, pass or fail.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HELM="$ROOT/build/tools/bin/helm"
+KUBECTL="$ROOT/build/tools/bin/kubectl"
+export KUBECONFIG="${KUBECONFIG:-$ROOT/build/local-cluster/kubeconfig}"
+NS="helm-install-$$"
+RELEASE=cohort
+DEPLOY="$RELEASE-operator"
+JOB_TIMEOUT=${JOB_TIMEOUT:-180}
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
+k() { "$KUBECTL" -n "$NS" "$@"; }
+
+diagnose() {
+  echo "--- pods"
+  k get pods -o wide 2>&1
+  echo "--- coordinatedjobs"
+  k get cjob -o yaml 2>&1 | sed -n '/^  status:/,/^- apiVersion/p' | head -60
+  echo "--- operator logs"
+  k logs "deployment/$DEPLOY" --tail=100 2>&1
+  echo "--- events"
+  k get events --sort-by=.lastTimestamp 2>&1 | tail -25
+  if k get pod quickstart-coordinator >/dev/null 2>&1; then
+    echo "--- quickstart-coordinator logs"
+    k logs quickstart-coordinator --tail=40 2>&1
+  fi
+}
+
+cleanup() {
+  "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 60s >/dev/null 2>&1
+  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+}
+
+for tool in "$HELM" "$KUBECTL"; do
+  [[ -x "$tool" ]] || { echo "helm install test: $tool is missing (tools/local-cluster tools)"; exit 1; }
+done
+for program in cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example; do
+  [[ -x "$ROOT/build/bin/$program" ]] ||
+    { echo "helm install test: build/bin/$program is missing (make build); the pods run it"; exit 1; }
+done
+if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
+  echo "helm install test: the local cluster is not up (tools/local-cluster up)"
+  exit 1
+fi
+trap cleanup EXIT
+
+# -- Install, as the README's quickstart does.
+if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$NS" --create-namespace \
+  --wait --timeout 120s 2>&1); then
+  pass "helm install: the operator Deployment is available"
+else
+  fail "helm install" "$out"
+  diagnose
+  echo "helm install test: $passed passed, $failed failed"
+  exit 1
+fi
+[[ "$out" == *"examples/quickstart.yaml"* ]] && pass "helm install prints NOTES with next steps" ||
+  fail "NOTES" "$out"
+
+pod=$(k get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].metadata.name}')
+ip=$(k get pod "$pod" -o jsonpath='{.status.podIP}')
+if [[ "$(k get pod "$pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; then
+  pass "operator pod $pod is ready (/readyz)"
+else
+  fail "operator pod ready"
+fi
+
+# Leader election through the chart's Lease Role.
+holder=""
+for _ in $(seq 1 60); do
+  holder=$(k get lease "$DEPLOY" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)
+  [[ -n "$holder" ]] && break
+  sleep 1
+done
+if [[ "$holder" == *"$pod"* ]]; then
+  pass "the operator holds the Lease $NS/$DEPLOY ($holder)"
+else
+  fail "leader Lease" "holder '$holder', pod $pod"
+fi
+
+# The metrics endpoint the Service and ServiceMonitor point at (the host reaches pod IPs).
+metrics=$(curl -sf --max-time 5 "http://$ip:8080/metrics")
+if [[ "$metrics" == *cohort_operator_* ]]; then
+  pass "operator /metrics on $ip:8080 serves cohort_operator_* series"
+else
+  fail "operator /metrics on $ip:8080" "${metrics:0:300}"
+fi
+
+# -- A job, as a user applies it.
+if out=$(k apply -f "$ROOT/examples/quickstart.yaml" 2>&1); then
+  pass "kubectl apply -f examples/quickstart.yaml"
+else
+  fail "kubectl apply -f examples/quickstart.yaml" "$out"
+fi
+phase=""
+last=""
+start=$SECONDS
+while ((SECONDS - start < JOB_TIMEOUT)); do
+  phase=$(k get cjob quickstart -o jsonpath='{.status.phase}' 2>/dev/null)
+  if [[ "$phase" != "$last" ]]; then
+    echo "     $((SECONDS - start))s: phase ${phase:-(none)}"
+    last=$phase
+  fi
+  [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+  sleep 1
+done
+if [[ "$phase" == Succeeded ]]; then
+  pass "quickstart reached Succeeded in $((SECONDS - start))s"
+  restarts=$(k get cjob quickstart -o jsonpath='{.status.restarts}')
+  [[ "${restarts:-0}" == 0 ]] && pass "quickstart needed no restart" ||
+    fail "quickstart restarts" "$restarts"
+else
+  fail "quickstart reaches Succeeded within ${JOB_TIMEOUT}s" "phase '${phase}'"
+fi
+
+# The operator's per-job metrics saw it.
+metrics=$(curl -sf --max-time 5 "http://$ip:8080/metrics")
+if grep -Eq "^cohort_operator_job_phase\{[^}]*job=\"quickstart\"[^}]*phase=\"Succeeded\"[^}]*\} 1" <<<"$metrics" ||
+  grep -Eq "^cohort_operator_job_phase\{[^}]*phase=\"Succeeded\"[^}]*job=\"quickstart\"[^}]*\} 1" <<<"$metrics"; then
+  pass "cohort_operator_job_phase shows quickstart Succeeded"
+else
+  fail "cohort_operator_job_phase for quickstart" "$(grep cohort_operator_job_phase <<<"$metrics" | head -8)"
+fi
+
+[[ $failed -eq 0 ]] || diagnose
+echo "helm install test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
