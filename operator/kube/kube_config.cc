@@ -75,18 +75,18 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::st
       return absl::InvalidArgumentError(absl::StrCat(what, " has no current-context"));
     }
     YAML::Node ctx = FindNamed(root["contexts"], context_name);
-    if (!ctx) {
+    if (!ctx.IsMap()) {
       return absl::InvalidArgumentError(absl::StrCat(what, " has no context ", context_name));
     }
     ctx = ctx["context"];
     YAML::Node cluster = FindNamed(root["clusters"], Str(ctx, "cluster"));
-    if (!cluster || !cluster["cluster"]) {
+    if (!cluster.IsMap() || !cluster["cluster"]) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": context ", context_name, " names no known cluster"));
     }
     cluster = cluster["cluster"];
     YAML::Node user = FindNamed(root["users"], Str(ctx, "user"));
-    user = user ? user["user"] : YAML::Node();
+    user = user.IsMap() ? user["user"] : YAML::Node();
 
     const fs::path dir = fs::path(path).parent_path();
     KubeConfig config;
@@ -100,7 +100,7 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::st
     auto ca = DataOrFile(cluster, "certificate-authority", dir, what);
     if (!ca.ok()) return ca.status();
     config.ca_pem = *ca;
-    if (user) {
+    if (user.IsMap()) {
       auto cert = DataOrFile(user, "client-certificate", dir, what);
       if (!cert.ok()) return cert.status();
       auto key = DataOrFile(user, "client-key", dir, what);

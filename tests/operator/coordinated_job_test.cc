@@ -1,0 +1,158 @@
+#include "operator/api/coordinated_job.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/children.h"
+
+namespace cohort::api {
+namespace {
+
+json Minimal() {
+  return json::parse(R"({
+    "apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
+    "metadata": {"name": "train", "namespace": "ml", "uid": "u-1", "generation": 3,
+                 "resourceVersion": "42"},
+    "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}}}
+  })");
+}
+
+TEST(CoordinatedJobTest, DefaultsApplyWhenTheSpecLeavesThemOut) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->name, "train");
+  EXPECT_EQ(job->generation, 3);
+  EXPECT_EQ(job->spec.replicas, 2);
+  EXPECT_EQ(job->spec.framework, Framework::kGeneric);
+  EXPECT_EQ(job->spec.failure_policy.max_restarts, 3);
+  EXPECT_EQ(job->spec.success_policy, SuccessPolicy::kAllWorkers);
+  EXPECT_EQ(job->spec.coordinator.heartbeat_timeout, "30s");
+  EXPECT_FALSE(job->spec.suspend);
+  EXPECT_EQ(job->status.phase, "");
+}
+
+TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["spec"]["replicas"] = 0; }, "spec.replicas"},
+      {[](json& j) { j["spec"]["framework"] = "pytorch"; }, "spec.framework"},
+      {[](json& j) { j["spec"]["template"]["spec"]["containers"] = json::array(); },
+       "spec.template.spec.containers"},
+      {[](json& j) { j["spec"]["coordinator"]["heartbeatTimeout"] = "soon"; },
+       "spec.coordinator.heartbeatTimeout"},
+      {[](json& j) {
+         j["spec"]["failurePolicy"]["retryableExitCodes"] = {3};
+         j["spec"]["failurePolicy"]["permanentExitCodes"] = {3};
+       },
+       "cannot be both"},
+      {[](json& j) { j["spec"]["successPolicy"] = "Majority"; }, "spec.successPolicy"},
+      {[](json& j) { j["metadata"]["name"] = std::string(43, 'a'); }, "metadata.name"},
+      {[](json& j) { j["metadata"]["name"] = "1st"; }, "lower-case letter"},
+      {[](json& j) { j["spec"]["template"]["spec"]["containers"][0]["name"] = "cohort-sidecar"; },
+       "cohort-sidecar"},
+  };
+  for (const auto& [mutate, expected] : cases) {
+    json object = Minimal();
+    mutate(object);
+    auto job = ParseCoordinatedJob(object);
+    ASSERT_FALSE(job.ok()) << expected;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(job.status().message().find(expected), std::string::npos) << job.status();
+  }
+}
+
+TEST(CoordinatedJobTest, StatusRoundTripsThroughJson) {
+  JobStatus st;
+  st.phase = phase::kRestarting;
+  st.restarts = 2;
+  st.tasks = {4, 3, 2, 1, 1};
+  st.coordinator_address = "train-coordinator.ml.svc:8476";
+  st.start_time = absl::FromUnixSeconds(1'800'000'000);
+  st.observed_generation = 3;
+  SetCondition(&st.conditions, "Ready", "False", "WorkerFailed", "worker 1 exited",
+               absl::FromUnixSeconds(1'800'000'100), 3);
+  json object = Minimal();
+  object["status"] = StatusToJson(st);
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->status, st);
+}
+
+TEST(CoordinatedJobTest, SetConditionKeepsTheTransitionTimeWhileTheStatusHolds) {
+  std::vector<Condition> conditions;
+  SetCondition(&conditions, "Ready", "False", "A", "a", absl::FromUnixSeconds(100), 1);
+  SetCondition(&conditions, "Ready", "False", "B", "b", absl::FromUnixSeconds(200), 1);
+  EXPECT_EQ(conditions[0].last_transition_time, FormatRfc3339(absl::FromUnixSeconds(100)));
+  EXPECT_EQ(conditions[0].reason, "B");
+  SetCondition(&conditions, "Ready", "True", "C", "c", absl::FromUnixSeconds(300), 1);
+  EXPECT_EQ(conditions[0].last_transition_time, FormatRfc3339(absl::FromUnixSeconds(300)));
+}
+
+TEST(CoordinatedJobTest, ExitCodesAboveOneHundredTwentySevenAreRetryableByDefault) {
+  FailurePolicy policy;
+  EXPECT_FALSE(IsRetryableExitCode(policy, 1));
+  EXPECT_FALSE(IsRetryableExitCode(policy, 127));
+  EXPECT_TRUE(IsRetryableExitCode(policy, 128));
+  EXPECT_TRUE(IsRetryableExitCode(policy, 137));
+  EXPECT_TRUE(IsRetryableExitCode(policy, -1));  // lost without an exit code
+}
+
+TEST(ChildrenTest, WorkerPodsCarryTheEnvContractAndTheSidecar) {
+  json object = Minimal();
+  object["spec"]["framework"] = "jax";
+  object["spec"]["template"]["spec"]["containers"][0]["env"] = {{{"name", "LR"}, {"value", "1"}}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  controller::OperatorSettings settings;
+  json pod = controller::WorkerPod(*job, 1, 2, settings);
+  EXPECT_EQ(pod["metadata"]["name"], "train-worker-1");
+  EXPECT_EQ(pod["spec"]["hostname"], "train-worker-1");
+  EXPECT_EQ(pod["spec"]["subdomain"], "train-workers");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["shareProcessNamespace"], true);
+  EXPECT_EQ(pod["metadata"]["labels"]["cohort.dev/restart"], "2");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "u-1");
+  std::map<std::string, std::string> env;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.contains("value")) env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(env["COHORT_JOB_NAME"], "jax_worker");
+  EXPECT_EQ(env["COHORT_TASK_ID"], "1");
+  EXPECT_EQ(env["COHORT_NUM_TASKS"], "2");
+  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(env["JAX_NUM_PROCESSES"], "2");
+  EXPECT_EQ(env["JAX_PROCESS_ID"], "1");
+  EXPECT_EQ(env["LR"], "1");
+  const json& sidecar = pod["spec"]["initContainers"].back();
+  EXPECT_EQ(sidecar["name"], "cohort-sidecar");
+  EXPECT_EQ(sidecar["restartPolicy"], "Always");
+  EXPECT_EQ(sidecar["image"], settings.sidecar_image);
+}
+
+TEST(ChildrenTest, TensorflowWorkersGetTfConfig) {
+  json object = Minimal();
+  object["spec"]["framework"] = "tensorflow";
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  json pod = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{});
+  std::string tf_config;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "TF_CONFIG") tf_config = e["value"];
+  }
+  EXPECT_EQ(json::parse(tf_config),
+            json::parse(R"({"cluster": {"worker": ["train-worker-0.train-workers.ml.svc:2222",
+                            "train-worker-1.train-workers.ml.svc:2222"]},
+                            "task": {"type": "worker", "index": 0}})"));
+}
+
+TEST(ChildrenTest, TheCoordinatorConfigDeclaresTheWorkloadAndSidecarJobs) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const std::string config =
+      controller::CoordinatorConfigMap(*job)["data"]["coordinator.yaml"].get<std::string>();
+  EXPECT_NE(config.find("job: [\"worker=2\"]"), std::string::npos) << config;
+  EXPECT_NE(config.find("auxiliary-job: [\"sidecar=2\"]"), std::string::npos);
+  EXPECT_NE(config.find("heartbeat-timeout: 30s"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::api

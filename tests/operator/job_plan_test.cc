@@ -1,0 +1,405 @@
+// PlanJob, the operator's decisions, as tables of (job, what exists) -> (what to do, status).
+#include "operator/controller/job_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace cohort::controller {
+namespace {
+
+using json = nlohmann::json;
+namespace phase = api::phase;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+api::CoordinatedJob Job(int replicas = 3, const std::string& status_phase = "",
+                        int restarts = 0) {
+  json object = {
+      {"apiVersion", "cohort.dev/v1alpha1"},
+      {"kind", "CoordinatedJob"},
+      {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}, {"generation", 2}}},
+      {"spec",
+       {{"replicas", replicas},
+        {"template",
+         {{"spec",
+           {{"containers",
+             json::array({{{"name", "worker"}, {"image", "example/train:1"}}})}}}}}}}};
+  if (!status_phase.empty()) {
+    object["status"] = {{"phase", status_phase},
+                        {"restarts", restarts},
+                        {"startTime", api::FormatRfc3339(kNow - absl::Minutes(1))}};
+  }
+  auto job = api::ParseCoordinatedJob(object);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+ObservedPod Coordinator(int restart = 0, bool ready = true) {
+  ObservedPod p;
+  p.name = "train-coordinator";
+  p.role = "coordinator";
+  p.restart = restart;
+  p.phase = "Running";
+  p.ready = ready;
+  p.pod_ip = "10.0.0.2";
+  return p;
+}
+
+ObservedPod Worker(int index, int restart = 0, const std::string& pod_phase = "Running") {
+  ObservedPod p;
+  p.name = "train-worker-" + std::to_string(index);
+  p.role = "worker";
+  p.index = index;
+  p.restart = restart;
+  p.phase = pod_phase;
+  p.ready = pod_phase == "Running";
+  return p;
+}
+
+ObservedPod Exited(int index, int code, absl::Time at = kNow - absl::Seconds(5), int restart = 0) {
+  ObservedPod p = Worker(index, restart, code == 0 ? "Succeeded" : "Failed");
+  p.ready = false;
+  p.exit_code = code;
+  p.finished_at = at;
+  return p;
+}
+
+Observed Everything(std::vector<ObservedPod> pods) {
+  Observed o;
+  o.pods = std::move(pods);
+  o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  o.now = kNow;
+  return o;
+}
+
+std::vector<std::string> Names(const std::vector<json>& objects) {
+  std::vector<std::string> out;
+  for (const auto& o : objects) out.push_back(o["kind"].get<std::string>() + "/" +
+                                              o["metadata"]["name"].get<std::string>());
+  return out;
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+const api::Condition* Cond(const Plan& plan, const char* type) {
+  return api::FindCondition(plan.status.conditions, type);
+}
+
+OperatorSettings Settings() { return OperatorSettings{}; }
+
+TEST(JobPlanTest, NewJobCreatesConfigServicesAndCoordinatorButNoWorkersYet) {
+  Observed o;
+  o.now = kNow;
+  Plan plan = PlanJob(Job(), o, Settings());
+  EXPECT_EQ(Names(plan.create),
+            (std::vector<std::string>{"ConfigMap/train-coordinator", "Service/train-coordinator",
+                                      "Service/train-workers", "Pod/train-coordinator"}));
+  EXPECT_EQ(plan.status.phase, phase::kPending);
+  EXPECT_EQ(plan.status.tasks.total, 3);
+  EXPECT_EQ(plan.status.coordinator_address, "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(plan.status.start_time, kNow);
+  EXPECT_EQ(plan.status.observed_generation, 2);
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].reason, "Pending");
+}
+
+TEST(JobPlanTest, WorkersAreCreatedOnceTheCoordinatorIsReady) {
+  Plan waiting = PlanJob(Job(3, phase::kPending), Everything({Coordinator(0, false)}), Settings());
+  EXPECT_TRUE(waiting.create.empty());
+  EXPECT_EQ(Cond(waiting, kConditionReady)->message, "waiting for the coordinator pod to be ready");
+
+  Plan ready = PlanJob(Job(3, phase::kPending), Everything({Coordinator(), Worker(1)}), Settings());
+  EXPECT_EQ(Names(ready.create),
+            (std::vector<std::string>{"Pod/train-worker-0", "Pod/train-worker-2"}));
+}
+
+TEST(JobPlanTest, PlanningTwiceOnTheSameInputPlansTheSame) {
+  const auto job = Job(3, phase::kPending);
+  const auto observed = Everything({Coordinator(), Worker(0)});
+  Plan a = PlanJob(job, observed, Settings());
+  Plan b = PlanJob(job, observed, Settings());
+  EXPECT_EQ(a.create, b.create);
+  EXPECT_EQ(a.delete_pods, b.delete_pods);
+  EXPECT_EQ(a.status, b.status);
+}
+
+TEST(JobPlanTest, AllWorkersRunningMakesTheJobRunning) {
+  Plan plan = PlanJob(Job(2, phase::kPending), Everything({Coordinator(), Worker(0), Worker(1)}),
+                      Settings());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_EQ(Cond(plan, kConditionReady)->status, "True");
+  EXPECT_EQ(plan.status.tasks.ready, 2);
+}
+
+TEST(JobPlanTest, CoordinatorViewGivesRegisteredTasks) {
+  Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
+  o.coordinator = CoordinatorView{2, {}};
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.tasks.registered, 2);
+  EXPECT_FALSE(plan.failure_seen);
+}
+
+TEST(JobPlanTest, EveryWorkerExitingZeroSucceedsAndStopsTheCoordinatorOnly) {
+  Plan plan = PlanJob(Job(2, phase::kRunning),
+                      Everything({Coordinator(), Exited(0, 0), Exited(1, 0)}), Settings());
+  EXPECT_EQ(plan.status.phase, phase::kSucceeded);
+  EXPECT_EQ(plan.status.completion_time, kNow);
+  EXPECT_EQ(Cond(plan, kConditionSucceeded)->reason, "AllWorkersSucceeded");
+  EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-coordinator"});
+  EXPECT_EQ(plan.status.tasks.succeeded, 2);
+}
+
+TEST(JobPlanTest, Worker0PolicySucceedsWhenWorker0ExitsZero) {
+  auto job = Job(3, phase::kRunning);
+  job.spec.success_policy = api::SuccessPolicy::kWorker0;
+  Plan plan = PlanJob(job, Everything({Coordinator(), Exited(0, 0), Worker(1), Worker(2)}),
+                      Settings());
+  EXPECT_EQ(plan.status.phase, phase::kSucceeded);
+  EXPECT_EQ(Cond(plan, kConditionSucceeded)->reason, "Worker0Succeeded");
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-coordinator", "train-worker-1", "train-worker-2"}));
+}
+
+TEST(JobPlanTest, AFailureWaitsToSettleBeforeDeciding) {
+  Observed o = Everything({Coordinator(), Exited(0, 137), Worker(1)});
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_TRUE(plan.failure_seen);
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_EQ(*plan.requeue_after, absl::Seconds(1));
+}
+
+TEST(JobPlanTest, ARetryableExitRestartsTheGang) {
+  Observed o = Everything({Coordinator(), Exited(0, 137), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "WorkerFailed");
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: worker 0 exited with code 137 (signal 9)");
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-coordinator", "train-worker-0", "train-worker-1"}));
+  EXPECT_TRUE(plan.create.empty());
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_EQ(plan.events.back().reason, "GangRestart");
+}
+
+TEST(JobPlanTest, APermanentExitFailsTheJob) {
+  Observed o = Everything({Coordinator(), Exited(0, 1), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "WorkerFailed");
+  EXPECT_EQ(Cond(plan, kConditionFailed)->message,
+            "worker 0 exited with code 1, which failurePolicy counts as permanent");
+  EXPECT_EQ(plan.status.restarts, 0);
+  // The still running worker and the coordinator are stopped; the failed worker stays.
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-coordinator", "train-worker-1"}));
+}
+
+TEST(JobPlanTest, PeersExitingOneAfterAKilledWorkerStillRestart) {
+  // Worker 1 was killed; within the same second its peers stop because their coordination
+  // client told them a task failed, and exit 1 (what jaxlib and the cohort agent do).
+  Observed o = Everything({Coordinator(), Exited(0, 1, kNow - absl::Milliseconds(4300)),
+                           Exited(1, 137, kNow - absl::Seconds(5)),
+                           Exited(2, 1, kNow - absl::Milliseconds(4200))});
+  o.failure_first_seen = kNow - absl::Seconds(4);
+  Plan plan = PlanJob(Job(3, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: worker 1 exited with code 137 (signal 9)");
+}
+
+TEST(JobPlanTest, AnExitLongAfterThePermanentOneDoesNotMatter) {
+  Observed o = Everything({Coordinator(), Exited(0, 2, kNow - absl::Seconds(10)),
+                           Exited(1, 143, kNow - absl::Seconds(3))});
+  o.failure_first_seen = kNow - absl::Seconds(9);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+}
+
+TEST(JobPlanTest, ExitCodeListsOverrideTheDefaultRule) {
+  auto job = Job(2, phase::kRunning);
+  job.spec.failure_policy.retryable_exit_codes = {3};
+  job.spec.failure_policy.permanent_exit_codes = {137};
+  Observed retry = Everything({Coordinator(), Exited(0, 3), Worker(1)});
+  retry.failure_first_seen = kNow - absl::Seconds(2);
+  EXPECT_EQ(PlanJob(job, retry, Settings()).status.phase, phase::kRestarting);
+  Observed fail = Everything({Coordinator(), Exited(0, 137), Worker(1)});
+  fail.failure_first_seen = kNow - absl::Seconds(2);
+  EXPECT_EQ(PlanJob(job, fail, Settings()).status.phase, phase::kFailed);
+}
+
+TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
+  auto job = Job(2, phase::kRunning, /*restarts=*/3);
+  Observed o = Everything({Coordinator(3), Exited(0, 137, kNow - absl::Seconds(5), 3),
+                           Worker(1, 3)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(job, o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(plan.status.restarts, 3);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "MaxRestartsExceeded");
+}
+
+TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
+  Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
+  o.coordinator = CoordinatorView{1, {{"/job:sidecar/task:1", true, "GPU 0 reported XID 79"}}};
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "TaskError");
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: the sidecar task /job:sidecar/task:1 is in error: GPU 0 "
+            "reported XID 79");
+}
+
+TEST(JobPlanTest, ALostCoordinatorRestartsTheGang) {
+  Observed o = Everything({Worker(0), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorLost");
+}
+
+TEST(JobPlanTest, ADeletedWorkerRestartsTheGang) {
+  ObservedPod deleted = Worker(1);
+  deleted.terminating = true;
+  Observed o = Everything({Coordinator(), Worker(0), deleted});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "WorkerLost");
+  // The pod already terminating is not deleted twice.
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-coordinator", "train-worker-0"}));
+}
+
+TEST(JobPlanTest, TheNextGangStartsOnlyAfterTheOldPodsAreGone) {
+  ObservedPod old_coordinator = Coordinator(0);
+  old_coordinator.terminating = true;
+  ObservedPod old_worker = Worker(0, 0);
+  Plan plan = PlanJob(Job(2, phase::kRestarting, 1), Everything({old_coordinator, old_worker}),
+                      Settings());
+  EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-worker-0"});
+  EXPECT_TRUE(plan.create.empty());  // the coordinator's name is still taken
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+
+  Plan next = PlanJob(Job(2, phase::kRestarting, 1), Everything({}), Settings());
+  ASSERT_EQ(Names(next.create), std::vector<std::string>{"Pod/train-coordinator"});
+  EXPECT_EQ(next.create[0]["metadata"]["labels"]["cohort.dev/restart"], "1");
+}
+
+TEST(JobPlanTest, TheRestartedGangRunningClearsRestarting) {
+  auto job = Job(1, phase::kRestarting, 1);
+  api::SetCondition(&job.status.conditions, kConditionRestarting, "True", "WorkerFailed", "x",
+                    kNow - absl::Minutes(1), 2);
+  Plan plan = PlanJob(job, Everything({Coordinator(1), Worker(0, 1)}), Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->status, "False");
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "Recovered");
+}
+
+TEST(JobPlanTest, TheDeadlineFailsTheJob) {
+  auto job = Job(1, phase::kRunning);
+  job.spec.active_deadline_seconds = 30;  // started a minute ago
+  Plan plan = PlanJob(job, Everything({Coordinator(), Worker(0)}), Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "DeadlineExceeded");
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-coordinator", "train-worker-0"}));
+
+  job.spec.active_deadline_seconds = 90;
+  Plan later = PlanJob(job, Everything({Coordinator(), Worker(0)}), Settings());
+  EXPECT_EQ(later.status.phase, phase::kRunning);
+  ASSERT_TRUE(later.requeue_after.has_value());
+  EXPECT_EQ(*later.requeue_after, absl::Seconds(30));
+}
+
+TEST(JobPlanTest, SuspendDeletesEveryPodAndResumeStartsAgain) {
+  auto job = Job(2, phase::kRunning);
+  job.spec.suspend = true;
+  Plan plan = PlanJob(job, Everything({Coordinator(), Worker(0), Exited(1, 0)}), Settings());
+  EXPECT_EQ(plan.status.phase, phase::kSuspended);
+  EXPECT_EQ(Cond(plan, kConditionSuspended)->status, "True");
+  EXPECT_EQ(plan.delete_pods.size(), 3u);
+  EXPECT_TRUE(plan.create.empty());
+
+  auto resumed = Job(2, phase::kSuspended);
+  Plan resume = PlanJob(resumed, Everything({}), Settings());
+  EXPECT_EQ(resume.status.phase, phase::kPending);
+  EXPECT_EQ(resume.status.start_time, kNow);
+  EXPECT_EQ(Names(resume.create), std::vector<std::string>{"Pod/train-coordinator"});
+}
+
+TEST(JobPlanTest, TtlDeletesTheFinishedJobWhenItExpires) {
+  auto job = Job(1, phase::kSucceeded);
+  job.spec.ttl_seconds_after_finished = 60;
+  job.status.completion_time = kNow - absl::Seconds(20);
+  Plan waiting = PlanJob(job, Everything({}), Settings());
+  EXPECT_FALSE(waiting.delete_job);
+  EXPECT_EQ(*waiting.requeue_after, absl::Seconds(40));
+  job.status.completion_time = kNow - absl::Seconds(61);
+  EXPECT_TRUE(PlanJob(job, Everything({}), Settings()).delete_job);
+}
+
+TEST(JobPlanTest, FinishedJobsChangeNothing) {
+  auto job = Job(2, phase::kFailed);
+  Plan plan = PlanJob(job, Everything({Exited(0, 1), Exited(1, 1)}), Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_TRUE(plan.events.empty());
+}
+
+TEST(JobPlanTest, PodsOfAnotherGangOrIndexAreDeleted) {
+  ObservedPod stray = Worker(5);  // replicas went down to 2
+  Plan plan = PlanJob(Job(2, phase::kRunning, 1),
+                      Everything({Coordinator(1), Worker(0, 1), Worker(1, 0), stray}), Settings());
+  EXPECT_EQ(Sorted(plan.delete_pods),
+            (std::vector<std::string>{"train-worker-1", "train-worker-5"}));
+}
+
+TEST(ObservePodTest, ReadsTheWorkloadContainersExit) {
+  json pod = json::parse(R"({
+    "metadata": {"name": "train-worker-1", "labels": {"cohort.dev/role": "worker",
+      "cohort.dev/task-index": "1", "cohort.dev/restart": "2"}},
+    "spec": {"containers": [{"name": "worker"}], "initContainers": [{"name": "cohort-sidecar"}]},
+    "status": {"phase": "Running", "podIP": "10.244.0.9",
+      "conditions": [{"type": "Ready", "status": "False"}],
+      "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 137,
+        "reason": "OOMKilled", "finishedAt": "2026-11-22T10:00:05Z"}}}]}})");
+  ObservedPod p = ObservePod(pod);
+  EXPECT_EQ(p.role, "worker");
+  EXPECT_EQ(p.index, 1);
+  EXPECT_EQ(p.restart, 2);
+  EXPECT_EQ(p.pod_ip, "10.244.0.9");
+  EXPECT_FALSE(p.ready);
+  ASSERT_TRUE(p.exit_code.has_value());
+  EXPECT_EQ(*p.exit_code, 137);
+  EXPECT_EQ(p.reason, "OOMKilled");
+  EXPECT_EQ(p.finished_at, api::ParseRfc3339("2026-11-22T10:00:05Z"));
+}
+
+TEST(ObservePodTest, AnEvictedPodHasNoExitCodeButFailed) {
+  json pod = {{"metadata", {{"name", "p"}, {"deletionTimestamp", "2026-11-22T10:00:05Z"}}},
+              {"status", {{"phase", "Failed"}, {"reason", "Evicted"}}}};
+  ObservedPod p = ObservePod(pod);
+  EXPECT_TRUE(p.terminating);
+  EXPECT_EQ(p.exit_code, -1);
+  EXPECT_EQ(p.reason, "Evicted");
+  EXPECT_EQ(p.role, "");
+  EXPECT_EQ(p.index, -1);
+}
+
+}  // namespace
+}  // namespace cohort::controller
