@@ -382,7 +382,6 @@ def main():
             log(f"operator: OPERATOR_METRICS={operator_address}")
         eventually("the operator's /metrics",
                    lambda: "cohort_operator_" in http_get(f"http://{operator_address}/metrics"))
-        kubectl("apply", "-f", "-", stdin=json.dumps(job))
 
         # -- Two coordinators, their sidecars on fake GPUs, and the workload tasks.
         ports = {}
@@ -443,6 +442,12 @@ def main():
         eventually(f"Prometheus scraping all {n_targets} targets",
                    lambda: prom.query("sum(up)")["result"][0]["value"][1] == str(n_targets), 60)
         log(f"prometheus: 127.0.0.1:{prom_port} scrapes {n_targets} targets every {SCRAPE}")
+        # The job goes in once the operator is being scraped, so that its reconciles fall
+        # inside the window the rate panels look at.
+        kubectl("apply", "-f", "-", stdin=json.dumps(job))
+        eventually("the operator to report CoordinatedJob train",
+                   lambda: prom.query(f'cohort_operator_job_phase{{namespace="{NAMESPACE}", '
+                                      f'cjob="train"}} == 1')["result"], 60)
 
         # -- Events: series that exist only after something happened.
         train_grpc = f"127.0.0.1:{ports['train'][0]}"
