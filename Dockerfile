@@ -1,0 +1,70 @@
+# syntax=docker/dockerfile:1
+# cohort's container images, all from one build of the source tree:
+#
+#   docker build --target cohort-operator      -t ghcr.io/cohort/cohort-operator:0.1.0 .
+#   docker build --target cohort-coordinator   -t ghcr.io/cohort/cohort-coordinator:0.1.0 .
+#   docker build --target cohort-sidecar       -t ghcr.io/cohort/cohort-sidecar:0.1.0 .
+#   docker build --target cohort-agent-example -t ghcr.io/cohort/cohort-agent-example:0.1.0 .
+#
+# The build stage does what a developer does on Debian 12: tools/deps.sh installs the
+# packages (`make deps`), then `make build`. So the build dependencies are listed once, in
+# tools/deps.sh, and the build command once, in the Makefile. The runtime stage adds only
+# the shared libraries the programs load, the programs, and a non-root user; each image
+# differs only in its entrypoint (every image also carries cohortctl, for debugging).
+# tests/docker/dockerfile_test.sh checks all of this against the binaries in build/bin,
+# since no container engine runs where the tests do.
+
+FROM debian:bookworm AS build
+WORKDIR /src
+# Dependencies first, so that this layer is rebuilt only when the list changes.
+COPY tools/deps.sh tools/deps.sh
+RUN bash tools/deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN --mount=type=cache,target=/root/.cache/ccache make build
+# Debug information stays in the build stage.
+RUN mkdir /out && install -s -m 0755 \
+      build/bin/cohort-operator build/bin/cohort-coordinator build/bin/cohort-sidecar \
+      build/bin/cohortctl build/bin/cohort-agent-example build/bin/cohort-gpu-info /out/
+
+FROM debian:bookworm-slim AS runtime
+# The Debian packages of the libraries the programs link (the test derives this list from
+# ldd). NVML is not among them: the sidecar loads libnvidia-ml.so.1 at run time, from the
+# driver the NVIDIA container toolkit mounts on GPU nodes, and runs without it elsewhere.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libabsl20220623 \
+      libcpprest2.10 \
+      libfmt9 \
+      libgcc-s1 \
+      libgrpc++1.51 \
+      libgrpc29 \
+      libmicrohttpd12 \
+      libprotobuf32 \
+      libspdlog1.10 \
+      libssl3 \
+      libstdc++6 \
+      libyaml-cpp0.7 \
+ && rm -rf /var/lib/apt/lists/*
+# uid and gid 65532, as the chart's securityContext expects.
+RUN groupadd --system --gid 65532 cohort \
+ && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin cohort
+COPY --from=build /out/cohort-operator /out/cohort-coordinator /out/cohort-sidecar \
+     /out/cohortctl /out/cohort-agent-example /out/cohort-gpu-info /usr/local/bin/
+USER 65532:65532
+
+FROM runtime AS cohort-coordinator
+EXPOSE 8476 8477
+ENTRYPOINT ["/usr/local/bin/cohort-coordinator"]
+
+FROM runtime AS cohort-sidecar
+EXPOSE 9477
+ENTRYPOINT ["/usr/local/bin/cohort-sidecar"]
+
+FROM runtime AS cohort-agent-example
+ENTRYPOINT ["/usr/local/bin/cohort-agent-example"]
+
+# Last, so that a plain `docker build .` makes the operator.
+FROM runtime AS cohort-operator
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/cohort-operator"]
