@@ -132,6 +132,14 @@ else
   fail "cohort_operator_job_phase for quickstart" "$(grep cohort_operator_job_phase <<<"$metrics" | head -8)"
 fi
 
+# Least privilege, but enough: the API server refused the operator nothing.
+refused=$(k logs "deployment/$DEPLOY" 2>&1 | grep -Ei 'forbidden|PERMISSION_DENIED' | head -5)
+if [[ -z "$refused" ]]; then
+  pass "the chart's RBAC covered every call the operator made (no 403 in its log)"
+else
+  fail "the API server refused the operator" "$refused"
+fi
+
 [[ $failed -eq 0 ]] || diagnose
 echo "helm install test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
