@@ -361,7 +361,7 @@ def main():
     try:
         # -- The operator, and a CoordinatedJob for it to reconcile.
         kubectl("get", "--raw", "/readyz")  # the cluster is up
-        kubectl("apply", "--server-side", "-f", os.path.join(CHART, "crds"))
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", os.path.join(CHART, "crds"))
         kubectl("create", "namespace", NAMESPACE)
         created_namespace = True
         job = {"apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
