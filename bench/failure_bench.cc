@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -28,8 +29,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "agent/coordination_agent.h"
+#include "bench/bench_util.h"
+#include "bench/task_client.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -47,9 +48,13 @@ struct Options {
   int rounds = 5;
   int seconds = 30;
   std::string heartbeat_timeout = "10s";
+  int tasks = 2;  // the victim (task 0) and tasks - 1 simulated observers
 };
 
-// Only the victim has a sidecar here, so the coordinator's sidecar job has one task.
+// Only the victim has a sidecar here, so the coordinator's sidecar job has one task. The
+// other tasks of the job are simulated in this process over the tensorflow protocol (as the
+// agent speaks it): they register, heartbeat every second and park PollForError; a round
+// ends when every one of them has been told.
 
 // A child process, SIGKILLed when this goes away.
 class Process {
@@ -133,9 +138,9 @@ Cluster StartCoordinator(const Options& o, const std::string& dir) {
   c.port = FreePort();
   c.coordinator = std::make_unique<Process>(
       std::vector<std::string>{o.bin_dir + "/cohort-coordinator", "--listen", c.address(),
-                               "--http-listen", "", "--job", "worker=2", "--auxiliary-job",
-                               "sidecar=1", "--heartbeat-timeout", o.heartbeat_timeout,
-                               "--log-level", "warn"},
+                               "--http-listen", "", "--job", absl::StrCat("worker=", o.tasks),
+                               "--auxiliary-job", "sidecar=1", "--heartbeat-timeout",
+                               o.heartbeat_timeout, "--log-level", "warn"},
       std::map<std::string, std::string>{}, dir + "/coordinator.log");
   return c;
 }
@@ -145,7 +150,7 @@ std::unique_ptr<Process> StartSidecar(const Options& o, const Cluster& c, const 
                                       const std::string& sample_interval) {
   std::map<std::string, std::string> env = {{"COHORT_COORDINATOR_ADDRESS", c.address()},
                                             {"COHORT_TASK_ID", "0"},
-                                            {"COHORT_NUM_TASKS", "2"},
+                                            {"COHORT_NUM_TASKS", std::to_string(o.tasks)},
                                             {"POD_NAME", "bench-worker-0"},
                                             {"FAKE_NVML_CONTROL_FIFO", dir + "/fifo"},
                                             {"COHORT_NVML_LIBRARY", o.fake_nvml},
@@ -168,9 +173,14 @@ bool Ready(int http_port) {
   return std::system(cmd.c_str()) == 0;
 }
 
-// One round of a failure scenario: seconds from the fault to the observer's error callback,
-// or a negative number when it did not arrive.
-double FailureRound(const Options& o, const std::string& scenario, int round) {
+struct Told {
+  double first = -1;  // seconds from the fault to the first observer told
+  double all = -1;    // ... to the last one
+};
+
+// One round of a failure scenario: how long after the fault the observers were told; -1
+// when not all of them were.
+Told FailureRound(const Options& o, const std::string& scenario, int round) {
   std::string dir = absl::StrCat(o.work_dir, "/", scenario, "-", round);
   std::system(absl::StrCat("mkdir -p ", dir).c_str());
   Cluster cluster = StartCoordinator(o, dir);
@@ -179,57 +189,101 @@ double FailureRound(const Options& o, const std::string& scenario, int round) {
       absl::StrCat("cohort-agent-example --coordinator ", cluster.address(), " --task 0 ");
   auto victim = std::make_unique<Process>(
       std::vector<std::string>{o.bin_dir + "/cohort-agent-example", "--coordinator",
-                               cluster.address(), "--task", "0", "--num-tasks", "2", "--steps",
-                               "100000", "--step-seconds", "1"},
+                               cluster.address(), "--task", "0", "--num-tasks",
+                               std::to_string(o.tasks), "--steps", "100000", "--step-seconds", "1"},
       std::map<std::string, std::string>{}, dir + "/victim.log");
-  absl::Notification failed;
-  Clock::time_point failed_at;
-  cohort::CoordinationAgent observer;
-  cohort::AgentConfig config;
-  config.coordinator_address = cluster.address();
-  config.job_name = "worker";
-  config.task_id = 1;
-  auto on_error = [&](const absl::Status&) {
-    failed_at = Clock::now();
-    if (!failed.HasBeenNotified()) failed.Notify();
-  };
-  if (!observer.Initialize(config, on_error).ok() || !observer.Connect().ok()) return -1;
+  int observers = o.tasks - 1;
+  auto client = cohort::bench::MakeTaskClient("tensorflow", cluster.address(),
+                                              std::min(observers, 16), "worker");
+  cohort::bench::Latch registered(observers);
+  for (int t = 1; t < o.tasks; ++t) {
+    client->RegisterTask(t, [&registered](const grpc::Status& s) { registered.Done(s.ok()); });
+  }
+  if (!registered.WaitFor(60) || registered.failed() > 0) {
+    registered.Wait();
+    return {};
+  }
+  std::atomic<bool> stop_heartbeats{false};
+  std::thread heartbeats([&] {
+    while (!stop_heartbeats) {
+      cohort::bench::Latch sent(observers);
+      for (int t = 1; t < o.tasks; ++t) {
+        client->Heartbeat(t, [&sent](const grpc::Status& s) { sent.Done(s.ok()); });
+      }
+      sent.Wait();
+      for (int i = 0; i < 10 && !stop_heartbeats; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  });
+  std::vector<Clock::time_point> told(o.tasks);
+  std::vector<cohort::bench::CallHandle> polls(o.tasks);
+  cohort::bench::Latch all_told(observers);
+  for (int t = 1; t < o.tasks; ++t) {
+    polls[t] = client->PollForError(t, [&, t](const grpc::Status& s) {
+      told[t] = Clock::now();
+      all_told.Done(!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED);
+    });
+  }
   int http_port = FreePort();
   std::unique_ptr<Process> sidecar;
+  bool ready = true;
   if (scenario != "heartbeat") {
     sidecar = StartSidecar(o, cluster, dir, http_port, scenario == "exit" ? victim_cmd : "", "5s");
-    if (!WaitFor([&] { return Ready(http_port); }, 30)) return -1;
+    ready = WaitFor([&] { return Ready(http_port); }, 30);
     // The workload watch scans for the process every 200 ms.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  Told result;
   Clock::time_point fault = Clock::now();
-  if (scenario == "xid") {
-    std::ofstream(dir + "/fifo") << "xid 0 79\n";
-  } else {
-    victim->Kill(SIGKILL);
+  if (ready) {
+    if (scenario == "xid") {
+      std::ofstream(dir + "/fifo") << "xid 0 79\n";
+    } else {
+      victim->Kill(SIGKILL);
+    }
   }
-  bool arrived = failed.WaitForNotificationWithTimeout(absl::Seconds(120));
-  double took = std::chrono::duration<double>(failed_at - fault).count();
-  return arrived ? took : -1;
+  bool arrived = ready && all_told.WaitFor(120);
+  if (!arrived) {
+    for (auto& p : polls) {
+      if (p) p->TryCancel();
+    }
+  }
+  int64_t not_told = all_told.Wait();
+  stop_heartbeats = true;
+  heartbeats.join();
+  if (arrived && not_told == 0) {
+    auto [first, last] = std::minmax_element(told.begin() + 1, told.end());
+    result.first = std::chrono::duration<double>(*first - fault).count();
+    result.all = std::chrono::duration<double>(*last - fault).count();
+  }
+  return result;
 }
 
 nlohmann::json Failure(const Options& o, const std::string& scenario) {
-  std::vector<double> seconds;
+  std::vector<double> all, first;
   for (int r = 0; r < o.rounds; ++r) {
-    double s = FailureRound(o, scenario, r);
-    if (s >= 0) seconds.push_back(s);
+    Told t = FailureRound(o, scenario, r);
+    if (t.all >= 0) {
+      all.push_back(t.all);
+      first.push_back(t.first);
+    }
   }
-  std::sort(seconds.begin(), seconds.end());
+  std::sort(all.begin(), all.end());
+  std::sort(first.begin(), first.end());
   nlohmann::json out = {{"scenario", "failure_detection_" + scenario},
+                        {"tasks", o.tasks},
                         {"rounds", o.rounds},
-                        {"detected", seconds.size()}};
+                        {"detected", all.size()}};
   if (scenario == "heartbeat") out["heartbeat_timeout"] = o.heartbeat_timeout;
-  if (!seconds.empty()) {
-    out["p50_ms"] = seconds[seconds.size() / 2] * 1000;
-    out["min_ms"] = seconds.front() * 1000;
-    out["max_ms"] = seconds.back() * 1000;
+  if (!all.empty()) {
+    // p50 is the time until every other task was told, the round's figure.
+    out["p50_ms"] = all[all.size() / 2] * 1000;
+    out["min_ms"] = all.front() * 1000;
+    out["max_ms"] = all.back() * 1000;
+    out["first_told_p50_ms"] = first[first.size() / 2] * 1000;
   }
   return out;
 }
@@ -276,6 +330,8 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", o.heartbeat_timeout, "the coordinator's")
       ->capture_default_str();
   app.add_option("--work-dir", o.work_dir)->capture_default_str();
+  app.add_option("--tasks", o.tasks, "tasks of the job: the victim and simulated observers")
+      ->capture_default_str();
   app.add_option("scenarios", scenarios)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::off);

@@ -1,0 +1,441 @@
+"""Runs every benchmark scenario against cohort and the anchors, in one run on one machine,
+and writes bench/results/<scenario>.json (then report.py turns them into BENCHMARKS.md).
+
+Each measurement gets a fresh server on a loopback port: cohort-coordinator, jaxlib's
+own service (bench/jaxlib_service.py), etcd 3.4 (Debian's), or PyTorch's TCPStore
+(bench/tcpstore_driver.py). cohort-loadgen drives cohort, jaxlib and etcd; TCPStore is
+driven by its own Python driver with the same parameters. Every process is started here,
+stopped here by its PID, and given a deadline.
+
+  python3 bench/run.py                      # the full run
+  python3 bench/run.py --profile smoke      # tiny N, every scenario, for make test
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+PROFILES = {
+    "full": {
+        "register_tasks": [1000, 4000, 16000],
+        "barrier_rounds": {1000: 20, 4000: 20, 16000: 10},
+        "tcpstore_max_tasks": 4000,
+        "heartbeat_tasks": [1000, 4000, 16000],
+        "heartbeat_interval": 1.0,
+        "heartbeat_seconds": 10,
+        "kv_tasks": 4000,
+        "kv_clients": [1, 64, 512],
+        "kv_values": [100, 64 << 10, 16 * MIB],
+        "kv_seconds": 3,
+        "memory_tasks": [1000, 4000, 16000],
+        "failure_tasks": [1000, 4000, 16000],
+        "failure_heartbeat_timeout": 2,
+        "sidecar_tasks": [2, 1000, 4000],
+        "sidecar_rounds": 5,
+        "resource_seconds": 30,
+        "timeout": 600,
+    },
+    "smoke": {
+        "register_tasks": [20, 40],
+        "barrier_rounds": {20: 2, 40: 2},
+        "tcpstore_max_tasks": 40,
+        "heartbeat_tasks": [20, 40],
+        "heartbeat_interval": 0.5,
+        "heartbeat_seconds": 1,
+        "kv_tasks": 20,
+        "kv_clients": [1, 4],
+        "kv_values": [100, 64 << 10],
+        "kv_seconds": 0.5,
+        "memory_tasks": [20, 40],
+        "failure_tasks": [20, 40],
+        "failure_heartbeat_timeout": 1,
+        "sidecar_tasks": [2, 8],
+        "sidecar_rounds": 1,
+        "resource_seconds": 2,
+        "timeout": 60,
+    },
+}
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def stop(proc, grace=10):
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+
+class Server:
+    """One server process for one measurement; a context manager that stops it by PID."""
+
+    def __init__(self, kind, argv, port, logs, env=None, cleanup=None):
+        self.kind, self.port, self.cleanup = kind, port, cleanup
+        self.log_path = logs / f"{kind}-{port}.log"
+        with open(self.log_path, "w") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
+        if not wait_port(port, self.proc, 60):
+            self.__exit__()
+            raise RuntimeError(f"{kind} did not start: {self.log_tail()}")
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def log_tail(self):
+        try:
+            return self.log_path.read_text(errors="replace")[-600:]
+        except OSError:
+            return ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        stop(self.proc)
+        if self.cleanup:
+            self.cleanup()
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.p = PROFILES[args.profile]
+        self.bin = Path(args.bin_dir).resolve()
+        self.out = Path(args.out).resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs = Path(tempfile.mkdtemp(prefix="cohort-bench-logs."))
+        self.python = args.python
+        self.systems = set(args.systems.split(","))
+        self.skipped = {}
+        self.check_anchors()
+
+    # ------------------------------------------------------------ anchors
+
+    def check_anchors(self):
+        if "jaxlib" in self.systems and not self.py_has("jaxlib"):
+            self.skip("jaxlib", f"jaxlib is not importable by {self.python}")
+        if "tcpstore" in self.systems and not self.py_has("torch"):
+            reason = "torch is not installed"
+            note = REPO / ".venv-bench" / "torch.skip"
+            if note.exists():
+                reason = note.read_text().strip()
+            self.skip("tcpstore", reason)
+        if "etcd" in self.systems and not shutil.which("etcd"):
+            self.skip("etcd", "etcd is not installed (Debian: apt-get install etcd-server)")
+
+    def skip(self, system, reason):
+        log(f"{system}: skipped: {reason}")
+        self.systems.discard(system)
+        self.skipped[system] = reason
+
+    def py_has(self, module):
+        try:
+            return subprocess.run([self.python, "-c", f"import {module}"], timeout=120,
+                                  capture_output=True).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+    def py_version(self, dist):
+        try:
+            out = subprocess.run(
+                [self.python, "-c",
+                 f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                timeout=60, capture_output=True, text=True)
+            return out.stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    # ------------------------------------------------------------ servers
+
+    def cohort(self, tasks, heartbeat_timeout="10m"):
+        port = free_port()
+        return Server("cohort", [
+            str(self.bin / "cohort-coordinator"), "--listen", f"127.0.0.1:{port}",
+            "--http-listen", "", "--job", f"worker={tasks}",
+            "--heartbeat-timeout", heartbeat_timeout, "--register-timeout", "10m",
+            "--log-level", "warn"], port, self.logs)
+
+    def jaxlib(self, tasks, heartbeat_timeout=600):
+        port = free_port()
+        return Server("jaxlib", [
+            self.python, str(REPO / "bench" / "jaxlib_service.py"),
+            "--address", f"127.0.0.1:{port}", "--num-tasks", str(tasks),
+            "--heartbeat-timeout", str(heartbeat_timeout), "--register-timeout", "600"],
+            port, self.logs)
+
+    def etcd(self):
+        port, peer = free_port(), free_port()
+        data = Path(tempfile.mkdtemp(prefix="cohort-bench-etcd."))
+        return Server("etcd", [
+            "etcd", "--name", "bench", "--data-dir", str(data),
+            "--listen-client-urls", f"http://127.0.0.1:{port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"bench=http://127.0.0.1:{peer}",
+            "--max-request-bytes", str(32 * MIB), "--quota-backend-bytes", str(8 << 30),
+            "--log-level", "error"], port, self.logs,
+            cleanup=lambda: shutil.rmtree(data, ignore_errors=True))
+
+    def tcpstore(self):
+        port = free_port()
+        return Server("tcpstore", [
+            self.python, str(REPO / "bench" / "tcpstore_driver.py"), "serve",
+            "--port", str(port)], port, self.logs)
+
+    def server(self, system, tasks, **kw):
+        return {"cohort": self.cohort, "cohort-tensorflow": self.cohort, "jaxlib": self.jaxlib,
+                "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
+                }[system](tasks, **kw)
+
+    # ------------------------------------------------------------ drivers
+
+    def run_json(self, argv, what):
+        """Runs one driver; returns its JSON, or {"error": ...}."""
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True,
+                                 timeout=self.p["timeout"], stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log(f"{what}: timed out after {self.p['timeout']} s")
+            return {"error": f"timed out after {self.p['timeout']} s"}
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            err = out.stderr.strip().splitlines()[-3:]
+            log(f"{what}: exit {out.returncode}: {err}")
+            return {"error": f"exit {out.returncode}: {' '.join(err)[:300]}"}
+        return json.loads(lines[-1])
+
+    def loadgen(self, server, scenario, protocol="xla", **params):
+        argv = [str(self.bin / "cohort-loadgen"), scenario, "--coordinator", server.address,
+                "--protocol", protocol, "--pid", str(server.pid)]
+        for k, v in params.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        return self.run_json(argv, f"{server.kind} {scenario} {params}")
+
+    def tcpstore_driver(self, server, scenario, **params):
+        argv = [self.python, str(REPO / "bench" / "tcpstore_driver.py"), scenario,
+                "--port", str(server.port)]
+        for k, v in params.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        return self.run_json(argv, f"tcpstore {scenario} {params}")
+
+    def measure(self, system, scenario, tasks, **params):
+        """One record: a fresh server for `system`, one driver run against it."""
+        kw = {}
+        if scenario == "failure":
+            hb = self.p["failure_heartbeat_timeout"]
+            kw = {"heartbeat_timeout": f"{hb}s"} if system.startswith("cohort") else \
+                {"heartbeat_timeout": hb}
+        started = time.monotonic()
+        try:
+            with self.server(system, tasks, **kw) as server:
+                if system == "tcpstore":
+                    result = self.tcpstore_driver(server, scenario, **params)
+                else:
+                    protocol = {"cohort-tensorflow": "tensorflow", "etcd": "etcd"}.get(
+                        system, "xla")
+                    if scenario != "kv" or system != "etcd":
+                        params = {"tasks": tasks, **params}
+                    result = self.loadgen(server, scenario, protocol, **params)
+        except RuntimeError as e:
+            result = {"error": str(e)}
+        result["system"] = system
+        result["wall_seconds"] = round(time.monotonic() - started, 2)
+        log(f"{scenario} {system} {tasks} {params}: "
+            + (result.get("error") or "ok") + f" ({result['wall_seconds']} s)")
+        return result
+
+    def systems_for(self, candidates):
+        return [s for s in candidates if s.split("-")[0] in self.systems or s in self.systems]
+
+    # ------------------------------------------------------------ scenarios
+
+    def scenario_register(self):
+        records = []
+        for n in self.p["register_tasks"]:
+            for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib", "tcpstore"]):
+                if system == "tcpstore" and n > self.p["tcpstore_max_tasks"]:
+                    continue
+                rounds = self.p["barrier_rounds"][n]
+                records.append(self.measure(system, "barrier", n, rounds=rounds))
+        return records
+
+    def scenario_heartbeat(self):
+        records = []
+        for n in self.p["heartbeat_tasks"]:
+            for system in self.systems_for(["cohort", "jaxlib"]):
+                records.append(self.measure(system, "heartbeat", n,
+                                            interval=self.p["heartbeat_interval"],
+                                            seconds=self.p["heartbeat_seconds"]))
+        return records
+
+    def scenario_kv(self):
+        records = []
+        for value in self.p["kv_values"]:
+            for clients in self.p["kv_clients"]:
+                if value * clients > 2 << 30:
+                    log(f"kv: {clients} clients x {value} B skipped (over 2 GiB in flight)")
+                    continue
+                for system in self.systems_for(["cohort", "jaxlib", "etcd", "tcpstore"]):
+                    params = {"clients": clients, "value_bytes": value,
+                              "seconds": self.p["kv_seconds"]}
+                    records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))
+        return records
+
+    def scenario_memory(self):
+        records = []
+        for n in self.p["memory_tasks"]:
+            for system in self.systems_for(["cohort", "jaxlib"]):
+                # One connection per task where the file limit allows, as in a real job.
+                channels = n if n <= 4000 else 16
+                records.append(self.measure(system, "memory", n, channels=channels))
+                if channels != 16:
+                    records.append(self.measure(system, "memory", n, channels=16))
+        return records
+
+    def scenario_failure(self):
+        records = []
+        hb = self.p["failure_heartbeat_timeout"]
+        for n in self.p["failure_tasks"]:
+            for system in self.systems_for(["cohort", "jaxlib"]):
+                records.append(self.measure(system, "failure", n, heartbeat_timeout=hb,
+                                            interval=hb / 2))
+        records += self.sidecar_failures()
+        return records
+
+    def sidecar_failures(self):
+        """The sidecar path: real processes (coordinator, victim, its sidecar) and N-1
+        simulated observers, through cohort-failure-bench."""
+        fake_nvml = Path(self.args.fake_nvml).resolve() if self.args.fake_nvml else None
+        if not fake_nvml or not fake_nvml.exists():
+            log("sidecar failure path skipped: no fake NVML library (--fake-nvml)")
+            self.skipped["sidecar"] = "the fake NVML library was not built"
+            return []
+        records = []
+        for n in self.p["sidecar_tasks"]:
+            argv = [str(self.bin / "cohort-failure-bench"), "--bin-dir", str(self.bin),
+                    "--fake-nvml", str(fake_nvml),
+                    "--gpu-config", str(REPO / "tests/sidecar/gpu/testdata/eight_gpus.json"),
+                    "--rounds", str(self.p["sidecar_rounds"]), "--tasks", str(n),
+                    "--work-dir", str(self.logs / "failure-bench"),
+                    "--seconds", str(self.p["resource_seconds"]), "exit", "xid"]
+            if n == self.p["sidecar_tasks"][0]:
+                argv += ["heartbeat", "resources"]
+            started = time.monotonic()
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True,
+                                     timeout=self.p["timeout"] * 2, stdin=subprocess.DEVNULL)
+                lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+            except subprocess.TimeoutExpired:
+                lines = [{"error": "timed out"}]
+            for r in lines:
+                r["system"] = "cohort"
+                r.setdefault("tasks", n)
+                records.append(r)
+            log(f"failure-bench {n} tasks: {len(lines)} records "
+                f"({time.monotonic() - started:.1f} s)")
+        return records
+
+    # ------------------------------------------------------------ machine
+
+    def machine(self):
+        def cmd(argv):
+            try:
+                return subprocess.run(argv, capture_output=True, text=True,
+                                      timeout=30).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired):
+                return ""
+        cpu = ""
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+        etcd_version = cmd(["etcd", "--version"]).splitlines()[:1] if shutil.which("etcd") else []
+        return {
+            "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / (1 << 20), 1),
+            "kernel": platform.release(), "os": cmd(["sh", "-c", ". /etc/os-release; echo $PRETTY_NAME"]),
+            "commit": cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+            "profile": self.args.profile, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "network_namespace": os.environ.get("COHORT_BENCH_NETNS", "host"),
+            "versions": {"jaxlib": self.py_version("jaxlib"), "torch": self.py_version("torch"),
+                         "etcd": etcd_version[0] if etcd_version else None,
+                         "grpc (cohort)": cmd(["sh", "-c", "dpkg-query -W -f='${Version}' libgrpc++-dev"]),
+                         },
+            "skipped": self.skipped,
+        }
+
+    def write(self, name, records):
+        path = self.out / f"{name}.json"
+        path.write_text(json.dumps({"scenario": name, "records": records}, indent=1) + "\n")
+        log(f"wrote {path}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    p.add_argument("--bin-dir", default=str(REPO / "build-bench" / "bin"))
+    p.add_argument("--fake-nvml", default="")
+    p.add_argument("--out", default=str(REPO / "bench" / "results"))
+    p.add_argument("--python", default=str(REPO / ".venv-bench" / "bin" / "python"),
+                   help="interpreter with jaxlib and torch (the anchors)")
+    p.add_argument("--systems", default="cohort,jaxlib,etcd,tcpstore")
+    p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure")
+    args = p.parse_args()
+    bench = Bench(args)
+    try:
+        for name in args.scenarios.split(","):
+            bench.write(name, getattr(bench, f"scenario_{name}")())
+        bench.write("machine", bench.machine())
+    finally:
+        shutil.rmtree(bench.logs, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
