@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 WERROR ?= $(if $(CI),ON,OFF)
 NINJA_JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test asan-test compat-test e2e-test format-check format lint demo bench clean
+.PHONY: all deps build test unit-test asan-test compat-test e2e-test docker-test format-check format lint demo bench clean
 
 all: build
 
@@ -23,7 +23,7 @@ build: deps $(BUILD)/build.ninja
 
 # The whole suite: formatting, unit and integration tests, the same tests under
 # AddressSanitizer and UndefinedBehaviorSanitizer, then real JAX and TensorFlow clients.
-test: build format-check unit-test asan-test compat-test e2e-test
+test: build format-check unit-test asan-test compat-test e2e-test docker-test
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
@@ -41,12 +41,17 @@ compat-test: build
 
 # The local Kubernetes cluster (tools/local-cluster: kube-apiserver, controller manager and
 # a pod runner built once from the Kubernetes Go modules, cached under build/tools) and the
-# end-to-end tests on it.
+# end-to-end tests on it: the CRD, cohort-operator, the Helm chart (lint, templates, a real
+# helm install) and every dashboard query against a real Prometheus (tests/e2e/run.sh).
 e2e-test: build
 	tools/local-cluster tools >/dev/null
 	cd tools/localcluster && go vet ./... && go test ./internal/...
-	bash tests/e2e/local_cluster_smoke.sh
-	bash tests/e2e/crd_test.sh
+	bash tests/e2e/run.sh
+
+# The Dockerfile cannot be built here (no container engine): check that it builds with the
+# same scripts as `make build` and installs every shared library the binaries load.
+docker-test: build
+	bash tests/docker/dockerfile_test.sh
 
 SOURCES = $(shell git ls-files '*.cc' '*.h')
 format-check: deps
@@ -58,7 +63,7 @@ format: deps
 
 # clang-tidy over our own sources (not the generated protobuf code); findings are errors.
 lint: build
-	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '/(agent|common|service|sidecar|bench|examples|tests)/[^/]+' \
+	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '/(agent|common|operator|service|sidecar|bench|examples|tests)/[^/]+' \
 	  > $(BUILD)/clang-tidy.log 2>&1 || { grep -E 'error:|warning:' $(BUILD)/clang-tidy.log; exit 1; }
 	@echo "clang-tidy: clean"
 

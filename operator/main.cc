@@ -88,8 +88,7 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator-image", settings.coordinator_image,
                  "coordinator image for jobs that name none")
       ->capture_default_str();
-  app.add_option("--sidecar-image", settings.sidecar_image,
-                 "sidecar image for jobs that name none")
+  app.add_option("--sidecar-image", settings.sidecar_image, "sidecar image for jobs that name none")
       ->capture_default_str();
   app.add_option("--workload-liveness", settings.workload_liveness,
                  "how sidecars notice the workload exiting: process (pods share a process "
@@ -110,7 +109,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
   app.add_flag_callback(
-      "--version", [] {
+      "--version",
+      [] {
         std::printf("cohort-operator %s\n", kVersion);
         std::exit(0);
       },
@@ -120,12 +120,11 @@ int main(int argc, char** argv) {
     return Fail(std::string(s.message()));
   }
   absl::Duration lease, renew, retry, settle, poll;
-  for (auto [text, out, flag] :
-       {std::tuple{&lease_duration, &lease, "--lease-duration"},
-        std::tuple{&renew_deadline, &renew, "--renew-deadline"},
-        std::tuple{&retry_period, &retry, "--retry-period"},
-        std::tuple{&failure_settle, &settle, "--failure-settle"},
-        std::tuple{&coordinator_poll, &poll, "--coordinator-poll"}}) {
+  for (auto [text, out, flag] : {std::tuple{&lease_duration, &lease, "--lease-duration"},
+                                 std::tuple{&renew_deadline, &renew, "--renew-deadline"},
+                                 std::tuple{&retry_period, &retry, "--retry-period"},
+                                 std::tuple{&failure_settle, &settle, "--failure-settle"},
+                                 std::tuple{&coordinator_poll, &poll, "--coordinator-poll"}}) {
     if (!ParseDuration(*text, out)) {
       return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 15s or 500ms"));
     }
@@ -151,8 +150,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   cohort::MetricsRegistry metrics;
-  metrics.AddGauge("cohort_operator_build_info", "cohort-operator's version (value 1).",
-                   {"version"})
+  metrics
+      .AddGauge("cohort_operator_build_info", "cohort-operator's version (value 1).", {"version"})
       .WithLabels({kVersion})
       .Set(1);
   auto& leader_gauge = metrics

@@ -1,45 +1,77 @@
 #!/usr/bin/env bash
-# The demo job: a coordinator and four local tasks (examples/agent, on the cohort agent)
-# that register, exchange addresses through the key-value store, watch a key, pass
-# barriers and shut down. Everything runs on loopback.
-set -euo pipefail
+# The main job end to end (`make demo`): the local Kubernetes cluster (a real
+# kube-apiserver, see tools/README.md), the CoordinatedJob CRD, cohort-operator, and
+# examples/quickstart.yaml: four workers that register with their job's coordinator,
+# exchange keys, pass barriers and exit 0. Prints progress until the job succeeds, shows
+# where the metrics are, then tears down what it started.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/bin
-TASKS=${TASKS:-4}
-GRPC=${GRPC_PORT:-8476}
-HTTP=${HTTP_PORT:-8477}
-LOG=$(mktemp -t cohort-demo.XXXXXX)
-pids=()
+ROOT=$PWD
+KUBECTL=build/tools/bin/kubectl
+NS=${DEMO_NAMESPACE:-cohort-demo}
+PORT=${OPERATOR_PORT:-18080}
+WORK=$(mktemp -d -t cohort-demo.XXXXXX)
+OPERATOR=""
+started_cluster=0
+
+say() { echo "== $*"; }
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n "${COORD:-}" ]] && kill -TERM "$COORD" 2>/dev/null && wait "$COORD" 2>/dev/null || true
+  [[ -n "$OPERATOR" ]] && kill -TERM "$OPERATOR" 2>/dev/null && wait "$OPERATOR" 2>/dev/null
+  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+  if [[ $started_cluster == 1 ]]; then
+    say "stopping the local cluster"
+    tools/local-cluster down >/dev/null 2>&1
+  fi
+  rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-echo "== starting cohort-coordinator for job worker=$TASKS on 127.0.0.1:$GRPC (metrics on :$HTTP)"
-$BIN/cohort-coordinator --listen 127.0.0.1:$GRPC --http-listen 127.0.0.1:$HTTP \
-  --job worker=$TASKS --heartbeat-timeout 5s --shutdown-barrier-timeout 30s >"$LOG" 2>&1 &
-COORD=$!
-for _ in $(seq 50); do curl -sf 127.0.0.1:$HTTP/readyz >/dev/null && break; sleep 0.1; done
-curl -sf 127.0.0.1:$HTTP/readyz >/dev/null || { cat "$LOG"; echo "coordinator did not start"; exit 1; }
+say "local Kubernetes cluster (kube-apiserver, controller manager, pod runner; first build takes minutes)"
+tools/local-cluster status >/dev/null 2>&1 || started_cluster=1
+line=$(tools/local-cluster up | tail -n 1) || { echo "demo: the local cluster did not come up"; exit 1; }
+export "${line?}"
+echo "   $line"
 
-echo "== launching $TASKS tasks"
-for i in $(seq 0 $((TASKS - 1))); do
-  $BIN/cohort-agent-example --coordinator 127.0.0.1:$GRPC --task "$i" --num-tasks "$TASKS" &
-  pids+=($!)
-  sleep 0.3
+say "installing the CoordinatedJob CRD"
+"$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null &&
+  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null || exit 1
+"$KUBECTL" create namespace "$NS" >/dev/null 2>&1 || "$KUBECTL" delete cjob --all -n "$NS" >/dev/null 2>&1
+
+say "starting cohort-operator (namespace $NS; metrics on http://127.0.0.1:$PORT/metrics)"
+# The local pod runner gives pods no shared process namespace, so sidecars are told not
+# to watch the workload's process; the operator still sees every exit through the pods.
+build/bin/cohort-operator --namespace "$NS" --leader-elect=false --workload-liveness none \
+  --http-listen "127.0.0.1:$PORT" >"$WORK/operator.log" 2>&1 &
+OPERATOR=$!
+for _ in $(seq 50); do curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done
+
+say "kubectl apply -f examples/quickstart.yaml"
+"$KUBECTL" -n "$NS" apply -f examples/quickstart.yaml
+last=""
+phase=""
+for _ in $(seq 300); do
+  phase=$("$KUBECTL" -n "$NS" get cjob quickstart -o jsonpath='{.status.phase}' 2>/dev/null)
+  now=$("$KUBECTL" -n "$NS" get cjob quickstart --no-headers 2>/dev/null)
+  if [[ "$now" != "$last" ]]; then
+    echo "   $now"
+    last=$now
+  fi
+  [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+  sleep 0.5
 done
-status=0
-for p in "${pids[@]}"; do wait "$p" || status=1; done
-pids=()
 
-echo "== what cohortctl shows of the finished job"
-$BIN/cohortctl --coordinator 127.0.0.1:$GRPC status || true
-$BIN/cohortctl --coordinator 127.0.0.1:$GRPC kv ls demo || true
-echo "== what the coordinator saw (from http://127.0.0.1:$HTTP/metrics)"
-curl -s 127.0.0.1:$HTTP/metrics | grep -E '^cohort_coordinator_(tasks|barriers_total|kv_keys|cluster_registered|rpcs_total\{protocol="tensorflow",method="(RegisterTask|Barrier)")' || true
-echo "== coordinator log"
-cat "$LOG"
-rm -f "$LOG"
-if [[ $status -ne 0 ]]; then echo "demo FAILED"; exit 1; fi
-echo "== demo finished: every task registered, exchanged keys, passed its barriers and shut down"
+say "kubectl get pods (workers keep their logs; the coordinator is stopped)"
+"$KUBECTL" -n "$NS" get pods -o wide
+say "worker 0's output (kubectl logs quickstart-worker-0 -c worker)"
+"$KUBECTL" -n "$NS" logs quickstart-worker-0 -c worker 2>/dev/null | tail -n 8
+say "events"
+"$KUBECTL" -n "$NS" get events --field-selector involvedObject.kind=CoordinatedJob \
+  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message
+say "metrics: operator http://127.0.0.1:$PORT/metrics, and in every pod: coordinator :8477/metrics, sidecars :9477/metrics"
+curl -s "127.0.0.1:$PORT/metrics" | grep -E '^cohort_operator_(jobs|job_restarts|reconcile_total)' | sed 's/^/   /'
+if [[ "$phase" != Succeeded ]]; then
+  say "demo FAILED: the job is ${phase:-not started}; operator log:"
+  tail -n 40 "$WORK/operator.log"
+  exit 1
+fi
+say "demo finished: the CoordinatedJob succeeded (status.phase=Succeeded)"

@@ -101,9 +101,7 @@ std::string FrameworkName(Framework f) {
   return "generic";
 }
 
-std::string WorkloadJobName(Framework f) {
-  return f == Framework::kJax ? "jax_worker" : "worker";
-}
+std::string WorkloadJobName(Framework f) { return f == Framework::kJax ? "jax_worker" : "worker"; }
 
 bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code) {
   const auto has = [](const std::vector<int>& v, int c) {
@@ -144,8 +142,8 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
   } else if (framework == "generic") {
     s.framework = Framework::kGeneric;
   } else {
-    return Invalid("spec.framework", absl::StrCat("\"", framework,
-                                                  "\" is not jax, tensorflow or generic"));
+    return Invalid("spec.framework",
+                   absl::StrCat("\"", framework, "\" is not jax, tensorflow or generic"));
   }
 
   s.pod_template = spec.value("template", json::object());
@@ -201,9 +199,11 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
   if (s.failure_policy.max_restarts < 0) {
     return Invalid("spec.failurePolicy.maxRestarts", "must not be negative");
   }
-  auto retryable = ExitCodes(failure, "retryableExitCodes", "spec.failurePolicy.retryableExitCodes");
+  auto retryable =
+      ExitCodes(failure, "retryableExitCodes", "spec.failurePolicy.retryableExitCodes");
   if (!retryable.ok()) return retryable.status();
-  auto permanent = ExitCodes(failure, "permanentExitCodes", "spec.failurePolicy.permanentExitCodes");
+  auto permanent =
+      ExitCodes(failure, "permanentExitCodes", "spec.failurePolicy.permanentExitCodes");
   if (!permanent.ok()) return permanent.status();
   for (int c : *retryable) {
     if (std::find(permanent->begin(), permanent->end(), c) != permanent->end()) {
@@ -220,8 +220,8 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
   } else if (success == "Worker0") {
     s.success_policy = SuccessPolicy::kWorker0;
   } else {
-    return Invalid("spec.successPolicy", absl::StrCat("\"", success,
-                                                      "\" is not AllWorkers or Worker0"));
+    return Invalid("spec.successPolicy",
+                   absl::StrCat("\"", success, "\" is not AllWorkers or Worker0"));
   }
   if (spec.contains("activeDeadlineSeconds") && spec["activeDeadlineSeconds"].is_number()) {
     s.active_deadline_seconds = spec["activeDeadlineSeconds"].get<int64_t>();
@@ -262,8 +262,10 @@ json StatusToJson(const JobStatus& st) {
   json out = json::object();
   if (!st.phase.empty()) out["phase"] = st.phase;
   out["restarts"] = st.restarts;
-  out["tasks"] = {{"total", st.tasks.total},         {"registered", st.tasks.registered},
-                  {"ready", st.tasks.ready},         {"succeeded", st.tasks.succeeded},
+  out["tasks"] = {{"total", st.tasks.total},
+                  {"registered", st.tasks.registered},
+                  {"ready", st.tasks.ready},
+                  {"succeeded", st.tasks.succeeded},
                   {"failed", st.tasks.failed}};
   if (!st.coordinator_address.empty()) out["coordinatorAddress"] = st.coordinator_address;
   if (st.start_time) out["startTime"] = FormatRfc3339(*st.start_time);
@@ -283,8 +285,8 @@ json StatusToJson(const JobStatus& st) {
 }
 
 void SetCondition(std::vector<Condition>* conditions, const std::string& type,
-                  const std::string& status, const std::string& reason,
-                  const std::string& message, absl::Time now, int64_t generation) {
+                  const std::string& status, const std::string& reason, const std::string& message,
+                  absl::Time now, int64_t generation) {
   for (auto& c : *conditions) {
     if (c.type != type) continue;
     if (c.status != status) c.last_transition_time = FormatRfc3339(now);

@@ -131,8 +131,8 @@ std::optional<absl::Time> ParseRfc3339(const std::string& text);
 
 // Sets a condition, keeping lastTransitionTime when its status does not change.
 void SetCondition(std::vector<Condition>* conditions, const std::string& type,
-                  const std::string& status, const std::string& reason,
-                  const std::string& message, absl::Time now, int64_t generation);
+                  const std::string& status, const std::string& reason, const std::string& message,
+                  absl::Time now, int64_t generation);
 const Condition* FindCondition(const std::vector<Condition>& conditions, const std::string& type);
 
 }  // namespace cohort::api

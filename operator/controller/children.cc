@@ -7,9 +7,8 @@ namespace cohort::controller {
 namespace {
 
 json Labels(const api::CoordinatedJob& job, const std::string& role) {
-  json labels = {{kManagedByLabel, kManagedBy},
-                 {"app.kubernetes.io/name", "cohort"},
-                 {kJobLabel, job.name}};
+  json labels = {
+      {kManagedByLabel, kManagedBy}, {"app.kubernetes.io/name", "cohort"}, {kJobLabel, job.name}};
   if (!role.empty()) labels[kRoleLabel] = role;
   return labels;
 }
@@ -95,9 +94,9 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
       {"restartPolicy", "Always"},  // a native sidecar: starts first, stops after the workload
       {"args", args},
       {"env", ContractEnv(job, index, restart)},
-      {"ports", json::array({{{"name", "metrics"},
-                              {"containerPort", kSidecarHttpPort},
-                              {"protocol", "TCP"}}})},
+      {"ports",
+       json::array(
+           {{{"name", "metrics"}, {"containerPort", kSidecarHttpPort}, {"protocol", "TCP"}}})},
       {"volumeMounts", json::array({HandoffMount()})},
       {"startupProbe",
        {{"httpGet", {{"path", "/healthz"}, {"port", kSidecarHttpPort}}},
@@ -124,13 +123,16 @@ std::string WorkerPodName(const api::CoordinatedJob& job, int index) {
   return absl::StrCat(job.name, "-worker-", index);
 }
 std::string CoordinatorAddress(const api::CoordinatedJob& job) {
-  return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:",
-                      kCoordinatorGrpcPort);
+  return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:", kCoordinatorGrpcPort);
 }
 
 json OwnerReference(const api::CoordinatedJob& job) {
-  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},   {"name", job.name},
-          {"uid", job.uid},                 {"controller", true},   {"blockOwnerDeletion", true}};
+  return {{"apiVersion", api::kApiVersion},
+          {"kind", api::kKind},
+          {"name", job.name},
+          {"uid", job.uid},
+          {"controller", true},
+          {"blockOwnerDeletion", true}};
 }
 
 json CoordinatorConfigMap(const api::CoordinatedJob& job) {
@@ -139,13 +141,10 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
   // Read by cohort-coordinator --config; keys are its flags.
   std::string config = absl::StrCat(
       "# cohort-coordinator settings for CoordinatedJob ", job.namespace_name, "/", job.name,
-      " (written by cohort-operator)\n",
-      "listen: 0.0.0.0:", kCoordinatorGrpcPort, "\n",
-      "http-listen: 0.0.0.0:", kCoordinatorHttpPort, "\n",
-      "job: [\"", workload, "=", job.spec.replicas, "\"]\n",
-      "auxiliary-job: [\"sidecar=", job.spec.replicas, "\"]\n",
-      "default-job: ", workload, "\n",
-      "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
+      " (written by cohort-operator)\n", "listen: 0.0.0.0:", kCoordinatorGrpcPort, "\n",
+      "http-listen: 0.0.0.0:", kCoordinatorHttpPort, "\n", "job: [\"", workload, "=",
+      job.spec.replicas, "\"]\n", "auxiliary-job: [\"sidecar=", job.spec.replicas, "\"]\n",
+      "default-job: ", workload, "\n", "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
       "register-timeout: ", c.register_timeout, "\n",
       "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n");
   return {{"apiVersion", "v1"},
@@ -178,14 +177,13 @@ json WorkersService(const api::CoordinatedJob& job) {
             {"selector", {{kJobLabel, job.name}, {kRoleLabel, "worker"}}}}}};
 }
 
-json CoordinatorPod(const api::CoordinatedJob& job, int restart,
-                    const OperatorSettings& settings) {
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings) {
   json labels = Labels(job, "coordinator");
   labels[kRestartLabel] = absl::StrCat(restart);
   json container = {
       {"name", "coordinator"},
-      {"image",
-       job.spec.coordinator.image.empty() ? settings.coordinator_image : job.spec.coordinator.image},
+      {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
+                                                   : job.spec.coordinator.image},
       {"args", json::array({"--config", "/etc/cohort/coordinator.yaml"})},
       {"ports", json::array({{{"name", "grpc"}, {"containerPort", kCoordinatorGrpcPort}},
                              {{"name", "http"}, {"containerPort", kCoordinatorHttpPort}}})},
@@ -210,16 +208,17 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart,
   if (!job.spec.coordinator.resources.empty()) {
     container["resources"] = job.spec.coordinator.resources;
   }
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", Metadata(job, CoordinatorName(job), labels)},
-          {"spec",
-           {{"restartPolicy", "Never"},  // a lost coordinator restarts the whole gang
-            {"terminationGracePeriodSeconds", 5},
-            {"enableServiceLinks", false},
-            {"containers", json::array({container})},
-            {"volumes", json::array({{{"name", "config"},
-                                      {"configMap", {{"name", CoordinatorName(job)}}}}})}}}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", Metadata(job, CoordinatorName(job), labels)},
+      {"spec",
+       {{"restartPolicy", "Never"},  // a lost coordinator restarts the whole gang
+        {"terminationGracePeriodSeconds", 5},
+        {"enableServiceLinks", false},
+        {"containers", json::array({container})},
+        {"volumes",
+         json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}})}}}};
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,

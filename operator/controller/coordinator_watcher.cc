@@ -4,8 +4,8 @@
 
 #include <condition_variable>
 
-#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
@@ -31,7 +31,7 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
     if (!t.auxiliary() && t.state() == cohort::v1::CONNECTED) ++view.registered;
     if (t.state() == cohort::v1::ERROR) {
       view.errors.push_back({absl::StrCat("/job:", t.job(), "/task:", t.task_id()), t.auxiliary(),
-                             t.error_message()});
+                             t.error_code(), t.error_message()});
     }
   }
   return view;
@@ -101,8 +101,7 @@ void CoordinatorWatcher::Unwatch(const std::string& key) {
   Retire(old);
 }
 
-std::optional<CoordinatorView> CoordinatorWatcher::View(const std::string& key,
-                                                        int restart) const {
+std::optional<CoordinatorView> CoordinatorWatcher::View(const std::string& key, int restart) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = follows_.find(key);
   if (it == follows_.end() || it->second->restart != restart) return std::nullopt;

@@ -2,9 +2,9 @@
 
 #include <future>
 
-#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "operator/kube/leader_election.h"
 #include "spdlog/spdlog.h"
 
@@ -55,6 +55,12 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
                       ->AddGauge("cohort_operator_queue_depth",
                                  "CoordinatedJob keys waiting to be reconciled.", {})
                       .WithLabels({});
+  // Every series exists from the start, so rates and dashboards see 0 rather than nothing.
+  for (const char* result : {"success", "error", "conflict"})
+    reconcile_total_->WithLabels({result});
+  for (const char* resource : {"coordinatedjobs", "pods", "services", "configmaps"}) {
+    watch_restarts_->WithLabels({resource});
+  }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
 
   const auto watch_restart = [this](const char* resource) {
@@ -78,8 +84,8 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
                                     [this](const json& o) { EnqueueOwner(o); },
                                     watch_restart(resource)};
   };
-  pods_ = std::make_unique<kube::Informer>(client_, kube::kPods, child_options,
-                                           child_handlers("pods"));
+  pods_ =
+      std::make_unique<kube::Informer>(client_, kube::kPods, child_options, child_handlers("pods"));
   services_ = std::make_unique<kube::Informer>(client_, kube::kServices, child_options,
                                                child_handlers("services"));
   config_maps_ = std::make_unique<kube::Informer>(client_, kube::kConfigMaps, child_options,
@@ -208,8 +214,8 @@ absl::Status JobController::WriteStatus(const api::CoordinatedJob& job,
                                         const api::JobStatus& status) {
   json object = job.object;
   object["status"] = api::StatusToJson(status);
-  auto updated = client_->Replace(kube::kCoordinatedJobs, job.namespace_name, job.name, object,
-                                  "status");
+  auto updated =
+      client_->Replace(kube::kCoordinatedJobs, job.namespace_name, job.name, object, "status");
   if (!updated.ok()) return updated.status();
   (*updated)["kind"] = api::kKind;
   jobs_->Upsert(*updated);
@@ -223,17 +229,16 @@ absl::Status JobController::FailInvalid(const json& object, const std::string& m
   json updated = object;
   const std::string now = api::FormatRfc3339(absl::Now());
   const int64_t generation = object.value("/metadata/generation"_json_pointer, int64_t{0});
-  updated["status"] = {
-      {"phase", api::phase::kFailed},
-      {"restarts", 0},
-      {"completionTime", now},
-      {"observedGeneration", generation},
-      {"conditions", json::array({{{"type", kConditionFailed},
-                                   {"status", "True"},
-                                   {"reason", "InvalidSpec"},
-                                   {"message", message},
-                                   {"lastTransitionTime", now},
-                                   {"observedGeneration", generation}}})}};
+  updated["status"] = {{"phase", api::phase::kFailed},
+                       {"restarts", 0},
+                       {"completionTime", now},
+                       {"observedGeneration", generation},
+                       {"conditions", json::array({{{"type", kConditionFailed},
+                                                    {"status", "True"},
+                                                    {"reason", "InvalidSpec"},
+                                                    {"message", message},
+                                                    {"lastTransitionTime", now},
+                                                    {"observedGeneration", generation}}})}};
   auto written = client_->Replace(kube::kCoordinatedJobs, kube::Namespace(object),
                                   kube::Name(object), updated, "status");
   if (!written.ok()) return written.status();
@@ -330,8 +335,7 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     kube::DeleteOptions options;
     options.propagation_policy = "Background";
     options.precondition_uid = job.uid;
-    absl::Status s =
-        client_->Delete(kube::kCoordinatedJobs, job.namespace_name, job.name, options);
+    absl::Status s = client_->Delete(kube::kCoordinatedJobs, job.namespace_name, job.name, options);
     if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
   }
   return first_error;
@@ -340,31 +344,31 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
 void JobController::RecordEvent(const json& involved, const std::string& type,
                                 const std::string& reason, const std::string& message) {
   const std::string ns = kube::Namespace(involved);
-  json event = {
-      {"apiVersion", "v1"},
-      {"kind", "Event"},
-      {"metadata", {{"generateName", kube::Name(involved) + "."}, {"namespace", ns}}},
-      {"involvedObject",
-       {{"apiVersion", api::kApiVersion},
-        {"kind", api::kKind},
-        {"name", kube::Name(involved)},
-        {"namespace", ns},
-        {"uid", kube::Uid(involved)}}},
-      {"type", type},
-      {"reason", reason},
-      {"message", message.substr(0, 1024)},
-      {"firstTimestamp", api::FormatRfc3339(absl::Now())},
-      {"lastTimestamp", api::FormatRfc3339(absl::Now())},
-      {"count", 1},
-      {"source", {{"component", "cohort-operator"}}},
-      {"reportingComponent", "cohort.dev/operator"},
-      {"reportingInstance", options_.identity}};
+  json event = {{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"generateName", kube::Name(involved) + "."}, {"namespace", ns}}},
+                {"involvedObject",
+                 {{"apiVersion", api::kApiVersion},
+                  {"kind", api::kKind},
+                  {"name", kube::Name(involved)},
+                  {"namespace", ns},
+                  {"uid", kube::Uid(involved)}}},
+                {"type", type},
+                {"reason", reason},
+                {"message", message.substr(0, 1024)},
+                {"firstTimestamp", api::FormatRfc3339(absl::Now())},
+                {"lastTimestamp", api::FormatRfc3339(absl::Now())},
+                {"count", 1},
+                {"source", {{"component", "cohort-operator"}}},
+                {"reportingComponent", "cohort.dev/operator"},
+                {"reportingInstance", options_.identity}};
   auto s = client_->Create(kube::kEvents, ns, event);
-  if (!s.ok()) spdlog::debug("event for {}/{}: {}", ns, kube::Name(involved), s.status().ToString());
+  if (!s.ok())
+    spdlog::debug("event for {}/{}: {}", ns, kube::Name(involved), s.status().ToString());
 }
 
 std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
-  static const char* kPhases[] = {api::phase::kPending,   api::phase::kRunning,
+  static const char* kPhases[] = {api::phase::kPending,    api::phase::kRunning,
                                   api::phase::kRestarting, api::phase::kSucceeded,
                                   api::phase::kFailed,     api::phase::kSuspended};
   CollectedFamily by_phase{"cohort_operator_jobs", "CoordinatedJobs by phase.", "gauge", {}};
@@ -373,7 +377,9 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
                             "gauge",
                             {}};
   CollectedFamily restarts{"cohort_operator_job_restarts",
-                           "Gang restarts of each CoordinatedJob (status.restarts).", "gauge", {}};
+                           "Gang restarts of each CoordinatedJob (status.restarts).",
+                           "gauge",
+                           {}};
   CollectedFamily watched{"cohort_operator_coordinators_watched",
                           "Coordinators the operator follows through cluster snapshots.",
                           "gauge",
@@ -385,11 +391,12 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       counts[p]++;
       const std::string ns = kube::Namespace(o), name = kube::Name(o);
       for (const char* candidate : kPhases) {
-        job_phase.samples.push_back(
-            {{{"namespace", ns}, {"cjob", name}, {"phase", candidate}}, p == candidate ? 1.0 : 0.0});
+        job_phase.samples.push_back({{{"namespace", ns}, {"cjob", name}, {"phase", candidate}},
+                                     p == candidate ? 1.0 : 0.0});
       }
-      restarts.samples.push_back({{{"namespace", ns}, {"cjob", name}},
-                                  static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
+      restarts.samples.push_back(
+          {{{"namespace", ns}, {"cjob", name}},
+           static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
     }
   }
   for (const char* p : kPhases) {

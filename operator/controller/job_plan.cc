@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <map>
 
-#include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace cohort::controller {
 namespace {
@@ -106,7 +106,8 @@ ObservedPod ObservePod(const json& pod) {
   p.role = labels.value(kRoleLabel, "");
   p.index = IntLabel(labels, kIndexLabel);
   p.restart = IntLabel(labels, kRestartLabel);
-  p.terminating = metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
+  p.terminating =
+      metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
   const json status = pod.value("status", json::object());
   p.phase = status.value("phase", "");
   p.pod_ip = status.value("podIP", "");
@@ -243,8 +244,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   if (st.phase == phase::kRunning) {
     for (int i = 0; i < replicas; ++i) {
       if (!workers[i] || (workers[i]->terminating && !workers[i]->exit_code)) {
-        signals.push_back(absl::StrCat("worker ", i, " pod ", WorkerPodName(job, i),
-                                       " was deleted"));
+        signals.push_back(
+            absl::StrCat("worker ", i, " pod ", WorkerPodName(job, i), " was deleted"));
         if (exits.empty()) cause = "WorkerLost";
       }
     }
@@ -262,8 +263,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
       signals.push_back(absl::StrCat(e.auxiliary ? "the sidecar task " : "task ", e.task,
                                      " is in error: ", e.message));
     }
-    if (!observed.coordinator->errors.empty() && exits.empty() && signals.size() ==
-        observed.coordinator->errors.size()) {
+    if (!observed.coordinator->errors.empty() && exits.empty() &&
+        signals.size() == observed.coordinator->errors.size()) {
       cause = "TaskError";
     }
   }
@@ -295,7 +296,22 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
         }
       }
     }
-    const std::string what = first_exit.empty() ? signals.front() : first_exit;
+    // An error the coordinator holds that is not a workload's exit came first: the exits
+    // that follow are the tasks stopping because of it.
+    std::string infra;
+    if (observed.coordinator) {
+      for (const auto& e : observed.coordinator->errors) {
+        if (e.IsWorkloadExitReport()) continue;
+        infra = absl::StrCat(e.auxiliary ? "the sidecar task " : "task ", e.task,
+                             " is in error: ", e.message);
+        cause = "TaskError";
+        permanent = false;
+        break;
+      }
+    }
+    const std::string what = !infra.empty()       ? infra
+                             : first_exit.empty() ? signals.front()
+                                                  : first_exit;
     if (permanent) {
       P.Finish(false, "WorkerFailed",
                absl::StrCat(what, ", which failurePolicy counts as permanent"));
@@ -303,9 +319,9 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     }
     if (gang >= job.spec.failure_policy.max_restarts) {
       P.Finish(false, "MaxRestartsExceeded",
-               absl::StrCat("the gang failed after ", gang, " restart",
-                            gang == 1 ? "" : "s", " (failurePolicy.maxRestarts ",
-                            job.spec.failure_policy.max_restarts, "); last failure: ", what));
+               absl::StrCat("the gang failed after ", gang, " restart", gang == 1 ? "" : "s",
+                            " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
+                            "); last failure: ", what));
       return std::move(P.plan);
     }
     st.restarts = gang + 1;
@@ -351,10 +367,9 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     P.Condition(kConditionReady, true, "AllWorkersReady",
                 absl::StrCat("all ", replicas, " workers are ready"));
   } else {
-    const std::string waiting =
-        !coordinator || !coordinator->ready
-            ? "waiting for the coordinator pod to be ready"
-            : absl::StrCat(ready, " of ", replicas, " workers are ready");
+    const std::string waiting = !coordinator || !coordinator->ready
+                                    ? "waiting for the coordinator pod to be ready"
+                                    : absl::StrCat(ready, " of ", replicas, " workers are ready");
     P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
   }
   return std::move(P.plan);

@@ -20,10 +20,10 @@ namespace cohort::controller {
 // A pod of the job as the plan needs to see it.
 struct ObservedPod {
   std::string name;
-  std::string role;     // "coordinator" or "worker"
-  int index = -1;       // worker index
-  int restart = -1;     // the gang it belongs to (label cohort.dev/restart)
-  std::string phase;    // Pending, Running, Succeeded, Failed, Unknown
+  std::string role;   // "coordinator" or "worker"
+  int index = -1;     // worker index
+  int restart = -1;   // the gang it belongs to (label cohort.dev/restart)
+  std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
   bool terminating = false;
   bool ready = false;
   std::string pod_ip;
@@ -42,7 +42,11 @@ struct CoordinatorView {
   struct TaskError {
     std::string task;  // "/job:worker/task:3"
     bool auxiliary = false;
+    int code = 0;  // google.rpc.Code
     std::string message;
+    // A sidecar's report that its workload exited (UNAVAILABLE from an auxiliary task):
+    // the worker's exit code, not this error, says what happened.
+    bool IsWorkloadExitReport() const { return auxiliary && code == 14; }
   };
   std::vector<TaskError> errors;  // tasks in ERROR
 };
@@ -87,8 +91,10 @@ inline constexpr char kConditionSuspended[] = "Suspended";
 // - A failure is a worker exiting non-zero, a worker or the coordinator pod lost, or a task
 //   in error at the coordinator. Once one is seen, the plan waits `failure_settle` for the
 //   rest of the gang to report, then looks at the workers that exited first (within a second
-//   of the earliest): if any of them has a retryable exit code (or the failure did not come
-//   from an exit at all) the gang restarts, else the job fails. This is what makes a killed
+//   of the earliest): if any of them has a retryable exit code, or a task is in error at the
+//   coordinator for another reason than its workload exiting (a GPU fault, a missed
+//   heartbeat), or the failure did not come from an exit at all, the gang restarts; else
+//   the job fails. This is what makes a killed
 //   worker (137) restart the job even though its peers then exit 1 because their
 //   coordination service told them a task failed, while a worker's own exit 1 fails the job.
 // - Restarts stop at failurePolicy.maxRestarts: the job fails with reason MaxRestartsExceeded.

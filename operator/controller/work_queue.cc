@@ -78,8 +78,8 @@ std::optional<std::string> WorkQueue::Get() {
       cv_.wait(lock);
     } else {
       const absl::Duration wait = delayed_.begin()->first - absl::Now();
-      cv_.wait_for(lock, std::chrono::microseconds(
-                             std::max<int64_t>(1, absl::ToInt64Microseconds(wait))));
+      cv_.wait_for(
+          lock, std::chrono::microseconds(std::max<int64_t>(1, absl::ToInt64Microseconds(wait))));
     }
   }
   std::string key = queue_.front();

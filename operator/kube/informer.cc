@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort::kube {
@@ -32,7 +32,9 @@ Informer::Informer(KubeClient* client, Resource resource, Options options, Handl
 
 Informer::~Informer() { Stop(); }
 
-void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+void Informer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Informer::Stop() {
   stop_ = true;
@@ -148,10 +150,9 @@ void Informer::Run() {
     }
     // Watch until the version is gone or an error; a normal end (timeout) watches again.
     while (!stop_) {
-      absl::Status s =
-          client_->Watch(resource_, options_.namespace_name, options_.selector, rv,
-                         options_.watch_timeout_seconds,
-                         [&](const WatchEvent& e) { Apply(e, &rv); });
+      absl::Status s = client_->Watch(resource_, options_.namespace_name, options_.selector, rv,
+                                      options_.watch_timeout_seconds,
+                                      [&](const WatchEvent& e) { Apply(e, &rv); });
       if (stop_ || absl::IsCancelled(s)) return;
       if (s.ok()) {
         backoff = std::chrono::milliseconds(500);

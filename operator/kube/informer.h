@@ -71,8 +71,8 @@ class Informer {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<std::string, json> objects_;                     // "ns/name" -> object
-  std::map<std::string, std::set<std::string>> index_;      // "ns/value" -> keys
+  std::map<std::string, json> objects_;                 // "ns/name" -> object
+  std::map<std::string, std::set<std::string>> index_;  // "ns/value" -> keys
   std::atomic<bool> synced_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -71,9 +71,9 @@ absl::Status StatusFromResponse(int http_status, const std::string& body) {
     reason = status.value("reason", "");
   }
   if (message.empty()) message = body.substr(0, 512);
-  return absl::Status(CodeForHttp(http_status, reason),
-                      absl::StrCat("HTTP ", http_status, reason.empty() ? "" : " ", reason, ": ",
-                                   message));
+  return absl::Status(
+      CodeForHttp(http_status, reason),
+      absl::StrCat("HTTP ", http_status, reason.empty() ? "" : " ", reason, ": ", message));
 }
 
 std::string Name(const json& o) { return o.value("/metadata/name"_json_pointer, ""); }
@@ -95,15 +95,15 @@ http_client_config MakeConfig(const KubeConfig& config, std::chrono::seconds tim
   http_client_config cfg;
   cfg.set_timeout(timeout);
   cfg.set_validate_certificates(!config.insecure_skip_tls_verify);
-  const std::string ca = config.ca_pem, cert = config.client_cert_pem,
-                    key = config.client_key_pem;
+  const std::string ca = config.ca_pem, cert = config.client_cert_pem, key = config.client_key_pem;
   cfg.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
     boost::system::error_code ignored;
     if (ca.empty()) {
       ctx.set_default_verify_paths(ignored);
     } else {
       ctx.add_certificate_authority(boost::asio::buffer(ca.data(), ca.size()), ignored);
-      if (ignored) spdlog::error("kube client: the CA certificate cannot be used: {}", ignored.message());
+      if (ignored)
+        spdlog::error("kube client: the CA certificate cannot be used: {}", ignored.message());
     }
     if (!cert.empty()) {
       boost::system::error_code error;
@@ -112,7 +112,8 @@ http_client_config MakeConfig(const KubeConfig& config, std::chrono::seconds tim
         ctx.use_private_key(boost::asio::buffer(key.data(), key.size()),
                             boost::asio::ssl::context::pem, error);
       }
-      if (error) spdlog::error("kube client: the client certificate cannot be used: {}", error.message());
+      if (error)
+        spdlog::error("kube client: the client certificate cannot be used: {}", error.message());
     }
   });
   return cfg;
@@ -122,8 +123,8 @@ http_client_config MakeConfig(const KubeConfig& config, std::chrono::seconds tim
 
 KubeClient::KubeClient(KubeConfig config, Options options)
     : config_(std::move(config)), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
-  impl_->client = std::make_unique<http_client>(config_.server,
-                                                MakeConfig(config_, options_.request_timeout));
+  impl_->client =
+      std::make_unique<http_client>(config_.server, MakeConfig(config_, options_.request_timeout));
   // A watch that sees nothing for this long is dead; the server ends ours well before.
   impl_->watch_client =
       std::make_unique<http_client>(config_.server, MakeConfig(config_, std::chrono::seconds(600)));
@@ -147,8 +148,7 @@ std::string KubeClient::Path(const Resource& r, const std::string& ns, const std
 
 absl::StatusOr<json> KubeClient::Request(const std::string& method,
                                          const std::string& path_and_query,
-                                         const std::string& content_type,
-                                         const std::string& body) {
+                                         const std::string& content_type, const std::string& body) {
   if (shut_down_) return absl::CancelledError("the Kubernetes client is shut down");
   auto token = CurrentToken(config_);
   if (!token.ok()) return token.status();
@@ -199,8 +199,7 @@ absl::StatusOr<json> KubeClient::List(const Resource& r, const std::string& ns,
       for (auto& item : (*list)["items"]) all["items"].push_back(std::move(item));
       all["metadata"]["resourceVersion"] = ResourceVersion(*list);
     }
-    std::string next =
-        all.value("/metadata/continue"_json_pointer, std::string());
+    std::string next = all.value("/metadata/continue"_json_pointer, std::string());
     if (options.limit <= 0 || next.empty()) break;
     page.continue_token = next;
     all["metadata"].erase("continue");
@@ -220,8 +219,8 @@ absl::StatusOr<json> KubeClient::Replace(const Resource& r, const std::string& n
 }
 
 absl::StatusOr<json> KubeClient::Patch(const Resource& r, const std::string& ns,
-                                       const std::string& name, PatchType type,
-                                       const json& patch, const std::string& subresource) {
+                                       const std::string& name, PatchType type, const json& patch,
+                                       const std::string& subresource) {
   const char* content_type = type == PatchType::kMerge ? "application/merge-patch+json"
                              : type == PatchType::kStrategicMerge
                                  ? "application/strategic-merge-patch+json"
@@ -240,9 +239,8 @@ absl::Status KubeClient::Delete(const Resource& r, const std::string& ns, const 
   return Request("DELETE", Path(r, ns, name), "application/json", body.dump()).status();
 }
 
-absl::Status KubeClient::Watch(const Resource& r, const std::string& ns,
-                               const ListOptions& options, const std::string& resource_version,
-                               int timeout_seconds,
+absl::Status KubeClient::Watch(const Resource& r, const std::string& ns, const ListOptions& options,
+                               const std::string& resource_version, int timeout_seconds,
                                const std::function<void(const WatchEvent&)>& on_event) {
   if (shut_down_) return absl::CancelledError("the Kubernetes client is shut down");
   auto token = CurrentToken(config_);
@@ -261,8 +259,7 @@ absl::Status KubeClient::Watch(const Resource& r, const std::string& ns,
   request.headers().add("User-Agent", options_.user_agent);
   if (!token->empty()) request.headers().add("Authorization", "Bearer " + *token);
   try {
-    http_response response =
-        impl_->watch_client->request(request, impl_->cancel.get_token()).get();
+    http_response response = impl_->watch_client->request(request, impl_->cancel.get_token()).get();
     if (response.status_code() != 200) {
       return StatusFromResponse(response.status_code(), response.extract_utf8string(true).get());
     }

@@ -53,7 +53,8 @@ absl::StatusOr<std::string> DataOrFile(const YAML::Node& node, const std::string
   fs::path p(file);
   if (p.is_relative()) p = dir / p;
   auto text = ReadFile(p.string());
-  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
+  if (!text.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
   return *text;
 }
 
@@ -142,8 +143,8 @@ absl::StatusOr<KubeConfig> LoadInClusterConfig(const std::string& root) {
   config.server = absl::StrCat("https://", h, ":", port);
   config.token_file = root + "/token";
   if (!fs::exists(config.token_file)) {
-    return absl::FailedPreconditionError(absl::StrCat("no service-account token at ",
-                                                      config.token_file));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no service-account token at ", config.token_file));
   }
   auto ca = ReadFile(root + "/ca.crt");
   if (!ca.ok()) return ca.status();

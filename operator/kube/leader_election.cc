@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort::kube {
@@ -139,8 +139,9 @@ void LeaderElector::Release() {
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   auto s = client_->Replace(kLeases, options_.namespace_name, options_.lease_name, lease);
-  if (s.ok()) spdlog::info("leader election: released lease {}/{}", options_.namespace_name,
-                           options_.lease_name);
+  if (s.ok())
+    spdlog::info("leader election: released lease {}/{}", options_.namespace_name,
+                 options_.lease_name);
   leader_ = false;
 }
 

@@ -22,12 +22,13 @@ CHART = os.path.join(ROOT, "charts", "cohort")
 
 # The operator's API use (its contract); RBAC must grant exactly this.
 EXPECTED_RULES = sorted([
-    ("cohort.dev", "coordinatedjobs", ("delete", "get", "list", "patch", "update", "watch")),
-    ("cohort.dev", "coordinatedjobs/status", ("get", "patch", "update")),
+    ("cohort.dev", "coordinatedjobs", ("delete", "get", "list", "watch")),
+    ("cohort.dev", "coordinatedjobs/status", ("get", "update")),
+    ("cohort.dev", "coordinatedjobs/finalizers", ("update",)),
     ("", "pods", ("create", "delete", "get", "list", "watch")),
-    ("", "services", ("create", "delete", "get", "list", "watch")),
-    ("", "configmaps", ("create", "delete", "get", "list", "watch")),
-    ("", "events", ("create", "patch")),
+    ("", "services", ("create", "get", "list", "watch")),
+    ("", "configmaps", ("create", "get", "list", "watch")),
+    ("", "events", ("create",)),
 ])
 
 failures = 0

@@ -15,8 +15,7 @@ namespace phase = api::phase;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
-api::CoordinatedJob Job(int replicas = 3, const std::string& status_phase = "",
-                        int restarts = 0) {
+api::CoordinatedJob Job(int replicas = 3, const std::string& status_phase = "", int restarts = 0) {
   json object = {
       {"apiVersion", "cohort.dev/v1alpha1"},
       {"kind", "CoordinatedJob"},
@@ -77,8 +76,8 @@ Observed Everything(std::vector<ObservedPod> pods) {
 
 std::vector<std::string> Names(const std::vector<json>& objects) {
   std::vector<std::string> out;
-  for (const auto& o : objects) out.push_back(o["kind"].get<std::string>() + "/" +
-                                              o["metadata"]["name"].get<std::string>());
+  for (const auto& o : objects)
+    out.push_back(o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
   return out;
 }
 
@@ -159,8 +158,8 @@ TEST(JobPlanTest, EveryWorkerExitingZeroSucceedsAndStopsTheCoordinatorOnly) {
 TEST(JobPlanTest, Worker0PolicySucceedsWhenWorker0ExitsZero) {
   auto job = Job(3, phase::kRunning);
   job.spec.success_policy = api::SuccessPolicy::kWorker0;
-  Plan plan = PlanJob(job, Everything({Coordinator(), Exited(0, 0), Worker(1), Worker(2)}),
-                      Settings());
+  Plan plan =
+      PlanJob(job, Everything({Coordinator(), Exited(0, 0), Worker(1), Worker(2)}), Settings());
   EXPECT_EQ(plan.status.phase, phase::kSucceeded);
   EXPECT_EQ(Cond(plan, kConditionSucceeded)->reason, "Worker0Succeeded");
   EXPECT_EQ(Sorted(plan.delete_pods),
@@ -242,8 +241,8 @@ TEST(JobPlanTest, ExitCodeListsOverrideTheDefaultRule) {
 
 TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
   auto job = Job(2, phase::kRunning, /*restarts=*/3);
-  Observed o = Everything({Coordinator(3), Exited(0, 137, kNow - absl::Seconds(5), 3),
-                           Worker(1, 3)});
+  Observed o =
+      Everything({Coordinator(3), Exited(0, 137, kNow - absl::Seconds(5), 3), Worker(1, 3)});
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(job, o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kFailed);
@@ -253,7 +252,7 @@ TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
 
 TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
-  o.coordinator = CoordinatorView{1, {{"/job:sidecar/task:1", true, "GPU 0 reported XID 79"}}};
+  o.coordinator = CoordinatorView{1, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
@@ -261,6 +260,28 @@ TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
   EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
             "gang restart 1 of at most 3: the sidecar task /job:sidecar/task:1 is in error: GPU 0 "
             "reported XID 79");
+}
+
+TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {
+  // The coordinator told every task of the GPU fault; they all stopped with exit 1.
+  Observed o = Everything({Coordinator(), Exited(0, 1), Exited(1, 1)});
+  o.coordinator = CoordinatorView{0, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}};
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "TaskError");
+}
+
+TEST(JobPlanTest, ASidecarsReportOfAPermanentExitStillFailsTheJob) {
+  // The sidecar saw worker 0's workload exit 1 and reported it (UNAVAILABLE); the exit code
+  // decides, not the report.
+  Observed o = Everything({Coordinator(), Exited(0, 1), Exited(1, 1)});
+  o.coordinator = CoordinatorView{
+      0, {{"/job:sidecar/task:0", true, 14, "/job:worker/task:0 failed: workload exited"}}};
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "WorkerFailed");
 }
 
 TEST(JobPlanTest, ALostCoordinatorRestartsTheGang) {
@@ -288,8 +309,8 @@ TEST(JobPlanTest, TheNextGangStartsOnlyAfterTheOldPodsAreGone) {
   ObservedPod old_coordinator = Coordinator(0);
   old_coordinator.terminating = true;
   ObservedPod old_worker = Worker(0, 0);
-  Plan plan = PlanJob(Job(2, phase::kRestarting, 1), Everything({old_coordinator, old_worker}),
-                      Settings());
+  Plan plan =
+      PlanJob(Job(2, phase::kRestarting, 1), Everything({old_coordinator, old_worker}), Settings());
   EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-worker-0"});
   EXPECT_TRUE(plan.create.empty());  // the coordinator's name is still taken
   EXPECT_EQ(plan.status.phase, phase::kRestarting);

@@ -47,8 +47,8 @@ contexts:
 users:
 - name: u1
   user: {client-certificate-data: )" + absl::Base64Escape("CERT") +
-                                                        R"(, client-key-data: )" +
-                                                        absl::Base64Escape("KEY") + R"(}
+                                               R"(, client-key-data: )" +
+                                               absl::Base64Escape("KEY") + R"(}
 - name: u2
   user: {token: abc}
 )");

@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# cohort-operator end to end on the local cluster's real kube-apiserver, with real pods run
+# by the pod runner: a job succeeds; a worker killed mid-run restarts the gang, which then
+# succeeds with restarts=1; a permanent exit fails the job; restarts stop at maxRestarts; a
+# task in error at the coordinator restarts the gang; the coordinator pod deleted mid-run
+# restarts the gang; an operator restarted mid-job creates no duplicate pods and keeps the
+# status right; suspend and resume; the deadline; an invalid job is refused by the API
+# server; two operators elect one leader and the standby takes over.
+# Brings the cluster up if it is not (and down again at the end if it did).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LC="$ROOT/tools/local-cluster"
+KUBECTL="$ROOT/build/tools/bin/kubectl"
+BIN="$ROOT/build/bin"
+NS="operator-test-$$"
+WORK=$(mktemp -d)
+passed=0
+failed=0
+started_here=0
+OPERATOR_PIDS=()
+
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1${2:+: $2}"
+}
+k() { "$KUBECTL" -n "$NS" "$@"; }
+field() { k get cjob "$1" -o jsonpath="$2" 2>/dev/null; }
+
+start_operator() {  # start_operator NAME [flags...]: runs in the background, logs to $WORK/NAME.log
+  local name=$1
+  shift
+  "$BIN/cohort-operator" --namespace "$NS" --workload-liveness none --failure-settle 1s \
+    --coordinator-poll 200ms "$@" >"$WORK/$name.log" 2>&1 &
+  OPERATOR_PIDS+=($!)
+  echo $!
+}
+stop_pid() { kill -TERM "$1" 2>/dev/null && wait "$1" 2>/dev/null; }
+
+cleanup() {
+  for pid in "${OPERATOR_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
+  if [[ $failed -gt 0 ]]; then
+    for f in "$WORK"/*.log; do
+      echo "---- $(basename "$f") (last 40 lines)"
+      tail -n 40 "$f"
+    done
+  fi
+  rm -rf "$WORK"
+}
+
+# wait_for JOB JSONPATH VALUE SECONDS: polls the job's field until it equals VALUE.
+wait_for() {
+  local deadline=$((SECONDS + $4)) got
+  while ((SECONDS < deadline)); do
+    got=$(field "$1" "$2")
+    [[ "$got" == "$3" ]] && return 0
+    sleep 0.2
+  done
+  echo "  $1 $2 is '$got', wanted '$3' (status: $(field "$1" '{.status}'))"
+  return 1
+}
+
+# The host process of a pod's workload container (the pod runner runs containers as
+# processes; the agent example is the workload in these jobs).
+workload_pid() {
+  local pod=$1 d
+  for d in /proc/[0-9]*; do
+    [[ "$(readlink "$d/exe" 2>/dev/null)" == "$BIN/cohort-agent-example" ]] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "POD_NAME=$pod"; then
+      basename "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+
+job() {  # job NAME REPLICAS STEPS [extra spec yaml lines]: applies a CoordinatedJob
+  local name=$1 replicas=$2 steps=$3 extra=${4:-}
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $name
+spec:
+  replicas: $replicas
+$extra
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "$steps", --step-seconds, "0.5"]
+YAML
+}
+
+pod_uids() { k get pods -l "cohort.dev/job=$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
+
+if ! "$LC" status >/dev/null 2>&1; then
+  started_here=1
+  line=$("$LC" up | tail -n 1) || { echo "operator test: the local cluster did not come up"; exit 1; }
+else
+  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
+fi
+export "${line?}"
+trap cleanup EXIT
+"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
+  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
+  { echo "operator test: the CRD does not install"; exit 1; }
+"$KUBECTL" create namespace "$NS" >/dev/null
+
+OP=$(start_operator operator --leader-elect=false --http-listen 127.0.0.1:0)
+
+# ---- 1. The quickstart job succeeds.
+k apply -f "$ROOT/examples/quickstart.yaml" >/dev/null
+if wait_for quickstart '{.status.phase}' Succeeded 90; then
+  got=$(field quickstart '{.status.restarts} {.status.tasks.succeeded}/{.status.tasks.total} {.status.conditions[?(@.type=="Succeeded")].reason}')
+  if [[ "$got" == "0 4/4 AllWorkersSucceeded" ]]; then
+    pass "examples/quickstart.yaml: four workers succeed (restarts 0, 4/4 succeeded)"
+  else
+    fail "quickstart status" "$got"
+  fi
+  events=$(k get events --field-selector involvedObject.name=quickstart -o jsonpath='{range .items[*]}{.reason} {end}')
+  if [[ "$events" == *Pending* && "$events" == *CreatedPods* && "$events" == *Running* && "$events" == *AllWorkersSucceeded* ]]; then
+    pass "Events record each decision ($events)"
+  else
+    fail "Events" "$events"
+  fi
+  owners=$(k get pods,services,configmaps -l cohort.dev/job=quickstart -o jsonpath='{range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {end}')
+  if [[ -n "$owners" && "$(tr ' ' '\n' <<<"$owners" | sort -u | xargs)" == "CoordinatedJob/true" ]]; then
+    pass "every child is owned by its CoordinatedJob"
+  else
+    fail "owner references" "$owners"
+  fi
+else
+  fail "examples/quickstart.yaml succeeds"
+fi
+
+# ---- 2. A worker killed mid-run: gang restart, then success with restarts=1.
+job kill 4 16
+if wait_for kill '{.status.phase}' Running 60; then
+  sleep 1.5
+  before=$(pod_uids kill)
+  pid=$(workload_pid kill-worker-2)
+  if [[ -n "$pid" ]] && kill -KILL "$pid"; then
+    if wait_for kill '{.status.phase}' Succeeded 90; then
+      got=$(field kill '{.status.restarts} {.status.conditions[?(@.type=="Restarting")].message}')
+      after=$(pod_uids kill)
+      if [[ "$got" == "1 gang 1 is running" || "$got" == 1* ]] && [[ "$before" != "$after" ]]; then
+        pass "a worker SIGKILLed mid-run restarts the gang, which succeeds (restarts 1)"
+      else
+        fail "kill: restarts" "$got"
+      fi
+      reason=$(k get events --field-selector involvedObject.name=kill,reason=GangRestart -o jsonpath='{.items[0].message}')
+      if [[ "$reason" == *"worker 2 exited with code 137 (signal 9)"* ]]; then
+        pass "the restart names its cause: $reason"
+      else
+        fail "the restart's cause" "$reason"
+      fi
+    else
+      fail "kill: the job succeeds after the restart"
+    fi
+  else
+    fail "kill: found the workload process of kill-worker-2"
+  fi
+else
+  fail "kill: the job runs"
+fi
+
+# ---- 3. A permanent exit code fails the job at once.
+k apply -f - >/dev/null <<'YAML'
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: permanent
+spec:
+  replicas: 3
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          command: [sh, -c]
+          args:
+            - |
+              if [ "$COHORT_TASK_ID" = 1 ]; then sleep 2; echo "bad input"; exit 3; fi
+              exec cohort-agent-example --steps 40 --step-seconds 0.5
+YAML
+if wait_for permanent '{.status.phase}' Failed 60; then
+  got=$(field permanent '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+  if [[ "$got" == "0 WorkerFailed: worker 1 exited with code 3, which failurePolicy counts as permanent" ]]; then
+    pass "a permanent exit (code 3) fails the job without a restart: $got"
+  else
+    fail "permanent: status" "$got"
+  fi
+  sleep 3
+  left=$(k get pods -l cohort.dev/job=permanent -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}')
+  if [[ "$left" != *Running* ]]; then
+    pass "the failed job's running pods are stopped ($left)"
+  else
+    fail "permanent: pods still running" "$left"
+  fi
+else
+  fail "permanent: the job fails"
+fi
+
+# ---- 4. Restarts stop at maxRestarts.
+job crashy 2 5 "  failurePolicy: {maxRestarts: 1}"
+k patch cjob crashy --type merge -p '{"spec":{"template":{"spec":{"containers":[{"name":"worker","image":"ghcr.io/cohort/cohort-agent-example:0.1.0","args":["--steps","5","--step-seconds","0.3","--exit-at-step","1","--exit-code","137"]}]}}}}' >/dev/null
+if wait_for crashy '{.status.phase}' Failed 90; then
+  got=$(field crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')
+  if [[ "$got" == "1 MaxRestartsExceeded" ]]; then
+    pass "a gang failing again after maxRestarts (1) ends Failed, reason MaxRestartsExceeded"
+  else
+    fail "crashy: status" "$got"
+  fi
+else
+  fail "crashy: the job fails"
+fi
+
+# ---- 5. A task in error at the coordinator (here reported through cohortctl, as a sidecar
+# reports a GPU fault) restarts the gang; the operator learns it from the coordinator.
+job taskerror 2 30
+if wait_for taskerror '{.status.phase}' Running 60 && wait_for taskerror '{.status.tasks.registered}' 2 30; then
+  ip=$(k get pod taskerror-coordinator -o jsonpath='{.status.podIP}')
+  if out=$("$BIN/cohortctl" --coordinator "$ip:8476" report-error --task sidecar/1 "injected: GPU 0 fell off the bus" 2>&1); then
+    if wait_for taskerror '{.status.restarts}' 1 30; then
+      msg=$(field taskerror '{.status.conditions[?(@.type=="Restarting")].reason}: {.status.conditions[?(@.type=="Restarting")].message}')
+      if [[ "$msg" == TaskError:*"GPU 0 fell off the bus"* ]]; then
+        pass "a task in error at the coordinator restarts the gang ($msg)"
+      else
+        fail "taskerror: reason" "$msg"
+      fi
+    else
+      fail "taskerror: the gang restarts"
+    fi
+  else
+    fail "taskerror: cohortctl report-error" "$out"
+  fi
+  k delete cjob taskerror --wait=false >/dev/null
+else
+  fail "taskerror: the job runs with 2 tasks registered"
+fi
+
+# ---- 6. The coordinator pod deleted mid-run: gang restart, then success.
+job coordloss 2 14
+if wait_for coordloss '{.status.phase}' Running 60; then
+  sleep 1
+  k delete pod coordloss-coordinator --wait=false >/dev/null
+  if wait_for coordloss '{.status.phase}' Succeeded 90; then
+    got=$(field coordloss '{.status.restarts}')
+    reason=$(k get events --field-selector involvedObject.name=coordloss,reason=GangRestart -o jsonpath='{.items[0].message}')
+    if [[ "$got" == 1 && "$reason" == *"coordinator"* ]]; then
+      pass "the coordinator pod deleted mid-run restarts the gang, which succeeds ($reason)"
+    else
+      fail "coordloss: restarts" "$got / $reason"
+    fi
+  else
+    fail "coordloss: the job succeeds"
+  fi
+else
+  fail "coordloss: the job runs"
+fi
+
+# ---- 7. The operator restarted mid-job: no duplicate pods, status stays right.
+job survive 3 16
+if wait_for survive '{.status.phase}' Running 60; then
+  before=$(pod_uids survive)
+  kill -KILL "$OP"
+  wait "$OP" 2>/dev/null
+  sleep 1
+  OP=$(start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:0)
+  sleep 3
+  after=$(pod_uids survive)
+  count=$(k get pods -l cohort.dev/job=survive --no-headers 2>/dev/null | wc -l)
+  if [[ "$before" == "$after" && $count == 4 ]]; then
+    pass "an operator restarted mid-job adopts the running pods (same 4 pods, same UIDs)"
+  else
+    fail "survive: pods changed" "before '$before' after '$after' ($count pods)"
+  fi
+  if wait_for survive '{.status.phase}' Succeeded 90 && [[ "$(field survive '{.status.restarts}')" == 0 ]]; then
+    pass "the job still succeeds with restarts 0"
+  else
+    fail "survive: the job succeeds with restarts 0"
+  fi
+else
+  fail "survive: the job runs"
+fi
+
+# ---- 8. Suspend and resume; the deadline.
+job pause 2 4 "  suspend: true"
+if wait_for pause '{.status.phase}' Suspended 30; then
+  n=$(k get pods -l cohort.dev/job=pause --no-headers 2>/dev/null | wc -l)
+  k patch cjob pause --type merge -p '{"spec":{"suspend":false}}' >/dev/null
+  if [[ $n == 0 ]] && wait_for pause '{.status.phase}' Succeeded 60; then
+    pass "a suspended job has no pods and runs to success once resumed"
+  else
+    fail "pause: resume" "$n pods while suspended"
+  fi
+else
+  fail "pause: the job is Suspended"
+fi
+job slow 2 100 "  activeDeadlineSeconds: 4"
+if wait_for slow '{.status.phase}' Failed 40; then
+  got=$(field slow '{.status.conditions[?(@.type=="Failed")].reason}')
+  [[ "$got" == DeadlineExceeded ]] && pass "activeDeadlineSeconds fails the job (DeadlineExceeded)" ||
+    fail "slow: reason" "$got"
+else
+  fail "slow: the deadline fails the job"
+fi
+
+# ---- 9. An invalid job is refused by the API server with a clear message.
+out=$(k apply -f - 2>&1 <<'YAML'
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: invalid
+spec:
+  replicas: 0
+  template: {spec: {containers: [{name: w, image: x}]}}
+YAML
+)
+if [[ $? -ne 0 && "$out" == *"spec.replicas"* ]] && ! k get cjob invalid >/dev/null 2>&1; then
+  pass "an invalid CoordinatedJob is refused: $(grep -o 'spec.replicas[^"]*' <<<"$out" | head -n 1)"
+else
+  fail "invalid CoordinatedJob" "$out"
+fi
+
+# ---- 10. Two operators: one leader; the standby takes over when it stops.
+stop_pid "$OP"
+A=$(start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18091)
+sleep 1
+B=$(start_operator leader-b --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18092)
+sleep 3
+leader_of() { curl -s "127.0.0.1:$1/metrics" | awk '$1 == "cohort_operator_leader" {print $2}'; }
+la=$(leader_of 18091)
+lb=$(leader_of 18092)
+holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)
+if [[ "$la" == 1 && "$lb" == 0 && "$holder" == *"_$A" ]]; then
+  pass "two operators: one leader (lease holder $holder), one standby"
+else
+  fail "leader election" "a=$la b=$lb holder=$holder"
+fi
+kill -KILL "$A"  # no release: the standby must wait out the lease
+wait "$A" 2>/dev/null
+start=$SECONDS
+job failover 2 2
+if wait_for failover '{.status.phase}' Succeeded 60; then
+  holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}')
+  if [[ "$holder" == *"_$B" && "$(leader_of 18092)" == 1 ]]; then
+    pass "the standby took the lease after the leader died and ran a job ($((SECONDS - start)) s)"
+  else
+    fail "failover: holder" "$holder"
+  fi
+else
+  fail "failover: the standby runs the job"
+fi
+stop_pid "$B"
+
+echo "operator e2e: $passed passed, $failed failed"
+[[ $failed == 0 ]]
