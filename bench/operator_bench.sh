@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# cohort-operator on the local cluster (tools/local-cluster), three figures:
+#   1. apply -> every worker pod Running (and -> every task registered) for WORKERS (64, 256);
+#   2. a worker SIGKILLed -> the restarted gang Running again (and registered);
+#   3. the operator's memory (RSS) with JOBS (200) CoordinatedJobs of one worker each.
+# Writes one JSON line per figure to bench/results/operator.jsonl. Brings the cluster up
+# if needed (and down again if it did).
+#   WORKERS="64 256" JOBS=200 bash bench/operator_bench.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+KUBECTL=build/tools/bin/kubectl
+BIN=build/bin
+NS=operator-bench-$$
+OUT=bench/results/operator.jsonl
+WORK=$(mktemp -d)
+OPERATOR=""
+started=0
+mkdir -p bench/results
+: >"$OUT"
+
+cleanup() {
+  [[ -n "$OPERATOR" ]] && kill -TERM "$OPERATOR" 2>/dev/null && wait "$OPERATOR" 2>/dev/null
+  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+  # Wait for the pods to go so a next run starts from an idle node.
+  for _ in $(seq 240); do
+    [[ -z "$("$KUBECTL" get pods -n "$NS" --no-headers 2>/dev/null | head -n 1)" ]] && break
+    sleep 1
+  done
+  [[ $started == 1 ]] && tools/local-cluster down >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+elapsed() { python3 -c "print(round($2 - $1, 3))"; }
+emit() { echo "$1" | tee -a "$OUT"; }
+
+tools/local-cluster status >/dev/null 2>&1 || started=1
+line=$(tools/local-cluster up | tail -n 1) || exit 1
+export "${line?}"
+"$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null
+"$KUBECTL" create namespace "$NS" >/dev/null
+$BIN/cohort-operator --namespace "$NS" --leader-elect=false --workload-liveness none \
+  --http-listen 127.0.0.1:0 --log-level warn >"$WORK/operator.log" 2>&1 &
+OPERATOR=$!
+sleep 1
+
+job() {  # job NAME REPLICAS
+  "$KUBECTL" -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata: {name: $1}
+spec:
+  replicas: $2
+  coordinator: {heartbeatTimeout: 60s}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "100000", --step-seconds, "1"]
+YAML
+}
+# wait_until JOB JSONPATH VALUE TIMEOUT: prints the time it became true, or fails
+wait_until() {
+  local deadline=$((SECONDS + $4))
+  while ((SECONDS < deadline)); do
+    [[ "$("$KUBECTL" -n "$NS" get cjob "$1" -o jsonpath="$2" 2>/dev/null)" == "$3" ]] && { now; return 0; }
+    sleep 0.1
+  done
+  echo "operator bench: $1 $2 never became $3" >&2
+  return 1
+}
+workload_pid() {
+  local d
+  for d in /proc/[0-9]*; do
+    [[ "$(readlink "$d/exe" 2>/dev/null)" == "$ROOT/$BIN/cohort-agent-example" ]] || continue
+    tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "POD_NAME=$1" && { basename "$d"; return 0; }
+  done
+  return 1
+}
+rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+for n in ${WORKERS:-64}; do
+  name=gang$n
+  t0=$(now)
+  job "$name" "$n"
+  t_running=$(wait_until "$name" '{.status.phase}' Running 600) || exit 1
+  t_registered=$(wait_until "$name" '{.status.tasks.registered}' "$n" 600) || exit 1
+  emit "{\"scenario\": \"apply_to_running\", \"workers\": $n, \"seconds_to_all_pods_running\": $(elapsed "$t0" "$t_running"), \"seconds_to_all_tasks_registered\": $(elapsed "$t0" "$t_registered")}"
+
+  pid=$(workload_pid "$name-worker-1")
+  t0=$(now)
+  kill -KILL "$pid"
+  t_restarting=$(wait_until "$name" '{.status.restarts}' 1 120) || exit 1
+  t_running=$(wait_until "$name" '{.status.phase}' Running 600) || exit 1
+  t_registered=$(wait_until "$name" '{.status.tasks.registered}' "$n" 600) || exit 1
+  emit "{\"scenario\": \"gang_restart\", \"workers\": $n, \"seconds_to_restart_decided\": $(elapsed "$t0" "$t_restarting"), \"seconds_to_gang_running\": $(elapsed "$t0" "$t_running"), \"seconds_to_all_tasks_registered\": $(elapsed "$t0" "$t_registered"), \"failure_settle_seconds\": 1}"
+  "$KUBECTL" -n "$NS" delete cjob "$name" --wait=false >/dev/null
+  for _ in $(seq 300); do
+    [[ -z "$("$KUBECTL" -n "$NS" get pods --no-headers 2>/dev/null | head -n 1)" ]] && break
+    sleep 1
+  done
+done
+
+jobs=${JOBS:-200}
+if ((jobs > 0)); then
+  rss_idle=$(rss_mib "$OPERATOR")
+  t0=$(now)
+  for i in $(seq 1 "$jobs"); do job "small$i" 1 & ((i % 20 == 0)) && wait; done
+  wait
+  deadline=$((SECONDS + 900))
+  while ((SECONDS < deadline)); do
+    running=$("$KUBECTL" -n "$NS" get cjob -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$')
+    ((running >= jobs)) && break
+    sleep 2
+  done
+  t_all=$(now)
+  sleep 10  # a few coordinator polls and resyncs at steady state
+  cpu=$(ps -o %cpu= -p "$OPERATOR" | tr -d ' ')
+  emit "{\"scenario\": \"operator_memory\", \"jobs\": $jobs, \"jobs_running\": $running, \"pods\": $((jobs * 2)), \"operator_rss_mib_idle\": $rss_idle, \"operator_rss_mib\": $(rss_mib "$OPERATOR"), \"operator_cpu_percent_lifetime\": ${cpu:-0}, \"seconds_until_all_running\": $(elapsed "$t0" "$t_all")}"
+fi
