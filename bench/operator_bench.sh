@@ -82,7 +82,7 @@ workload_pid() {
 }
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
-for n in ${WORKERS:-64}; do
+for n in ${WORKERS-64}; do
   name=gang$n
   t0=$(now)
   job "$name" "$n"
@@ -108,8 +108,13 @@ jobs=${JOBS:-200}
 if ((jobs > 0)); then
   rss_idle=$(rss_mib "$OPERATOR")
   t0=$(now)
-  for i in $(seq 1 "$jobs"); do job "small$i" 1 & ((i % 20 == 0)) && wait; done
-  wait
+  applies=()
+  for i in $(seq 1 "$jobs"); do
+    job "small$i" 1 &
+    applies+=($!)
+    if ((${#applies[@]} == 20)); then wait "${applies[@]}"; applies=(); fi
+  done
+  ((${#applies[@]})) && wait "${applies[@]}"
   deadline=$((SECONDS + 900))
   while ((SECONDS < deadline)); do
     running=$("$KUBECTL" -n "$NS" get cjob -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$')

@@ -103,6 +103,9 @@ refused "an exit code both retryable and permanent" 'an exit code cannot be both
   '{"spec":{"failurePolicy":{"retryableExitCodes":[137],"permanentExitCodes":[1,137]}}}'
 refused "a negative restart limit" 'spec.failurePolicy.maxRestarts' '{"spec":{"failurePolicy":{"maxRestarts":-1}}}'
 refused "no template" 'spec.template: Required value' '{"spec":{"template":null}}'
+refused "a name too long for the pod hostnames" 'metadata.name must start with a lower-case letter and have at most 42' \
+  '{"metadata":{"name":"a-name-that-is-far-too-long-for-worker-hostnames"}}'
+refused "a name that is no DNS-1035 label" 'metadata.name must start with a lower-case letter' '{"metadata":{"name":"1st-job"}}'
 
 echo "crd test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
