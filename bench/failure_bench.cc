@@ -254,6 +254,8 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
   int64_t not_told = all_told.Wait();
   stop_heartbeats = true;
   heartbeats.join();
+  // The last callbacks unwind before the client and its channels go away.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (arrived && not_told == 0) {
     auto [first, last] = std::minmax_element(told.begin() + 1, told.end());
     result.first = std::chrono::duration<double>(*first - fault).count();

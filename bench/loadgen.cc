@@ -8,6 +8,8 @@
 //   kv            set / get / blocking get with --clients closed loops, --value-bytes values
 //   memory        the server's RSS (--pid) per task with three parked calls each
 //   failure       task 0 stops heartbeating; time until every other task's poll returns
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -16,6 +18,20 @@
 #include "bench/scenarios.h"
 #include "bench/task_client.h"
 #include "nlohmann/json.hpp"
+
+namespace {
+
+// Prints the result and leaves without running destructors: gRPC's threads may still be
+// unwinding from the last callbacks, and tearing the channels down under them can crash
+// the process after the measurement is done (and before a buffered stdout is written).
+[[noreturn]] void Emit(const nlohmann::json& out, int status) {
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(status);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace cohort::bench;
@@ -65,8 +81,7 @@ int main(int argc, char** argv) {
     out.erase("tasks");
     auto driver = MakeEtcdKvDriver(address, o.channels, o.clients);
     out.update(KeyValueLoad(*driver, o));
-    std::printf("%s\n", out.dump().c_str());
-    return 0;
+    Emit(out, 0);
   }
   auto client = MakeTaskClient(protocol, address, o.channels, job);
   if (!client) {
@@ -78,10 +93,7 @@ int main(int argc, char** argv) {
   } else {
     nlohmann::json reg = RegisterAll(*client, o);
     out.update(reg);
-    if (reg["register_failed"].get<int64_t>() > 0) {
-      std::printf("%s\n", out.dump().c_str());
-      return 1;
-    }
+    if (reg["register_failed"].get<int64_t>() > 0) Emit(out, 1);
     if (scenario == "register") {
       // RegisterAll is the measurement.
     } else if (scenario == "barrier") {
@@ -98,6 +110,5 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%s\n", out.dump().c_str());
-  return 0;
+  Emit(out, 0);
 }

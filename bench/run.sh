@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# Coordinator benchmarks: each scenario against a fresh coordinator on loopback.
-# Prints one JSON line per run and writes them to bench/results/coordinator.jsonl.
+# The full benchmark run (`make bench`): installs the anchors (bench/setup.sh), builds an
+# optimized build in build-bench/, runs every scenario against cohort and the anchors
+# (bench/run.py, in a private network namespace when the machine allows one: loopback only,
+# and no name lookups leave the machine), writes bench/results/*.json, then regenerates
+# BENCHMARKS.md and its plots (bench/report.py).
+#
+# Environment: BENCH_BUILD (default build-bench), BENCH_SKIP_TORCH=1, BENCH_SKIP_SETUP=1.
+# Extra arguments go to bench/run.py (for example --scenarios kv --systems cohort,etcd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/bin
-PORT=${PORT:-18476}
-mkdir -p bench/results
-OUT=bench/results/coordinator.jsonl
-: >"$OUT"
+BUILD=${BENCH_BUILD:-build-bench}
+log() { echo "bench: $*" >&2; }
 
-run() {  # run TASKS SCENARIO [loadgen args...]
-  local tasks=$1 scenario=$2; shift 2
-  $BIN/cohort-coordinator --listen 127.0.0.1:$PORT --http-listen "" --job worker="$tasks" \
-    --heartbeat-timeout 10m --register-timeout 10m --log-level warn &
-  local pid=$!
-  sleep 0.5
-  $BIN/cohort-loadgen --coordinator 127.0.0.1:$PORT --tasks "$tasks" --pid $pid "$scenario" "$@" | tee -a "$OUT"
-  kill -TERM $pid; wait $pid || true
-}
+[[ "${BENCH_SKIP_SETUP:-0}" == 1 ]] || bash bench/setup.sh
 
-for n in ${REGISTER_TASKS:-1000 4000}; do run "$n" register; done
-run 64 kv --clients 64 --seconds 5 --value-bytes 100
-run "${MEMORY_TASKS:-4000}" memory
+if [[ ! -f $BUILD/build.ninja ]]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+ninja -C "$BUILD" cohort-coordinator cohort-loadgen cohort-failure-bench cohort-agent-example \
+  cohort-sidecar fake_nvml
 
-# Failure detection (sidecar and heartbeat paths) and the sidecar's cost on 8 fake GPUs.
-FAILURES=bench/results/failure.jsonl
-$BIN/cohort-failure-bench --bin-dir $BIN \
-  --fake-nvml build/tests/sidecar/gpu/fake_nvml/libnvidia-ml.so.1 \
-  --gpu-config tests/sidecar/gpu/testdata/eight_gpus.json \
-  --rounds "${FAILURE_ROUNDS:-5}" --seconds "${RESOURCE_SECONDS:-60}" | tee "$FAILURES"
+PY=.venv-bench/bin/python
+ARGS=(--bin-dir "$BUILD/bin" --python "$PY"
+      --fake-nvml "$BUILD/tests/sidecar/gpu/fake_nvml/libnvidia-ml.so.1" "$@")
+# More file descriptors for 16,000 simulated tasks, as far as the hard limit allows.
+ulimit -n "$(ulimit -Hn)" || true
+if unshare --net true 2>/dev/null; then
+  log "running in a private network namespace (loopback only)"
+  unshare --net env COHORT_BENCH_NETNS=private bash -c \
+    'ip link set lo up && exec "$0" bench/run.py "$@"' "$PY" "${ARGS[@]}"
+else
+  log "no private network namespace here: running on the host's loopback"
+  "$PY" bench/run.py "${ARGS[@]}"
+fi
+"$PY" bench/report.py

@@ -259,6 +259,7 @@ nlohmann::json KeyValueLoad(KvDriver& driver, const Options& o) {
     stop = true;
     finished.Wait();
     double wall = Seconds(t0, Clock::now());
+    SleepSeconds(0.05);  // the last callbacks unwind before this phase's state goes away
     if (op == "set") keys_written = true;
     Samples all;
     for (const auto& s : latency) all.Merge(s);
@@ -299,7 +300,7 @@ nlohmann::json ParkedMemory(TaskClient& client, const Options& o) {
     calls.push_back(client.WatchState(t, end));
   }
   Flush(client, o);
-  SleepSeconds(2 + o.tasks * 1e-4);  // let every call arrive and park
+  SleepSeconds(0.5 + o.tasks * 2e-4);  // let every call arrive and park
   long parked = RssKiB(o.pid);
   cancelling = true;
   for (auto& c : calls) c->TryCancel();

@@ -1,0 +1,433 @@
+"""Turns bench/results/*.json into BENCHMARKS.md and the plots in docs/bench/.
+
+Tables put cohort's figure beside each anchor's and the ratio; every ratio is oriented so
+that above 1 means cohort is better (faster, more throughput, less memory). The text under
+"Reading the numbers" comes from bench/analysis.md, written by hand for the last full run.
+
+  python bench/report.py [--results bench/results] [--out BENCHMARKS.md]
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM_NAMES = {
+    "cohort": "cohort",
+    "cohort-tensorflow": "cohort (tensorflow protocol)",
+    "jaxlib": "jaxlib service",
+    "etcd": "etcd 3.4",
+    "tcpstore": "TCPStore",
+}
+ANCHORS = ["jaxlib", "etcd", "tcpstore"]
+
+
+def load(results, name):
+    path = results / f"{name}.json"
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())["records"]
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "—"
+    if isinstance(x, str):
+        return x
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def ratio(cohort, anchor, higher_is_better):
+    if cohort in (None, 0) or anchor in (None, 0):
+        return "—"
+    r = cohort / anchor if higher_is_better else anchor / cohort
+    return f"{r:.2f}×"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def by(records, **match):
+    for r in records:
+        if all(r.get(k) == v for k, v in match.items()) and "error" not in r:
+            return r
+    return None
+
+
+def error_of(records, **match):
+    for r in records:
+        if all(r.get(k) == v for k, v in match.items()) and "error" in r:
+            return r["error"]
+    return None
+
+
+def cell(records, value, **match):
+    r = by(records, **match)
+    if r is not None:
+        return value(r)
+    err = error_of(records, **match)
+    return f"failed ({err[:60]})" if err else None
+
+
+class Plots:
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            self.plt = plt
+        except ImportError:
+            self.plt = None
+        self.made = []
+
+    def lines(self, name, title, xlabel, ylabel, series, logx=True, logy=False):
+        """series: {label: [(x, y), ...]}; returns the markdown image line or ''."""
+        if self.plt is None or not any(series.values()):
+            return ""
+        plt = self.plt
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+        for label, points in series.items():
+            points = [(x, y) for x, y in points if y is not None]
+            if points:
+                xs, ys = zip(*sorted(points))
+                ax.plot(xs, ys, marker="o", label=label)
+        if logx:
+            ax.set_xscale("log")
+        if logy:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f"{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        self.made.append(path)
+        return f"![{title}]({path.relative_to(REPO)})\n"
+
+
+def num(x):
+    return x if isinstance(x, (int, float)) else None
+
+
+def section_register(recs, plots, goals):
+    out = ["## 1–2. Registration and barrier rounds\n",
+           "N tasks register through the register barrier (first call to last release), then "
+           "one burst barrier, then rounds where N−1 tasks are parked and the round is timed "
+           "from the last task's call to the last release (p50/p99 over the rounds).\n"]
+    ns = sorted({r["tasks"] for r in recs if "tasks" in r})
+    systems = [s for s in SYSTEM_NAMES if any(r.get("system") == s for r in recs)]
+    header = ["N"] + [SYSTEM_NAMES[s] for s in systems] + ["jaxlib ÷ cohort"]
+    rows_reg, rows_p50, rows_p99 = [], [], []
+    for n in ns:
+        reg = {s: cell(recs, lambda r: r["register_seconds"], system=s, tasks=n) for s in systems}
+        p50 = {s: cell(recs, lambda r: r["round_p50_ms"], system=s, tasks=n) for s in systems}
+        p99 = {s: cell(recs, lambda r: r["round_p99_ms"], system=s, tasks=n) for s in systems}
+        rows_reg.append([f"{n:,}"] + [fmt(reg[s]) for s in systems]
+                        + [ratio(num(reg.get("cohort")), num(reg.get("jaxlib")), False)])
+        rows_p50.append([f"{n:,}"] + [fmt(p50[s]) for s in systems]
+                        + [ratio(num(p50.get("cohort")), num(p50.get("jaxlib")), False)])
+        rows_p99.append([f"{n:,}"] + [fmt(p99[s]) for s in systems]
+                        + [ratio(num(p99.get("cohort")), num(p99.get("jaxlib")), False)])
+        if n == 16000:
+            goals.append(("16,000 tasks registered in under 10 s", f"{fmt(num(reg.get('cohort')))} s",
+                          num(reg.get("cohort")) is not None and reg["cohort"] < 10))
+        if n == 4000:
+            c, j = num(p50.get("cohort")), num(p50.get("jaxlib"))
+            goals.append(("barrier release latency at N = 4,000: at least 2× jaxlib's (p50)",
+                          f"cohort {fmt(c)} ms, jaxlib {fmt(j)} ms ({ratio(c, j, False)})",
+                          bool(c and j and j / c >= 2)))
+    out.append("Register seconds:\n\n" + table(header, rows_reg))
+    out.append("\nBarrier round, last arrival to all released, p50 ms:\n\n" + table(header, rows_p50))
+    out.append("\nBarrier round p99 ms (the rounds are few, so p99 is near the max):\n\n"
+               + table(header, rows_p99))
+    series = {SYSTEM_NAMES[s]: [(r["tasks"], num(r.get("register_seconds")))
+                                for r in recs if r.get("system") == s and "error" not in r]
+              for s in systems}
+    out.append("\n" + plots.lines("register", "Register N tasks", "tasks (N)", "seconds", series,
+                                  logy=True))
+    series = {SYSTEM_NAMES[s]: [(r["tasks"], num(r.get("round_p50_ms")))
+                                for r in recs if r.get("system") == s and "error" not in r]
+              for s in systems}
+    out.append(plots.lines("barrier", "Barrier round p50 (last arrival to all released)",
+                           "tasks (N)", "ms", series, logy=True))
+    return "".join(out)
+
+
+def section_heartbeat(recs, plots):
+    out = ["\n## 3. Heartbeat capacity\n",
+           "N registered tasks each heartbeat once per interval, spread evenly; the server's "
+           "CPU (user + system, from /proc) over the measured window. The load generator "
+           "shares the two cores.\n\n"]
+    ns = sorted({r["tasks"] for r in recs if "tasks" in r})
+    rows = []
+    for n in ns:
+        c, j = by(recs, system="cohort", tasks=n), by(recs, system="jaxlib", tasks=n)
+
+        def f(r, k):
+            return num(r.get(k)) if r else None
+        rows.append([f"{n:,}", fmt(f(c, "heartbeats_per_second")),
+                     fmt(f(c, "server_cpu_percent_of_one_core")),
+                     fmt(f(c, "server_cpu_us_per_heartbeat")),
+                     fmt(c["latency"]["p99_ms"] if c else None),
+                     fmt(f(j, "server_cpu_percent_of_one_core")),
+                     fmt(f(j, "server_cpu_us_per_heartbeat")),
+                     fmt(j["latency"]["p99_ms"] if j else None),
+                     ratio(f(c, "server_cpu_us_per_heartbeat"), f(j, "server_cpu_us_per_heartbeat"),
+                           False)])
+    out.append(table(["N", "heartbeats/s", "cohort CPU % of a core", "cohort CPU µs/heartbeat",
+                      "cohort p99 ms", "jaxlib CPU %", "jaxlib CPU µs/heartbeat", "jaxlib p99 ms",
+                      "jaxlib ÷ cohort (CPU per heartbeat)"], rows))
+    series = {SYSTEM_NAMES[s]: [(r["tasks"], num(r.get("server_cpu_percent_of_one_core")))
+                                for r in recs if r.get("system") == s and "error" not in r]
+              for s in ("cohort", "jaxlib")}
+    interval = recs[0].get("interval_seconds") if recs else "?"
+    out.append("\n" + plots.lines("heartbeat_cpu", f"Server CPU, heartbeats every {interval} s",
+                                  "tasks (N)", "% of one core", series))
+    return "".join(out)
+
+
+def section_kv(recs, plots, goals):
+    out = ["\n## 4. Key-value throughput and latency\n",
+           "Closed loops (each client waits for its answer before the next call), for the "
+           "stated seconds per phase. cohort and jaxlib have N tasks registered first. "
+           "Blocking get: a get on a missing key, the write that answers it, and the delete "
+           "(etcd: watch, put once the watch is confirmed, cancel); its latency is from the "
+           "wait's start to the value. TCPStore's set is not acknowledged by its server, so "
+           "its set rate counts requests written, not applied.\n\n"]
+    values = sorted({r["value_bytes"] for r in recs if "value_bytes" in r})
+    clients = sorted({r["clients"] for r in recs if "clients" in r})
+    systems = [s for s in ["cohort"] + ANCHORS if any(r.get("system") == s for r in recs)]
+    for op in ("set", "get", "blocking_get"):
+        rows = []
+        for v in values:
+            for c in clients:
+                rate = {}
+                p99 = {}
+                for s in systems:
+                    r = by(recs, system=s, value_bytes=v, clients=c)
+                    ph = (r or {}).get("phases", {}).get(op)
+                    rate[s] = ph["ops_per_second"] if ph and ph["ops"] else None
+                    p99[s] = ph["latency"]["p99_ms"] if ph and ph["ops"] else None
+                    if r is None and error_of(recs, system=s, value_bytes=v, clients=c):
+                        rate[s] = "failed"
+                if all(x is None for x in rate.values()):
+                    continue
+                rows.append([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
+                            + [ratio(num(rate.get("cohort")), num(rate.get(a)), True)
+                               for a in systems if a != "cohort"])
+        header = (["value", "clients"] + [SYSTEM_NAMES[s] + " ops/s / p99 ms" for s in systems]
+                  + [f"cohort ÷ {SYSTEM_NAMES[a]}" for a in systems if a != "cohort"])
+        out.append(f"**{op.replace('_', ' ')}**\n\n" + table(header, rows) + "\n")
+    # Goal: KV throughput at N = 4,000 vs jaxlib (64 clients, 100 B, set + get).
+    c = by(recs, system="cohort", value_bytes=100, clients=64)
+    j = by(recs, system="jaxlib", value_bytes=100, clients=64)
+    if c and j:
+        def total(r):
+            return sum(r["phases"][p]["ops_per_second"] for p in ("set", "get")
+                       if p in r["phases"])
+        goals.append(("key-value throughput at N = 4,000 (64 clients, 100 B, set + get): at least "
+                      "2× jaxlib's", f"cohort {fmt(total(c))}/s, jaxlib {fmt(total(j))}/s "
+                      f"({ratio(total(c), total(j), True)})", total(c) >= 2 * total(j)))
+    for v in values:
+        series = {}
+        for s in systems:
+            pts = []
+            for r in recs:
+                if r.get("system") == s and r.get("value_bytes") == v and "phases" in r:
+                    ph = r["phases"].get("get")
+                    if ph and ph["ops"]:
+                        pts.append((r["clients"], ph["ops_per_second"]))
+            series[SYSTEM_NAMES[s]] = pts
+        out.append(plots.lines(f"kv_get_{v}", f"get throughput, {size(v)} values",
+                               "concurrent clients", "ops/s", series, logy=True))
+    return "".join(out)
+
+
+def size(v):
+    if v >= 1 << 20:
+        return f"{v >> 20} MiB"
+    if v >= 1 << 10:
+        return f"{v >> 10} KiB"
+    return f"{v} B"
+
+
+def section_memory(recs, plots, goals):
+    out = ["\n## 5. Memory per task\n",
+           "The server's RSS before any task, once N tasks registered, and with three calls "
+           "parked per task as a jaxlib process keeps them (PollForError, a blocking get of "
+           "the preemption key, a task-state watch). Per task = (parked − before) ÷ N. "
+           "'connections' is how many HTTP/2 connections the N tasks share (N = one per "
+           "task, as in a real job).\n\n"]
+    rows = []
+    keys = sorted({(r["tasks"], r.get("channels")) for r in recs if "tasks" in r})
+    for n, ch in keys:
+        c = by(recs, system="cohort", tasks=n, channels=ch)
+        j = by(recs, system="jaxlib", tasks=n, channels=ch)
+
+        def kib(r, k):
+            return r[k] / 1024 if r and k in r else None
+        rows.append([f"{n:,}", f"{ch:,}", fmt(kib(c, "bytes_per_task")),
+                     fmt(kib(c, "bytes_per_parked_call")), fmt(kib(j, "bytes_per_task")),
+                     fmt(kib(j, "bytes_per_parked_call")),
+                     ratio(kib(c, "bytes_per_task"), kib(j, "bytes_per_task"), False)])
+    out.append(table(["N", "connections", "cohort KiB/task", "cohort KiB/parked call",
+                      "jaxlib KiB/task", "jaxlib KiB/parked call", "jaxlib ÷ cohort"], rows))
+    c4 = [r for r in recs if r.get("system") == "cohort" and r.get("tasks") == 4000
+          and "error" not in r]
+    if c4:
+        best = min(r["bytes_per_task"] for r in c4) / 1024
+        goals.append(("under 8 KiB of coordinator memory per task (N = 4,000, 3 parked calls)",
+                      f"{fmt(best)} KiB", best < 8))
+    series = {}
+    for s in ("cohort", "jaxlib"):
+        series[SYSTEM_NAMES[s] + " (16 connections)"] = [
+            (r["tasks"], r["bytes_per_task"] / 1024) for r in recs
+            if r.get("system") == s and r.get("channels") == 16 and "error" not in r]
+    out.append("\n" + plots.lines("memory", "Server memory per task (3 parked calls)",
+                                  "tasks (N)", "KiB per task", series))
+    return "".join(out)
+
+
+def section_failure(recs, plots, goals):
+    out = ["\n## 6. Failure detection\n",
+           "**Heartbeat path** (cohort-loadgen): N tasks heartbeat every timeout/2 with a "
+           "PollForError parked; task 0 stops right after a heartbeat and its connection's "
+           "calls are cancelled. Time from its last heartbeat until every other task's poll "
+           "has returned the error.\n\n"]
+    hb = [r for r in recs if r.get("scenario") == "failure"]
+    rows = []
+    for n in sorted({r["tasks"] for r in hb}):
+        c = by(hb, system="cohort", tasks=n)
+        j = by(hb, system="jaxlib", tasks=n)
+        rows.append([f"{n:,}", fmt(c and c.get("heartbeat_timeout_seconds")),
+                     fmt(c and c.get("all_told_seconds")), fmt(c and c.get("told")),
+                     fmt(j and j.get("all_told_seconds")), fmt(j and j.get("told")),
+                     ratio(num(c and c.get("all_told_seconds")),
+                           num(j and j.get("all_told_seconds")), False)])
+    out.append(table(["N", "heartbeat timeout s", "cohort: all told s", "cohort: told",
+                      "jaxlib: all told s", "jaxlib: told", "jaxlib ÷ cohort"], rows))
+    out.append("\n**Sidecar path** (cohort-failure-bench): real processes — a coordinator, "
+               "the victim task (cohort-agent-example) and its cohort-sidecar on 8 fake "
+               "GPUs — and N−1 simulated tasks with PollForError parked. `exit`: the victim "
+               "is SIGKILLed and its sidecar reports the exit; `xid`: a critical XID is "
+               "injected into its GPU; `heartbeat`: no sidecar, the coordinator's 10 s "
+               "heartbeat timeout finds it. Figures: the fault to the last of the N−1 tasks "
+               "told (p50 and max over the rounds), and to the first.\n\n")
+    rows = []
+    side = [r for r in recs if str(r.get("scenario", "")).startswith("failure_detection_")]
+    sidecar_all = {}
+    for r in sorted(side, key=lambda r: (r["scenario"], r.get("tasks", 0))):
+        rows.append([r["scenario"].replace("failure_detection_", ""), f"{r.get('tasks', 2):,}",
+                     f"{r.get('detected')}/{r.get('rounds')}", fmt(num(r.get("p50_ms"))),
+                     fmt(num(r.get("max_ms"))), fmt(num(r.get("first_told_p50_ms")))])
+        if r["scenario"] == "failure_detection_exit" and num(r.get("max_ms")) is not None:
+            sidecar_all[r.get("tasks", 2)] = r["max_ms"]
+    out.append(table(["fault", "N", "detected", "all told p50 ms", "all told max ms",
+                      "first told p50 ms"], rows))
+    if sidecar_all:
+        n = max(sidecar_all)
+        goals.append((f"a failure known to all tasks in under 1 s through the sidecar "
+                      f"(largest N run: {n:,}, worst round)", f"{fmt(sidecar_all[n])} ms",
+                      sidecar_all[n] < 1000))
+    res = [r for r in recs if r.get("scenario") == "sidecar_resources"]
+    if res:
+        r = res[0]
+        out.append(f"\nSidecar cost on 8 fake GPUs sampled every {r.get('sample_interval_s')} s: "
+                   f"{fmt(r.get('cpu_percent_of_one_core'))} % of a core, "
+                   f"{fmt(r.get('rss_kib', 0) / 1024)} MiB RSS.\n")
+    series = {SYSTEM_NAMES[s] + " heartbeat path": [
+        (r["tasks"], r["all_told_seconds"]) for r in hb
+        if r.get("system") == s and "error" not in r] for s in ("cohort", "jaxlib")}
+    series["cohort sidecar path (exit)"] = [(n, ms / 1000) for n, ms in sidecar_all.items()]
+    out.append("\n" + plots.lines("failure", "Failure known to every other task",
+                                  "tasks (N)", "seconds", series, logy=True))
+    return "".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--results", default=str(REPO / "bench" / "results"))
+    p.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
+    p.add_argument("--plots", default=str(REPO / "docs" / "bench"))
+    args = p.parse_args()
+    results = Path(args.results)
+    machine = load(results, "machine") or {}
+    plots = Plots(Path(args.plots))
+    goals = []
+    body = [section_register(load(results, "register"), plots, goals),
+            section_heartbeat(load(results, "heartbeat"), plots),
+            section_kv(load(results, "kv"), plots, goals),
+            section_memory(load(results, "memory"), plots, goals),
+            section_failure(load(results, "failure"), plots, goals)]
+    v = machine.get("versions", {})
+    head = [
+        "# Benchmarks\n",
+        "cohort beside what a user would otherwise run, measured in the same run on the same "
+        "machine. Generated by `make bench` (bench/run.sh → bench/run.py → bench/report.py) "
+        "from `bench/results/*.json`; do not edit by hand, except `bench/analysis.md`.\n",
+        "## Machine and run\n",
+        table(["", ""], [
+            ["CPU", f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"],
+            ["memory", f"{machine.get('memory_gib', '?')} GiB"],
+            ["OS / kernel", f"{machine.get('os', '?')} / {machine.get('kernel', '?')}"],
+            ["cohort commit", machine.get("commit", "?")],
+            ["date", machine.get("date", "?")],
+            ["network", "a private network namespace, loopback only"
+             if machine.get("network_namespace") == "private" else "the host's loopback"],
+            ["jaxlib", v.get("jaxlib") or "not installed"],
+            ["etcd", v.get("etcd") or "not installed"],
+            ["torch (TCPStore)", v.get("torch") or "not installed"],
+            ["gRPC (cohort, Debian)", v.get("grpc (cohort)") or "?"],
+        ]),
+        "\nReproduce: `make bench` (installs etcd-server and a `.venv-bench` with jaxlib, "
+        "matplotlib and torch, builds `build-bench/` in Release, runs everything, about "
+        "25 minutes). One scenario: `bash bench/run.sh --scenarios kv --systems cohort,etcd`.\n",
+        "\nEvery server and the load generator share the machine's cores; figures are what "
+        "one 2-core machine does with both ends of the traffic on it, not a server's "
+        "ceiling.\n",
+    ]
+    if machine.get("skipped"):
+        head.append("\nSkipped in this run: "
+                    + "; ".join(f"{k}: {r}" for k, r in machine["skipped"].items()) + ".\n")
+    head.append("\n## How each system was driven\n\n" + table(["system", "how"], [
+        ["cohort", "cohort-coordinator (Release build), one job of N tasks; cohort-loadgen "
+         "simulates the N tasks over `xla.coordination` (and over `tensorflow` for the "
+         "register/barrier rows so named), async gRPC callback API, tasks spread over 16 "
+         "connections unless stated"],
+        ["jaxlib service", "jaxlib's own coordination service (`get_distributed_runtime_service`"
+         ", what `jax.distributed` starts in process 0) hosted alone by "
+         "bench/jaxlib_service.py; the same cohort-loadgen drives it over the same "
+         "`xla.coordination` protocol"],
+        ["etcd 3.4", "Debian's etcd-server, a fresh single-member cluster per measurement with "
+         "its data on local disk (as deployed; it fsyncs, cohort keeps memory only), "
+         "--max-request-bytes 32 MiB; cohort-loadgen's etcd driver speaks etcd's v3 gRPC API "
+         "(KV Put/Range, Watch) from bench/etcd/etcd_kv.proto"],
+        ["TCPStore", "torch.distributed.TCPStore server (libuv backend) in its own process; "
+         "bench/tcpstore_driver.py runs the same scenarios with torch's client, one "
+         "connection and one Python thread per simulated task or client (its protocol is "
+         "private to PyTorch, so no C++ driver); the barrier is the usual store barrier "
+         "(add, the last arrival sets a key the others wait for). The driver's Python "
+         "overhead is part of its figures."],
+    ]))
+    goal_rows = [[g, m, "met" if ok else "**missed**"] for g, m, ok in goals]
+    head.append("\n## Goals\n\n" + table(["goal", "measured", ""], goal_rows))
+    analysis = REPO / "bench" / "analysis.md"
+    tail = ["\n## Reading the numbers\n\n" + analysis.read_text()] if analysis.exists() else []
+    Path(args.out).write_text("".join(head) + "\n" + "".join(body) + "".join(tail))
+    print(f"report: wrote {args.out} and {len(plots.made)} plots under {args.plots}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Installs what the benchmarks need on a Debian machine, idempotently:
+#   - etcd 3.4 (Debian's etcd-server) and iproute2, as root or through sudo;
+#   - .venv-bench/: jaxlib and matplotlib (bench/requirements.txt), then torch
+#     (bench/requirements-torch.txt). A torch that cannot be installed, or
+#     BENCH_SKIP_TORCH=1, leaves .venv-bench/torch.skip with the reason, and the
+#     TCPStore anchor is skipped with it.
+# A venv whose requirements file has not changed since its last successful install is not
+# touched again.
+#   bench/setup.sh            everything
+#   bench/setup.sh --etcd     only the Debian packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv-bench
+log() { echo "bench setup: $*" >&2; }
+
+as_root() {
+  if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    log "not root and no sudo: cannot run $*"
+    return 1
+  fi
+}
+
+if ! command -v etcd >/dev/null || ! command -v ip >/dev/null; then
+  log "installing etcd-server and iproute2 (Debian packages)"
+  as_root apt-get update -q >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    etcd-server iproute2 >/dev/null
+fi
+# Debian's package may start a system etcd on :2379; the benchmark never uses it (each
+# measurement starts its own etcd on a free loopback port).
+[[ "${1:-}" == "--etcd" ]] && exit 0
+
+# find_python X.Y: an interpreter of that version with venv, from PATH or pyenv.
+find_python() {
+  local want=$1 c
+  local pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
+  for c in "python$want" $(ls -d "$pyenv_root"/versions/"$want".*/bin/python"$want" 2>/dev/null | sort -rV) \
+           "/usr/bin/python$want"; do
+    if "$c" -c 'import venv, ensurepip' >/dev/null 2>&1; then echo "$c"; return 0; fi
+  done
+  return 1
+}
+if [[ -n "${BENCH_PYTHON:-}" ]]; then
+  PYTHON=$BENCH_PYTHON
+elif ! PYTHON=$(find_python 3.12) && ! PYTHON=$(find_python 3.13); then
+  PYTHON=python3
+fi
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  log "$PYTHON cannot create venvs; installing python3-venv"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null
+fi
+version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
+if [[ ! -x $VENV/bin/python || "$(version "$VENV/bin/python")" != "$(version "$PYTHON")" ]]; then
+  log "creating $VENV with $PYTHON (Python $(version "$PYTHON"))"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+stamp_of() { echo "$(version "$VENV/bin/python") $(sha256sum "$1" | cut -d' ' -f1)"; }
+# install REQUIREMENTS STAMP: pip-installs unless STAMP says this exact file is in.
+install() {
+  local req=$1 stamp=$2
+  if [[ -f $stamp && "$(cat "$stamp")" == "$(stamp_of "$req")" ]]; then return 0; fi
+  log "installing $req into $VENV"
+  rm -f "$stamp"
+  timeout 1800 "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
+    >"$VENV/pip.log" 2>&1 || return 1
+  stamp_of "$req" >"$stamp"
+}
+
+if ! install bench/requirements.txt "$VENV/.bench.stamp"; then
+  tail -n 20 "$VENV/pip.log" >&2
+  log "jaxlib/matplotlib could not be installed: the jaxlib anchor and the plots need them"
+  exit 1
+fi
+rm -f "$VENV/torch.skip"
+if [[ "${BENCH_SKIP_TORCH:-0}" == 1 ]]; then
+  echo "not installed: BENCH_SKIP_TORCH=1" >"$VENV/torch.skip"
+elif ! install bench/requirements-torch.txt "$VENV/.torch.stamp"; then
+  echo "pip install torch failed: $(grep -m1 -E 'ERROR|error:' "$VENV/pip.log" | cut -c1-300)" \
+    >"$VENV/torch.skip"
+fi
+[[ -f $VENV/torch.skip ]] && log "TCPStore anchor skipped: $(cat "$VENV/torch.skip")"
+log "ready: $VENV ($(version "$VENV/bin/python"))"
