@@ -60,14 +60,19 @@ std::string Informer::IndexKey(const json& object) const {
   return Key(Namespace(object), v->get<std::string>());
 }
 
-void Informer::PutLocked(const json& object) {
+void Informer::PutLocked(const json& incoming) {
+  // managedFields are often the largest part of an object and nothing here reads them.
+  json object = incoming;
+  if (auto m = object.find("metadata"); m != object.end() && m->is_object()) {
+    m->erase("managedFields");
+  }
   const std::string key = Key(object);
   if (auto old = objects_.find(key); old != objects_.end()) {
     std::string old_index = IndexKey(old->second);
     if (!old_index.empty()) index_[old_index].erase(key);
   }
-  objects_[key] = object;
   std::string index = IndexKey(object);
+  objects_[key] = std::move(object);
   if (!index.empty()) index_[index].insert(key);
 }
 
