@@ -107,6 +107,7 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
         f"--leader-elect={'true' if leader else 'false'}",
         f"--coordinator-image={expect['coordinator']}",
         f"--sidecar-image={expect['sidecar']}",
+        f"--workload-liveness={'file' if set_name == 'custom' else 'process'}",
     ]
     if leader:
         want_args += ["--leader-election-namespace=$(POD_NAMESPACE)", f"--leader-election-id={lease}"]
