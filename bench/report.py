@@ -9,6 +9,7 @@ that above 1 means cohort is better (faster, more throughput, less memory). The 
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,8 +78,9 @@ def cell(records, value, **match):
 
 
 class Plots:
-    def __init__(self, out_dir):
+    def __init__(self, out_dir, markdown_dir):
         self.out_dir = out_dir
+        self.markdown_dir = markdown_dir
         try:
             import matplotlib
             matplotlib.use("Agg")
@@ -114,7 +116,7 @@ class Plots:
         fig.savefig(path)
         plt.close(fig)
         self.made.append(path)
-        return f"![{title}]({path.relative_to(REPO)})\n"
+        return f"![{title}]({os.path.relpath(path, self.markdown_dir)})\n"
 
 
 def num(x):
@@ -269,7 +271,7 @@ def section_memory(recs, plots, goals):
            "parked per task as a jaxlib process keeps them (PollForError, a blocking get of "
            "the preemption key, a task-state watch). Per task = (parked − before) ÷ N. "
            "'connections' is how many HTTP/2 connections the N tasks share (N = one per "
-           "task, as in a real job).\n\n"]
+           "task, as in a real job; otherwise N/100, at least 16).\n\n"]
     rows = []
     keys = sorted({(r["tasks"], r.get("channels")) for r in recs if "tasks" in r})
     for n, ch in keys:
@@ -292,9 +294,9 @@ def section_memory(recs, plots, goals):
                       f"{fmt(best)} KiB", best < 8))
     series = {}
     for s in ("cohort", "jaxlib"):
-        series[SYSTEM_NAMES[s] + " (16 connections)"] = [
+        series[SYSTEM_NAMES[s] + " (shared connections)"] = [
             (r["tasks"], r["bytes_per_task"] / 1024) for r in recs
-            if r.get("system") == s and r.get("channels") == 16 and "error" not in r]
+            if r.get("system") == s and r.get("channels") != r["tasks"] and "error" not in r]
     out.append("\n" + plots.lines("memory", "Server memory per task (3 parked calls)",
                                   "tasks (N)", "KiB per task", series))
     return "".join(out)
@@ -322,8 +324,8 @@ def section_failure(recs, plots, goals):
                "the victim task (cohort-agent-example) and its cohort-sidecar on 8 fake "
                "GPUs — and N−1 simulated tasks with PollForError parked. `exit`: the victim "
                "is SIGKILLed and its sidecar reports the exit; `xid`: a critical XID is "
-               "injected into its GPU; `heartbeat`: no sidecar, the coordinator's 10 s "
-               "heartbeat timeout finds it. Figures: the fault to the last of the N−1 tasks "
+               "injected into its GPU; `heartbeat`: no sidecar, the coordinator's heartbeat "
+               "timeout (10 s; the agent heartbeats every 5 s) finds it. Figures: the fault to the last of the N−1 tasks "
                "told (p50 and max over the rounds), and to the first.\n\n")
     rows = []
     side = [r for r in recs if str(r.get("scenario", "")).startswith("failure_detection_")]
@@ -364,7 +366,7 @@ def main():
     args = p.parse_args()
     results = Path(args.results)
     machine = load(results, "machine") or {}
-    plots = Plots(Path(args.plots))
+    plots = Plots(Path(args.plots).resolve(), Path(args.out).resolve().parent)
     goals = []
     body = [section_register(load(results, "register"), plots, goals),
             section_heartbeat(load(results, "heartbeat"), plots),
@@ -405,7 +407,7 @@ def main():
         ["cohort", "cohort-coordinator (Release build), one job of N tasks; cohort-loadgen "
          "simulates the N tasks over `xla.coordination` (and over `tensorflow` for the "
          "register/barrier rows so named), async gRPC callback API, tasks spread over 16 "
-         "connections unless stated"],
+         "connections (N/100, at least 16) unless stated"],
         ["jaxlib service", "jaxlib's own coordination service (`get_distributed_runtime_service`"
          ", what `jax.distributed` starts in process 0) hosted alone by "
          "bench/jaxlib_service.py; the same cohort-loadgen drives it over the same "

@@ -1,5 +1,7 @@
 #include "bench/scenarios.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -152,6 +154,7 @@ nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
     failed += latch.Wait();
     burst = Seconds(start, Clock::now());
   }
+  double server_cpu = 0, own_cpu = 0;
   for (int r = 0; r < o.rounds; ++r) {
     std::string id = "bench/round/" + std::to_string(r);
     std::vector<Clock::time_point> released(o.tasks);
@@ -167,6 +170,7 @@ nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
     }
     Flush(client, o);
     SleepSeconds(0.02 + 2e-6 * o.tasks);  // let the handlers behind the flush run
+    double server0 = o.pid ? CpuSeconds(o.pid) : 0, own0 = CpuSeconds(getpid());
     auto last = Clock::now();
     last_sent = true;
     client.Barrier(0, id, [&](const grpc::Status& s) {
@@ -174,16 +178,25 @@ nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
       latch.Done(s.ok());
     });
     failed += latch.Wait();
+    if (o.pid) server_cpu += CpuSeconds(o.pid) - server0;
+    own_cpu += CpuSeconds(getpid()) - own0;
     early += done_before_last.load();
     Clock::time_point end = *std::max_element(released.begin(), released.end());
     rounds.Add(Seconds(last, end));
     for (const auto& at : released) releases.Add(Seconds(last, at));
   }
   nlohmann::json round = rounds.Summary();
-  return {{"burst_seconds", burst},          {"rounds", o.rounds},
-          {"round_p50_ms", round["p50_ms"]}, {"round_p99_ms", round["p99_ms"]},
-          {"round_max_ms", round["max_ms"]}, {"task_release", releases.Summary()},
-          {"failed_calls", failed},          {"released_before_last_arrival", early}};
+  return {{"burst_seconds", burst},
+          {"rounds", o.rounds},
+          {"round_p50_ms", round["p50_ms"]},
+          {"round_p99_ms", round["p99_ms"]},
+          {"round_max_ms", round["max_ms"]},
+          {"task_release", releases.Summary()},
+          // CPU from the last call to the last release (clock ticks: coarse for small N).
+          {"server_cpu_ms_per_round", 1e3 * server_cpu / std::max(1, o.rounds)},
+          {"loadgen_cpu_ms_per_round", 1e3 * own_cpu / std::max(1, o.rounds)},
+          {"failed_calls", failed},
+          {"released_before_last_arrival", early}};
 }
 
 nlohmann::json HeartbeatLoad(TaskClient& client, const Options& o) {

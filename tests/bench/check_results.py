@@ -99,7 +99,7 @@ class Checker:
         for n in self.p["memory_tasks"]:
             for s in ("cohort", "jaxlib"):
                 self.want(mem, ["bytes_per_task", "bytes_per_parked_call", "rss_kib_before"],
-                          "memory", system=s, tasks=n, channels=16)
+                          "memory", system=s, tasks=n, channels=max(16, n // 100))
         fail = self.load("failure")
         for n in self.p["failure_tasks"]:
             for s in ("cohort", "jaxlib"):
