@@ -135,19 +135,20 @@ int main(int argc, char** argv) {
   if (poll < absl::Milliseconds(10)) return Fail("--coordinator-poll must be at least 10ms");
   settings.failure_settle = settle;
 
+  // Signals are taken by one thread; everything else checks `stop`. Blocked before any
+  // thread starts (cpprestsdk starts its pool with the first client), so all inherit it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   auto config = cohort::kube::ResolveKubeConfig(kubeconfig);
   if (!config.ok()) return Fail(std::string(config.status().message()));
   cohort::kube::KubeClient client(*config);
   spdlog::info("cohort-operator {}: API server {} ({}), {}", kVersion, config->server,
                config->source,
                namespace_name.empty() ? "all namespaces" : "namespace " + namespace_name);
-
-  // Signals are taken by one thread; everything else checks `stop`.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   cohort::MetricsRegistry metrics;
   metrics
@@ -195,8 +196,7 @@ int main(int argc, char** argv) {
     sigwait(&signals, &sig);
     if (!stop) spdlog::info("signal {}: stopping", sig);
     stop = true;
-    controller.Stop();
-    client.Shutdown();
+    controller.StopWorkers();
   });
 
   cohort::kube::LeaderElector elector(
@@ -225,7 +225,9 @@ int main(int argc, char** argv) {
 
   stop = true;
   if (holder.joinable()) holder.join();
-  if (leader_elect) elector.Release();
+  if (leader_elect) elector.Release();  // a standby takes over at once
+  client.Shutdown();                    // ends the watches in progress
+  controller.Stop();
   kill(getpid(), SIGTERM);  // wakes the signal thread if it still waits
   signal_thread.join();
   http.Stop();

@@ -141,6 +141,8 @@ void JobController::Run() {
   threads_.clear();
 }
 
+void JobController::StopWorkers() { queue_.ShutDown(); }
+
 void JobController::Stop() {
   queue_.ShutDown();
   watcher_.StopAll();

@@ -40,8 +40,12 @@ class JobController {
 
   // Starts the informers and returns once their first lists are cached (false: stopped).
   bool StartAndSync(const std::atomic<bool>& stop);
-  // Reconciles with `workers` threads until Stop().
+  // Reconciles with `workers` threads until StopWorkers() or Stop().
   void Run();
+  // Ends Run() once the reconciles in progress finish; informers keep running.
+  void StopWorkers();
+  // Everything: workers, coordinator watches, informers (shut the client down first, so
+  // watches in progress end).
   void Stop();
   bool synced() const { return synced_.load(); }
 
