@@ -35,7 +35,9 @@ echo "   $line"
 say "installing the CoordinatedJob CRD"
 "$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null &&
   "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null || exit 1
-"$KUBECTL" create namespace "$NS" >/dev/null 2>&1 || "$KUBECTL" delete cjob --all -n "$NS" >/dev/null 2>&1
+# A namespace left by an earlier run (its deletion may still be in progress) goes first.
+"$KUBECTL" delete namespace "$NS" --ignore-not-found --timeout=180s >/dev/null 2>&1
+"$KUBECTL" create namespace "$NS" >/dev/null || exit 1
 
 say "starting cohort-operator (namespace $NS; metrics on http://127.0.0.1:$PORT/metrics)"
 # The local pod runner gives pods no shared process namespace, so sidecars are told not
@@ -46,14 +48,15 @@ OPERATOR=$!
 for _ in $(seq 50); do curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done
 
 say "kubectl apply -f examples/quickstart.yaml"
-"$KUBECTL" -n "$NS" apply -f examples/quickstart.yaml
+"$KUBECTL" -n "$NS" apply -f examples/quickstart.yaml || exit 1
 last=""
 phase=""
 for _ in $(seq 300); do
   phase=$("$KUBECTL" -n "$NS" get cjob quickstart -o jsonpath='{.status.phase}' 2>/dev/null)
-  now=$("$KUBECTL" -n "$NS" get cjob quickstart --no-headers 2>/dev/null)
+  now=$("$KUBECTL" -n "$NS" get cjob quickstart \
+    -o jsonpath='phase={.status.phase} workers ready={.status.tasks.ready}/{.spec.replicas} tasks registered={.status.tasks.registered} succeeded={.status.tasks.succeeded} restarts={.status.restarts}' 2>/dev/null)
   if [[ "$now" != "$last" ]]; then
-    echo "   $now"
+    echo "   $(date +%T) $now"
     last=$now
   fi
   [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
@@ -62,8 +65,8 @@ done
 
 say "kubectl get pods (workers keep their logs; the coordinator is stopped)"
 "$KUBECTL" -n "$NS" get pods -o wide
-say "worker 0's output (kubectl logs quickstart-worker-0 -c worker)"
-"$KUBECTL" -n "$NS" logs quickstart-worker-0 -c worker 2>/dev/null | tail -n 8
+say "worker 0's output (kubectl logs quickstart-worker-0 -c worker; here from the pod runner's files)"
+tools/local-cluster logs "$NS/quickstart-worker-0" worker 2>&1 | tail -n 8
 say "events"
 "$KUBECTL" -n "$NS" get events --field-selector involvedObject.kind=CoordinatedJob \
   -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message
