@@ -192,18 +192,19 @@ absl::StatusOr<json> KubeClient::List(const Resource& r, const std::string& ns,
   while (true) {
     auto list = Request("GET", Path(r, ns) + Query(page), "", "");
     if (!list.ok()) return list.status();
+    const std::string next = list->value("/metadata/continue"_json_pointer, std::string());
     if (all.is_null()) {
       all = std::move(*list);
       if (!all.contains("items") || all["items"].is_null()) all["items"] = json::array();
     } else {
       for (auto& item : (*list)["items"]) all["items"].push_back(std::move(item));
-      all["metadata"]["resourceVersion"] = ResourceVersion(*list);
     }
-    std::string next = all.value("/metadata/continue"_json_pointer, std::string());
     if (options.limit <= 0 || next.empty()) break;
     page.continue_token = next;
-    all["metadata"].erase("continue");
   }
+  // Every page is from the first page's snapshot; its resourceVersion is the one to watch
+  // from, and the merged list has no continuation.
+  if (all["metadata"].is_object()) all["metadata"].erase("continue");
   return all;
 }
 

@@ -112,6 +112,15 @@ trap cleanup EXIT
   { echo "operator test: the CRD does not install"; exit 1; }
 "$KUBECTL" create namespace "$NS" >/dev/null
 
+# ---- 0. The client library itself against this API server: CRUD with its error codes,
+# paged lists, a watch from a list's version, 410 for a version too old, the informer's
+# label-scoped cache and index, and Lease takeover.
+if out=$(COHORT_TEST_NAMESPACE="$NS" "$BIN/kube_client_e2e_test" 2>&1); then
+  pass "kube client, informer and leader election against the API server ($(grep -o '[0-9]* tests from [0-9]* test suite' <<<"$out" | head -n 1))"
+else
+  fail "kube_client_e2e_test" "$(grep -E 'Failure|Expected|Which is|FAILED' <<<"$out" | head -n 20)"
+fi
+
 OP=$(start_operator operator --leader-elect=false --http-listen 127.0.0.1:0)
 
 # ---- 1. The quickstart job succeeds.
