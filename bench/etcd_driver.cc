@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "bench/etcd/etcd_kv.grpc.pb.h"
 #include "bench/kv_driver.h"
+#include "etcd/etcd_kv.grpc.pb.h"
 
 namespace cohort::bench {
 namespace {

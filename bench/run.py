@@ -41,10 +41,10 @@ PROFILES = {
         "kv_seconds": 3,
         "memory_tasks": [1000, 4000, 16000],
         "failure_tasks": [1000, 4000, 16000],
-        "failure_heartbeat_timeout": 2,
+        "failure_heartbeat_timeout": 4,
         "memory_connection_per_task_max": 4000,
         "sidecar_first_n_extra": ["heartbeat", "resources"],
-        "sidecar_tasks": [2, 1000, 4000],
+        "sidecar_tasks": [2, 1000, 4000, 16000],
         "sidecar_rounds": 5,
         "resource_seconds": 30,
         "timeout": 600,
@@ -300,6 +300,7 @@ class Bench:
             kw = {"heartbeat_timeout": f"{hb}s"} if system.startswith("cohort") else \
                 {"heartbeat_timeout": hb}
         started = time.monotonic()
+        load = os.getloadavg()[0]  # other work on the machine skews every figure
         try:
             with self.server(system, tasks, **kw) as server:
                 if system == "tcpstore":
@@ -314,7 +315,13 @@ class Bench:
                     result = self.loadgen(server, scenario, protocol, **params)
         except RuntimeError as e:
             result = {"error": str(e)}
+        if result.get("register_stalled"):
+            result.setdefault("error", result["register_stalled"])
+        if result.get("told_before_fault") or (result.get("first_told_seconds") or 0) < 0:
+            result.setdefault("error", f"{result.get('told_before_fault')} parked polls ended "
+                              f"before the fault (first answer: {result.get('first_answer')})")
         result["system"] = system
+        result["loadavg_1m_before"] = load
         result["wall_seconds"] = round(time.monotonic() - started, 2)
         log(f"{scenario} {system} {tasks} {params}: "
             + (result.get("error") or "ok") + f" ({result['wall_seconds']} s)")
@@ -396,6 +403,7 @@ class Bench:
             if n == self.p["sidecar_tasks"][0]:
                 argv += self.p["sidecar_first_n_extra"]
             started = time.monotonic()
+            load = os.getloadavg()[0]
             try:
                 out = subprocess.run(argv, capture_output=True, text=True,
                                      timeout=self.p["timeout"] * 2, stdin=subprocess.DEVNULL)
@@ -404,6 +412,7 @@ class Bench:
                 lines = [{"error": "timed out"}]
             for r in lines:
                 r["system"] = "cohort"
+                r["loadavg_1m_before"] = load
                 r.setdefault("tasks", n)
                 records.append(r)
             log(f"failure-bench {n} tasks: {len(lines)} records "
@@ -431,6 +440,7 @@ class Bench:
             "kernel": platform.release(), "os": cmd(["sh", "-c", ". /etc/os-release; echo $PRETTY_NAME"]),
             "commit": cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
             "profile": self.args.profile, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "loadavg_1m_at_end": os.getloadavg()[0],
             "network_namespace": os.environ.get("COHORT_BENCH_NETNS", "host"),
             "versions": {"jaxlib": self.py_version("jaxlib"), "torch": self.py_version("torch"),
                          "etcd": etcd_version[0] if etcd_version else None,
@@ -441,6 +451,14 @@ class Bench:
 
     def write(self, name, records):
         path = self.out / f"{name}.json"
+        if self.args.merge and path.exists() and isinstance(records, list):
+            # Keep the other systems' records of an earlier run of this scenario.
+            mine = set(self.args.systems.split(","))
+            if "cohort" in mine:
+                mine.add("cohort-tensorflow")
+            kept = [r for r in json.loads(path.read_text())["records"]
+                    if r.get("system") not in mine]
+            records = kept + records
         path.write_text(json.dumps({"scenario": name, "records": records}, indent=1) + "\n")
         log(f"wrote {path}")
 
@@ -456,6 +474,8 @@ def main():
                    help="interpreter with jaxlib and torch (the anchors)")
     p.add_argument("--systems", default="cohort,jaxlib,etcd,tcpstore")
     p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the records of systems not run now from the existing results")
     args = p.parse_args()
     bench = Bench(args)
     try:

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -62,6 +63,14 @@ class HeartbeatPump {
   int64_t sent() const { return sent_.load(); }
   int64_t errors() const { return errors_.load(); }
   int64_t late() const { return late_.load(); }
+  // Failed heartbeats by gRPC status code.
+  nlohmann::json error_codes() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (size_t c = 0; c < codes_.size(); ++c) {
+      if (codes_[c].load() > 0) out[std::to_string(c)] = codes_[c].load();
+    }
+    return out;
+  }
   SharedSamples& latency() { return latency_; }
 
  private:
@@ -96,7 +105,10 @@ class HeartbeatPump {
     }
     client_.Heartbeat(t, [this, sent_at](const grpc::Status& s) {
       latency_.Add(Seconds(sent_at, Clock::now()));
-      if (!s.ok()) ++errors_;
+      if (!s.ok()) {
+        ++errors_;
+        ++codes_[std::min<size_t>(static_cast<size_t>(s.error_code()), codes_.size() - 1)];
+      }
       --in_flight_;
     });
   }
@@ -108,6 +120,7 @@ class HeartbeatPump {
   std::atomic<int> silenced_{-1};
   std::atomic<int> watch_{-1};
   std::atomic<int64_t> sent_{0}, errors_{0}, late_{0}, in_flight_{0};
+  std::array<std::atomic<int64_t>, 17> codes_{};
   std::mutex mu_;
   std::condition_variable sent_cv_;
   bool watched_sent_ = false;
@@ -118,26 +131,46 @@ class HeartbeatPump {
 
 // Waits until every connection has delivered what was sent on it before: one heartbeat per
 // channel, answered in order behind the earlier calls of that connection.
-void Flush(TaskClient& client, const Options& o) {
+// False when not every connection answered within `seconds` (the flush is then abandoned:
+// its calls are cancelled).
+bool Flush(TaskClient& client, const Options& o, double seconds = 120) {
   int n = std::min(o.channels, o.tasks);
-  Latch latch(n);
-  for (int c = 0; c < n; ++c)
-    client.Heartbeat(c, [&latch](const grpc::Status&) { latch.Done(true); });
-  latch.Wait();
+  auto latch = std::make_shared<Latch>(n);
+  std::vector<CallHandle> calls;
+  for (int c = 0; c < n; ++c) {
+    calls.push_back(client.Heartbeat(c, [latch](const grpc::Status&) { latch->Done(true); }));
+  }
+  if (latch->WaitFor(seconds)) return true;
+  for (auto& call : calls) call->TryCancel();
+  latch->Wait();
+  return false;
 }
 
 }  // namespace
 
 nlohmann::json RegisterAll(TaskClient& client, const Options& o) {
-  Latch latch(o.tasks);
+  auto latch = std::make_shared<Latch>(o.tasks);
+  std::vector<CallHandle> calls(o.tasks);
   auto start = Clock::now();
   for (int t = 0; t < o.tasks; ++t) {
-    client.RegisterTask(t, [&latch](const grpc::Status& s) { latch.Done(s.ok()); });
+    calls[t] = client.RegisterTask(t, [latch](const grpc::Status& s) { latch->Done(s.ok()); });
   }
-  int64_t failed = latch.Wait();
+  // A server that never passes its register barrier is reported, not waited for forever.
+  const double limit = 60 + 5e-3 * o.tasks;
+  bool passed = latch->WaitFor(limit);
   double took = Seconds(start, Clock::now());
+  if (!passed) {
+    for (auto& call : calls) call->TryCancel();
+  }
+  int64_t failed = latch->Wait();
   if (failed) std::fprintf(stderr, "%ld registrations failed\n", static_cast<long>(failed));
-  return {{"register_seconds", took}, {"register_failed", failed}};
+  nlohmann::json out = {{"register_seconds", took}, {"register_failed", failed}};
+  if (!passed) {
+    out["register_seconds"] = nullptr;
+    out["register_stalled"] = "the register barrier did not pass within " +
+                              std::to_string(static_cast<int>(limit)) + " s";
+  }
+  return out;
 }
 
 nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
@@ -155,28 +188,43 @@ nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
     burst = Seconds(start, Clock::now());
   }
   double server_cpu = 0, own_cpu = 0;
-  for (int r = 0; r < o.rounds; ++r) {
+  // A round that does not finish within this is abandoned and reported: the harness must
+  // not hang on a server that never releases a barrier.
+  const double round_limit = 60 + 1e-3 * o.tasks;
+  int completed = 0;
+  std::string stalled;
+  for (int r = 0; r < o.rounds && stalled.empty(); ++r) {
     std::string id = "bench/round/" + std::to_string(r);
     std::vector<Clock::time_point> released(o.tasks);
     Latch latch(o.tasks);
+    std::vector<CallHandle> calls(o.tasks);
     std::atomic<int> done_before_last{0};
     std::atomic<bool> last_sent{false};
     for (int t = 1; t < o.tasks; ++t) {
-      client.Barrier(t, id, [&, t](const grpc::Status& s) {
+      calls[t] = client.Barrier(t, id, [&, t](const grpc::Status& s) {
         released[t] = Clock::now();
         if (!last_sent.load()) ++done_before_last;
         latch.Done(s.ok());
       });
     }
-    Flush(client, o);
+    bool flushed = Flush(client, o, round_limit);
     SleepSeconds(0.02 + 2e-6 * o.tasks);  // let the handlers behind the flush run
     double server0 = o.pid ? CpuSeconds(o.pid) : 0, own0 = CpuSeconds(getpid());
     auto last = Clock::now();
     last_sent = true;
-    client.Barrier(0, id, [&](const grpc::Status& s) {
+    calls[0] = client.Barrier(0, id, [&](const grpc::Status& s) {
       released[0] = Clock::now();
       latch.Done(s.ok());
     });
+    if (!flushed || !latch.WaitFor(round_limit)) {
+      stalled = "round " + std::to_string(r) + (flushed ? ": not released" : ": flush stalled") +
+                " within " + std::to_string(static_cast<int>(round_limit)) + " s";
+      for (auto& call : calls) {
+        if (call) call->TryCancel();
+      }
+      latch.Wait();
+      break;
+    }
     failed += latch.Wait();
     if (o.pid) server_cpu += CpuSeconds(o.pid) - server0;
     own_cpu += CpuSeconds(getpid()) - own0;
@@ -184,17 +232,19 @@ nlohmann::json BarrierRounds(TaskClient& client, const Options& o) {
     Clock::time_point end = *std::max_element(released.begin(), released.end());
     rounds.Add(Seconds(last, end));
     for (const auto& at : released) releases.Add(Seconds(last, at));
+    ++completed;
   }
   nlohmann::json round = rounds.Summary();
   return {{"burst_seconds", burst},
-          {"rounds", o.rounds},
+          {"rounds", completed},
+          {"rounds_stalled", stalled.empty() ? nlohmann::json(nullptr) : nlohmann::json(stalled)},
           {"round_p50_ms", round["p50_ms"]},
           {"round_p99_ms", round["p99_ms"]},
           {"round_max_ms", round["max_ms"]},
           {"task_release", releases.Summary()},
           // CPU from the last call to the last release (clock ticks: coarse for small N).
-          {"server_cpu_ms_per_round", 1e3 * server_cpu / std::max(1, o.rounds)},
-          {"loadgen_cpu_ms_per_round", 1e3 * own_cpu / std::max(1, o.rounds)},
+          {"server_cpu_ms_per_round", 1e3 * server_cpu / std::max(1, completed)},
+          {"loadgen_cpu_ms_per_round", 1e3 * own_cpu / std::max(1, completed)},
           {"failed_calls", failed},
           {"released_before_last_arrival", early}};
 }
@@ -217,6 +267,7 @@ nlohmann::json HeartbeatLoad(TaskClient& client, const Options& o) {
           {"server_cpu_us_per_heartbeat", sent ? 1e6 * cpu / sent : 0},
           {"latency", pump.latency().Summary()},
           {"errors", pump.errors()},
+          {"error_codes", pump.error_codes()},
           {"sent_more_than_100ms_late", pump.late()}};
 }
 
@@ -330,14 +381,32 @@ nlohmann::json ParkedMemory(TaskClient& client, const Options& o) {
 }
 
 nlohmann::json HeartbeatFailure(TaskClient& client, const Options& o) {
+  // Every task heartbeats once at once: a task's clock starts at the register barrier, and
+  // the spread-out first round of the pump would reach the last of 16,000 tasks too late
+  // for a short timeout (a false alarm caused by the harness, not the server).
+  {
+    Latch beat(o.tasks);
+    for (int t = 0; t < o.tasks; ++t) {
+      client.Heartbeat(t, [&beat](const grpc::Status& s) { beat.Done(s.ok()); });
+    }
+    beat.Wait();
+  }
   HeartbeatPump pump(client, o.tasks, o.interval);
   std::vector<Clock::time_point> told(o.tasks);
   std::vector<CallHandle> polls(o.tasks);
   std::atomic<int64_t> errors_seen{0};
+  std::mutex first_mu;
+  std::string first_answer;  // the first poll's status, to tell a real alarm from a false one
   Latch observers(o.tasks - 1);
   for (int t = 1; t < o.tasks; ++t) {
     polls[t] = client.PollForError(t, [&, t](const grpc::Status& s) {
       told[t] = Clock::now();
+      {
+        std::lock_guard<std::mutex> l(first_mu);
+        if (first_answer.empty()) {
+          first_answer = std::to_string(s.error_code()) + ": " + s.error_message().substr(0, 300);
+        }
+      }
       if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) ++errors_seen;
       observers.Done(!s.ok());
     });
@@ -357,7 +426,11 @@ nlohmann::json HeartbeatFailure(TaskClient& client, const Options& o) {
     observers.Wait();
   }
   Samples seconds;
-  for (int t = 1; t < o.tasks; ++t) seconds.Add(Seconds(killed, told[t]));
+  int64_t before_fault = 0;  // told of a failure while every task was alive: a false alarm
+  for (int t = 1; t < o.tasks; ++t) {
+    seconds.Add(Seconds(killed, told[t]));
+    if (told[t] < killed) ++before_fault;
+  }
   double first = seconds.Percentile(0), last = seconds.Percentile(100);
   return {{"heartbeat_timeout_seconds", o.heartbeat_timeout},
           {"heartbeat_interval_seconds", o.interval},
@@ -366,7 +439,9 @@ nlohmann::json HeartbeatFailure(TaskClient& client, const Options& o) {
           {"first_told_seconds", first},
           {"all_told_seconds", last},
           {"all_told_after_timeout_ms", (last - o.heartbeat_timeout) * 1e3},
-          {"heartbeat_errors", pump.errors()}};
+          {"heartbeat_errors", pump.errors()},
+          {"told_before_fault", before_fault},
+          {"first_answer", first_answer}};
 }
 
 }  // namespace cohort::bench
