@@ -378,6 +378,25 @@ def section_failure(recs, plots, goals):
     return "".join(out)
 
 
+def section_operator(results):
+    """Scenario 7, written by bench/operator_bench.sh (a JSON list of records)."""
+    path = results / "operator.json"
+    if not path.exists():
+        return ""
+    records = json.loads(path.read_text())
+    if isinstance(records, dict):
+        records = records.get("records", [])
+    out = ["\n## 7. Operator (local cluster)\n\n",
+           "From `bench/operator_bench.sh` on the local cluster (tools/local-cluster); no "
+           "anchor is driven here.\n\n"]
+    for scenario in dict.fromkeys(r.get("scenario", "?") for r in records):
+        rows = [r for r in records if r.get("scenario", "?") == scenario]
+        keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "scenario"]
+        out.append(f"**{scenario.replace('_', ' ')}**\n\n"
+                   + table(keys, [[fmt(r.get(k)) for k in keys] for r in rows]) + "\n")
+    return "".join(out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--results", default=str(REPO / "bench" / "results"))
@@ -392,7 +411,8 @@ def main():
             section_heartbeat(load(results, "heartbeat"), plots),
             section_kv(load(results, "kv"), plots, goals),
             section_memory(load(results, "memory"), plots, goals),
-            section_failure(load(results, "failure"), plots, goals)]
+            section_failure(load(results, "failure"), plots, goals),
+            section_operator(results)]
     v = machine.get("versions", {})
     head = [
         "# Benchmarks\n\n",
