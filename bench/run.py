@@ -320,6 +320,10 @@ class Bench:
         if result.get("told_before_fault") or (result.get("first_told_seconds") or 0) < 0:
             result.setdefault("error", f"{result.get('told_before_fault')} parked polls ended "
                               f"before the fault (first answer: {result.get('first_answer')})")
+        for key, value in params.items():  # a failed run still says what it measured
+            result.setdefault(key, value)
+        if system not in ("etcd", "tcpstore") or scenario != "kv":
+            result.setdefault("tasks", tasks)
         result["system"] = system
         result["loadavg_1m_before"] = load
         result["wall_seconds"] = round(time.monotonic() - started, 2)
