@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 WERROR ?= $(if $(CI),ON,OFF)
 NINJA_JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test unit-test asan-test compat-test e2e-test docker-test format-check format lint demo bench clean
+.PHONY: all deps build test unit-test asan-test compat-test e2e-test docker-test bench-smoke format-check format lint demo bench clean
 
 all: build
 
@@ -23,7 +23,7 @@ build: deps $(BUILD)/build.ninja
 
 # The whole suite: formatting, unit and integration tests, the same tests under
 # AddressSanitizer and UndefinedBehaviorSanitizer, then real JAX and TensorFlow clients.
-test: build format-check unit-test asan-test compat-test e2e-test docker-test
+test: build format-check unit-test asan-test compat-test bench-smoke e2e-test docker-test
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
@@ -70,8 +70,18 @@ lint: build
 demo: build
 	bash tools/demo.sh
 
-bench: build
+# Benchmarks side by side with jaxlib's service, etcd 3.4 and TCPStore (bench/README.md):
+# installs etcd-server and .venv-bench, builds build-bench/ (Release), writes
+# bench/results/*.json, BENCHMARKS.md and docs/bench/*.png. About 30 minutes. The operator's
+# figures on the local cluster: bash bench/operator_bench.sh.
+bench: deps
 	bash bench/run.sh
+
+# Every benchmark scenario with tiny N against cohort and each available anchor; checks the
+# JSON is complete, not the figures (about 75 s). After compat-test: it uses .venv's jaxlib
+# when .venv-bench is missing.
+bench-smoke: build
+	bash tests/bench/smoke.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -15,6 +15,8 @@ TEST_PACKAGES=(
   prometheus python3-venv openssl
   # The local cluster (tools/local-cluster): `ip` for pod network namespaces, pgrep.
   iproute2 procps
+  # The benchmarks' key-value anchor (bench/, and its smoke test in make test).
+  etcd-server
 )
 
 want=("${BUILD_PACKAGES[@]}")
