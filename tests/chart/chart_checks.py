@@ -167,8 +167,8 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
     report(seccomp == "RuntimeDefault", f"[{set_name}] seccomp RuntimeDefault", seccomp)
     mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
     vols = {v["name"]: v for v in pod.get("volumes", [])}
-    report("/tmp" in mounts and "emptyDir" in vols.get(mounts["/tmp"], {}),
-           f"[{set_name}] a writable emptyDir at /tmp")
+    report(not mounts and not vols,
+           f"[{set_name}] no volumes: the operator writes nothing (read-only root)", (mounts, vols))
     report(pod.get("serviceAccountName") == sa_name, f"[{set_name}] service account {sa_name}",
            pod.get("serviceAccountName"))
 
