@@ -31,16 +31,7 @@ fi
 # measurement starts its own etcd on a free loopback port).
 [[ "${1:-}" == "--etcd" ]] && exit 0
 
-# find_python X.Y: an interpreter of that version with venv, from PATH or pyenv.
-find_python() {
-  local want=$1 c
-  local pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
-  for c in "python$want" $(ls -d "$pyenv_root"/versions/"$want".*/bin/python"$want" 2>/dev/null | sort -rV) \
-           "/usr/bin/python$want"; do
-    if "$c" -c 'import venv, ensurepip' >/dev/null 2>&1; then echo "$c"; return 0; fi
-  done
-  return 1
-}
+source tools/find_python.sh
 if [[ -n "${BENCH_PYTHON:-}" ]]; then
   PYTHON=$BENCH_PYTHON
 elif ! PYTHON=$(find_python 3.12) && ! PYTHON=$(find_python 3.13); then

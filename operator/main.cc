@@ -190,7 +190,6 @@ int main(int argc, char** argv) {
     spdlog::info("serving /metrics /healthz /readyz on {}", http_listen);
   }
 
-  int exit_code = 0;
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -232,5 +231,5 @@ int main(int argc, char** argv) {
   signal_thread.join();
   http.Stop();
   spdlog::info("stopped");
-  return exit_code;
+  return 0;
 }

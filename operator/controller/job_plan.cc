@@ -44,7 +44,6 @@ std::string DescribeExit(const ObservedPod& p) {
 struct Planner {
   const api::CoordinatedJob& job;
   const Observed& observed;
-  const OperatorSettings& settings;
   Plan plan;
 
   api::JobStatus& st() { return plan.status; }
@@ -98,6 +97,10 @@ struct Planner {
 
 }  // namespace
 
+std::string CoordinatorView::TaskError::Describe() const {
+  return absl::StrCat(auxiliary ? "the sidecar task " : "task ", task, " is in error: ", message);
+}
+
 ObservedPod ObservePod(const json& pod) {
   ObservedPod p;
   const json metadata = pod.value("metadata", json::object());
@@ -137,7 +140,7 @@ ObservedPod ObservePod(const json& pod) {
 
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings) {
-  Planner P{job, observed, settings, Plan{}};
+  Planner P{job, observed, Plan{}};
   api::JobStatus& st = P.plan.status = job.status;
   const int replicas = job.spec.replicas;
   const int gang = st.restarts;
@@ -260,8 +263,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   }
   if (observed.coordinator) {
     for (const auto& e : observed.coordinator->errors) {
-      signals.push_back(absl::StrCat(e.auxiliary ? "the sidecar task " : "task ", e.task,
-                                     " is in error: ", e.message));
+      signals.push_back(e.Describe());
     }
     if (!observed.coordinator->errors.empty() && exits.empty() &&
         signals.size() == observed.coordinator->errors.size()) {
@@ -302,8 +304,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     if (observed.coordinator) {
       for (const auto& e : observed.coordinator->errors) {
         if (e.IsWorkloadExitReport()) continue;
-        infra = absl::StrCat(e.auxiliary ? "the sidecar task " : "task ", e.task,
-                             " is in error: ", e.message);
+        infra = e.Describe();
         cause = "TaskError";
         permanent = false;
         break;

@@ -47,6 +47,8 @@ struct CoordinatorView {
     // A sidecar's report that its workload exited (UNAVAILABLE from an auxiliary task):
     // the worker's exit code, not this error, says what happened.
     bool IsWorkloadExitReport() const { return auxiliary && code == 14; }
+    // "task /job:worker/task:3 is in error: ..." (a sidecar's task says so).
+    std::string Describe() const;
   };
   std::vector<TaskError> errors;  // tasks in ERROR
 };

@@ -218,9 +218,4 @@ void Informer::Upsert(const json& object) {
   PutLocked(copy);
 }
 
-void Informer::Forget(const std::string& ns, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  EraseLocked(Key(ns, name));
-}
-
 }  // namespace cohort::kube

@@ -53,8 +53,6 @@ class Informer {
   // Puts an object we just wrote into the cache unless the cache already has a newer one, so
   // the next reconcile does not act on what it already changed.
   void Upsert(const json& object);
-  // Drops an object we just deleted (its DELETED event follows).
-  void Forget(const std::string& ns, const std::string& name);
 
  private:
   void Run();

@@ -26,16 +26,7 @@ if [[ ! -x "$COHORT_BIN_DIR/cohort-coordinator" ]]; then
   exit 1
 fi
 
-# find_python X.Y: an interpreter of that version with venv, from PATH or pyenv.
-find_python() {
-  local want=$1 c
-  local pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
-  for c in "python$want" $(ls -d "$pyenv_root"/versions/"$want".*/bin/python"$want" 2>/dev/null | sort -rV) \
-           "/usr/bin/python$want"; do
-    if "$c" -c 'import venv, ensurepip' >/dev/null 2>&1; then echo "$c"; return 0; fi
-  done
-  return 1
-}
+source tools/find_python.sh
 
 # jax/jaxlib 0.11 and later need Python >= 3.12; Debian 12's python3 is 3.11. Use a
 # 3.12 where one is installed (pyenv's included), else python3 and requirements.txt's
