@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks need on a Debian machine, idempotently:
-#   - etcd 3.4 (Debian's etcd-server) and iproute2, as root or through sudo;
+#   - the Debian packages (etcd 3.4's server and etcdctl, iproute2) through tools/deps.sh,
+#     as root or through sudo;
 #   - .venv-bench/: jaxlib and matplotlib (bench/requirements.txt), then torch
-#     (bench/requirements-torch.txt). A torch that cannot be installed, or
-#     BENCH_SKIP_TORCH=1, leaves .venv-bench/torch.skip with the reason, and the
-#     TCPStore anchor is skipped with it.
+#     (bench/requirements-torch.txt) for the TCPStore anchor. A torch that cannot be
+#     installed fails the setup, unless BENCH_SKIP_TORCH=1 says to leave it out: then
+#     .venv-bench/torch.skip holds that reason, and `make bench` records TCPStore as skipped
+#     (the smoke test in `make test` accepts no skipped anchor).
 # A venv whose requirements file has not changed since its last successful install is not
 # touched again.
 #   bench/setup.sh            everything
@@ -14,19 +16,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv-bench
 log() { echo "bench setup: $*" >&2; }
 
-as_root() {
-  if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    log "not root and no sudo: cannot run $*"
-    return 1
-  fi
-}
-
-if ! command -v etcd >/dev/null || ! command -v ip >/dev/null; then
-  log "installing etcd-server and iproute2 (Debian packages)"
-  as_root apt-get update -q >/dev/null
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    etcd-server iproute2 >/dev/null
-fi
+bash tools/deps.sh >&2
 # Debian's package may start a system etcd on :2379; the benchmark never uses it (each
 # measurement starts its own etcd on a free loopback port).
 [[ "${1:-}" == "--etcd" ]] && exit 0
@@ -38,8 +28,8 @@ elif ! PYTHON=$(find_python 3.12) && ! PYTHON=$(find_python 3.13); then
   PYTHON=python3
 fi
 if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  log "$PYTHON cannot create venvs; installing python3-venv"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null
+  log "$PYTHON cannot create venvs (Debian: apt-get install python3-venv; BENCH_PYTHON names another)"
+  exit 1
 fi
 version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 if [[ ! -x $VENV/bin/python || "$(version "$VENV/bin/python")" != "$(version "$PYTHON")" ]]; then
@@ -68,9 +58,12 @@ fi
 rm -f "$VENV/torch.skip"
 if [[ "${BENCH_SKIP_TORCH:-0}" == 1 ]]; then
   echo "not installed: BENCH_SKIP_TORCH=1" >"$VENV/torch.skip"
+  log "TCPStore anchor left out: BENCH_SKIP_TORCH=1"
 elif ! install bench/requirements-torch.txt "$VENV/.torch.stamp"; then
-  echo "pip install torch failed: $(grep -m1 -E 'ERROR|error:' "$VENV/pip.log" | cut -c1-300)" \
-    >"$VENV/torch.skip"
+  tail -n 20 "$VENV/pip.log" >&2
+  log "torch could not be installed into $VENV (about 5 GB; the TCPStore anchor needs it):" \
+    "$(grep -m1 -E 'ERROR|error:' "$VENV/pip.log" | cut -c1-300)." \
+    "BENCH_SKIP_TORCH=1 leaves it out of make bench"
+  exit 1
 fi
-[[ -f $VENV/torch.skip ]] && log "TCPStore anchor skipped: $(cat "$VENV/torch.skip")"
 log "ready: $VENV ($(version "$VENV/bin/python"))"

@@ -2,6 +2,11 @@
 # Installs every Debian package cohort's build and tests need. Idempotent: it
 # installs only what is missing. `make deps` and the Dockerfile's build stage
 # both run this script, so there is one list of build dependencies.
+#
+#   tools/deps.sh               install every build and test package that is missing
+#   tools/deps.sh --build-only  only the build packages (the Dockerfile's build stage)
+#   tools/deps.sh --list        print the package names, one a line, and install nothing
+#                               (tests/deps/check_programs.py reads it)
 set -euo pipefail
 
 BUILD_PACKAGES=(
@@ -15,13 +20,18 @@ TEST_PACKAGES=(
   prometheus python3-venv openssl
   # The local cluster (tools/local-cluster): `ip` for pod network namespaces, pgrep.
   iproute2 procps
-  # The benchmarks' key-value anchor (bench/, and its smoke test in make test).
-  etcd-server
+  # The benchmarks' key-value anchor (bench/, and its smoke test in make test): the server,
+  # and etcdctl, which the harness uses to probe it.
+  etcd-server etcd-client
 )
 
 want=("${BUILD_PACKAGES[@]}")
 if [[ "${1:-}" != "--build-only" ]]; then
   want+=("${TEST_PACKAGES[@]}")
+fi
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${want[@]}"
+  exit 0
 fi
 
 missing=()
