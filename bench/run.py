@@ -177,8 +177,16 @@ class Bench:
             if note.exists():
                 reason = note.read_text().strip()
             self.skip("tcpstore", reason)
-        if "etcd" in self.systems and not shutil.which("etcd"):
-            self.skip("etcd", "etcd is not installed (Debian: apt-get install etcd-server)")
+        if "etcd" in self.systems:
+            for program, package in (("etcd", "etcd-server"), ("etcdctl", "etcd-client")):
+                if not shutil.which(program):
+                    self.skip("etcd", f"{program} is not installed (tools/deps.sh installs it; "
+                              f"Debian: apt-get install {package})")
+                    break
+        if self.args.strict and self.skipped:
+            raise SystemExit("bench: --strict: every anchor must run, and these cannot: " +
+                             "; ".join(f"{s}: {why}" for s, why in self.skipped.items()) +
+                             " (bench/setup.sh installs them)")
 
     def skip(self, system, reason):
         log(f"{system}: skipped: {reason}")
@@ -393,6 +401,10 @@ class Bench:
         simulated observers, through cohort-failure-bench."""
         fake_nvml = Path(self.args.fake_nvml).resolve() if self.args.fake_nvml else None
         if not fake_nvml or not fake_nvml.exists():
+            if self.args.strict:
+                raise SystemExit(f"bench: --strict: the sidecar failure path needs the fake NVML "
+                                 f"library, and {fake_nvml or 'no --fake-nvml'} is not there "
+                                 f"(build it: ninja fake_nvml)")
             log("sidecar failure path skipped: no fake NVML library (--fake-nvml)")
             self.skipped["sidecar"] = "the fake NVML library was not built"
             return []
@@ -478,6 +490,8 @@ def main():
                    help="interpreter with jaxlib and torch (the anchors)")
     p.add_argument("--systems", default="cohort,jaxlib,etcd,tcpstore")
     p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure")
+    p.add_argument("--strict", action="store_true",
+                   help="fail instead of skipping an anchor or path that cannot run (make test)")
     p.add_argument("--merge", action="store_true",
                    help="keep the records of systems not run now from the existing results")
     args = p.parse_args()

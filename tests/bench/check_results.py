@@ -119,14 +119,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("results")
     p.add_argument("--profile", default="smoke")
+    p.add_argument("--no-skips", action="store_true",
+                   help="a skipped system or path is a problem too (make test)")
     args = p.parse_args()
     checker = Checker(Path(args.results), load_profile(args.profile))
     problems = checker.run()
+    if args.no_skips:
+        problems += [f"{s} was skipped ({why})" for s, why in checker.skipped.items()]
     for s, why in checker.skipped.items():
         print(f"skipped: {s}: {why}")
     for problem in problems:
         print(f"problem: {problem}")
-    print(f"{checker.checked} records checked, {len(problems)} problems")
+    print(f"bench records: {checker.checked} passed, {len(problems)} failed")
     sys.exit(1 if problems else 0)
 
 
