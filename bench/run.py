@@ -186,7 +186,7 @@ class Bench:
         if self.args.strict and self.skipped:
             raise SystemExit("bench: --strict: every anchor must run, and these cannot: " +
                              "; ".join(f"{s}: {why}" for s, why in self.skipped.items()) +
-                             " (bench/setup.sh installs them)")
+                             ". bench/setup.sh installs what the anchors need")
 
     def skip(self, system, reason):
         log(f"{system}: skipped: {reason}")
