@@ -27,6 +27,31 @@ def group(tmp_path):
     g.close()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--no-skips", action="store_true",
+                     help="a skipped test fails the run (tests/compat/run.sh, make test): every "
+                          "client this suite names can be installed here")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not session.config.getoption("--no-skips"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        session.config.compat_skipped = len(skipped)
+        if exitstatus == 0:
+            session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = getattr(config, "compat_skipped", 0)
+    if n:
+        terminalreporter.write_line(
+            f"compat: --no-skips: {n} tests skipped, which fails the run; every client must be "
+            f"installed (tests/compat/run.sh installs them)", red=True)
+
+
 def pytest_report_header(config):
     lines = []
     for c in JAXLIB_CLIENTS:

@@ -82,28 +82,21 @@ def installed_version(python, dist):
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def skip_note(path):
-    """The reason run.sh recorded for a client it could not install, if any."""
-    if path.exists():
-        return path.read_text().strip() or f"installation failed ({path})"
-    return ""
-
-
 def jaxlib_clients():
     """Every jaxlib the suite drives: the main venv's, then one per clients/jaxlib-*.txt."""
     clients = []
     main_version = installed_version(sys.executable, "jaxlib")
-    reason = skip_note(VENV_DIR / "main.skip")
-    if main_version is None and not reason:
+    reason = ""
+    if main_version is None:
         reason = f"jaxlib is not installed in {sys.executable} (run tests/compat/run.sh)"
     clients.append(Client(f"jaxlib-{main_version or 'main'}", sys.executable,
                           main_version or "0", reason))
     for req in sorted((COMPAT_DIR / "clients").glob("jaxlib-*.txt")):
         name = req.stem
         python = CLIENTS_DIR / name / "bin" / "python"
-        reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+        reason = ""
         version = installed_version(str(python), "jaxlib") if python.exists() else None
-        if version is None and not reason:
+        if version is None:
             reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
         clients.append(Client(name, str(python), version or name.split("-", 1)[1], reason))
     return clients
@@ -280,16 +273,13 @@ class TaskRun:
         return log_text(self.proc)
 
 
-def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), delays=None):
-    """Starts one worker per task; delays maps a task id to seconds to wait first."""
+def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), late=None):
+    """Starts one worker per task. late maps a task id to (step, seconds): that task starts
+    only once every other task has begun that step (its log says so), and seconds later."""
     runs = []
-    order = sorted(range(tasks), key=lambda t: (delays or {}).get(t, 0.0))
-    started = time.monotonic()
-    for t in order:
-        delay = (delays or {}).get(t, 0.0)
-        pause = started + delay - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
+    late = late or {}
+
+    def start(t):
         out = group.log_dir / f"{scenario}-task-{t}.json"
         proc = group.start(
             f"{scenario}-task-{t}",
@@ -297,6 +287,15 @@ def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), d
              "--task-id", str(t), "--num-tasks", str(tasks), "--out", str(out),
              "--heartbeat-timeout", str(heartbeat_s), *extra])
         runs.append(TaskRun(t, proc, out))
+
+    for t in range(tasks):
+        if t not in late:
+            start(t)
+    for t, (step, seconds) in sorted(late.items()):
+        for r in runs:
+            wait_for_log(r.proc, rf"task {r.task_id}: {re.escape(step)} begins", 120)
+        time.sleep(seconds)  # the gap under test, after an observed event
+        start(t)
     return sorted(runs, key=lambda r: r.task_id)
 
 
@@ -304,9 +303,9 @@ def legacy_client():
     """jaxlib 0.4.13 of clients/legacy-jaxlib-0.4.13.txt (xla.DistributedRuntimeService)."""
     name = "legacy-jaxlib-0.4.13"
     python = CLIENTS_DIR / name / "bin" / "python"
-    reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+    reason = ""
     version = installed_version(str(python), "jaxlib") if python.exists() else None
-    if version is None and not reason:
+    if version is None:
         reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
     return Client(f"jaxlib-{version or '0.4.13'}", str(python), version or "0.4.13", reason)
 
@@ -315,9 +314,9 @@ def tensorflow_client():
     """The TensorFlow venv of clients/tensorflow-cpu.txt: (python, version, skip reason)."""
     name = "tensorflow-cpu"
     python = CLIENTS_DIR / name / "bin" / "python"
-    reason = skip_note(CLIENTS_DIR / f"{name}.skip")
+    reason = ""
     version = installed_version(str(python), name) if python.exists() else None
-    if version is None and not reason:
+    if version is None:
         reason = f"{name} is not installed in {CLIENTS_DIR / name} (run tests/compat/run.sh)"
     return str(python), version or "", reason
 

@@ -6,11 +6,12 @@
 #
 #   .venv/                      pytest + jax/jaxlib (tests/compat/requirements.txt)
 #   .venv/clients/NAME/         one per tests/compat/clients/NAME.txt
-#   .venv/clients/NAME.skip     why NAME could not be installed; its tests skip with it
+#
+# Every client is required: one that cannot be installed fails the run with pip's error
+# and what to do, and pytest runs with --no-skips, so a skipped test fails it too.
 #
 # Environment: COHORT_BIN_DIR (default build/bin), COMPAT_PYTHON (interpreter for the
-# venvs), COMPAT_SKIP_CLIENTS (space-separated client names not to install).
-# Extra arguments go to pytest.
+# venvs). Extra arguments go to pytest (-k to run some tests while working on them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -87,58 +88,47 @@ pip_reason() {
   echo "pip install failed: ${line:-see the log of tests/compat/run.sh}"
 }
 
-# The main venv: pytest always; jax/jaxlib become a skipped client if they fail.
-ensure_venv "$VENV" "$PYTHON"
-rm -f "$VENV/main.skip"
-if ! install "$VENV" "$COMPAT/requirements.txt" "$VENV/.compat-main.stamp"; then
-  pip_reason >"$VENV/main.skip"
-  log "jax/jaxlib not installed: $(cat "$VENV/main.skip")"
-  pytest_pin=$(grep -E '^pytest==' "$COMPAT/requirements.txt")
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$pytest_pin"
-fi
+# install_or_fail DIR REQUIREMENTS STAMP WHAT: installs, or stops the run saying why.
+install_or_fail() {
+  if ! install "$1" "$2" "$3"; then
+    log "$4 could not be installed into $1 from $2: $(pip_reason)." \
+      "The suite needs every client; fix the cause above (network, disk, Python version) and run again"
+    exit 1
+  fi
+}
 
-# One venv per extra client. Failures become skip reasons, never silent.
+# The main venv: pytest and the newest jax/jaxlib.
+ensure_venv "$VENV" "$PYTHON"
+rm -f "$VENV/main.skip"  # left by older versions of this script
+install_or_fail "$VENV" "$COMPAT/requirements.txt" "$VENV/.compat-main.stamp" "pytest, jax and jaxlib"
+
+# One venv per extra client.
 mkdir -p "$CLIENTS"
 for req in "$COMPAT"/clients/*.txt; do
   name=$(basename "$req" .txt)
   dir="$CLIENTS/$name"
   rm -f "$CLIENTS/$name.skip"
-  if [[ " ${COMPAT_SKIP_CLIENTS:-} " == *" $name "* ]]; then
-    echo "not installed: COMPAT_SKIP_CLIENTS names it" >"$CLIENTS/$name.skip"
-    log "$name: skipped (COMPAT_SKIP_CLIENTS)"
-    continue
-  fi
   if [[ "$name" == tensorflow* && ! -f "$dir/.compat.stamp" ]]; then
     avail_kb=$(df --output=avail -k . | tail -n 1 | tr -d ' ')
     if (( avail_kb < 4 * 1024 * 1024 )); then
-      echo "not installed: needs about 2 GB of disk, $((avail_kb / 1024)) MB free" \
-        >"$CLIENTS/$name.skip"
-      log "$name: $(cat "$CLIENTS/$name.skip")"
-      continue
+      log "$name needs about 2 GB of disk to install, and $((avail_kb / 1024)) MB are free here"
+      exit 1
     fi
   fi
   # A "# python: X.Y" line in the requirements file asks for that interpreter.
   python=$PYTHON
   want=$(sed -n 's/^# python: *\([0-9.]*\).*/\1/p' "$req" | head -n 1)
   if [[ -n "$want" ]] && ! python=$(find_python "$want"); then
-    echo "not installed: it needs Python $want, and none was found" >"$CLIENTS/$name.skip"
-    log "$name: $(cat "$CLIENTS/$name.skip")"
-    continue
+    log "$name needs Python $want (with venv), and none was found on PATH, in pyenv or in /usr/bin"
+    exit 1
   fi
-  if ! ensure_venv "$dir" "$python"; then
-    echo "not installed: could not create a venv with $python" >"$CLIENTS/$name.skip"
-    log "$name: $(cat "$CLIENTS/$name.skip")"
-    continue
-  fi
-  if ! install "$dir" "$req" "$dir/.compat.stamp"; then
-    pip_reason >"$CLIENTS/$name.skip"
-    log "$name: $(cat "$CLIENTS/$name.skip")"
-  fi
+  ensure_venv "$dir" "$python" || { log "$name: could not create a venv with $python"; exit 1; }
+  install_or_fail "$dir" "$req" "$dir/.compat.stamp" "$name"
 done
 
 log "running pytest on $COMPAT against $COHORT_BIN_DIR/cohort-coordinator"
 set +e
-"$VENV/bin/python" -m pytest "$COMPAT" -p no:cacheprovider -rsx -v "$@"
+"$VENV/bin/python" -m pytest "$COMPAT" -p no:cacheprovider -rsx -v --no-skips "$@"
 status=$?
 set -e
 exit "$status"

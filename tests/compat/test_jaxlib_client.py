@@ -49,9 +49,10 @@ def run(request, tmp_path_factory):
     group = ProcessGroup(tmp_path_factory.mktemp(f"{client.name}-{server_kind}"))
     try:
         server = start_server(server_kind, group, client, TASKS, HEARTBEAT_S)
-        # The last task starts a second late, so the others wait at the register barrier.
+        # The last task starts a second after the others have begun to connect, so they
+        # wait for it at the register barrier.
         runs = start_tasks(group, client, server, "basic", TASKS, HEARTBEAT_S,
-                           delays={LAST: 1.0})
+                           late={LAST: ("connect", 1.0)})
         late = wait_all([r.proc for r in runs], timeout=180)
         assert server.proc.poll() is None, f"server died:\n{tail(server.log())}"
         yield Run(client, server, runs, late)
@@ -72,7 +73,8 @@ def test_connect_waits_at_the_register_barrier_for_the_last_task(run):
     for t in range(LAST):
         rec = run.step(t, "connect")
         assert rec["ok"], rec
-        # Tasks 0-2 started a second before task 3 and connected only once it came.
+        # Tasks 0-2 began to connect a second before task 3 started, and connected only
+        # once it came.
         assert rec["started_at"] < last["started_at"] - 0.3, (rec, last)
         assert rec["ended_at"] >= last["started_at"], (rec, last)
 

@@ -53,6 +53,7 @@ class Recorder:
         self.task_id = task_id
 
     def run(self, name, fn):
+        print(f"task {self.task_id}: {name} begins", flush=True)  # harness.start_tasks waits on it
         started_at = time.time()  # wall clock: compared across the tasks of one host
         start = time.monotonic()
         try:
