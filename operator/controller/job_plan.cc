@@ -111,6 +111,15 @@ ObservedPod ObservePod(const json& pod) {
   p.restart = IntLabel(labels, kRestartLabel);
   p.terminating =
       metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
+  if (p.terminating && metadata["deletionTimestamp"].is_string()) {
+    // The API server sets deletionTimestamp to the request's time plus the grace period.
+    std::optional<absl::Time> deadline =
+        api::ParseRfc3339(metadata["deletionTimestamp"].get<std::string>());
+    const json grace = metadata.value("deletionGracePeriodSeconds", json());
+    if (deadline && grace.is_number_integer()) {
+      p.deletion_requested_at = *deadline - absl::Seconds(grace.get<int64_t>());
+    }
+  }
   const json status = pod.value("status", json::object());
   p.phase = status.value("phase", "");
   p.pod_ip = status.value("podIP", "");
@@ -254,11 +263,15 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     }
   }
   const bool coordinator_exited = coordinator && coordinator->exit_code.has_value();
-  if (coordinator_exited || (gang_started && (!coordinator || coordinator->terminating))) {
-    signals.push_back(
+  const bool coordinator_lost =
+      coordinator_exited || (gang_started && (!coordinator || coordinator->terminating));
+  std::string coordinator_loss;
+  if (coordinator_lost) {
+    coordinator_loss =
         !coordinator_exited
             ? absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted")
-            : absl::StrCat("the coordinator exited with code ", *coordinator->exit_code));
+            : absl::StrCat("the coordinator exited with code ", *coordinator->exit_code);
+    signals.push_back(coordinator_loss);
     if (exits.empty()) cause = "CoordinatorLost";
   }
   if (observed.coordinator) {
@@ -282,8 +295,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     // is not an exit at all, restarts the gang.
     bool permanent = false;
     std::string first_exit;
+    absl::Time earliest = absl::InfiniteFuture();
     if (!exits.empty()) {
-      absl::Time earliest = absl::InfiniteFuture();
       for (const ObservedPod* w : exits) {
         earliest = std::min(earliest, w->finished_at.value_or(observed.now));
       }
@@ -301,9 +314,24 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     // An error the coordinator holds that is not a workload's exit came first: the exits
     // that follow are the tasks stopping because of it.
     std::string infra;
+    // So did a lost coordinator, unless the exits came well before it: workers whose
+    // coordinator goes away stop with an error of their own (jaxlib and the agent exit 1).
+    if (coordinator_lost) {
+      absl::Time lost_at = first;  // a pod already gone: when the operator saw it
+      if (coordinator && coordinator_exited && coordinator->finished_at) {
+        lost_at = *coordinator->finished_at;
+      } else if (coordinator && coordinator->deletion_requested_at) {
+        lost_at = *coordinator->deletion_requested_at;
+      }
+      if (exits.empty() || earliest + absl::Seconds(1) >= lost_at) {
+        infra = coordinator_loss;
+        cause = "CoordinatorLost";
+        permanent = false;
+      }
+    }
     if (observed.coordinator) {
       for (const auto& e : observed.coordinator->errors) {
-        if (e.IsWorkloadExitReport()) continue;
+        if (e.IsWorkloadExitReport() || !infra.empty()) continue;
         infra = e.Describe();
         cause = "TaskError";
         permanent = false;

@@ -25,6 +25,8 @@ struct ObservedPod {
   int restart = -1;   // the gang it belongs to (label cohort.dev/restart)
   std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
   bool terminating = false;
+  // When its deletion was asked (deletionTimestamp less the grace period), if it was.
+  std::optional<absl::Time> deletion_requested_at;
   bool ready = false;
   std::string pod_ip;
   // The workload container (a worker's first container; the coordinator's container)

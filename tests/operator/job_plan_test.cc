@@ -292,6 +292,47 @@ TEST(JobPlanTest, ALostCoordinatorRestartsTheGang) {
   EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorLost");
 }
 
+TEST(JobPlanTest, WorkersExitingAfterTheirCoordinatorWasDeletedRestartTheGang) {
+  // The coordinator pod is deleted; its workers lose their coordination service and exit 1,
+  // which alone failurePolicy counts as permanent. The loss came first, so it decides.
+  ObservedPod coordinator = Coordinator();
+  coordinator.terminating = true;
+  coordinator.deletion_requested_at = kNow - absl::Milliseconds(3000);
+  Observed o = Everything({coordinator, Exited(0, 1, kNow - absl::Milliseconds(2900)),
+                           Exited(1, 1, kNow - absl::Milliseconds(2800))});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorLost");
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: the coordinator pod train-coordinator was deleted");
+}
+
+TEST(JobPlanTest, WorkersExitingAfterTheirCoordinatorExitedRestartTheGang) {
+  ObservedPod coordinator = Coordinator();
+  coordinator.phase = "Failed";
+  coordinator.exit_code = 137;
+  coordinator.finished_at = kNow - absl::Seconds(3);
+  Observed o = Everything({coordinator, Exited(0, 1, kNow - absl::Milliseconds(2500)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: the coordinator exited with code 137");
+}
+
+TEST(JobPlanTest, APermanentExitWellBeforeTheCoordinatorWentAwayStillFailsTheJob) {
+  ObservedPod coordinator = Coordinator();
+  coordinator.terminating = true;
+  coordinator.deletion_requested_at = kNow - absl::Seconds(4);
+  Observed o = Everything({coordinator, Exited(0, 3, kNow - absl::Seconds(10)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(9);
+  Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->message,
+            "worker 0 exited with code 3, which failurePolicy counts as permanent");
+}
+
 TEST(JobPlanTest, ADeletedWorkerRestartsTheGang) {
   ObservedPod deleted = Worker(1);
   deleted.terminating = true;
@@ -409,6 +450,17 @@ TEST(ObservePodTest, ReadsTheWorkloadContainersExit) {
   EXPECT_EQ(*p.exit_code, 137);
   EXPECT_EQ(p.reason, "OOMKilled");
   EXPECT_EQ(p.finished_at, api::ParseRfc3339("2026-11-22T10:00:05Z"));
+}
+
+TEST(ObservePodTest, ADeletionRequestIsTheDeletionTimestampLessTheGracePeriod) {
+  json pod = {{"metadata",
+               {{"name", "train-coordinator"},
+                {"deletionTimestamp", "2026-11-22T10:00:35Z"},
+                {"deletionGracePeriodSeconds", 30}}}};
+  ObservedPod p = ObservePod(pod);
+  EXPECT_TRUE(p.terminating);
+  EXPECT_EQ(p.deletion_requested_at, api::ParseRfc3339("2026-11-22T10:00:05Z"));
+  EXPECT_FALSE(ObservePod({{"metadata", {{"name", "p"}}}}).deletion_requested_at.has_value());
 }
 
 TEST(ObservePodTest, AnEvictedPodHasNoExitCodeButFailed) {
