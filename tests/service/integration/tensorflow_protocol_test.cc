@@ -5,6 +5,7 @@
 
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -179,8 +180,9 @@ TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt
   ASSERT_TRUE(other.get().first.ok());
   EXPECT_EQ(c0, 0);
 
+  // Task 1 opens instance 1 for both tasks; task 0 then arrives with a list of its own.
   auto conflicting = std::async(std::launch::async, [&] { return arrive(1, 1, {0, 1}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("step", {"worker", 1}); }));
   auto [s1, c1] = arrive(0, 1, {0});
   EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   grpc::Status other_status = conflicting.get().first;
