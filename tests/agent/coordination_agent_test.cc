@@ -14,6 +14,7 @@
 #include "agent/grpc_status.h"
 #include "gtest/gtest.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -80,15 +81,6 @@ struct EventLog {
     return lines;
   }
 };
-
-// The server learns of a client's cancellation a moment after the client does.
-bool Eventually(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(5)) {
-  for (absl::Time end = absl::Now() + timeout; absl::Now() < end;) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return condition();
-}
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -177,14 +169,27 @@ TEST_F(AgentTest, ConnectRetriesUntilTheCoordinatorComesUp) {
   std::string address = coordinator_->address();
   AgentConfig config = AgentFor(0);
   coordinator_.reset();  // the port is free again, nobody listens
+  absl::Mutex mu;
+  std::vector<absl::Status> failed_attempts;
+  config.on_connect_retry = [&](int attempt, const absl::Status& error) {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(attempt, static_cast<int>(failed_attempts.size()) + 1);
+    failed_attempts.push_back(error);
+  };
   CoordinationAgent agent;
   ASSERT_TRUE(agent.Initialize(config).ok());
   auto connect = std::async(std::launch::async, [&agent] { return agent.Connect(); });
-  absl::SleepFor(absl::Milliseconds(700));
+  // The coordinator comes up only once an attempt has failed: connecting needs a retry.
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !failed_attempts.empty();
+  }));
   StartCoordinator(Config(1), address);
   absl::Status s = connect.get();
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(agent.state(), AgentState::kConnected);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(failed_attempts[0].code(), absl::StatusCode::kUnavailable) << failed_attempts[0];
 }
 
 TEST_F(AgentTest, ConnectRefusedByTheCoordinatorIsNotRetriedAndEntersError) {
