@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
@@ -96,7 +97,9 @@ TEST_F(CohortctlTest, PutGetLsIncrAndRm) {
 TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
   Cohortctl waiting(
       {"--coordinator", coordinator_.address(), "kv", "get", "ready", "--wait", "20s"});
-  absl::SleepFor(absl::Milliseconds(300));
+  // Set the key only once cohortctl's get waits for it at the coordinator.
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   ASSERT_TRUE(coordinator_.service().key_values().Insert("ready", "yes", false).ok());
   Result result = waiting.Wait(kDeadline);
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -127,7 +130,7 @@ TEST_F(CohortctlTest, StatusShowsTasksAndTheMissingTasksOfOpenBarriers) {
   ConnectWorkers();
   auto waiting = std::async(
       std::launch::async, [this] { return agents_[0]->WaitAtBarrier("ckpt", absl::Seconds(30)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("ckpt", {"worker", 0}); }));
   Result table = Run({"status"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("2/2 workload tasks connected, 0 in error"), std::string::npos)
@@ -161,18 +164,13 @@ TEST_F(CohortctlTest, BarrierCancelAndReportErrorReachTheTasks) {
   ConnectWorkers();
   auto waiting = std::async(std::launch::async,
                             [this] { return agents_[0]->WaitAtBarrier("b", absl::Seconds(30)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("b", {"worker", 0}); }));
   EXPECT_EQ(Run({"barrier", "cancel", "b", "--task", "worker/1"}).exit_code, 0);
   EXPECT_EQ(waiting.get().code(), absl::StatusCode::kCancelled);
 
   Result report = Run({"report-error", "--task", "worker/1", "GPU 3 fell off the bus"});
   EXPECT_EQ(report.exit_code, 0) << report.err;
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 100 && agents_[0]->state() != AgentState::kError; ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return agents_[0]->state() == AgentState::kError;
-  }());
+  ASSERT_TRUE(Eventually([&] { return agents_[0]->state() == AgentState::kError; }));
   EXPECT_NE(agents_[0]->last_error().message().find("GPU 3 fell off the bus"), std::string::npos);
   Result status = Run({"tasks"});
   EXPECT_NE(status.out.find("ERROR"), std::string::npos) << status.out;
