@@ -48,6 +48,42 @@ struct ErrorLog {
   }
 };
 
+// Counts an agent's heartbeats (AgentConfig::on_heartbeat) by outcome.
+struct HeartbeatLog {
+  absl::Mutex mu;
+  int succeeded = 0;
+  int failed = 0;
+
+  std::function<void(absl::Duration, const absl::Status&)> Callback() {
+    return [this](absl::Duration, const absl::Status& status) {
+      absl::MutexLock lock(&mu);
+      ++(status.ok() ? succeeded : failed);
+    };
+  }
+  int Sent() {
+    absl::MutexLock lock(&mu);
+    return succeeded + failed;
+  }
+  // Each waits until at least `n` heartbeats of that kind; false after `timeout`.
+  bool WaitForSent(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return succeeded + failed >= n; },
+                 timeout);
+  }
+  bool WaitForSucceeded(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return succeeded >= n; }, timeout);
+  }
+  bool WaitForFailed(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return failed >= n; }, timeout);
+  }
+
+ private:
+  template <typename Predicate>
+  bool Await(Predicate reached, absl::Duration timeout) {
+    absl::MutexLock lock(&mu);
+    return mu.AwaitWithTimeout(absl::Condition(&reached), timeout);
+  }
+};
+
 // Collects watch events as "insert k=v@3" lines.
 struct EventLog {
   absl::Mutex mu;
@@ -102,6 +138,9 @@ class AgentTest : public ::testing::Test {
     config.heartbeat_timeout = absl::Seconds(2);
     config.register_timeout = absl::Seconds(20);
     config.shutdown_timeout = absl::Seconds(20);
+    if (task >= 0 && task < static_cast<int>(std::size(heartbeats_))) {
+      config.on_heartbeat = heartbeats_[task].Callback();
+    }
     return config;
   }
 
@@ -120,6 +159,8 @@ class AgentTest : public ::testing::Test {
     return agents;
   }
 
+  // Of workload tasks 0..3 (for AgentFor's configs); they outlive the test's agents.
+  HeartbeatLog heartbeats_[4];
   std::unique_ptr<TestCoordinator> coordinator_;
 };
 
@@ -129,7 +170,8 @@ TEST_F(AgentTest, ConnectPassesTheRegisterBarrierAndHeartbeatsKeepTasksConnected
   auto agents = ConnectAll(2, &logs);
   EXPECT_EQ(agents[0]->state(), AgentState::kConnected);
   EXPECT_EQ(agents[0]->leader_incarnation(), coordinator_->service().service_incarnation());
-  absl::SleepFor(absl::Milliseconds(600));  // several heartbeats
+  ASSERT_TRUE(heartbeats_[0].WaitForSucceeded(3));
+  ASSERT_TRUE(heartbeats_[1].WaitForSucceeded(3));
   for (const TaskStateInfo& info : coordinator_->service().AllTasks()) {
     EXPECT_EQ(info.state, TaskState::kConnected) << info.task.ToString();
     EXPECT_LT(absl::Now() - info.last_heartbeat, absl::Seconds(1));
@@ -242,7 +284,9 @@ TEST_F(AgentTest, BlockingGetReturnsWhenAnotherTaskSetsTheKey) {
   auto agents = ConnectAll(2, &logs);
   auto get = std::async(std::launch::async,
                         [&] { return agents[0]->GetKeyValue("addr", absl::Seconds(20)); });
-  absl::SleepFor(absl::Milliseconds(200));
+  // Set the key only once the get waits for it at the coordinator.
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_->service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   ASSERT_TRUE(agents[1]->InsertKeyValue("addr", "10.0.0.1:1234").ok());
   auto value = get.get();
   ASSERT_TRUE(value.ok()) << value.status();
@@ -327,7 +371,7 @@ TEST_F(AgentTest, BarriersKeepCountersPerIdAndCanBeCancelled) {
   // instance (its cached result); then every task is on the next instance and it passes.
   auto waiting = std::async(std::launch::async,
                             [&] { return agents[0]->WaitAtBarrier("c", absl::Seconds(20)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_->ArrivedAtBarrier("c", {"worker", 0}); }));
   ASSERT_TRUE(agents[0]->CancelBarrier("c").ok());
   EXPECT_EQ(waiting.get().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(agents[1]->WaitAtBarrier("c", absl::Seconds(20)).code(), absl::StatusCode::kCancelled);
@@ -393,7 +437,9 @@ TEST_F(AgentTest, AnErrorReportedByOneTaskReachesTheOthersOnce) {
   ASSERT_TRUE(source.has_value());
   EXPECT_EQ(source->task_id, 2);
   EXPECT_TRUE(source->is_reported_error);
-  absl::SleepFor(absl::Milliseconds(500));  // heartbeats now fail too: still one callback
+  // Two more heartbeats each (the reporter's now fail): still one callback.
+  ASSERT_TRUE(heartbeats_[0].WaitForSent(heartbeats_[0].Sent() + 2));
+  ASSERT_TRUE(heartbeats_[2].WaitForFailed(2));
   EXPECT_EQ(logs[0].Count(), 1);
   EXPECT_EQ(logs[2].Count(), 1);
   EXPECT_EQ(agents[0]->state(), AgentState::kError);
@@ -434,7 +480,8 @@ TEST_F(AgentTest, CoordinatorRestartMovesTheAgentToErrorAndResetReconnects) {
   StartCoordinator(Config(1), address);
   ASSERT_TRUE(log.WaitFor(1, absl::Seconds(10)));
   EXPECT_EQ(agent.state(), AgentState::kError);
-  absl::SleepFor(absl::Milliseconds(500));
+  // Every later heartbeat meets the new coordinator too: still one callback.
+  ASSERT_TRUE(heartbeats_[0].WaitForSent(heartbeats_[0].Sent() + 2));
   EXPECT_EQ(log.Count(), 1);
   ASSERT_TRUE(agent.Reset().ok());
   EXPECT_NE(agent.incarnation(), first_incarnation);
