@@ -496,6 +496,8 @@ TEST_F(AgentTest, ShutdownWaitsForEveryTaskAtTheShutdownBarrier) {
   std::vector<ErrorLog> logs(2);
   auto agents = ConnectAll(2, &logs);
   auto first = std::async(std::launch::async, [&] { return agents[0]->Shutdown(); });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_->service().ParkedCalls(ParkKind::kShutdown) == 1; }));
   EXPECT_EQ(first.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   ASSERT_TRUE(agents[1]->Shutdown().ok());
   EXPECT_TRUE(first.get().ok());
