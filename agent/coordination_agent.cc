@@ -241,6 +241,7 @@ absl::Status CoordinationAgent::Connect() {
     spdlog::info("registering {} with {} failed (attempt {}): {}; retrying in {}",
                  TaskString(config_.job_name, config_.task_id), config_.coordinator_address,
                  attempt, status.ToString(), absl::FormatDuration(backoff));
+    if (config_.on_connect_retry) config_.on_connect_retry(attempt, status);
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }

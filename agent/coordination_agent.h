@@ -44,6 +44,9 @@ struct AgentConfig {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Told of every heartbeat's round trip and outcome, on the heartbeat thread (metrics).
   std::function<void(absl::Duration, const absl::Status&)> on_heartbeat;
+  // Told of every registration attempt that failed and will be retried (its number, from 1,
+  // and the error), on the thread calling Connect (logs, metrics).
+  std::function<void(int attempt, const absl::Status&)> on_connect_retry;
 };
 
 enum class AgentState { kUninitialized, kDisconnected, kConnected, kError };

@@ -9,12 +9,16 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
 namespace {
 
 using Result = ProcessResult;
+
+// How long any cohortctl may take to answer before the test fails rather than hangs.
+constexpr absl::Duration kDeadline = absl::Seconds(30);
 
 std::vector<std::string> WithBinary(std::vector<std::string> args) {
   args.insert(args.begin(), std::string(COHORT_BIN_DIR) + "/cohortctl");
@@ -39,7 +43,7 @@ class CohortctlTest : public ::testing::Test {
 
   Result Run(std::vector<std::string> args) {
     args.insert(args.begin(), {"--coordinator", coordinator_.address()});
-    return Cohortctl(std::move(args)).Wait();
+    return Cohortctl(std::move(args)).Wait(kDeadline);
   }
 
   // Connects both workers, as a workload would.
@@ -93,9 +97,11 @@ TEST_F(CohortctlTest, PutGetLsIncrAndRm) {
 TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
   Cohortctl waiting(
       {"--coordinator", coordinator_.address(), "kv", "get", "ready", "--wait", "20s"});
-  absl::SleepFor(absl::Milliseconds(300));
+  // Set the key only once cohortctl's get waits for it at the coordinator.
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   ASSERT_TRUE(coordinator_.service().key_values().Insert("ready", "yes", false).ok());
-  Result result = waiting.Wait();
+  Result result = waiting.Wait(kDeadline);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "yes");
   Result late = Run({"kv", "get", "never", "--wait", "200ms"});
@@ -106,24 +112,25 @@ TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
 TEST_F(CohortctlTest, WatchPrintsEveryChangeUntilInterrupted) {
   ASSERT_TRUE(coordinator_.service().key_values().Insert("cfg/old", "1", false).ok());
   Cohortctl watch({"--coordinator", coordinator_.address(), "kv", "watch", "cfg"});
-  // The watch is set up once it says so on stderr; give it a moment.
-  absl::SleepFor(absl::Milliseconds(500));
+  // The coordinator has accepted the watch once cohortctl says so; changes from then on show.
+  ASSERT_TRUE(watch.WaitForStderr("watching \"cfg\" after revision 1 (Ctrl-C to stop)\n"));
   EXPECT_EQ(Run({"kv", "put", "cfg/a", "1"}).exit_code, 0);
   EXPECT_EQ(Run({"kv", "put", "cfg/a", "2", "--overwrite"}).exit_code, 0);
   EXPECT_EQ(Run({"kv", "rm", "cfg", "--prefix"}).exit_code, 0);
-  EXPECT_EQ(watch.ReadLines(4), (std::vector<std::string>{"insert cfg/a 1", "update cfg/a 2",
-                                                          "delete cfg/a", "delete cfg/old"}));
+  EXPECT_EQ(watch.ReadLines(4, kDeadline),
+            (std::vector<std::string>{"insert cfg/a 1", "update cfg/a 2", "delete cfg/a",
+                                      "delete cfg/old"}));
   watch.Signal(SIGINT);
-  Result result = watch.Wait();
+  Result result = watch.Wait(kDeadline);
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_NE(result.err.find("watching \"cfg\" after revision 1"), std::string::npos) << result.err;
+  EXPECT_EQ(result.out, "");  // nothing after the four changes
 }
 
 TEST_F(CohortctlTest, StatusShowsTasksAndTheMissingTasksOfOpenBarriers) {
   ConnectWorkers();
   auto waiting = std::async(
       std::launch::async, [this] { return agents_[0]->WaitAtBarrier("ckpt", absl::Seconds(30)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("ckpt", {"worker", 0}); }));
   Result table = Run({"status"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("2/2 workload tasks connected, 0 in error"), std::string::npos)
@@ -157,18 +164,13 @@ TEST_F(CohortctlTest, BarrierCancelAndReportErrorReachTheTasks) {
   ConnectWorkers();
   auto waiting = std::async(std::launch::async,
                             [this] { return agents_[0]->WaitAtBarrier("b", absl::Seconds(30)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("b", {"worker", 0}); }));
   EXPECT_EQ(Run({"barrier", "cancel", "b", "--task", "worker/1"}).exit_code, 0);
   EXPECT_EQ(waiting.get().code(), absl::StatusCode::kCancelled);
 
   Result report = Run({"report-error", "--task", "worker/1", "GPU 3 fell off the bus"});
   EXPECT_EQ(report.exit_code, 0) << report.err;
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 100 && agents_[0]->state() != AgentState::kError; ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return agents_[0]->state() == AgentState::kError;
-  }());
+  ASSERT_TRUE(Eventually([&] { return agents_[0]->state() == AgentState::kError; }));
   EXPECT_NE(agents_[0]->last_error().message().find("GPU 3 fell off the bus"), std::string::npos);
   Result status = Run({"tasks"});
   EXPECT_NE(status.out.find("ERROR"), std::string::npos) << status.out;
@@ -191,7 +193,7 @@ TEST_F(CohortctlTest, BadInputIsAClearErrorAndChangesNothing) {
 
 TEST_F(CohortctlTest, UnreachableCoordinatorIsAClearMessageNotAHang) {
   Result result =
-      Cohortctl({"--coordinator", "127.0.0.1:1", "--dial-timeout", "1s", "status"}).Wait();
+      Cohortctl({"--coordinator", "127.0.0.1:1", "--dial-timeout", "1s", "status"}).Wait(kDeadline);
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.err,
             "cohortctl: cannot reach the coordinator at 127.0.0.1:1 within 1s (is it running?)\n");

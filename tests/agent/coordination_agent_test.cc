@@ -14,6 +14,7 @@
 #include "agent/grpc_status.h"
 #include "gtest/gtest.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -43,6 +44,42 @@ struct ErrorLog {
   bool WaitFor(int n, absl::Duration timeout = absl::Seconds(20)) {
     absl::MutexLock lock(&mu);
     auto reached = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return count >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&reached), timeout);
+  }
+};
+
+// Counts an agent's heartbeats (AgentConfig::on_heartbeat) by outcome.
+struct HeartbeatLog {
+  absl::Mutex mu;
+  int succeeded = 0;
+  int failed = 0;
+
+  std::function<void(absl::Duration, const absl::Status&)> Callback() {
+    return [this](absl::Duration, const absl::Status& status) {
+      absl::MutexLock lock(&mu);
+      ++(status.ok() ? succeeded : failed);
+    };
+  }
+  int Sent() {
+    absl::MutexLock lock(&mu);
+    return succeeded + failed;
+  }
+  // Each waits until at least `n` heartbeats of that kind; false after `timeout`.
+  bool WaitForSent(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return succeeded + failed >= n; },
+                 timeout);
+  }
+  bool WaitForSucceeded(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return succeeded >= n; }, timeout);
+  }
+  bool WaitForFailed(int n, absl::Duration timeout = absl::Seconds(20)) {
+    return Await([this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return failed >= n; }, timeout);
+  }
+
+ private:
+  template <typename Predicate>
+  bool Await(Predicate reached, absl::Duration timeout) {
+    absl::MutexLock lock(&mu);
     return mu.AwaitWithTimeout(absl::Condition(&reached), timeout);
   }
 };
@@ -81,15 +118,6 @@ struct EventLog {
   }
 };
 
-// The server learns of a client's cancellation a moment after the client does.
-bool Eventually(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(5)) {
-  for (absl::Time end = absl::Now() + timeout; absl::Now() < end;) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return condition();
-}
-
 class AgentTest : public ::testing::Test {
  protected:
   static ServiceConfig Config(int workers) {
@@ -110,6 +138,9 @@ class AgentTest : public ::testing::Test {
     config.heartbeat_timeout = absl::Seconds(2);
     config.register_timeout = absl::Seconds(20);
     config.shutdown_timeout = absl::Seconds(20);
+    if (task >= 0 && task < static_cast<int>(std::size(heartbeats_))) {
+      config.on_heartbeat = heartbeats_[task].Callback();
+    }
     return config;
   }
 
@@ -128,6 +159,8 @@ class AgentTest : public ::testing::Test {
     return agents;
   }
 
+  // Of workload tasks 0..3 (for AgentFor's configs); they outlive the test's agents.
+  HeartbeatLog heartbeats_[4];
   std::unique_ptr<TestCoordinator> coordinator_;
 };
 
@@ -137,7 +170,8 @@ TEST_F(AgentTest, ConnectPassesTheRegisterBarrierAndHeartbeatsKeepTasksConnected
   auto agents = ConnectAll(2, &logs);
   EXPECT_EQ(agents[0]->state(), AgentState::kConnected);
   EXPECT_EQ(agents[0]->leader_incarnation(), coordinator_->service().service_incarnation());
-  absl::SleepFor(absl::Milliseconds(600));  // several heartbeats
+  ASSERT_TRUE(heartbeats_[0].WaitForSucceeded(3));
+  ASSERT_TRUE(heartbeats_[1].WaitForSucceeded(3));
   for (const TaskStateInfo& info : coordinator_->service().AllTasks()) {
     EXPECT_EQ(info.state, TaskState::kConnected) << info.task.ToString();
     EXPECT_LT(absl::Now() - info.last_heartbeat, absl::Seconds(1));
@@ -177,14 +211,27 @@ TEST_F(AgentTest, ConnectRetriesUntilTheCoordinatorComesUp) {
   std::string address = coordinator_->address();
   AgentConfig config = AgentFor(0);
   coordinator_.reset();  // the port is free again, nobody listens
+  absl::Mutex mu;
+  std::vector<absl::Status> failed_attempts;
+  config.on_connect_retry = [&](int attempt, const absl::Status& error) {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(attempt, static_cast<int>(failed_attempts.size()) + 1);
+    failed_attempts.push_back(error);
+  };
   CoordinationAgent agent;
   ASSERT_TRUE(agent.Initialize(config).ok());
   auto connect = std::async(std::launch::async, [&agent] { return agent.Connect(); });
-  absl::SleepFor(absl::Milliseconds(700));
+  // The coordinator comes up only once an attempt has failed: connecting needs a retry.
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !failed_attempts.empty();
+  }));
   StartCoordinator(Config(1), address);
   absl::Status s = connect.get();
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(agent.state(), AgentState::kConnected);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(failed_attempts[0].code(), absl::StatusCode::kUnavailable) << failed_attempts[0];
 }
 
 TEST_F(AgentTest, ConnectRefusedByTheCoordinatorIsNotRetriedAndEntersError) {
@@ -237,7 +284,9 @@ TEST_F(AgentTest, BlockingGetReturnsWhenAnotherTaskSetsTheKey) {
   auto agents = ConnectAll(2, &logs);
   auto get = std::async(std::launch::async,
                         [&] { return agents[0]->GetKeyValue("addr", absl::Seconds(20)); });
-  absl::SleepFor(absl::Milliseconds(200));
+  // Set the key only once the get waits for it at the coordinator.
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_->service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   ASSERT_TRUE(agents[1]->InsertKeyValue("addr", "10.0.0.1:1234").ok());
   auto value = get.get();
   ASSERT_TRUE(value.ok()) << value.status();
@@ -322,7 +371,7 @@ TEST_F(AgentTest, BarriersKeepCountersPerIdAndCanBeCancelled) {
   // instance (its cached result); then every task is on the next instance and it passes.
   auto waiting = std::async(std::launch::async,
                             [&] { return agents[0]->WaitAtBarrier("c", absl::Seconds(20)); });
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return coordinator_->ArrivedAtBarrier("c", {"worker", 0}); }));
   ASSERT_TRUE(agents[0]->CancelBarrier("c").ok());
   EXPECT_EQ(waiting.get().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(agents[1]->WaitAtBarrier("c", absl::Seconds(20)).code(), absl::StatusCode::kCancelled);
@@ -388,7 +437,9 @@ TEST_F(AgentTest, AnErrorReportedByOneTaskReachesTheOthersOnce) {
   ASSERT_TRUE(source.has_value());
   EXPECT_EQ(source->task_id, 2);
   EXPECT_TRUE(source->is_reported_error);
-  absl::SleepFor(absl::Milliseconds(500));  // heartbeats now fail too: still one callback
+  // Two more heartbeats each (the reporter's now fail): still one callback.
+  ASSERT_TRUE(heartbeats_[0].WaitForSent(heartbeats_[0].Sent() + 2));
+  ASSERT_TRUE(heartbeats_[2].WaitForFailed(2));
   EXPECT_EQ(logs[0].Count(), 1);
   EXPECT_EQ(logs[2].Count(), 1);
   EXPECT_EQ(agents[0]->state(), AgentState::kError);
@@ -429,7 +480,8 @@ TEST_F(AgentTest, CoordinatorRestartMovesTheAgentToErrorAndResetReconnects) {
   StartCoordinator(Config(1), address);
   ASSERT_TRUE(log.WaitFor(1, absl::Seconds(10)));
   EXPECT_EQ(agent.state(), AgentState::kError);
-  absl::SleepFor(absl::Milliseconds(500));
+  // Every later heartbeat meets the new coordinator too: still one callback.
+  ASSERT_TRUE(heartbeats_[0].WaitForSent(heartbeats_[0].Sent() + 2));
   EXPECT_EQ(log.Count(), 1);
   ASSERT_TRUE(agent.Reset().ok());
   EXPECT_NE(agent.incarnation(), first_incarnation);
@@ -444,6 +496,8 @@ TEST_F(AgentTest, ShutdownWaitsForEveryTaskAtTheShutdownBarrier) {
   std::vector<ErrorLog> logs(2);
   auto agents = ConnectAll(2, &logs);
   auto first = std::async(std::launch::async, [&] { return agents[0]->Shutdown(); });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_->service().ParkedCalls(ParkKind::kShutdown) == 1; }));
   EXPECT_EQ(first.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   ASSERT_TRUE(agents[1]->Shutdown().ok());
   EXPECT_TRUE(first.get().ok());

@@ -4,19 +4,22 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -29,20 +32,13 @@ struct ProcessResult {
   std::string err;
 };
 
-inline std::string ReadAll(int fd) {
-  std::string data;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof buffer)) > 0) data.append(buffer, static_cast<size_t>(n));
-  return data;
-}
-
 // A child process with stdout and stderr on pipes (or stderr to a file, for long runners
 // whose logs nobody drains). Killed with SIGKILL when destroyed while still running.
 class Subprocess {
  public:
   Subprocess(std::vector<std::string> argv, const std::map<std::string, std::string>& env = {},
-             const std::string& stderr_file = "") {
+             const std::string& stderr_file = "")
+      : name_(argv.empty() ? "" : argv[0]) {
     std::vector<std::string> environment;
     for (char** e = environ; *e; ++e) {
       std::string entry(*e);
@@ -89,27 +85,52 @@ class Subprocess {
   pid_t pid() const { return pid_; }
   void Signal(int sig) { kill(pid_, sig); }
 
-  // Reads stdout until `n` lines arrived (or it closed).
-  std::vector<std::string> ReadLines(size_t n) {
+  // Reads stdout until `n` lines arrived, it closed, or `timeout` passed; a line that never
+  // comes fails the caller's comparison instead of hanging the test.
+  std::vector<std::string> ReadLines(size_t n, absl::Duration timeout = absl::Seconds(20)) {
+    const absl::Time deadline = absl::Now() + timeout;
     std::vector<std::string> lines;
-    std::string partial;
-    char c;
-    while (lines.size() < n && read(out_fd_, &c, 1) == 1) {
-      if (c == '\n') {
-        lines.push_back(partial);
-        partial.clear();
-      } else {
-        partial += c;
+    while (lines.size() < n) {
+      const size_t end = out_.find('\n');
+      if (end != std::string::npos) {
+        lines.push_back(out_.substr(0, end));
+        out_.erase(0, end + 1);
+      } else if (!ReadWithin(out_fd_, &out_, deadline)) {
+        break;
       }
     }
     return lines;
   }
 
-  ProcessResult Wait() {
+  // Reads stderr until it contains `text`; false when it closed or `timeout` passed first.
+  // What was read stays part of Wait()'s `err`.
+  bool WaitForStderr(const std::string& text, absl::Duration timeout = absl::Seconds(20)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (err_.find(text) == std::string::npos) {
+      if (!ReadWithin(err_fd_, &err_, deadline)) return err_.find(text) != std::string::npos;
+    }
+    return true;
+  }
+
+  // Collects the rest of the output and the exit status. A process still running after
+  // `timeout` is killed (exit_code 137) and the test fails, rather than hangs.
+  ProcessResult Wait(absl::Duration timeout = absl::InfiniteDuration()) {
+    absl::Time deadline = absl::Now() + timeout;
+    bool out_open = true, err_open = true;
+    while (out_open || err_open) {
+      if (absl::Now() >= deadline) {
+        ADD_FAILURE() << name_ << " still running after " << timeout << "; killed";
+        kill(pid_, SIGKILL);
+        deadline = absl::InfiniteFuture();
+      }
+      pollfd fds[2] = {{out_open ? out_fd_ : -1, POLLIN, 0}, {err_open ? err_fd_ : -1, POLLIN, 0}};
+      if (poll(fds, 2, PollMillis(deadline)) < 0 && errno != EINTR) break;
+      if (fds[0].revents != 0) out_open = ReadSome(out_fd_, &out_);
+      if (fds[1].revents != 0) err_open = ReadSome(err_fd_, &err_);
+    }
     ProcessResult result;
-    auto err = std::async(std::launch::async, [this] { return ReadAll(err_fd_); });
-    result.out = ReadAll(out_fd_);
-    result.err = err.get();
+    result.out = std::move(out_);
+    result.err = std::move(err_);
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -120,9 +141,40 @@ class Subprocess {
   }
 
  private:
+  // poll()'s timeout for `deadline`: -1 for none, rounded up so that it is never early.
+  static int PollMillis(absl::Time deadline) {
+    if (deadline == absl::InfiniteFuture()) return -1;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return 0;
+    return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))));
+  }
+  // One read into `buffer`; false at end of file (or on an error).
+  static bool ReadSome(int fd, std::string* buffer) {
+    char chunk[4096];
+    const ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) return true;
+    if (n <= 0) return false;
+    buffer->append(chunk, static_cast<size_t>(n));
+    return true;
+  }
+  // Waits for `fd` to have data, then reads it; false at end of file or after `deadline`.
+  static bool ReadWithin(int fd, std::string* buffer, absl::Time deadline) {
+    while (true) {
+      pollfd p = {fd, POLLIN, 0};
+      const int ready = poll(&p, 1, PollMillis(deadline));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) return false;
+      return ReadSome(fd, buffer);
+    }
+  }
+
+  std::string name_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
+  // Read from the pipes and not handed out yet.
+  std::string out_;
+  std::string err_;
 };
 
 // A loopback port nobody listens on right now.

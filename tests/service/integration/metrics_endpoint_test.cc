@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -56,9 +57,7 @@ TEST(MetricsEndpointTest, ScrapeIsPromtoolCleanAndReflectsTraffic) {
   tf::BarrierResponse br;
   auto parked =
       std::async(std::launch::async, [&] { return stub->Barrier(ctx.get(), barrier, &br); });
-  for (int i = 0; i < 100 && coordinator.service().OpenBarriers().empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(Eventually([&] { return !coordinator.service().OpenBarriers().empty(); }));
 
   std::string file = absl::StrCat(::testing::TempDir(), "/metrics-", getpid(), ".txt");
   int status = -1;

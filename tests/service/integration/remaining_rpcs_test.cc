@@ -1,9 +1,9 @@
 // The RPCs the per-protocol tests leave out, each over real gRPC with plain stubs.
 #include <future>
-#include <thread>
 
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 #include "xla/coordination_service.grpc.pb.h"
 
 namespace cohort::testing {
@@ -110,6 +110,9 @@ TEST_F(TensorflowMoreTest, CancelBarrierCancelsWaitersAndLaterCallers) {
     return stub_->Barrier(Deadline().get(), request, &response);
   };
   auto waiting = std::async(std::launch::async, [&] { return arrive(0); });
+  ASSERT_TRUE(Eventually([&] {
+    return coordinator_.ArrivedAtBarrier("cancel-me", {"worker", 0});
+  }));
   EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::CancelBarrierRequest cancel;
   cancel.set_barrier_id("cancel-me");
@@ -182,9 +185,8 @@ TEST(LimitsTest, OversizedValueAndTooManyParkedCallsAreResourceExhausted) {
   auto ctx = Deadline();
   auto parked =
       std::async(std::launch::async, [&] { return stub->GetKeyValue(ctx.get(), get, &gr); });
-  for (int i = 0; i < 100 && coordinator.service().ParkedCalls(ParkKind::kKeyValueGet) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator.service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   tf::GetKeyValueResponse second;
   EXPECT_EQ(stub->GetKeyValue(Deadline().get(), get, &second).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);

@@ -1,10 +1,10 @@
 // tensorflow.CoordinationService over real gRPC on loopback, with plain generated stubs.
 #include <future>
-#include <thread>
 #include <vector>
 
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -45,6 +45,8 @@ class TensorflowProtocolTest : public ::testing::Test {
 TEST_F(TensorflowProtocolTest, RegisterBlocksUntilEveryTaskRegisteredAndReturnsLeaderIncarnation) {
   tf::RegisterTaskResponse first;
   auto pending = std::async(std::launch::async, [&] { return Register(0, 10, &first); });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kRegister) == 1; }));
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   tf::RegisterTaskResponse second;
   ASSERT_TRUE(Register(1, 11, &second).ok());
@@ -138,6 +140,8 @@ TEST_F(TensorflowProtocolTest, BlockingGetIsAnsweredWhenTheKeyIsSet) {
   tf::GetKeyValueResponse gr;
   auto pending = std::async(std::launch::async,
                             [&] { return stub_->GetKeyValue(Deadline().get(), get, &gr); });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::InsertKeyValueRequest insert;
   insert.mutable_kv()->set_key("later");
@@ -154,10 +158,8 @@ TEST_F(TensorflowProtocolTest, BlockingGetEndsAtTheClientDeadlineAndLeavesNoWait
   tf::GetKeyValueResponse gr;
   grpc::Status s = stub_->GetKeyValue(Deadline(absl::Milliseconds(200)).get(), get, &gr);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  for (int i = 0; i < 100 && coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet), 0);
+  EXPECT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) == 0; }));
 }
 
 TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt) {
@@ -179,8 +181,9 @@ TEST_F(TensorflowProtocolTest, BarrierPassesWithCounterAndConflictingListsFailIt
   ASSERT_TRUE(other.get().first.ok());
   EXPECT_EQ(c0, 0);
 
+  // Task 1 opens instance 1 for both tasks; task 0 then arrives with a list of its own.
   auto conflicting = std::async(std::launch::async, [&] { return arrive(1, 1, {0, 1}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.ArrivedAtBarrier("step", {"worker", 1}); }));
   auto [s1, c1] = arrive(0, 1, {0});
   EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   grpc::Status other_status = conflicting.get().first;
@@ -196,6 +199,8 @@ TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
   tf::PollForErrorResponse pr;
   auto pending = std::async(std::launch::async,
                             [&] { return stub_->PollForError(Deadline().get(), poll, &pr); });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kPollForError) == 1; }));
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::ReportErrorToServiceRequest report;
   report.set_error_code(static_cast<int>(grpc::StatusCode::INTERNAL));
@@ -259,6 +264,8 @@ TEST_F(TensorflowProtocolTest, ShutdownWaitsForEveryTask) {
   auto pending = std::async(std::launch::async, [&] {
     return stub_->ShutdownTask(Deadline().get(), request, &response);
   });
+  ASSERT_TRUE(
+      Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kShutdown) == 1; }));
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   tf::ShutdownTaskRequest other;
   *other.mutable_source_task() = Task(1);

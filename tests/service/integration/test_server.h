@@ -40,6 +40,16 @@ class TestCoordinator {
     return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
   }
   CoordinationService& service() { return *service_; }
+  // Whether `task` has arrived at the open instance of barrier `id` (and waits there).
+  bool ArrivedAtBarrier(const std::string& id, const TaskName& task) const {
+    for (const BarrierSnapshot& barrier : service_->OpenBarriers()) {
+      if (barrier.id != id) continue;
+      for (const TaskName& arrived : barrier.arrived) {
+        if (arrived == task) return true;
+      }
+    }
+    return false;
+  }
   MetricsRegistry& registry() { return registry_; }
   int http_port() const { return server_->http_port(); }
 

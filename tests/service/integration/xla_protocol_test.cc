@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 #include "xla/coordination_service.grpc.pb.h"
 
 namespace cohort::testing {
@@ -139,6 +140,8 @@ TEST_F(XlaProtocolTest, WatchTasksReportsStates) {
     EXPECT_TRUE(stub_->WatchTasks(Deadline().get(), request, &next).ok());
     return next;
   });
+  ASSERT_TRUE(Eventually(
+      [&] { return coordinator_.service().ParkedCalls(ParkKind::kWatchJobState) == 1; }));
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   auto reg = std::async(std::launch::async, [this] { return Register(0); });
   xc::WatchTasksResponse next = pending.get();
