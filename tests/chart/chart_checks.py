@@ -50,6 +50,8 @@ def split(rendered, builtin, monitors):
         if not re.search(r"^kind:", d, re.M):
             continue
         (mon if re.search(r"^apiVersion: monitoring\.coreos\.com/", d, re.M) else keep).append(d)
+    if not keep:
+        sys.exit(f"split: {rendered} holds no Kubernetes object of a built-in kind")
     open(builtin, "w").write("\n---\n".join(keep))
     open(monitors, "w").write("\n---\n".join(mon))
 

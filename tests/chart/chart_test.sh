@@ -110,7 +110,11 @@ for file in "$HERE"/values/*.yaml; do
     continue
   fi
   pass "[$set] helm template ($(grep -c '^kind:' "$rendered") objects)"
-  python3 "$HERE/chart_checks.py" split "$rendered" "$WORK/$set.builtin.yaml" "$WORK/$set.monitors.yaml"
+  if ! out=$(python3 "$HERE/chart_checks.py" split "$rendered" "$WORK/$set.builtin.yaml" \
+    "$WORK/$set.monitors.yaml" 2>&1); then
+    fail "[$set] split the rendered chart into built-in kinds and monitors" "$out"
+    continue
+  fi
   apply_file="$WORK/$set.builtin.yaml"
   [[ $serves_monitoring == 1 ]] && apply_file="$rendered"
   if "$KUBECTL" apply --server-side --force-conflicts --field-manager=cohort-chart-test \
