@@ -23,11 +23,14 @@ func removeLeftovers(cfg Config) {
 	_ = os.MkdirAll(cfg.StateDir, 0o755)
 }
 
-// KillContainers sends SIGKILL to every container init process recorded under stateDir
-// (STATE/POD-UID/containers/NAME/pid) that is still that binary; killing init ends the
-// container's whole PID namespace.
+// KillContainers sends SIGKILL to every pod's pause process (STATE/POD-UID/pause.pid) and
+// container init process (STATE/POD-UID/containers/NAME/pid) recorded under stateDir that
+// is still that binary. Killing pause ends the pod's shared PID namespace and every
+// process in it; killing init ends the container's own PID namespace, if it has one.
 func KillContainers(stateDir, initBinary string) int {
-	files, _ := filepath.Glob(filepath.Join(stateDir, "*", "containers", "*", "pid"))
+	files, _ := filepath.Glob(filepath.Join(stateDir, "*", pidNamespaceFile))
+	containers, _ := filepath.Glob(filepath.Join(stateDir, "*", "containers", "*", "pid"))
+	files = append(files, containers...)
 	killed := 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
