@@ -54,11 +54,10 @@ if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
 fi
 trap cleanup EXIT
 
-# -- Install, as the README's quickstart does.
-# The local pod runner has no shared process namespaces: sidecars cannot watch the
-# workload's process there (docs/operator.md).
+# -- Install, as the README's quickstart does: the chart's defaults, so worker pods share a
+# process namespace and each sidecar watches its workload's process.
 if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$NS" --create-namespace \
-  --set operator.workloadLiveness=none --wait --timeout 120s 2>&1); then
+  --wait --timeout 120s 2>&1); then
   pass "helm install: the operator Deployment is available"
 else
   fail "helm install" "$out"
@@ -124,6 +123,27 @@ if [[ "$phase" == Succeeded ]]; then
 else
   fail "quickstart reaches Succeeded within ${JOB_TIMEOUT}s" "phase '${phase}'"
 fi
+
+# The chart's default workload liveness (process): every worker pod shares its process
+# namespace, and its sidecar found the workload's process and saw it exit (after the task
+# shut down, so not as a failure; a failure would have shown as a restart above).
+for i in 0 1 2 3; do
+  worker="quickstart-worker-$i"
+  shared=$(k get pod "$worker" -o jsonpath='{.spec.shareProcessNamespace}' 2>&1)
+  if ! log=$(k logs "$worker" -c cohort-sidecar 2>&1); then
+    fail "$worker's sidecar log" "$log"
+    continue
+  fi
+  if [[ "$shared" != true ]]; then
+    fail "$worker has shareProcessNamespace" "'$shared'"
+  elif ! grep -Eq 'watching workload process [0-9]+ \(.*cohort-agent-example' <<<"$log"; then
+    fail "$worker's sidecar watched the workload's process" "$(grep -i workload <<<"$log" | head -5)"
+  elif ! grep -Eq 'workload process [0-9]+ \(.*cohort-agent-example.*\) exited; its task is' <<<"$log"; then
+    fail "$worker's sidecar saw the workload exit" "$(grep -i workload <<<"$log" | head -5)"
+  else
+    pass "$worker: shared process namespace; the sidecar watched the workload's process and saw it exit"
+  fi
+done
 
 # The operator's per-job metrics saw it.
 metrics=$(curl -sf --max-time 5 "http://$ip:8080/metrics")
