@@ -157,12 +157,19 @@ fi
 # Least privilege, but enough: the API server refused the operator nothing. (This operator
 # watches every namespace, so it may also meet jobs that earlier tests left in namespaces
 # being deleted; the API server refuses new pods there with a 403 that is not about RBAC.)
-refused=$(k logs "deployment/$DEPLOY" 2>&1 | grep -Ei 'forbidden|PERMISSION_DENIED' |
-  grep -v 'because it is being terminated' | head -5)
-if [[ -z "$refused" ]]; then
-  pass "the chart's RBAC covered every call the operator made (no 403 in its log)"
+# An unreadable or empty log proves nothing, so the log must hold the operator's startup.
+if ! oplog=$(k logs "deployment/$DEPLOY" 2>&1); then
+  fail "read the operator's log" "${oplog:0:300}"
+elif ! grep -Eq 'cohort-operator .*: API server' <<<"$oplog" || ! grep -q 'caches synced:' <<<"$oplog"; then
+  fail "the operator's log shows its startup (API server, caches synced)" "$(head -5 <<<"$oplog")"
 else
-  fail "the API server refused the operator" "$refused"
+  refused=$(grep -Ei 'forbidden|PERMISSION_DENIED' <<<"$oplog" |
+    grep -v 'because it is being terminated' | head -5)
+  if [[ -z "$refused" ]]; then
+    pass "the chart's RBAC covered every call the operator made (no 403 in its log)"
+  else
+    fail "the API server refused the operator" "$refused"
+  fi
 fi
 
 [[ $failed -eq 0 ]] || diagnose
