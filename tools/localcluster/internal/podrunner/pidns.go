@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -73,18 +74,19 @@ func namespaceOf(pid int, kind string) (namespaceID, error) {
 	return namespaceID{dev: st.Dev, ino: st.Ino}, nil
 }
 
-// killMountNamespace ends the processes a container in a shared PID namespace left when
-// its init exited. Without a PID namespace of its own, what marks them as the container's
-// is the mount namespace they all inherited from init (a process that unshares a mount
-// namespace of its own escapes this, and lives until the pod's pause process ends). It
-// sends SIGKILL until none is left or timeout passes, and returns how many are left.
-func killMountNamespace(ns namespaceID, timeout time.Duration) int {
+// killMountNamespace ends the processes of a container in a shared PID namespace. Without
+// a PID namespace of its own, what marks them as the container's is the mount namespace
+// they all inherited from init (a process that unshares a mount namespace of its own
+// escapes this, and lives until the pod's pause process ends). It sends SIGKILL to every
+// process in ns but spare (init, when it should reap the workload itself; 0 for none),
+// until none is left or timeout passes, and returns how many are left.
+func killMountNamespace(ns namespaceID, spare int, timeout time.Duration) int {
 	if own, err := namespaceOf(os.Getpid(), "mnt"); err != nil || own == ns {
 		return 0 // never the runner's own
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		pids := processesInMountNamespace(ns)
+		pids := slices.DeleteFunc(processesInMountNamespace(ns), func(pid int) bool { return pid == spare })
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return len(pids)
 		}

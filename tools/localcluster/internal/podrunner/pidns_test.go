@@ -207,6 +207,27 @@ func TestStoppingAContainerEndsItsProcessesAndNoOther(t *testing.T) {
 	}
 }
 
+func TestAContainerIgnoringSIGTERMIsKilledAtTheDeadlineAndInitReapsIt(t *testing.T) {
+	initBinary := sharedPIDTest(t)
+	ns, dir := startSharedPod(t, initBinary)
+	stubborn, _ := startSharedContainer(t, initBinary, dir, ns, "stubborn", "sh", "-c", `trap "" TERM; sleep 3071 & wait`)
+	waitForProcess(t, dir, "sleep 3071")
+
+	stubborn.terminate(time.Now().Add(300 * time.Millisecond))
+	if stubborn.result.code != 137 {
+		t.Errorf("exit code %d, want 137 (killed)", stubborn.result.code)
+	}
+	if pids := processesRunning("sleep 3071"); len(pids) > 0 {
+		t.Errorf("the container's process outlived its stop: %v", pids)
+	}
+	// Nothing of the pod was handed to a reaper outside it, so the namespace ends at once.
+	start := time.Now()
+	ns.stop()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ending the pod's PID namespace took %s", took)
+	}
+}
+
 func TestARestartedContainerJoinsTheSameNamespace(t *testing.T) {
 	initBinary := sharedPIDTest(t)
 	ns, dir := startSharedPod(t, initBinary)
@@ -279,7 +300,7 @@ func TestKillMountNamespaceNeverKillsTheRunnersOwn(t *testing.T) {
 	if !slices.Contains(processesInMountNamespace(own), child.Process.Pid) {
 		t.Fatal("a child of the test is not listed in the test's mount namespace")
 	}
-	if left := killMountNamespace(own, time.Second); left != 0 {
+	if left := killMountNamespace(own, 0, time.Second); left != 0 {
 		t.Errorf("killMountNamespace(own) = %d", left)
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -21,8 +21,9 @@ type exitResult struct {
 
 // process is one run of cohort-container-init and, under it, the workload. Signals go to
 // init, which forwards them; SIGKILL to init ends the container's whole PID namespace.
-// In a pod's shared PID namespace there is no such namespace to end: when init has
-// exited, every process left in the container's mount namespace is killed instead.
+// In a pod's shared PID namespace there is no such namespace to end: the processes of the
+// container's mount namespace are killed instead, when it is stopped and once init has
+// exited.
 type process struct {
 	cmd       *exec.Cmd
 	pidFile   string
@@ -95,7 +96,7 @@ func (p *process) wait(errorPath string) {
 		r.startError = string(msg)
 	}
 	if p.mountNS != (namespaceID{}) {
-		if left := killMountNamespace(p.mountNS, leftoverKillTimeout); left > 0 {
+		if left := killMountNamespace(p.mountNS, 0, leftoverKillTimeout); left > 0 {
 			log.Printf("container init %d: %d processes of its mount namespace did not end", p.pid(), left)
 		}
 	}
@@ -119,6 +120,17 @@ func (p *process) terminate(deadline time.Time) {
 		case <-p.exited:
 			return
 		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if p.mountNS != (namespaceID{}) {
+		// Killing init first would hand the workload to the host's reaper, outside the
+		// pod's namespace, whose pause process then cannot end before that reaper acts.
+		// Ending the container's other processes lets init reap the workload and exit.
+		killMountNamespace(p.mountNS, p.pid(), leftoverKillTimeout)
+		select {
+		case <-p.exited:
+			return
+		case <-time.After(time.Second):
 		}
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
