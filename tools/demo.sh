@@ -40,9 +40,7 @@ say "installing the CoordinatedJob CRD"
 "$KUBECTL" create namespace "$NS" >/dev/null || exit 1
 
 say "starting cohort-operator (namespace $NS; metrics on http://127.0.0.1:$PORT/metrics)"
-# The local pod runner gives pods no shared process namespace, so sidecars are told not
-# to watch the workload's process; the operator still sees every exit through the pods.
-build/bin/cohort-operator --namespace "$NS" --leader-elect=false --workload-liveness none \
+build/bin/cohort-operator --namespace "$NS" --leader-elect=false \
   --http-listen "127.0.0.1:$PORT" >"$WORK/operator.log" 2>&1 &
 OPERATOR=$!
 for _ in $(seq 50); do curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done

@@ -54,11 +54,10 @@ if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
 fi
 trap cleanup EXIT
 
-# -- Install, as the README's quickstart does.
-# The local pod runner has no shared process namespaces: sidecars cannot watch the
-# workload's process there (docs/operator.md).
+# -- Install, as the README's quickstart does: the chart's defaults, so worker pods share a
+# process namespace and each sidecar watches its workload's process.
 if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$NS" --create-namespace \
-  --set operator.workloadLiveness=none --wait --timeout 120s 2>&1); then
+  --wait --timeout 120s 2>&1); then
   pass "helm install: the operator Deployment is available"
 else
   fail "helm install" "$out"
@@ -125,6 +124,27 @@ else
   fail "quickstart reaches Succeeded within ${JOB_TIMEOUT}s" "phase '${phase}'"
 fi
 
+# The chart's default workload liveness (process): every worker pod shares its process
+# namespace, and its sidecar found the workload's process and saw it exit (after the task
+# shut down, so not as a failure; a failure would have shown as a restart above).
+for i in 0 1 2 3; do
+  worker="quickstart-worker-$i"
+  shared=$(k get pod "$worker" -o jsonpath='{.spec.shareProcessNamespace}' 2>&1)
+  if ! log=$(k logs "$worker" -c cohort-sidecar 2>&1); then
+    fail "$worker's sidecar log" "$log"
+    continue
+  fi
+  if [[ "$shared" != true ]]; then
+    fail "$worker has shareProcessNamespace" "'$shared'"
+  elif ! grep -Eq 'watching workload process [0-9]+ \(.*cohort-agent-example' <<<"$log"; then
+    fail "$worker's sidecar watched the workload's process" "$(grep -i workload <<<"$log" | head -5)"
+  elif ! grep -Eq 'workload process [0-9]+ \(.*cohort-agent-example.*\) exited; its task is' <<<"$log"; then
+    fail "$worker's sidecar saw the workload exit" "$(grep -i workload <<<"$log" | head -5)"
+  else
+    pass "$worker: shared process namespace; the sidecar watched the workload's process and saw it exit"
+  fi
+done
+
 # The operator's per-job metrics saw it.
 metrics=$(curl -sf --max-time 5 "http://$ip:8080/metrics")
 if grep -Eq "^cohort_operator_job_phase\{[^}]*job=\"quickstart\"[^}]*phase=\"Succeeded\"[^}]*\} 1" <<<"$metrics" ||
@@ -137,12 +157,19 @@ fi
 # Least privilege, but enough: the API server refused the operator nothing. (This operator
 # watches every namespace, so it may also meet jobs that earlier tests left in namespaces
 # being deleted; the API server refuses new pods there with a 403 that is not about RBAC.)
-refused=$(k logs "deployment/$DEPLOY" 2>&1 | grep -Ei 'forbidden|PERMISSION_DENIED' |
-  grep -v 'because it is being terminated' | head -5)
-if [[ -z "$refused" ]]; then
-  pass "the chart's RBAC covered every call the operator made (no 403 in its log)"
+# An unreadable or empty log proves nothing, so the log must hold the operator's startup.
+if ! oplog=$(k logs "deployment/$DEPLOY" 2>&1); then
+  fail "read the operator's log" "${oplog:0:300}"
+elif ! grep -Eq 'cohort-operator .*: API server' <<<"$oplog" || ! grep -q 'caches synced:' <<<"$oplog"; then
+  fail "the operator's log shows its startup (API server, caches synced)" "$(head -5 <<<"$oplog")"
 else
-  fail "the API server refused the operator" "$refused"
+  refused=$(grep -Ei 'forbidden|PERMISSION_DENIED' <<<"$oplog" |
+    grep -v 'because it is being terminated' | head -5)
+  if [[ -z "$refused" ]]; then
+    pass "the chart's RBAC covered every call the operator made (no 403 in its log)"
+  else
+    fail "the API server refused the operator" "$refused"
+  fi
 fi
 
 [[ $failed -eq 0 ]] || diagnose

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of the local cluster (tools/local-cluster): brings it up, runs pods that
 # exercise what cohort's end-to-end tests rely on (pod networking and service names,
-# native sidecars and emptyDir hand-off, exit codes, probes, deletion, the controller
-# manager), and brings it down again. Exits non-zero if any check fails.
+# native sidecars and emptyDir hand-off, a shared process namespace, exit codes, probes,
+# deletion, the controller manager), and brings it down again. Exits non-zero if any check fails.
 #
 # If the cluster was already up, it is left up and only this test's namespace goes.
 set -uo pipefail
@@ -178,6 +178,36 @@ if wait_for "handoff to finish" phase_is handoff Succeeded &&
   pass "native sidecar + emptyDir hand-off: pod Succeeded, sidecar stopped, kubectl logs works"
 else
   fail "native sidecar + emptyDir hand-off" "phase $(jsonpath pod/handoff '{.status.phase}')"
+fi
+
+# --- shareProcessNamespace: one PID namespace for the pod's containers ------------------
+# main sees the sidecar's processes by their command lines, and /pause as PID 1; when the
+# pod is done, nothing of the sidecar is left, not even the child it put in the background.
+shared_marker="lc-smoke-shared-$NS"
+k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: shared-pid}
+spec:
+  shareProcessNamespace: true
+  restartPolicy: Never
+  initContainers:
+  - name: sidecar
+    image: python:3
+    restartPolicy: Always
+    command: [sh, -c, 'python3 -c "import time; time.sleep(3600)" $shared_marker & exec python3 -c "import time; time.sleep(3600)" $shared_marker']
+  containers:
+  - name: main
+    image: busybox
+    env: [{name: NS, value: "$NS"}]
+    command: [sh, -c, 'for i in \$(seq 100); do cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" >procs; if [ "\$(grep -cx -- "lc-smoke-shared-\$NS" procs)" = 2 ]; then tr "\0" " " </proc/1/cmdline; exit 0; fi; sleep 0.1; done; exit 1']
+YAML
+if wait_for "shared-pid to finish" phase_is shared-pid Succeeded &&
+  wait_for "its sidecar to stop" sidecar_stopped shared-pid &&
+  [[ "$(k logs shared-pid -c main)" == "/pause " ]] && ! pgrep -f "$shared_marker" >/dev/null; then
+  pass "shareProcessNamespace: containers see each other's processes, /pause is PID 1, none is left"
+else
+  fail "shareProcessNamespace" "phase $(jsonpath pod/shared-pid '{.status.phase}'), main's log '$(k logs shared-pid -c main 2>&1 | head -3)', left: $(pgrep -f "$shared_marker" | tr '\n' ' ')"
 fi
 
 # --- exit codes ------------------------------------------------------------------------

@@ -53,8 +53,11 @@ func enterContainer(spec *containerspec.Spec) (string, error) {
 			return "", err
 		}
 	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return "", fmt.Errorf("mount /proc: %w", err)
+	// In a pod's shared PID namespace, the second stage mounts /proc from inside it.
+	if spec.PIDNamespace == "" {
+		if err := mountProc(); err != nil {
+			return "", err
+		}
 	}
 	if spec.Hostname != "" {
 		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
@@ -63,6 +66,11 @@ func enterContainer(spec *containerspec.Spec) (string, error) {
 	}
 	if spec.NetNS != "" {
 		if err := joinNetNS(spec.NetNS); err != nil {
+			return "", err
+		}
+	}
+	if spec.PIDNamespace != "" {
+		if err := joinPodPIDNamespace(spec.PIDNamespace); err != nil {
 			return "", err
 		}
 	}
@@ -154,6 +162,14 @@ func ensureMountpoint(target string, dir bool, logPath string) error {
 			fmt.Fprintln(f, top)
 			f.Close()
 		}
+	}
+	return nil
+}
+
+// mountProc mounts a /proc that shows the PID namespace of the calling process.
+func mountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
 	}
 	return nil
 }

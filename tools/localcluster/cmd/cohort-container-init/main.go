@@ -6,6 +6,9 @@
 // as its child. Being PID 1 of the container's PID namespace is the point: when it exits,
 // the kernel kills every process the workload left behind, so deleting a pod cannot leak
 // processes. It forwards signals to the workload and exits with the workload's status.
+//
+// In a pod with shareProcessNamespace the PID namespace is the pod's, held by this
+// program started as /pause, and init starts the workload in it (sharedpid.go).
 package main
 
 import (
@@ -27,6 +30,12 @@ func init() {
 }
 
 func main() {
+	switch {
+	case os.Args[0] == containerspec.PauseCommand:
+		os.Exit(pause())
+	case len(os.Args) >= 4 && os.Args[1] == execFlag:
+		os.Exit(execInPodPIDNamespace(os.Args[2], os.Args[3:]))
+	}
 	if len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: cohort-container-init SPEC.json ERROR-FILE")
 		os.Exit(2)
@@ -44,7 +53,7 @@ func main() {
 	}
 	var pid int
 	if err == nil {
-		pid, err = startWorkload(program, spec)
+		pid, err = startWorkload(program, spec, errorFile)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cohort-container-init: %v\n", err)

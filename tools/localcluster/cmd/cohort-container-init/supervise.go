@@ -8,23 +8,36 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"cohort.dev/tools/localcluster/internal/containerspec"
 )
 
-// startWorkload forks the workload from this (namespace-joined, locked) thread.
-func startWorkload(program string, spec *containerspec.Spec) (int, error) {
+// startWorkload forks the workload from this (namespace-joined, locked) thread; in a pod's
+// shared PID namespace, through the second stage.
+func startWorkload(program string, spec *containerspec.Spec, errorFile *os.File) (int, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return 0, err
 	}
 	defer devnull.Close()
+	attr := &syscall.ProcAttr{
+		Env:   spec.Env,
+		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+	}
+	path, argv := program, spec.Argv
+	if spec.PIDNamespace != "" {
+		self, err := unix.Open("/proc/self/exe", unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, fmt.Errorf("open cohort-container-init: %w", err)
+		}
+		defer unix.Close(self)
+		path, argv = secondStage(program, spec.Argv, attr, errorFile, self)
+	}
 	// Subscribe before forking so no SIGCHLD or SIGTERM can slip past.
 	signals = make(chan os.Signal, 16)
 	signal.Notify(signals)
-	pid, err := syscall.ForkExec(program, spec.Argv, &syscall.ProcAttr{
-		Env:   spec.Env,
-		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
-	})
+	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", spec.Argv[0], err)
 	}

@@ -17,10 +17,21 @@ type Mount struct {
 	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
+// PauseCommand is the command line of the process that holds a pod's shared PID namespace
+// (cohort-container-init started under this name). Kubernetes' pause container shows up
+// as /pause in a pod with shareProcessNamespace, and programs that look for the workload
+// among the pod's processes (cohort-sidecar's default pattern) leave it out by that name.
+const PauseCommand = "/pause"
+
 // Spec describes one container process.
 type Spec struct {
 	// NetNS is the path of the pod's network namespace (/run/netns/NAME).
 	NetNS string `json:"netns"`
+	// PIDNamespace is the path of the pod's shared PID namespace (/proc/PID/ns/pid of the
+	// pause process) when the pod has shareProcessNamespace. Then init itself stays in the
+	// runner's PID namespace and starts the workload in this one; when empty, init is PID 1
+	// of a PID namespace of the container's own.
+	PIDNamespace string `json:"pidNamespace,omitempty"`
 	// Hostname is set in the container's own UTS namespace.
 	Hostname string  `json:"hostname"`
 	Mounts   []Mount `json:"mounts"`

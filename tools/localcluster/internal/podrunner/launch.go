@@ -34,7 +34,7 @@ func (c *container) launch() (*process, string, error) {
 	}
 	defer logFile.Close()
 	proc, err := startProcess(c.w.r.cfg.InitBinary, specPath, filepath.Join(dir, "start-error"),
-		logFile, filepath.Join(dir, "pid"))
+		logFile, filepath.Join(dir, "pid"), spec.PIDNamespace != "")
 	if err != nil {
 		return nil, "StartError", err
 	}
@@ -76,6 +76,7 @@ func (c *container) processSpec(sb *sandbox, pod *v1.Pod, command, args []string
 	}
 	return &containerspec.Spec{
 		NetNS:         sb.netNSPath(),
+		PIDNamespace:  sb.pidNSPath(),
 		Hostname:      sb.hostname,
 		Mounts:        mounts,
 		MountpointLog: c.w.r.cfg.MountpointLog,

@@ -23,11 +23,15 @@ func removeLeftovers(cfg Config) {
 	_ = os.MkdirAll(cfg.StateDir, 0o755)
 }
 
-// KillContainers sends SIGKILL to every container init process recorded under stateDir
-// (STATE/POD-UID/containers/NAME/pid) that is still that binary; killing init ends the
-// container's whole PID namespace.
+// KillContainers sends SIGKILL to every container init process (STATE/POD-UID/containers/
+// NAME/pid) and then every pod's pause process (STATE/POD-UID/pause.pid) recorded under
+// stateDir that is still that binary. Killing init ends the container's own PID namespace,
+// if it has one; killing pause ends the pod's shared PID namespace and every process in
+// it. Pause goes last, so the inits it would make exit are still there to count.
 func KillContainers(stateDir, initBinary string) int {
 	files, _ := filepath.Glob(filepath.Join(stateDir, "*", "containers", "*", "pid"))
+	pauses, _ := filepath.Glob(filepath.Join(stateDir, "*", pidNamespaceFile))
+	files = append(files, pauses...)
 	killed := 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)

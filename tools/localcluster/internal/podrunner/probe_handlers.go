@@ -139,7 +139,7 @@ func grpcProbe(ctx context.Context, sb *sandbox, g *v1.GRPCAction) error {
 }
 
 // execProbe runs the command inside the container's view (same network namespace, mounts
-// and environment) and succeeds on exit status 0.
+// and environment; the pod's PID namespace when it has one) and succeeds on exit status 0.
 func execProbe(ctx context.Context, c *container, sb *sandbox, command []string) error {
 	spec, _, err := c.processSpec(sb, c.w.currentPod(), command, nil, false)
 	if err != nil {
@@ -163,7 +163,7 @@ func execProbe(ctx context.Context, c *container, sb *sandbox, command []string)
 		return err
 	}
 	defer devnull.Close()
-	proc, err := startProcess(c.w.r.cfg.InitBinary, specPath, errorPath, devnull, "")
+	proc, err := startProcess(c.w.r.cfg.InitBinary, specPath, errorPath, devnull, "", spec.PIDNamespace != "")
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package podrunner
 import (
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,17 +21,24 @@ type exitResult struct {
 
 // process is one run of cohort-container-init and, under it, the workload. Signals go to
 // init, which forwards them; SIGKILL to init ends the container's whole PID namespace.
+// In a pod's shared PID namespace there is no such namespace to end: the processes of the
+// container's mount namespace are killed instead, when it is stopped and once init has
+// exited.
 type process struct {
 	cmd       *exec.Cmd
 	pidFile   string
 	startedAt time.Time
 	exited    chan struct{}
 	result    exitResult
+	// mountNS is the container's mount namespace, set in a shared PID namespace only.
+	mountNS namespaceID
 }
 
 // startProcess runs init in new mount, PID and UTS namespaces (the network namespace is
-// joined by init itself). output receives the workload's stdout and stderr.
-func startProcess(initBinary, specPath, errorPath string, output *os.File, pidFile string) (*process, error) {
+// joined by init itself); with sharedPID, in new mount and UTS namespaces only, as init
+// starts the workload in the pod's PID namespace. output receives the workload's stdout
+// and stderr.
+func startProcess(initBinary, specPath, errorPath string, output *os.File, pidFile string, sharedPID bool) (*process, error) {
 	_ = os.Remove(errorPath)
 	cmd := exec.Command(initBinary, specPath, errorPath)
 	cmd.Stdout = output
@@ -39,10 +47,23 @@ func startProcess(initBinary, specPath, errorPath string, output *os.File, pidFi
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS,
 		Setpgid:    true,
 	}
+	if sharedPID {
+		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWPID
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start container init: %w", err)
 	}
 	p := &process{cmd: cmd, pidFile: pidFile, startedAt: time.Now(), exited: make(chan struct{})}
+	if sharedPID {
+		// Read at once: init is still setting up, long before the workload could exist.
+		ns, err := namespaceOf(cmd.Process.Pid, "mnt")
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, fmt.Errorf("container init's mount namespace: %w", err)
+		}
+		p.mountNS = ns
+	}
 	if pidFile != "" {
 		// Lets `local-cluster down` find the container if this runner dies first.
 		_ = os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
@@ -74,6 +95,11 @@ func (p *process) wait(errorPath string) {
 	if msg, err := os.ReadFile(errorPath); err == nil && len(msg) > 0 && r.code == 128 {
 		r.startError = string(msg)
 	}
+	if p.mountNS != (namespaceID{}) {
+		if left := killMountNamespace(p.mountNS, 0, leftoverKillTimeout); left > 0 {
+			log.Printf("container init %d: %d processes of its mount namespace did not end", p.pid(), left)
+		}
+	}
 	if p.pidFile != "" {
 		_ = os.Remove(p.pidFile)
 	}
@@ -94,6 +120,17 @@ func (p *process) terminate(deadline time.Time) {
 		case <-p.exited:
 			return
 		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if p.mountNS != (namespaceID{}) {
+		// Killing init first would hand the workload to the host's reaper, outside the
+		// pod's namespace, whose pause process then cannot end before that reaper acts.
+		// Ending the container's other processes lets init reap the workload and exit.
+		killMountNamespace(p.mountNS, p.pid(), leftoverKillTimeout)
+		select {
+		case <-p.exited:
+			return
+		case <-time.After(time.Second):
 		}
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)

@@ -10,13 +10,15 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"cohort.dev/tools/localcluster/internal/containerspec"
 	"cohort.dev/tools/localcluster/internal/hostnet"
 )
 
 // sandbox is what a pod's containers share: the network namespace and address, volume
-// directories, and the hosts, resolv.conf and hostname files bound over /etc.
+// directories, the hosts, resolv.conf and hostname files bound over /etc, and with
+// shareProcessNamespace a PID namespace.
 type sandbox struct {
 	dir      string
 	network  hostnet.PodNetwork
@@ -29,6 +31,8 @@ type sandbox struct {
 	// sharedTmp: the runner's own files (a checkout under /tmp) would be hidden by a /tmp
 	// of the container's own, so containers see the host's /tmp and get TMPDIR instead.
 	sharedTmp bool
+	// pidNS is the pod's PID namespace; nil unless the pod has shareProcessNamespace.
+	pidNS *podPIDNamespace
 
 	mu             sync.Mutex
 	lastHosts      []byte
@@ -68,7 +72,23 @@ func newSandbox(ctx context.Context, r *Runner, pod *v1.Pod) (*sandbox, error) {
 			return nil, err
 		}
 	}
+	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
+		if sb.pidNS, err = startPodPIDNamespace(r.cfg.InitBinary, filepath.Join(dir, pidNamespaceFile)); err != nil {
+			if !sb.hostNetwork {
+				_ = sb.network.Remove()
+			}
+			return nil, err
+		}
+	}
 	return sb, nil
+}
+
+// pidNSPath is the PID namespace containers join; "" gives each its own.
+func (sb *sandbox) pidNSPath() string {
+	if sb.pidNS == nil {
+		return ""
+	}
+	return sb.pidNS.path()
 }
 
 // netNSPath is the network namespace containers join; "" keeps the host's.
@@ -184,6 +204,14 @@ func (sb *sandbox) mountsFor(c *v1.Container) ([]containerspec.Mount, error) {
 	return mounts, nil
 }
 
+// stopProcesses ends the pod's shared PID namespace, if it has one, once its containers
+// have stopped: anything they left in it ends with it.
+func (sb *sandbox) stopProcesses() {
+	if sb.pidNS != nil {
+		sb.pidNS.stop()
+	}
+}
+
 // removeNetwork deletes the network namespace once no process needs it.
 func (sb *sandbox) removeNetwork() {
 	sb.mu.Lock()
@@ -196,6 +224,7 @@ func (sb *sandbox) removeNetwork() {
 
 // remove deletes everything of the sandbox; container logs live elsewhere and stay.
 func (sb *sandbox) remove() {
+	sb.stopProcesses()
 	sb.removeNetwork()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()

@@ -305,8 +305,8 @@ func (w *podWorker) stopContainers() {
 }
 
 // finish records the end of a pod that completed on its own, after all its containers,
-// sidecars included, have stopped: its network namespace goes, its address stays in the
-// status, as on a real node.
+// sidecars included, have stopped: its PID namespace (if shared) and network namespace go,
+// its address stays in the status, as on a real node.
 func (w *podWorker) finish(outcome v1.PodPhase) {
 	if outcome == "" {
 		outcome = v1.PodFailed
@@ -316,6 +316,7 @@ func (w *podWorker) finish(outcome v1.PodPhase) {
 	sb := w.sandbox
 	w.mu.Unlock()
 	if sb != nil {
+		sb.stopProcesses()
 		sb.removeNetwork()
 	}
 	w.notify()
