@@ -6,33 +6,54 @@ BUILD_TYPE ?= RelWithDebInfo
 ASAN_BUILD ?= build-asan
 WERROR ?= $(if $(CI),ON,OFF)
 NINJA_JOBS ?= $(shell nproc)
+# ccache keys objects by paths relative to the checkout, so a fresh clone elsewhere (CI) hits
+# the objects an earlier build left; two builds (RelWithDebInfo and the sanitizers) fit in 10G.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
+export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps build test unit-test asan-test compat-test e2e-test docker-test bench-smoke format-check format lint demo bench clean
+.PHONY: all deps nvml-header build test unit-test asan-test compat-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench clean
 
 all: build
 
 deps:
 	@bash tools/deps.sh
 
-$(BUILD)/build.ninja: CMakeLists.txt
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCOHORT_WERROR=$(WERROR)
+# NVIDIA's nvml.h (from the nvidia-nvml-dev wheel), only for the NVML ABI check of the tests.
+NVML_DIR = $(CURDIR)/build/third_party/nvml
+nvml-header:
+	@bash tools/nvml-header.sh $(NVML_DIR) >/dev/null
+CMAKE_FLAGS = -G Ninja -DCOHORT_WERROR=$(WERROR) -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include \
+  -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON
 
-build: deps $(BUILD)/build.ninja
+# Configured every time (a second of cmake), so a flag added here reaches existing builds.
+build: deps nvml-header
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
 	@echo "binaries in $(BUILD)/bin/"
 
-# The whole suite: formatting, unit and integration tests, the same tests under
-# AddressSanitizer and UndefinedBehaviorSanitizer, then real JAX and TensorFlow clients.
-test: build format-check unit-test asan-test compat-test bench-smoke e2e-test docker-test
+# The whole suite, stage by stage, with a summary at the end (tests/run_all.sh): the build,
+# the programs check, formatting, unit and integration tests, the same under AddressSanitizer
+# and UndefinedBehaviorSanitizer, real JAX and TensorFlow clients, the benchmark smoke test,
+# the local cluster's end-to-end tests and the Dockerfile check.
+test:
+	@bash tests/run_all.sh
 
+# ctest fails when it finds no test at all (an empty or broken build directory).
 unit-test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	cd $(BUILD) && ctest --output-on-failure --no-tests=error --timeout 600
 
-asan-test: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON -DCOHORT_WERROR=$(WERROR)
+asan-test: deps nvml-header
+	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON >/dev/null
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure --timeout 900
+	  ctest --output-on-failure --no-tests=error --timeout 900
+
+# Every program the tests, benchmarks and tools call comes from a Debian package that
+# tools/deps.sh installs (or its dependencies, or the base system): a tool installed by hand
+# cannot hide a missing install step.
+programs-check: deps
+	python3 tests/deps/check_programs.py
 
 # Real clients (jaxlib, TensorFlow) against the coordinator, from a project-local venv
 # (.venv/) that tests/compat/run.sh creates and keeps up to date.
@@ -45,7 +66,7 @@ compat-test: build
 # helm install) and every dashboard query against a real Prometheus (tests/e2e/run.sh).
 e2e-test: build
 	tools/local-cluster tools >/dev/null
-	cd tools/localcluster && go vet ./... && go test ./internal/...
+	set -o pipefail; cd tools/localcluster && go vet ./... && go test -v ./internal/... | grep -Ev '^(=== |    )'
 	bash tests/e2e/run.sh
 
 # The Dockerfile cannot be built here (no container engine): check that it builds with the
