@@ -28,13 +28,27 @@ fail() {
 k() { "$KUBECTL" -n "$NS" "$@"; }
 field() { k get cjob "$1" -o jsonpath="$2" 2>/dev/null; }
 
-start_operator() {  # start_operator NAME [flags...]: runs in the background, logs to $WORK/NAME.log
+# start_operator NAME [flags...]: runs one in the background, logging to $WORK/NAME.log; its
+# PID is in $STARTED and in OPERATOR_PIDS (so cleanup stops it whatever happens). Not for
+# $(...): a subshell would keep the PID to itself.
+start_operator() {
   local name=$1
   shift
   "$BIN/cohort-operator" --namespace "$NS" --workload-liveness none --failure-settle 1s \
     --coordinator-poll 200ms "$@" >"$WORK/$name.log" 2>&1 &
-  OPERATOR_PIDS+=($!)
-  echo $!
+  STARTED=$!
+  OPERATOR_PIDS+=("$STARTED")
+}
+# metric PORT NAME: the value of an unlabelled sample on an operator's /metrics, or nothing.
+metric() { curl -s --max-time 2 "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
+# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
+until_true() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
 }
 stop_pid() { kill -TERM "$1" 2>/dev/null && wait "$1" 2>/dev/null; }
 
@@ -121,7 +135,8 @@ else
   fail "kube_client_e2e_test" "$(grep -E 'Failure|Expected|Which is|FAILED' <<<"$out" | head -n 20)"
 fi
 
-OP=$(start_operator operator --leader-elect=false --http-listen 127.0.0.1:0)
+start_operator operator --leader-elect=false --http-listen 127.0.0.1:0
+OP=$STARTED
 
 # ---- 1. The quickstart job succeeds.
 k apply -f "$ROOT/examples/quickstart.yaml" >/dev/null
@@ -150,15 +165,14 @@ fi
 
 # ---- 2. A worker killed mid-run: gang restart, then success with restarts=1.
 job kill 4 16
-if wait_for kill '{.status.phase}' Running 60; then
-  sleep 1.5
+if wait_for kill '{.status.phase}' Running 60 && wait_for kill '{.status.tasks.registered}' 4 30; then
   before=$(pod_uids kill)
   pid=$(workload_pid kill-worker-2)
   if [[ -n "$pid" ]] && kill -KILL "$pid"; then
     if wait_for kill '{.status.phase}' Succeeded 90; then
       got=$(field kill '{.status.restarts} {.status.conditions[?(@.type=="Restarting")].message}')
       after=$(pod_uids kill)
-      if [[ "$got" == "1 gang 1 is running" || "$got" == 1* ]] && [[ "$before" != "$after" ]]; then
+      if [[ "${got%% *}" == 1 && "$before" != "$after" ]]; then
         pass "a worker SIGKILLed mid-run restarts the gang, which succeeds (restarts 1)"
       else
         fail "kill: restarts" "$got"
@@ -205,9 +219,11 @@ if wait_for permanent '{.status.phase}' Failed 60; then
   else
     fail "permanent: status" "$got"
   fi
-  sleep 3
-  left=$(k get pods -l cohort.dev/job=permanent -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}')
-  if [[ "$left" != *Running* ]]; then
+  pods_of_permanent() { k get pods -l cohort.dev/job=permanent -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}'; }
+  none_running() { [[ "$(pods_of_permanent)" != *Running* ]]; }
+  until_true 30 none_running
+  left=$(pods_of_permanent)
+  if [[ -n "$left" && "$left" != *Running* ]]; then
     pass "the failed job's running pods are stopped ($left)"
   else
     fail "permanent: pods still running" "$left"
@@ -256,8 +272,7 @@ fi
 
 # ---- 6. The coordinator pod deleted mid-run: gang restart, then success.
 job coordloss 2 14
-if wait_for coordloss '{.status.phase}' Running 60; then
-  sleep 1
+if wait_for coordloss '{.status.phase}' Running 60 && wait_for coordloss '{.status.tasks.registered}' 2 30; then
   k delete pod coordloss-coordinator --wait=false >/dev/null
   if wait_for coordloss '{.status.phase}' Succeeded 90; then
     got=$(field coordloss '{.status.restarts}')
@@ -280,9 +295,15 @@ if wait_for survive '{.status.phase}' Running 60; then
   before=$(pod_uids survive)
   kill -KILL "$OP"
   wait "$OP" 2>/dev/null
-  sleep 1
-  OP=$(start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:0)
-  sleep 3
+  start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:18093
+  OP=$STARTED
+  # Reconciled: the new operator follows survive's coordinator (the only running job) and
+  # has nothing left in its queue. Any duplicate pod would have been created by then.
+  settled() {
+    [[ "$(metric 18093 cohort_operator_coordinators_watched)" == 1 &&
+      "$(metric 18093 cohort_operator_queue_depth)" == 0 ]]
+  }
+  until_true 30 settled || echo "  the restarted operator did not settle: $(tail -n 5 "$WORK/operator-2.log")"
   after=$(pod_uids survive)
   count=$(k get pods -l cohort.dev/job=survive --no-headers 2>/dev/null | wc -l)
   if [[ "$before" == "$after" && $count == 4 ]]; then
@@ -340,11 +361,16 @@ fi
 
 # ---- 10. Two operators: one leader; the standby takes over when it stops.
 stop_pid "$OP"
-A=$(start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18091)
-sleep 1
-B=$(start_operator leader-b --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18092)
-sleep 3
-leader_of() { curl -s "127.0.0.1:$1/metrics" | awk '$1 == "cohort_operator_leader" {print $2}'; }
+start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18091
+A=$STARTED
+leader_of() { metric "$1" cohort_operator_leader; }
+a_leads() { [[ "$(leader_of 18091)" == 1 ]]; }
+until_true 30 a_leads || echo "  leader-a did not take the lease: $(tail -n 5 "$WORK/leader-a.log")"
+start_operator leader-b --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18092
+B=$STARTED
+# B has tried the lease and found it held: its log says it stands by.
+b_stands_by() { grep -q 'waiting for lease .* (standby)' "$WORK/leader-b.log"; }
+until_true 30 b_stands_by || echo "  leader-b never stood by: $(tail -n 5 "$WORK/leader-b.log")"
 la=$(leader_of 18091)
 lb=$(leader_of 18092)
 holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)
