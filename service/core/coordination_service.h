@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -133,8 +134,21 @@ class CoordinationService {
                Done<int64_t> done);
   absl::Status CancelBarrier(const std::string& id, int64_t counter, const TaskName& caller);
 
-  KeyValueStore& key_values() { return key_values_; }
-  const KeyValueStore& key_values() const { return key_values_; }
+  // Key-value store (see KeyValueStore for each call's rules). The store keeps its own lock;
+  // these calls are here so that every change to the service's state enters through it.
+  absl::Status InsertKeyValue(absl::string_view key, std::string value, bool allow_overwrite);
+  // Parks until the key is set, `deadline` passes or the call is cancelled.
+  void GetKeyValue(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
+                   std::optional<absl::Time> deadline, KeyValueStore::GetDone done);
+  absl::StatusOr<std::string> TryGetKeyValue(absl::string_view key) const;
+  absl::StatusOr<int64_t> IncrementKeyValue(absl::string_view key, int64_t delta);
+  std::vector<KeyValueEntry> GetKeyValueDir(absl::string_view dir) const;
+  absl::Status DeleteKeyValue(absl::string_view key);
+  absl::StatusOr<std::shared_ptr<KeyWatch>> WatchKeys(absl::string_view key, int64_t start_revision,
+                                                      WaiterId waiter,
+                                                      std::function<void()> notify);
+  KeyValueStore::Stats KeyValueStats() const;
+
   std::vector<BarrierSnapshot> OpenBarriers() const { return barriers_.OpenBarriers(); }
   int64_t ParkedCalls(ParkKind kind) const { return parked_.Count(kind); }
   std::vector<TaskStateInfo> AllTasks() const;

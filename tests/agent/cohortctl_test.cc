@@ -79,10 +79,10 @@ TEST_F(CohortctlTest, PutGetLsIncrAndRm) {
   Result refused = Run({"kv", "rm", "cfg"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find("use --prefix"), std::string::npos) << refused.err;
-  EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 2u);  // nothing changed
+  EXPECT_EQ(coordinator_.service().KeyValueStats().keys, 2u);  // nothing changed
   EXPECT_EQ(Run({"kv", "rm", "cfg/lr"}).exit_code, 0);
   EXPECT_EQ(Run({"kv", "rm", "cfg", "--prefix"}).exit_code, 0);
-  EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 0u);
+  EXPECT_EQ(coordinator_.service().KeyValueStats().keys, 0u);
 
   Result missing = Run({"kv", "get", "cfg/lr"});
   EXPECT_EQ(missing.exit_code, 1);
@@ -94,7 +94,7 @@ TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
   Cohortctl waiting(
       {"--coordinator", coordinator_.address(), "kv", "get", "ready", "--wait", "20s"});
   absl::SleepFor(absl::Milliseconds(300));
-  ASSERT_TRUE(coordinator_.service().key_values().Insert("ready", "yes", false).ok());
+  ASSERT_TRUE(coordinator_.service().InsertKeyValue("ready", "yes", false).ok());
   Result result = waiting.Wait();
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "yes");
@@ -104,7 +104,7 @@ TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
 }
 
 TEST_F(CohortctlTest, WatchPrintsEveryChangeUntilInterrupted) {
-  ASSERT_TRUE(coordinator_.service().key_values().Insert("cfg/old", "1", false).ok());
+  ASSERT_TRUE(coordinator_.service().InsertKeyValue("cfg/old", "1", false).ok());
   Cohortctl watch({"--coordinator", coordinator_.address(), "kv", "watch", "cfg"});
   // The watch is set up once it says so on stderr; give it a moment.
   absl::SleepFor(absl::Milliseconds(500));
@@ -186,7 +186,7 @@ TEST_F(CohortctlTest, BadInputIsAClearErrorAndChangesNothing) {
   Result empty = Run({"kv", "put", "//", "v"});
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
-  EXPECT_EQ(coordinator_.service().key_values().Revision(), 0);
+  EXPECT_EQ(coordinator_.service().KeyValueStats().revision, 0);
 }
 
 TEST_F(CohortctlTest, UnreachableCoordinatorIsAClearMessageNotAHang) {
