@@ -2,69 +2,31 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "service/core/barrier_table.h"
+#include "service/core/heartbeat_monitor.h"
+#include "service/core/job_directory.h"
 #include "service/core/key_value_store.h"
 #include "service/core/parked_call.h"
+#include "service/core/service_config.h"
+#include "service/core/task_group_exchange.h"
 #include "service/core/task_name.h"
+#include "service/core/task_table.h"
 #include "service/core/timer_queue.h"
+#include "service/core/whole_job_barrier.h"
 
 namespace cohort {
-
-struct JobConfig {
-  std::string name;
-  int32_t num_tasks = 0;
-  // Sidecars: left out of every "all tasks" set; their errors still reach everyone.
-  bool auxiliary = false;
-  // Its tasks may come back with a new incarnation after an error, which then does not
-  // propagate to the other tasks.
-  bool recoverable = false;
-};
-
-struct ServiceConfig {
-  std::vector<JobConfig> jobs;
-  // Where requests without a job name go (every xla.* request). Empty: the only workload job.
-  std::string default_job;
-  // Clients heartbeat every half of their own timeout (jaxlib: 100 s); keep this >= theirs.
-  absl::Duration heartbeat_timeout = absl::Seconds(100);
-  absl::Duration register_timeout = absl::Minutes(5);
-  // Zero turns the shutdown barrier off: ShutdownTask returns at once.
-  absl::Duration shutdown_barrier_timeout = absl::Minutes(5);
-  bool register_barrier = true;
-  KeyValueLimits key_value;
-  ParkLimits parked;
-  // Zero picks a random one. Set it to keep the incarnation across coordinator restarts.
-  uint64_t service_incarnation = 0;
-};
-
-absl::Status ValidateConfig(const ServiceConfig& config);
-
-struct TaskStateInfo {
-  TaskName task;
-  TaskState state = TaskState::kDisconnected;
-  absl::Status error;  // set in kError
-  uint64_t incarnation = 0;
-  absl::Time last_heartbeat;  // InfinitePast before the first registration
-};
-
-struct JobStateSnapshot {
-  std::vector<TaskStateInfo> tasks;
-  int64_t version = 0;
-};
-
-using JobStateView = std::shared_ptr<const JobStateSnapshot>;
 
 struct AliveTask {
   TaskName task;
@@ -81,6 +43,11 @@ class ServiceObserver : public BarrierObserver {
 // store, barriers, watches, device exchange and shutdown. It knows no transport: every
 // protocol adapter translates into these calls. Blocking calls take a WaiterId (from
 // NewWaiterId) and a callback, and park without a thread; Cancel(id) ends one early.
+//
+// This class is the one door to the state: every change goes through one of its methods.
+// It holds the lock over the task table and the rendezvous built on it, carries out the
+// rules that tie them together, and finishes parked calls once the lock is released. The
+// key-value store and the barrier table keep their own locks.
 class CoordinationService {
  public:
   using StatusDone = std::function<void(absl::Status)>;
@@ -101,8 +68,10 @@ class CoordinationService {
   void Cancel(WaiterId waiter, const absl::Status& status) { parked_.Cancel(waiter, status); }
 
   // A task of a configured job; an empty job name means the default job.
-  absl::StatusOr<TaskName> ResolveTask(const std::string& job, int32_t id) const;
-  const std::string& default_job() const { return default_job_; }
+  absl::StatusOr<TaskName> ResolveTask(const std::string& job, int32_t id) const {
+    return jobs_.ResolveTask(job, id);
+  }
+  const std::string& default_job() const { return jobs_.default_job(); }
 
   // Tasks.
   void RegisterTask(const TaskName& task, uint64_t incarnation, WaiterId waiter, StatusDone done);
@@ -133,12 +102,24 @@ class CoordinationService {
                Done<int64_t> done);
   absl::Status CancelBarrier(const std::string& id, int64_t counter, const TaskName& caller);
 
-  KeyValueStore& key_values() { return key_values_; }
-  const KeyValueStore& key_values() const { return key_values_; }
+  // Key-value store (see KeyValueStore for each call's rules).
+  absl::Status InsertKeyValue(absl::string_view key, std::string value, bool allow_overwrite);
+  // Parks until the key is set, `deadline` passes or the call is cancelled.
+  void GetKeyValue(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
+                   std::optional<absl::Time> deadline, KeyValueStore::GetDone done);
+  absl::StatusOr<std::string> TryGetKeyValue(absl::string_view key) const;
+  absl::StatusOr<int64_t> IncrementKeyValue(absl::string_view key, int64_t delta);
+  std::vector<KeyValueEntry> GetKeyValueDir(absl::string_view dir) const;
+  absl::Status DeleteKeyValue(absl::string_view key);
+  absl::StatusOr<std::shared_ptr<KeyWatch>> WatchKeys(absl::string_view key, int64_t start_revision,
+                                                      WaiterId waiter,
+                                                      std::function<void()> notify);
+  KeyValueStore::Stats KeyValueStats() const;
+
   std::vector<BarrierSnapshot> OpenBarriers() const { return barriers_.OpenBarriers(); }
   int64_t ParkedCalls(ParkKind kind) const { return parked_.Count(kind); }
   std::vector<TaskStateInfo> AllTasks() const;
-  bool IsAuxiliary(const std::string& job) const;
+  bool IsAuxiliary(const std::string& job) const { return jobs_.IsAuxiliary(job); }
   // True once every workload task has registered.
   bool ClusterRegistered() const;
   // The error that was propagated to every task (OK while there is none).
@@ -150,95 +131,94 @@ class CoordinationService {
   void Stop(const absl::Status& status);
 
  private:
-  struct Task;
-  struct Group;
   using StatusCall = Parked<absl::Status>;
-  using WatchCall = Parked<absl::StatusOr<JobStateView>>;
   using AliveCall = Parked<absl::StatusOr<std::vector<AliveTask>>>;
   using DevicesCall = Parked<absl::StatusOr<std::vector<std::string>>>;
 
+  // Work that follows a state change and runs once mu_ is released: finishing parked
+  // calls, failing barriers, telling the observer. Parked calls never finish under mu_,
+  // because their callbacks may call back into the service.
+  struct Effects {
+    std::vector<std::function<void()>> after;
+    std::vector<std::pair<TaskName, absl::Status>> failed_tasks;
+    std::vector<std::pair<TaskName, absl::Status>> propagated;
+
+    template <typename T>
+    void Finish(ParkedCallRegistry& registry, std::shared_ptr<ParkedCall> call, T result) {
+      after.push_back([&registry, call = std::static_pointer_cast<Parked<T>>(std::move(call)),
+                       result = std::move(result)]() mutable {
+        if (registry.Claim(*call)) call->Finish(std::move(result));
+      });
+    }
+    template <typename T>
+    void FinishAll(ParkedCallRegistry& registry, std::vector<std::shared_ptr<ParkedCall>> calls,
+                   const T& result) {
+      for (auto& call : calls) Finish<T>(registry, std::move(call), result);
+    }
+    // For a call that a newer one of the same task replaces: claimed at once, so that the
+    // newcomer may take its place under the parked-call limits.
+    template <typename T>
+    void FinishReplaced(ParkedCallRegistry& registry, std::shared_ptr<ParkedCall> call, T result) {
+      if (!registry.Claim(*call)) return;
+      after.push_back([call = std::static_pointer_cast<Parked<T>>(std::move(call)),
+                       result = std::move(result)]() mutable { call->Finish(std::move(result)); });
+    }
+  };
+
   CoordinationService(ServiceConfig config, const Clock* clock, ServiceObserver* observer);
 
-  Task* FindLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Task*> ConnectedLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status TaskHealthLocked(const TaskName& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::vector<TaskName> WorkloadTasks() const;
-
-  // State changes collect follow-up work, done once mu_ is released.
-  struct Effects;
-  void ConnectLocked(Task& task, uint64_t incarnation, Effects& fx)
+  // The rules that tie the pieces together. Each collects its follow-up work in `fx`.
+  void ConnectLocked(TaskRecord& task, uint64_t incarnation, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetErrorLocked(Task& task, absl::Status error, bool reported_by_task, Effects& fx)
+  void SetErrorLocked(TaskRecord& task, absl::Status error, bool reported_by_task, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DisconnectLocked(Task& task, const absl::Status& why, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StateChangedLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckRegisterBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckShutdownBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckAliveGroupsLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailGroupsWithLocked(const TaskName& task, const absl::Status& error, Effects& fx)
+  void DisconnectLocked(TaskRecord& task, const absl::Status& why, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PropagateLocked(const TaskName& source, const absl::Status& error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishDeviceGroupLocked(Group& group, Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StateChangedLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Apply(Effects& fx);
+
+  // The register and shutdown barriers: when they pass, fail and time out.
+  void CheckRegisterBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailRegisterBarrierLocked(const absl::Status& error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Apply(Effects& fx);
-  bool InGraceLocked(const Task& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void CheckHeartbeats();
   void OnRegisterTimeout();
+  void CheckShutdownBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnShutdownTimeout();
-  JobStateView SnapshotLocked(const std::string& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void SetStateLocked(Task& task, TaskState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveFrom(std::vector<std::shared_ptr<ParkedCall>>* calls, WaiterId waiter);
-  absl::Status ParkLocked(std::shared_ptr<ParkedCall> call,
-                          std::vector<std::shared_ptr<ParkedCall>>* list)
+
+  // GetAliveTasks and device exchange.
+  void CheckAliveGroupsLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailDeviceGroupsWithLocked(const TaskName& task, const absl::Status& error, Effects& fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void CheckHeartbeats();
 
   const ServiceConfig config_;
   const Clock* const clock_;
   ServiceObserver* const observer_;
   const uint64_t service_incarnation_;
-  std::string default_job_;
+  const JobDirectory jobs_;
 
   ParkedCallRegistry parked_;
   TimerQueue timers_;
-  KeyValueStore key_values_;
-  BarrierTable barriers_;
+  KeyValueStore key_values_;  // has its own lock
+  BarrierTable barriers_;     // has its own lock
+  HeartbeatMonitor heartbeats_;
 
   // Guards the task table and every rendezvous built on it. Heartbeats take it shared and
   // touch only their own task's atomic timestamp.
   mutable absl::Mutex mu_;
-  absl::btree_map<TaskName, std::unique_ptr<Task>> tasks_;  // fixed after construction
-  absl::flat_hash_map<std::string, const JobConfig*> jobs_;
-  std::shared_ptr<const std::vector<TaskName>> workload_tasks_;  // sorted, fixed
-  int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
-  // Workload tasks by state, and those waiting at the shutdown barrier.
-  int workload_connected_ ABSL_GUARDED_BY(mu_) = 0;
-  int workload_in_error_ ABSL_GUARDED_BY(mu_) = 0;
-  int workload_at_shutdown_ ABSL_GUARDED_BY(mu_) = 0;
-  int workload_awaiting_register_ ABSL_GUARDED_BY(mu_) = 0;
+  TaskTable tasks_ ABSL_GUARDED_BY(mu_);
+  // Both over every workload task.
+  WholeJobBarrier register_barrier_ ABSL_GUARDED_BY(mu_);
+  WholeJobBarrier shutdown_barrier_ ABSL_GUARDED_BY(mu_);
+  // Device exchange: one group of the workload tasks, and one per auxiliary job.
+  TaskGroupExchange device_groups_ ABSL_GUARDED_BY(mu_);
+  // GetAliveTasks: one group per list of tasks asked about.
+  TaskGroupExchange alive_groups_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
-
-  // Register barrier over every workload task.
-  enum class Rendezvous { kIdle, kOpen, kPassed, kFailed };
-  Rendezvous register_state_ ABSL_GUARDED_BY(mu_) = Rendezvous::kIdle;
-  absl::Status register_result_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<ParkedCall>> register_calls_ ABSL_GUARDED_BY(mu_);
-  TimerQueue::TimerId register_timer_ = 0;
-
-  // Shutdown barrier over every workload task.
-  Rendezvous shutdown_state_ ABSL_GUARDED_BY(mu_) = Rendezvous::kIdle;
-  absl::Status shutdown_result_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<ParkedCall>> shutdown_calls_ ABSL_GUARDED_BY(mu_);
-  TimerQueue::TimerId shutdown_timer_ = 0;
-
-  std::vector<std::pair<std::string, std::shared_ptr<WatchCall>>> watch_calls_ ABSL_GUARDED_BY(mu_);
-  absl::Time next_heartbeat_check_ = absl::InfinitePast();  // used by the timer thread only
-  // Device exchange and GetAliveTasks rendezvous, by group key.
-  std::map<std::string, std::unique_ptr<Group>> device_groups_ ABSL_GUARDED_BY(mu_);
-  std::map<std::vector<TaskName>, std::unique_ptr<Group>> alive_groups_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace cohort {
@@ -55,6 +56,14 @@ absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
   absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
   status.ForEachPayload(
       [&out](absl::string_view key, const absl::Cord& value) { out.SetPayload(key, value); });
+  return out;
+}
+
+std::string JoinTaskNames(const std::vector<TaskName>& tasks, size_t limit) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tasks.size() && i < limit; ++i) names.push_back(tasks[i].ToString());
+  std::string out = absl::StrJoin(names, ", ");
+  if (tasks.size() > limit) absl::StrAppend(&out, " and ", tasks.size() - limit, " more");
   return out;
 }
 

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -29,11 +31,18 @@ struct BarrierErrorInfo {
 
 absl::Status WithServiceError(absl::Status status, const ServiceErrorInfo& info);
 std::optional<ServiceErrorInfo> GetServiceError(const absl::Status& status);
+// An error the service returns about a request, with no task as its source.
+inline absl::Status ServiceError(absl::Status status) {
+  return WithServiceError(std::move(status), {});
+}
 
 absl::Status WithBarrierError(absl::Status status, const BarrierErrorInfo& info);
 std::optional<BarrierErrorInfo> GetBarrierError(const absl::Status& status);
 
 // A copy of `status` with `prefix` in front of its message, payloads kept.
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix);
+
+// "a, b and 3 more": tasks named in an error message, at most `limit` of them by name.
+std::string JoinTaskNames(const std::vector<TaskName>& tasks, size_t limit = 10);
 
 }  // namespace cohort

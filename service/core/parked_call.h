@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -75,6 +77,13 @@ class Parked : public ParkedCall {
  private:
   Done done_;
 };
+
+// Removes the call `waiter` from a container of parked calls (when its caller went away).
+inline void RemoveParkedCall(std::vector<std::shared_ptr<ParkedCall>>* calls, WaiterId waiter) {
+  calls->erase(std::remove_if(calls->begin(), calls->end(),
+                              [waiter](const auto& c) { return c->id() == waiter; }),
+               calls->end());
+}
 
 struct ParkLimits {
   int max_per_task = 64;

@@ -46,8 +46,8 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
   WatchKeysReactor(CoordinationService* service, RpcMetrics* metrics,
                    const v1::WatchKeysRequest& request)
       : service_(service), metrics_(metrics), waiter_(service->NewWaiterId()), start_(absl::Now()) {
-    auto watch = service_->key_values().Watch(request.key(), request.start_revision(), waiter_,
-                                              [this] { Pump(); });
+    auto watch =
+        service_->WatchKeys(request.key(), request.start_revision(), waiter_, [this] { Pump(); });
     absl::MutexLock lock(&mu_);
     if (!watch.ok()) {
       EndLocked(watch.status());
@@ -176,7 +176,7 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
     for (const TaskName& task : barrier.missing) out->add_missing(task.ToString());
   }
   // Read together, so that the three figures describe the same moment.
-  KeyValueStore::Stats stats = service_->key_values().GetStats();
+  KeyValueStore::Stats stats = service_->KeyValueStats();
   response->set_key_count(static_cast<int64_t>(stats.keys));
   response->set_key_bytes(static_cast<int64_t>(stats.bytes));
   response->set_key_revision(stats.revision);

@@ -147,14 +147,14 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
   if (request->timeout_milliseconds() > 0) {
     deadline = service_->Now() + absl::Milliseconds(request->timeout_milliseconds());
   }
-  service_->key_values().Get(request->key(), call->Park(), std::nullopt, deadline,
-                             [call, response](absl::StatusOr<std::string> value) {
-                               if (value.ok()) {
-                                 response->set_found(true);
-                                 response->set_value(std::move(*value));
-                               }
-                               call->Reply(value.status());
-                             });
+  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, deadline,
+                        [call, response](absl::StatusOr<std::string> value) {
+                          if (value.ok()) {
+                            response->set_found(true);
+                            response->set_value(std::move(*value));
+                          }
+                          call->Reply(value.status());
+                        });
   return call;
 }
 
@@ -163,7 +163,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
   RpcCall* call = NewCall("KeyValueSet");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   return call->Reply(
-      service_->key_values().Insert(request->key(), request->value(), /*allow_overwrite=*/true));
+      service_->InsertKeyValue(request->key(), request->value(), /*allow_overwrite=*/true));
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::WaitAtBarrier(

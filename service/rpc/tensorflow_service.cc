@@ -235,22 +235,22 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::InsertKeyValue(
     Ctx* ctx, const tensorflow::InsertKeyValueRequest* request,
     tensorflow::InsertKeyValueResponse*) {
   RpcCall* call = NewCall(ctx, "InsertKeyValue");
-  return call->Reply(service_->key_values().Insert(request->kv().key(), request->kv().value(),
-                                                   request->allow_overwrite()));
+  return call->Reply(service_->InsertKeyValue(request->kv().key(), request->kv().value(),
+                                              request->allow_overwrite()));
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValue(
     Ctx* ctx, const tensorflow::GetKeyValueRequest* request,
     tensorflow::GetKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "GetKeyValue");
-  service_->key_values().Get(request->key(), call->Park(), std::nullopt, std::nullopt,
-                             [call, request, response](absl::StatusOr<std::string> value) {
-                               if (value.ok()) {
-                                 response->mutable_kv()->set_key(request->key());
-                                 response->mutable_kv()->set_value(std::move(*value));
-                               }
-                               call->Reply(value.status());
-                             });
+  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, std::nullopt,
+                        [call, request, response](absl::StatusOr<std::string> value) {
+                          if (value.ok()) {
+                            response->mutable_kv()->set_key(request->key());
+                            response->mutable_kv()->set_value(std::move(*value));
+                          }
+                          call->Reply(value.status());
+                        });
   return call;
 }
 
@@ -258,7 +258,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::TryGetKeyValue(
     Ctx* ctx, const tensorflow::TryGetKeyValueRequest* request,
     tensorflow::TryGetKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "TryGetKeyValue");
-  auto value = service_->key_values().TryGet(request->key());
+  auto value = service_->TryGetKeyValue(request->key());
   if (value.ok()) {
     response->mutable_kv()->set_key(request->key());
     response->mutable_kv()->set_value(std::move(*value));
@@ -271,7 +271,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValueDir(
     tensorflow::GetKeyValueDirResponse* response) {
   RpcCall* call = NewCall(ctx, "GetKeyValueDir");
   response->set_directory_key(request->directory_key());
-  for (auto& entry : service_->key_values().GetDir(request->directory_key())) {
+  for (auto& entry : service_->GetKeyValueDir(request->directory_key())) {
     auto* kv = response->add_kv();
     kv->set_key(std::move(entry.key));
     kv->set_value(std::move(entry.value));
@@ -283,14 +283,14 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::DeleteKeyValue(
     Ctx* ctx, const tensorflow::DeleteKeyValueRequest* request,
     tensorflow::DeleteKeyValueResponse*) {
   RpcCall* call = NewCall(ctx, "DeleteKeyValue");
-  return call->Reply(service_->key_values().Delete(request->key()));
+  return call->Reply(service_->DeleteKeyValue(request->key()));
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::IncrementKeyValue(
     Ctx* ctx, const tensorflow::IncrementKeyValueRequest* request,
     tensorflow::IncrementKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "IncrementKeyValue");
-  auto sum = service_->key_values().Increment(request->key(), request->increment());
+  auto sum = service_->IncrementKeyValue(request->key(), request->increment());
   if (sum.ok()) {
     response->mutable_kv()->set_key(request->key());
     response->mutable_kv()->set_value(absl::StrCat(*sum));

@@ -130,8 +130,8 @@ grpc::ServerUnaryReactor* XlaCoordinationService::InsertKeyValue(
     Ctx*, const xc::InsertKeyValueRequest* request, xc::InsertKeyValueResponse*) {
   RpcCall* call = NewCall("InsertKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  return call->Reply(service_->key_values().Insert(request->kv().key(), request->kv().value(),
-                                                   request->allow_overwrite()));
+  return call->Reply(service_->InsertKeyValue(request->kv().key(), request->kv().value(),
+                                              request->allow_overwrite()));
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*,
@@ -139,14 +139,14 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*,
                                                               xc::GetKeyValueResponse* response) {
   RpcCall* call = NewCall("GetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  service_->key_values().Get(request->key(), call->Park(), std::nullopt, std::nullopt,
-                             [call, request, response](absl::StatusOr<std::string> value) {
-                               if (value.ok()) {
-                                 response->mutable_kv()->set_key(request->key());
-                                 response->mutable_kv()->set_value(std::move(*value));
-                               }
-                               call->Reply(value.status());
-                             });
+  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, std::nullopt,
+                        [call, request, response](absl::StatusOr<std::string> value) {
+                          if (value.ok()) {
+                            response->mutable_kv()->set_key(request->key());
+                            response->mutable_kv()->set_value(std::move(*value));
+                          }
+                          call->Reply(value.status());
+                        });
   return call;
 }
 
@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::TryGetKeyValue(
     Ctx*, const xc::TryGetKeyValueRequest* request, xc::TryGetKeyValueResponse* response) {
   RpcCall* call = NewCall("TryGetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto value = service_->key_values().TryGet(request->key());
+  auto value = service_->TryGetKeyValue(request->key());
   if (value.ok()) {
     response->mutable_kv()->set_key(request->key());
     response->mutable_kv()->set_value(std::move(*value));
@@ -166,7 +166,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::IncrementKeyValue(
     Ctx*, const xc::IncrementKeyValueRequest* request, xc::IncrementKeyValueResponse* response) {
   RpcCall* call = NewCall("IncrementKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto sum = service_->key_values().Increment(request->key(), request->increment());
+  auto sum = service_->IncrementKeyValue(request->key(), request->increment());
   if (sum.ok()) {
     response->mutable_kv()->set_key(request->key());
     response->mutable_kv()->set_value(absl::StrCat(*sum));
@@ -179,7 +179,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(
   RpcCall* call = NewCall("GetKeyValueDir");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   response->set_directory_key(request->directory_key());
-  for (auto& entry : service_->key_values().GetDir(request->directory_key())) {
+  for (auto& entry : service_->GetKeyValueDir(request->directory_key())) {
     auto* kv = response->add_kv();
     kv->set_key(std::move(entry.key));
     kv->set_value(std::move(entry.value));
@@ -191,7 +191,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::DeleteKeyValue(
     Ctx*, const xc::DeleteKeyValueRequest* request, xc::DeleteKeyValueResponse*) {
   RpcCall* call = NewCall("DeleteKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  return call->Reply(service_->key_values().Delete(request->key()));
+  return call->Reply(service_->DeleteKeyValue(request->key()));
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx*, const xc::BarrierRequest* request,

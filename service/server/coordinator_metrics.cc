@@ -98,14 +98,15 @@ void CoordinatorMetrics::Attach(const CoordinationService* service) {
     out.push_back(std::move(open));
     out.push_back(std::move(missing));
 
+    KeyValueStore::Stats kv = service->KeyValueStats();
     out.push_back({"cohort_coordinator_kv_keys",
                    "Keys in the key-value store.",
                    "gauge",
-                   {{{}, static_cast<double>(service->key_values().NumKeys())}}});
+                   {{{}, static_cast<double>(kv.keys)}}});
     out.push_back({"cohort_coordinator_kv_bytes",
                    "Bytes of keys and values in the key-value store.",
                    "gauge",
-                   {{{}, static_cast<double>(service->key_values().NumBytes())}}});
+                   {{{}, static_cast<double>(kv.bytes)}}});
     out.push_back({"cohort_coordinator_cluster_registered",
                    "1 once every workload task has registered (the register barrier passed; "
                    "without the barrier: while all are connected).",

@@ -83,10 +83,10 @@ TEST_F(CohortctlTest, PutGetLsIncrAndRm) {
   Result refused = Run({"kv", "rm", "cfg"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find("use --prefix"), std::string::npos) << refused.err;
-  EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 2u);  // nothing changed
+  EXPECT_EQ(coordinator_.service().KeyValueStats().keys, 2u);  // nothing changed
   EXPECT_EQ(Run({"kv", "rm", "cfg/lr"}).exit_code, 0);
   EXPECT_EQ(Run({"kv", "rm", "cfg", "--prefix"}).exit_code, 0);
-  EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 0u);
+  EXPECT_EQ(coordinator_.service().KeyValueStats().keys, 0u);
 
   Result missing = Run({"kv", "get", "cfg/lr"});
   EXPECT_EQ(missing.exit_code, 1);
@@ -100,7 +100,7 @@ TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
   // Set the key only once cohortctl's get waits for it at the coordinator.
   ASSERT_TRUE(
       Eventually([&] { return coordinator_.service().ParkedCalls(ParkKind::kKeyValueGet) == 1; }));
-  ASSERT_TRUE(coordinator_.service().key_values().Insert("ready", "yes", false).ok());
+  ASSERT_TRUE(coordinator_.service().InsertKeyValue("ready", "yes", false).ok());
   Result result = waiting.Wait(kDeadline);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "yes");
@@ -110,7 +110,7 @@ TEST_F(CohortctlTest, GetWithWaitBlocksUntilTheKeyIsSet) {
 }
 
 TEST_F(CohortctlTest, WatchPrintsEveryChangeUntilInterrupted) {
-  ASSERT_TRUE(coordinator_.service().key_values().Insert("cfg/old", "1", false).ok());
+  ASSERT_TRUE(coordinator_.service().InsertKeyValue("cfg/old", "1", false).ok());
   Cohortctl watch({"--coordinator", coordinator_.address(), "kv", "watch", "cfg"});
   // The coordinator has accepted the watch once cohortctl says so; changes from then on show.
   ASSERT_TRUE(watch.WaitForStderr("watching \"cfg\" after revision 1 (Ctrl-C to stop)\n"));
@@ -188,7 +188,7 @@ TEST_F(CohortctlTest, BadInputIsAClearErrorAndChangesNothing) {
   Result empty = Run({"kv", "put", "//", "v"});
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
-  EXPECT_EQ(coordinator_.service().key_values().Revision(), 0);
+  EXPECT_EQ(coordinator_.service().KeyValueStats().revision, 0);
 }
 
 TEST_F(CohortctlTest, UnreachableCoordinatorIsAClearMessageNotAHang) {

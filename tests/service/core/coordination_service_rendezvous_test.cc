@@ -396,8 +396,7 @@ class ParkedCallLimitTest : public CoordinationServiceTest {
 
   GetResult Get(const TaskName& owner, const std::string& key) {
     GetResult result;
-    service_->key_values().Get(key, service_->NewWaiterId(), owner, std::nullopt,
-                               result.Callback());
+    service_->GetKeyValue(key, service_->NewWaiterId(), owner, std::nullopt, result.Callback());
     return result;
   }
 };
@@ -428,7 +427,7 @@ TEST_F(ParkedCallLimitTest, ParkedCallLimitIsPerTask) {
 
 TEST_F(ParkedCallLimitTest, FinishedCallFreesItsPlace) {
   GetResult a = Get(kW0, "a"), b = Get(kW0, "b");
-  ASSERT_TRUE(service_->key_values().Insert("a", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("a", "v", false).ok());
 
   GetResult c = Get(kW0, "c");
 
@@ -479,7 +478,7 @@ TEST_F(StopTest, StopEndsEveryParkedCallWithTheStopStatus) {
   StatusResult registering = Register(kW0);
   StatusResult poll = Poll(kSidecar0);
   ValueResult<std::string> get;
-  service_->key_values().Get("k", service_->NewWaiterId(), kW0, std::nullopt, get.Callback());
+  service_->GetKeyValue("k", service_->NewWaiterId(), kW0, std::nullopt, get.Callback());
   ValueResult<JobStateView> current, watch;
   service_->WatchJobState("worker", -1, service_->NewWaiterId(), current.Callback());
   service_->WatchJobState("worker", (*current.value())->version, service_->NewWaiterId(),
@@ -507,7 +506,7 @@ TEST_F(StopTest, StoppedServiceRefusesNewCalls) {
 
   StatusResult registering = Register(kW0);
   ValueResult<std::string> get;
-  service_->key_values().Get("k", service_->NewWaiterId(), kW0, std::nullopt, get.Callback());
+  service_->GetKeyValue("k", service_->NewWaiterId(), kW0, std::nullopt, get.Callback());
 
   ASSERT_TRUE(registering.fired());
   EXPECT_EQ(registering.value().code(), absl::StatusCode::kUnavailable);

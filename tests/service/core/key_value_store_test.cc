@@ -44,13 +44,11 @@ class KeyValueStoreTest : public ::testing::Test {
     service_ = std::move(*service);
   }
 
-  KeyValueStore& store() { return service_->key_values(); }
-
   GetResult Get(const std::string& key, std::optional<absl::Time> deadline = std::nullopt,
                 WaiterId waiter = 0) {
     GetResult result;
     if (waiter == 0) waiter = service_->NewWaiterId();
-    store().Get(key, waiter, kWorker0, deadline, result.Callback());
+    service_->GetKeyValue(key, waiter, kWorker0, deadline, result.Callback());
     return result;
   }
 
@@ -65,38 +63,39 @@ class KeyValueStoreTest : public ::testing::Test {
 
 TEST_F(KeyValueStoreTest, KeysAreNormalised) {
   EXPECT_EQ(KeyValueStore::NormalizeKey("/a//b/"), "a/b");
-  ASSERT_TRUE(store().Insert("//a///b/", "v", /*allow_overwrite=*/false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("//a///b/", "v", /*allow_overwrite=*/false).ok());
 
-  EXPECT_EQ(store().TryGet("a/b").value(), "v");
-  EXPECT_EQ(store().TryGet("/a/b//").value(), "v");
-  EXPECT_EQ(Keys(store().GetDir("a")), std::vector<std::string>{"a/b"});
+  EXPECT_EQ(service_->TryGetKeyValue("a/b").value(), "v");
+  EXPECT_EQ(service_->TryGetKeyValue("/a/b//").value(), "v");
+  EXPECT_EQ(Keys(service_->GetKeyValueDir("a")), std::vector<std::string>{"a/b"});
 }
 
 TEST_F(KeyValueStoreTest, InsertWithoutOverwriteOfExistingKeyIsAlreadyExists) {
-  ASSERT_TRUE(store().Insert("k", "first", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "first", false).ok());
 
-  absl::Status s = store().Insert("/k/", "second", false);
+  absl::Status s = service_->InsertKeyValue("/k/", "second", false);
 
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
-  EXPECT_EQ(store().TryGet("k").value(), "first");
+  EXPECT_EQ(service_->TryGetKeyValue("k").value(), "first");
 }
 
 TEST_F(KeyValueStoreTest, InsertWithOverwriteReplacesValue) {
-  ASSERT_TRUE(store().Insert("k", "first", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "first", false).ok());
 
-  ASSERT_TRUE(store().Insert("k", "second", /*allow_overwrite=*/true).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "second", /*allow_overwrite=*/true).ok());
 
-  EXPECT_EQ(store().TryGet("k").value(), "second");
-  EXPECT_EQ(store().NumKeys(), 1u);
-  EXPECT_EQ(store().NumBytes(), std::string("k").size() + std::string("second").size());
+  EXPECT_EQ(service_->TryGetKeyValue("k").value(), "second");
+  EXPECT_EQ(service_->KeyValueStats().keys, 1u);
+  EXPECT_EQ(service_->KeyValueStats().bytes,
+            std::string("k").size() + std::string("second").size());
 }
 
 TEST_F(KeyValueStoreTest, TryGetOfMissingKeyIsNotFound) {
-  EXPECT_EQ(store().TryGet("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(service_->TryGetKeyValue("missing").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(KeyValueStoreTest, GetOfExistingKeyAnswersAtOnce) {
-  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
 
   GetResult get = Get("k");
 
@@ -110,7 +109,7 @@ TEST_F(KeyValueStoreTest, GetOfMissingKeyWaitsUntilItIsInserted) {
   EXPECT_FALSE(get.fired());
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 1);
 
-  ASSERT_TRUE(store().Insert("/k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("/k", "v", false).ok());
 
   ASSERT_TRUE(get.fired());
   EXPECT_EQ(get.value().value(), "v");
@@ -121,7 +120,7 @@ TEST_F(KeyValueStoreTest, EveryGetWaitingOnAKeyIsAnswered) {
   GetResult first = Get("k");
   GetResult second = Get("k/");
 
-  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
 
   ASSERT_TRUE(first.fired());
   ASSERT_TRUE(second.fired());
@@ -132,7 +131,7 @@ TEST_F(KeyValueStoreTest, EveryGetWaitingOnAKeyIsAnswered) {
 TEST_F(KeyValueStoreTest, GetOfMissingKeyIsAnsweredByIncrement) {
   GetResult get = Get("counter");
 
-  ASSERT_EQ(store().Increment("counter", 5).value(), 5);
+  ASSERT_EQ(service_->IncrementKeyValue("counter", 5).value(), 5);
 
   ASSERT_TRUE(get.fired());
   EXPECT_EQ(get.value().value(), "5");
@@ -152,7 +151,7 @@ TEST_F(KeyValueStoreTest, TimedGetEndsDeadlineExceededWhenNoValueArrives) {
 
 TEST_F(KeyValueStoreTest, TimedGetAnsweredBeforeItsDeadlineIsFinishedOnce) {
   GetResult get = Get("k", clock_.Now() + absl::Seconds(5));
-  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
 
   Advance(absl::Seconds(10));
 
@@ -169,7 +168,7 @@ TEST_F(KeyValueStoreTest, CancelledGetGetsTheCancelStatusAndStopsWaiting) {
   ASSERT_TRUE(get.fired());
   EXPECT_EQ(get.value().status(), absl::CancelledError("client went away"));
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
-  ASSERT_TRUE(store().Insert("k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
   EXPECT_EQ(get.count(), 1);
 }
 
@@ -193,69 +192,70 @@ TEST_F(KeyValueStoreTest, GetCancelledThroughItsRegistryGetsTheCancelStatus) {
 
 TEST_F(KeyValueStoreTest, GetDirReturnsEntriesUnderDirectoryInKeyOrder) {
   for (const char* key : {"dir/b", "dir/a", "dir/sub/c", "dir", "dirx/d", "di"}) {
-    ASSERT_TRUE(store().Insert(key, key, false).ok());
+    ASSERT_TRUE(service_->InsertKeyValue(key, key, false).ok());
   }
 
-  std::vector<KeyValueEntry> entries = store().GetDir("/dir/");
+  std::vector<KeyValueEntry> entries = service_->GetKeyValueDir("/dir/");
 
   EXPECT_EQ(Keys(entries), (std::vector<std::string>{"dir/a", "dir/b", "dir/sub/c"}));
   EXPECT_EQ(entries[0].value, "dir/a");
 }
 
 TEST_F(KeyValueStoreTest, GetDirOfMissingDirectoryIsEmpty) {
-  ASSERT_TRUE(store().Insert("other/k", "v", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("other/k", "v", false).ok());
 
-  EXPECT_TRUE(store().GetDir("dir").empty());
+  EXPECT_TRUE(service_->GetKeyValueDir("dir").empty());
 }
 
 TEST_F(KeyValueStoreTest, DeleteRemovesKeyAndEverythingUnderIt) {
   for (const char* key : {"a", "a/b", "a/b/c", "ab", "b"}) {
-    ASSERT_TRUE(store().Insert(key, "v", false).ok());
+    ASSERT_TRUE(service_->InsertKeyValue(key, "v", false).ok());
   }
 
-  ASSERT_TRUE(store().Delete("/a/").ok());
+  ASSERT_TRUE(service_->DeleteKeyValue("/a/").ok());
 
-  EXPECT_EQ(store().TryGet("a").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store().TryGet("a/b/c").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(store().TryGet("ab").ok());
-  EXPECT_TRUE(store().TryGet("b").ok());
-  EXPECT_EQ(store().NumKeys(), 2u);
-  EXPECT_EQ(store().NumBytes(), std::string("abv").size() + std::string("bv").size());
+  EXPECT_EQ(service_->TryGetKeyValue("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(service_->TryGetKeyValue("a/b/c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(service_->TryGetKeyValue("ab").ok());
+  EXPECT_TRUE(service_->TryGetKeyValue("b").ok());
+  EXPECT_EQ(service_->KeyValueStats().keys, 2u);
+  EXPECT_EQ(service_->KeyValueStats().bytes, std::string("abv").size() + std::string("bv").size());
 }
 
 TEST_F(KeyValueStoreTest, DeleteOfMissingKeyIsOk) {
-  int64_t revision = store().Revision();
+  int64_t revision = service_->KeyValueStats().revision;
 
-  EXPECT_TRUE(store().Delete("missing").ok());
-  EXPECT_EQ(store().Revision(), revision);
+  EXPECT_TRUE(service_->DeleteKeyValue("missing").ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, revision);
 }
 
 TEST_F(KeyValueStoreTest, IncrementOfMissingKeyStartsFromZero) {
-  EXPECT_EQ(store().Increment("n", 7).value(), 7);
-  EXPECT_EQ(store().TryGet("n").value(), "7");
+  EXPECT_EQ(service_->IncrementKeyValue("n", 7).value(), 7);
+  EXPECT_EQ(service_->TryGetKeyValue("n").value(), "7");
 }
 
 TEST_F(KeyValueStoreTest, IncrementStoresA64BitDecimalSum) {
-  ASSERT_TRUE(store().Insert("n", "4294967296", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("n", "4294967296", false).ok());
 
-  EXPECT_EQ(store().Increment("n", 1).value(), 4294967297);
-  EXPECT_EQ(store().Increment("n", -4294967300).value(), -3);
-  EXPECT_EQ(store().TryGet("n").value(), "-3");
+  EXPECT_EQ(service_->IncrementKeyValue("n", 1).value(), 4294967297);
+  EXPECT_EQ(service_->IncrementKeyValue("n", -4294967300).value(), -3);
+  EXPECT_EQ(service_->TryGetKeyValue("n").value(), "-3");
 }
 
 TEST_F(KeyValueStoreTest, IncrementOfNonNumericValueIsFailedPrecondition) {
-  ASSERT_TRUE(store().Insert("n", "abc", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("n", "abc", false).ok());
 
-  EXPECT_EQ(store().Increment("n", 1).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store().TryGet("n").value(), "abc");
+  EXPECT_EQ(service_->IncrementKeyValue("n", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->TryGetKeyValue("n").value(), "abc");
 }
 
 TEST_F(KeyValueStoreTest, IncrementThatOverflowsIsOutOfRange) {
   const int64_t max = std::numeric_limits<int64_t>::max();
-  ASSERT_EQ(store().Increment("n", max).value(), max);
+  ASSERT_EQ(service_->IncrementKeyValue("n", max).value(), max);
 
-  EXPECT_EQ(store().Increment("n", 1).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(store().TryGet("n").value(), std::to_string(max));
+  EXPECT_EQ(service_->IncrementKeyValue("n", 1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(service_->TryGetKeyValue("n").value(), std::to_string(max));
 }
 
 TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
@@ -263,68 +263,72 @@ TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
   limits.max_key_bytes = 8;
   Start(limits);
 
-  EXPECT_TRUE(store().Insert("/12345678/", "v", false).ok());
-  EXPECT_EQ(store().Insert("123456789", "v", false).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store().Increment("123456789", 1).status().code(),
+  EXPECT_TRUE(service_->InsertKeyValue("/12345678/", "v", false).ok());
+  EXPECT_EQ(service_->InsertKeyValue("123456789", "v", false).code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store().NumKeys(), 1u);
+  EXPECT_EQ(service_->IncrementKeyValue("123456789", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service_->KeyValueStats().keys, 1u);
 }
 
 TEST_F(KeyValueStoreTest, ValueOverTheLimitIsResourceExhaustedAndKeepsTheOldValue) {
   KeyValueLimits limits;
   limits.max_value_bytes = 4;
   Start(limits);
-  ASSERT_TRUE(store().Insert("k", "abcd", false).ok());
-  int64_t revision = store().Revision();
+  ASSERT_TRUE(service_->InsertKeyValue("k", "abcd", false).ok());
+  int64_t revision = service_->KeyValueStats().revision;
 
-  EXPECT_EQ(store().Insert("k", "abcde", true).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store().TryGet("k").value(), "abcd");
-  EXPECT_EQ(store().Revision(), revision);
+  EXPECT_EQ(service_->InsertKeyValue("k", "abcde", true).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service_->TryGetKeyValue("k").value(), "abcd");
+  EXPECT_EQ(service_->KeyValueStats().revision, revision);
 }
 
 TEST_F(KeyValueStoreTest, StoreOverItsTotalLimitIsResourceExhaustedAndUnchanged) {
   KeyValueLimits limits;
   limits.max_total_bytes = 10;
   Start(limits);
-  ASSERT_TRUE(store().Insert("a", "12345", false).ok());  // 6 bytes
+  ASSERT_TRUE(service_->InsertKeyValue("a", "12345", false).ok());  // 6 bytes
 
-  EXPECT_EQ(store().Insert("b", "12345", false).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store().TryGet("b").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store().NumBytes(), 6u);
+  EXPECT_EQ(service_->InsertKeyValue("b", "12345", false).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service_->TryGetKeyValue("b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(service_->KeyValueStats().bytes, 6u);
 }
 
 TEST_F(KeyValueStoreTest, OverwriteCountsOnlyTheNewSizeAgainstTheTotalLimit) {
   KeyValueLimits limits;
   limits.max_total_bytes = 10;
   Start(limits);
-  ASSERT_TRUE(store().Insert("a", "12345", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("a", "12345", false).ok());
 
-  EXPECT_TRUE(store().Insert("a", "123456789", true).ok());
-  EXPECT_EQ(store().NumBytes(), 10u);
+  EXPECT_TRUE(service_->InsertKeyValue("a", "123456789", true).ok());
+  EXPECT_EQ(service_->KeyValueStats().bytes, 10u);
 }
 
 TEST_F(KeyValueStoreTest, EmptyKeyIsInvalidArgument) {
-  EXPECT_EQ(store().Insert("", "v", false).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store().Insert("///", "v", false).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store().Increment("/", 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store().Delete("//").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_->InsertKeyValue("", "v", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_->InsertKeyValue("///", "v", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_->IncrementKeyValue("/", 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_->DeleteKeyValue("//").code(), absl::StatusCode::kInvalidArgument);
   GetResult get = Get("/");
   ASSERT_TRUE(get.fired());
   EXPECT_EQ(get.value().status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store().NumKeys(), 0u);
+  EXPECT_EQ(service_->KeyValueStats().keys, 0u);
 }
 
 TEST_F(KeyValueStoreTest, RevisionAdvancesOnEveryChangeOnly) {
-  int64_t start = store().Revision();
-  ASSERT_TRUE(store().Insert("k", "v", false).ok());
-  EXPECT_EQ(store().Revision(), start + 1);
+  int64_t start = service_->KeyValueStats().revision;
+  ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, start + 1);
 
-  EXPECT_FALSE(store().Insert("k", "w", false).ok());
-  EXPECT_EQ(store().Revision(), start + 1);
+  EXPECT_FALSE(service_->InsertKeyValue("k", "w", false).ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, start + 1);
 
-  ASSERT_TRUE(store().Increment("n", 1).ok());
-  ASSERT_TRUE(store().Delete("k").ok());
-  EXPECT_EQ(store().Revision(), start + 3);
+  ASSERT_TRUE(service_->IncrementKeyValue("n", 1).ok());
+  ASSERT_TRUE(service_->DeleteKeyValue("k").ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, start + 3);
 }
 
 }  // namespace

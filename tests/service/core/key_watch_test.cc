@@ -31,8 +31,6 @@ class KeyWatchTest : public testing::CoordinationServiceTest {
     Start(config);
   }
 
-  KeyValueStore& store() { return service_->key_values(); }
-
   // A watch whose notifications are counted.
   struct Watcher {
     std::shared_ptr<KeyWatch> watch;
@@ -42,7 +40,7 @@ class KeyWatchTest : public testing::CoordinationServiceTest {
   absl::StatusOr<Watcher> Watch(const std::string& key, int64_t start = 0) {
     Watcher w;
     w.waiter = service_->NewWaiterId();
-    auto watch = store().Watch(key, start, w.waiter, [n = w.notified] { ++*n; });
+    auto watch = service_->WatchKeys(key, start, w.waiter, [n = w.notified] { ++*n; });
     if (!watch.ok()) return watch.status();
     w.watch = *watch;
     return w;
@@ -52,12 +50,12 @@ class KeyWatchTest : public testing::CoordinationServiceTest {
 TEST_F(KeyWatchTest, WatcherSeesInsertsUpdatesAndDeletesUnderItsKeyInOrder) {
   auto w = Watch("job/config");
   ASSERT_TRUE(w.ok()) << w.status();
-  ASSERT_TRUE(store().Insert("job/config", "a", false).ok());
-  ASSERT_TRUE(store().Insert("job/config/lr", "0.1", false).ok());
-  ASSERT_TRUE(store().Insert("job/configuration", "not under the key", false).ok());
-  ASSERT_TRUE(store().Insert("job/config", "b", true).ok());
-  ASSERT_TRUE(store().Increment("job/config/step", 5).ok());
-  ASSERT_TRUE(store().Delete("job/config").ok());
+  ASSERT_TRUE(service_->InsertKeyValue("job/config", "a", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("job/config/lr", "0.1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("job/configuration", "not under the key", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("job/config", "b", true).ok());
+  ASSERT_TRUE(service_->IncrementKeyValue("job/config/step", 5).ok());
+  ASSERT_TRUE(service_->DeleteKeyValue("job/config").ok());
   KeyWatch::Batch batch = w->watch->Take(SIZE_MAX);
   EXPECT_EQ(Lines(batch.events),
             (std::vector<std::string>{"insert job/config=a@1", "insert job/config/lr=0.1@2",
@@ -71,31 +69,31 @@ TEST_F(KeyWatchTest, WatcherSeesInsertsUpdatesAndDeletesUnderItsKeyInOrder) {
 TEST_F(KeyWatchTest, EmptyKeyWatchesTheWholeStoreAndKeysAreNormalised) {
   auto w = Watch("");
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(store().Insert("/a//b/", "1", false).ok());
-  ASSERT_TRUE(store().Insert("c", "2", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("/a//b/", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("c", "2", false).ok());
   EXPECT_EQ(Lines(w->watch->Take(SIZE_MAX).events),
             (std::vector<std::string>{"insert a/b=1@1", "insert c=2@2"}));
 }
 
 TEST_F(KeyWatchTest, CreatedRevisionIsTheStoreRevisionAndFailedWritesSendNothing) {
-  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "1", false).ok());
   auto w = Watch("k");
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->watch->created_revision(), 1);
-  EXPECT_EQ(store().Insert("k", "2", false).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(store().Delete("k/absent").ok());  // removes nothing: no revision
+  EXPECT_EQ(service_->InsertKeyValue("k", "2", false).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(service_->DeleteKeyValue("k/absent").ok());  // removes nothing: no revision
   EXPECT_TRUE(w->watch->Take(SIZE_MAX).events.empty());
   EXPECT_EQ(*w->notified, 0);
-  EXPECT_EQ(store().Revision(), 1);
+  EXPECT_EQ(service_->KeyValueStats().revision, 1);
 }
 
 TEST_F(KeyWatchTest, WatchFromAPastRevisionReplaysTheHistoryThenFollowsLiveChanges) {
-  ASSERT_TRUE(store().Insert("k", "1", false).ok());
-  ASSERT_TRUE(store().Insert("k", "2", true).ok());
-  ASSERT_TRUE(store().Insert("other", "x", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "2", true).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("other", "x", false).ok());
   auto w = Watch("k", /*start=*/2);
   ASSERT_TRUE(w.ok()) << w.status();
-  ASSERT_TRUE(store().Insert("k", "3", true).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "3", true).ok());
   EXPECT_EQ(Lines(w->watch->Take(SIZE_MAX).events),
             (std::vector<std::string>{"update k=2@2", "update k=3@4"}));
 }
@@ -104,7 +102,8 @@ TEST_F(KeyWatchTest, ResumeFromADroppedRevisionIsOutOfRange) {
   KeyValueLimits limits;
   limits.history_events = 2;
   StartWith(limits);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store().Insert("k", std::to_string(i), true).ok());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(service_->InsertKeyValue("k", std::to_string(i), true).ok());
   auto w = Watch("k", /*start=*/2);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_NE(w.status().message().find("read the keys again"), std::string::npos);
@@ -113,7 +112,7 @@ TEST_F(KeyWatchTest, ResumeFromADroppedRevisionIsOutOfRange) {
 }
 
 TEST_F(KeyWatchTest, RevisionPastTheStoreIsOutOfRangeAndNegativeIsInvalid) {
-  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "1", false).ok());
   EXPECT_TRUE(Watch("k", 2).ok());  // the next revision: fine
   EXPECT_EQ(Watch("k", 3).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(Watch("k", -1).status().code(), absl::StatusCode::kInvalidArgument);
@@ -123,9 +122,10 @@ TEST_F(KeyWatchTest, HistoryNeverKeepsHalfOfARecursiveDelete) {
   KeyValueLimits limits;
   limits.history_events = 3;
   StartWith(limits);
-  for (const char* key : {"d/a", "d/b", "d/c"}) ASSERT_TRUE(store().Insert(key, "v", false).ok());
-  ASSERT_TRUE(store().Delete("d").ok());                // revision 4: three events
-  ASSERT_TRUE(store().Insert("d/a", "w", false).ok());  // pushes out one of them
+  for (const char* key : {"d/a", "d/b", "d/c"})
+    ASSERT_TRUE(service_->InsertKeyValue(key, "v", false).ok());
+  ASSERT_TRUE(service_->DeleteKeyValue("d").ok());                // revision 4: three events
+  ASSERT_TRUE(service_->InsertKeyValue("d/a", "w", false).ok());  // pushes out one of them
   EXPECT_EQ(Watch("d", 4).status().code(), absl::StatusCode::kOutOfRange);
   auto w = Watch("d", 5);
   ASSERT_TRUE(w.ok());
@@ -135,8 +135,9 @@ TEST_F(KeyWatchTest, HistoryNeverKeepsHalfOfARecursiveDelete) {
 TEST_F(KeyWatchTest, TakeStopsAtTheByteBudgetButNeverSplitsARevision) {
   auto w = Watch("d");
   ASSERT_TRUE(w.ok());
-  for (const char* key : {"d/a", "d/b", "d/c"}) ASSERT_TRUE(store().Insert(key, "v", false).ok());
-  ASSERT_TRUE(store().Delete("d").ok());
+  for (const char* key : {"d/a", "d/b", "d/c"})
+    ASSERT_TRUE(service_->InsertKeyValue(key, "v", false).ok());
+  ASSERT_TRUE(service_->DeleteKeyValue("d").ok());
   EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 1 alone
   EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 2
   EXPECT_EQ(w->watch->Take(1).events.size(), 1u);  // revision 3
@@ -150,7 +151,8 @@ TEST_F(KeyWatchTest, SlowWatcherIsEndedWithTheRevisionToResumeFrom) {
   auto slow = Watch("k");
   auto other = Watch("other");
   ASSERT_TRUE(slow.ok() && other.ok());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store().Insert("k", std::to_string(i), true).ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(service_->InsertKeyValue("k", std::to_string(i), true).ok());
   // What was queued still goes out, then the end names the first revision left out.
   KeyWatch::Batch batch = slow->watch->Take(SIZE_MAX);
   EXPECT_EQ(Lines(batch.events), (std::vector<std::string>{"insert k=0@1", "update k=1@2"}));
@@ -170,7 +172,7 @@ TEST_F(KeyWatchTest, CancellingTheWaiterEndsTheWatchAndStopsDelivery) {
   auto w = Watch("k");
   ASSERT_TRUE(w.ok());
   service_->Cancel(w->waiter, absl::CancelledError("client left"));
-  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "1", false).ok());
   KeyWatch::Batch batch = w->watch->Take(SIZE_MAX);
   EXPECT_TRUE(batch.events.empty());
   ASSERT_TRUE(batch.end.has_value());
@@ -191,10 +193,10 @@ TEST_F(KeyWatchTest, StoppingTheServiceEndsEveryWatch) {
 TEST_F(KeyWatchTest, DetachedWatchIsNotNotifiedAgain) {
   auto w = Watch("k");
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(store().Insert("k", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "1", false).ok());
   EXPECT_EQ(*w->notified, 1);
   w->watch->Detach();
-  ASSERT_TRUE(store().Insert("k", "2", true).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("k", "2", true).ok());
   EXPECT_EQ(*w->notified, 1);
   EXPECT_EQ(w->watch->Take(SIZE_MAX).events.size(), 2u);
 }

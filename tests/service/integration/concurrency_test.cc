@@ -97,7 +97,7 @@ TEST(ConcurrencyTest, ManyTasksRegisterExchangeKeysPassBarriersAndShutDown) {
 
   for (int i = 0; i < kTasks; ++i) EXPECT_EQ(errors[i], "") << "task " << i;
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(*coordinator.service().key_values().TryGet("arrivals"), std::to_string(kTasks));
+  EXPECT_EQ(*coordinator.service().TryGetKeyValue("arrivals"), std::to_string(kTasks));
   for (const auto& t : coordinator.service().AllTasks()) {
     EXPECT_EQ(t.state, TaskState::kDisconnected) << t.task.ToString();
   }

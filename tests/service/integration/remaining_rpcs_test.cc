@@ -177,7 +177,7 @@ TEST(LimitsTest, OversizedValueAndTooManyParkedCallsAreResourceExhausted) {
   grpc::Status s = stub->InsertKeyValue(Deadline().get(), insert, &ir);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(s.error_message().find("limit"), std::string::npos) << s.error_message();
-  EXPECT_EQ(coordinator.service().key_values().NumKeys(), 0u);
+  EXPECT_EQ(coordinator.service().KeyValueStats().keys, 0u);
 
   tf::GetKeyValueRequest get;
   get.set_key("never");

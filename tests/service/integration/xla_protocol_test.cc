@@ -61,7 +61,7 @@ TEST_F(XlaProtocolTest, WrongServiceIncarnationIsInternalWithServiceMismatchPayl
       mismatch.ParseFromString(payloads["type.googleapis.com/tensorflow.ServiceMismatchError"]));
   EXPECT_EQ(mismatch.service_incarnation(), coordinator_.service().service_incarnation());
   EXPECT_TRUE(payloads.count("type.googleapis.com/tensorflow.CoordinationServiceError"));
-  EXPECT_EQ(coordinator_.service().key_values().NumKeys(), 0u);
+  EXPECT_EQ(coordinator_.service().KeyValueStats().keys, 0u);
 }
 
 TEST_F(XlaProtocolTest, KeyValueBarrierAndAliveTasks) {

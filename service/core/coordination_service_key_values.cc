@@ -1,0 +1,44 @@
+// CoordinationService: the key-value calls. The store keeps its own lock, so that reads of
+// large directories never hold up heartbeats or barriers; these calls are here so that
+// every change to the service's state, keys included, enters through the service.
+#include "service/core/coordination_service.h"
+
+namespace cohort {
+
+absl::Status CoordinationService::InsertKeyValue(absl::string_view key, std::string value,
+                                                 bool allow_overwrite) {
+  return key_values_.Insert(key, std::move(value), allow_overwrite);
+}
+
+void CoordinationService::GetKeyValue(absl::string_view key, WaiterId waiter,
+                                      std::optional<TaskName> owner,
+                                      std::optional<absl::Time> deadline,
+                                      KeyValueStore::GetDone done) {
+  key_values_.Get(key, waiter, std::move(owner), deadline, std::move(done));
+}
+
+absl::StatusOr<std::string> CoordinationService::TryGetKeyValue(absl::string_view key) const {
+  return key_values_.TryGet(key);
+}
+
+absl::StatusOr<int64_t> CoordinationService::IncrementKeyValue(absl::string_view key,
+                                                               int64_t delta) {
+  return key_values_.Increment(key, delta);
+}
+
+std::vector<KeyValueEntry> CoordinationService::GetKeyValueDir(absl::string_view dir) const {
+  return key_values_.GetDir(dir);
+}
+
+absl::Status CoordinationService::DeleteKeyValue(absl::string_view key) {
+  return key_values_.Delete(key);
+}
+
+absl::StatusOr<std::shared_ptr<KeyWatch>> CoordinationService::WatchKeys(
+    absl::string_view key, int64_t start_revision, WaiterId waiter, std::function<void()> notify) {
+  return key_values_.Watch(key, start_revision, waiter, std::move(notify));
+}
+
+KeyValueStore::Stats CoordinationService::KeyValueStats() const { return key_values_.GetStats(); }
+
+}  // namespace cohort

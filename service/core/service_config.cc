@@ -1,0 +1,49 @@
+#include "service/core/service_config.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace cohort {
+
+absl::Status ValidateConfig(const ServiceConfig& config) {
+  if (config.jobs.empty()) {
+    return absl::InvalidArgumentError("no jobs configured: give at least one --job NAME=COUNT");
+  }
+  absl::flat_hash_map<std::string, int> seen;
+  int workload_jobs = 0;
+  for (const JobConfig& job : config.jobs) {
+    if (job.name.empty()) return absl::InvalidArgumentError("a job has an empty name");
+    if (job.num_tasks <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job \"", job.name, "\" has ", job.num_tasks, " tasks; need at least 1"));
+    }
+    if (seen[job.name]++) {
+      return absl::InvalidArgumentError(absl::StrCat("job \"", job.name, "\" is declared twice"));
+    }
+    if (!job.auxiliary) ++workload_jobs;
+  }
+  if (workload_jobs == 0) {
+    return absl::InvalidArgumentError("every job is auxiliary; declare one workload job");
+  }
+  if (!config.default_job.empty() && !seen.count(config.default_job)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default job \"", config.default_job, "\" is not a declared job"));
+  }
+  if (config.default_job.empty() && workload_jobs > 1) {
+    return absl::InvalidArgumentError(
+        "several workload jobs are declared; name the one that requests without a job name "
+        "go to (--default-job)");
+  }
+  if (config.heartbeat_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("heartbeat timeout must be positive");
+  }
+  if (config.register_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("register timeout must be positive");
+  }
+  if (config.shutdown_barrier_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("shutdown barrier timeout must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cohort

@@ -1,0 +1,130 @@
+#include "service/core/task_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "service/core/errors.h"
+
+namespace cohort {
+
+const char* TaskStateName(TaskState state) {
+  switch (state) {
+    case TaskState::kUninitialized:
+      return "uninitialized";
+    case TaskState::kDisconnected:
+      return "disconnected";
+    case TaskState::kConnected:
+      return "connected";
+    case TaskState::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+TaskTable::TaskTable(const JobDirectory& jobs) {
+  for (const JobConfig& job : jobs.jobs()) {
+    for (const TaskName& name : JobDirectory::TasksOf(job)) {
+      auto task = std::make_unique<TaskRecord>();
+      task->name = name;
+      task->job = &job;
+      tasks_.emplace(name, std::move(task));
+    }
+  }
+}
+
+TaskRecord* TaskTable::Find(const TaskName& name) const {
+  auto it = tasks_.find(name);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<TaskRecord*> TaskTable::Get(const TaskName& name) const {
+  TaskRecord* task = Find(name);
+  if (!task) {
+    return ServiceError(absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString())));
+  }
+  return task;
+}
+
+absl::StatusOr<TaskRecord*> TaskTable::Connected(const TaskName& name) const {
+  auto task = Get(name);
+  if (!task.ok()) return task;
+  if ((*task)->state == TaskState::kError) return (*task)->error;
+  if ((*task)->state != TaskState::kConnected) {
+    return ServiceError(absl::FailedPreconditionError(
+        absl::StrCat(name.ToString(), " is not registered (state ", TaskStateName((*task)->state),
+                     "); call RegisterTask first")));
+  }
+  return task;
+}
+
+absl::Status TaskTable::Health(const TaskName& name) const {
+  TaskRecord* task = Find(name);
+  if (!task) return absl::InvalidArgumentError(absl::StrCat("unknown task ", name.ToString()));
+  if (task->state == TaskState::kError) return task->error;
+  if (task->state == TaskState::kDisconnected && task->ever_registered) {
+    return absl::FailedPreconditionError(absl::StrCat(name.ToString(), " has disconnected"));
+  }
+  return absl::OkStatus();
+}
+
+void TaskTable::SetState(TaskRecord& task, TaskState state) {
+  if (!task.job->auxiliary) {
+    workload_connected_ += (state == TaskState::kConnected) - (task.state == TaskState::kConnected);
+    workload_in_error_ += (state == TaskState::kError) - (task.state == TaskState::kError);
+  }
+  task.state = state;
+}
+
+void TaskTable::MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time now) {
+  SetState(task, TaskState::kConnected);
+  task.incarnation = incarnation;
+  task.error = absl::OkStatus();
+  task.ever_registered = true;
+  task.last_heartbeat_ns.store(absl::ToUnixNanos(now));
+}
+
+void TaskTable::MarkError(TaskRecord& task, absl::Status error) {
+  SetState(task, TaskState::kError);
+  task.error = std::move(error);
+}
+
+void TaskTable::MarkDisconnected(TaskRecord& task, absl::Time now) {
+  SetState(task, TaskState::kDisconnected);
+  task.disconnected_at = now;
+  task.error = absl::OkStatus();
+}
+
+TaskStateInfo TaskTable::Info(const TaskRecord& task) const {
+  return {task.name, task.state, task.error, task.incarnation,
+          task.ever_registered ? absl::FromUnixNanos(task.last_heartbeat_ns.load())
+                               : absl::InfinitePast()};
+}
+
+JobStateView TaskTable::Snapshot(const std::string& job) const {
+  auto snap = std::make_shared<JobStateSnapshot>();
+  snap->version = version_;
+  for (auto it = tasks_.lower_bound(TaskName{job, 0}); it != tasks_.end() && it->first.job == job;
+       ++it) {
+    snap->tasks.push_back(Info(*it->second));
+  }
+  return snap;
+}
+
+void TaskTable::AddWatch(std::string job, std::shared_ptr<JobStateWatch> call) {
+  watches_.emplace_back(std::move(job), std::move(call));
+}
+
+void TaskTable::RemoveWatch(WaiterId waiter) {
+  watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
+                                [waiter](const auto& w) { return w.second->id() == waiter; }),
+                 watches_.end());
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<JobStateWatch>>> TaskTable::Changed() {
+  ++version_;
+  std::vector<std::pair<std::string, std::shared_ptr<JobStateWatch>>> watches;
+  watches.swap(watches_);
+  return watches;
+}
+
+}  // namespace cohort

@@ -1,0 +1,98 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "service/core/job_directory.h"
+#include "service/core/parked_call.h"
+#include "service/core/task_name.h"
+
+namespace cohort {
+
+struct TaskStateInfo {
+  TaskName task;
+  TaskState state = TaskState::kDisconnected;
+  absl::Status error;  // set in kError
+  uint64_t incarnation = 0;
+  absl::Time last_heartbeat;  // InfinitePast before the first registration
+};
+
+struct JobStateSnapshot {
+  std::vector<TaskStateInfo> tasks;
+  int64_t version = 0;
+};
+
+using JobStateView = std::shared_ptr<const JobStateSnapshot>;
+using JobStateWatch = Parked<absl::StatusOr<JobStateView>>;
+
+// One declared task as the service sees it.
+struct TaskRecord {
+  TaskName name;
+  const JobConfig* job = nullptr;
+  TaskState state = TaskState::kDisconnected;
+  uint64_t incarnation = 0;
+  bool ever_registered = false;
+  absl::Time disconnected_at = absl::InfinitePast();
+  absl::Status error;
+  // Written by heartbeats under the shared lock.
+  std::atomic<int64_t> last_heartbeat_ns{0};
+  // Its parked PollForError (one at most: a newer poll replaces it).
+  std::vector<std::shared_ptr<ParkedCall>> polls;
+};
+
+// Every declared task with its state and incarnation, the counts the whole-job barriers
+// look at, and the version that job-state watches wait on. Not thread-safe: the service
+// calls it under its lock. The Mark* calls are the only way a task changes state, so the
+// counts and the version stay right.
+class TaskTable {
+ public:
+  using Records = absl::btree_map<TaskName, std::unique_ptr<TaskRecord>>;
+
+  explicit TaskTable(const JobDirectory& jobs);
+
+  TaskRecord* Find(const TaskName& name) const;
+  // The task, or INVALID_ARGUMENT naming it.
+  absl::StatusOr<TaskRecord*> Get(const TaskName& name) const;
+  // The task when it is connected; its error, or FAILED_PRECONDITION, otherwise.
+  absl::StatusOr<TaskRecord*> Connected(const TaskName& name) const;
+  // Why the task cannot take part in a barrier (in error or gone); OK when it can.
+  absl::Status Health(const TaskName& name) const;
+  // Every task, in (job, id) order.
+  const Records& all() const { return tasks_; }
+
+  void MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time now);
+  void MarkError(TaskRecord& task, absl::Status error);
+  void MarkDisconnected(TaskRecord& task, absl::Time now);
+
+  int workload_connected() const { return workload_connected_; }
+  int workload_in_error() const { return workload_in_error_; }
+
+  TaskStateInfo Info(const TaskRecord& task) const;
+  JobStateView Snapshot(const std::string& job) const;
+
+  // Job-state watches: answered, all at once, by the next change of the version.
+  int64_t version() const { return version_; }
+  void AddWatch(std::string job, std::shared_ptr<JobStateWatch> call);
+  void RemoveWatch(WaiterId waiter);
+  // Bumps the version and hands back every watch with the job it watches.
+  std::vector<std::pair<std::string, std::shared_ptr<JobStateWatch>>> Changed();
+
+ private:
+  void SetState(TaskRecord& task, TaskState state);
+
+  Records tasks_;  // the set of tasks is fixed after construction
+  int workload_connected_ = 0;
+  int workload_in_error_ = 0;
+  int64_t version_ = 0;
+  std::vector<std::pair<std::string, std::shared_ptr<JobStateWatch>>> watches_;
+};
+
+}  // namespace cohort
