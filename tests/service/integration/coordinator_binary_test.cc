@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::testing {
 namespace {
@@ -94,10 +95,24 @@ bool WaitReady(const std::shared_ptr<grpc::Channel>& channel) {
   return channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20));
 }
 
+// Its /metrics, fetched with curl; empty when it cannot be read.
+std::string Metrics(int http_port) {
+  std::string out;
+  FILE* pipe = popen(
+      absl::StrCat("curl -sf --max-time 2 http://127.0.0.1:", http_port, "/metrics").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
 TEST(CoordinatorBinaryTest, SigtermEndsParkedCallsWithAClearStatusAndExitsCleanly) {
   int port = FreePort();
-  Process p(
-      {"--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", "", "--job", "worker=1"});
+  int http_port = FreePort();
+  Process p({"--listen", absl::StrCat("127.0.0.1:", port), "--http-listen",
+             absl::StrCat("127.0.0.1:", http_port), "--job", "worker=1"});
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   ASSERT_TRUE(WaitReady(channel)) << p.Log();
@@ -107,7 +122,12 @@ TEST(CoordinatorBinaryTest, SigtermEndsParkedCallsWithAClearStatusAndExitsCleanl
   tf::GetKeyValueResponse response;
   auto parked = std::async(std::launch::async,
                            [&] { return stub->GetKeyValue(Deadline().get(), get, &response); });
-  EXPECT_EQ(parked.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  // SIGTERM only once the get is parked inside the coordinator.
+  ASSERT_TRUE(Eventually([&] {
+    return Metrics(http_port).find("cohort_coordinator_parked_calls{kind=\"key_value_get\"} 1") !=
+           std::string::npos;
+  })) << Metrics(http_port);
+  EXPECT_EQ(parked.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   EXPECT_EQ(p.Terminate(), 0) << p.Log();
   grpc::Status s = parked.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
