@@ -21,7 +21,7 @@ const std::vector<TaskName> kAll{kW0, kW1, kW2};
 
 std::shared_ptr<ParkedCall> CallOf(WaiterId id, const TaskName& task) {
   return std::make_shared<Parked<absl::Status>>(id, ParkKind::kAliveTasks, task,
-                                                [](absl::Status) {});
+                                                [](const absl::Status&) {});
 }
 
 class TaskGroupExchangeTest : public ::testing::Test {

@@ -17,7 +17,8 @@ const TaskName kW1{"worker", 1};
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
 std::shared_ptr<ParkedCall> CallOf(WaiterId id, const TaskName& task) {
-  return std::make_shared<Parked<absl::Status>>(id, ParkKind::kRegister, task, [](absl::Status) {});
+  return std::make_shared<Parked<absl::Status>>(id, ParkKind::kRegister, task,
+                                                [](const absl::Status&) {});
 }
 
 std::vector<WaiterId> Ids(const WholeJobBarrier::Calls& calls) {
