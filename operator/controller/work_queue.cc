@@ -74,6 +74,7 @@ std::optional<std::string> WorkQueue::Get() {
     if (shut_down_) return std::nullopt;
     PromoteDueLocked(absl::Now());
     if (!queue_.empty()) break;
+    ++idle_;
     if (delayed_.empty()) {
       cv_.wait(lock);
     } else {
@@ -81,6 +82,7 @@ std::optional<std::string> WorkQueue::Get() {
       cv_.wait_for(
           lock, std::chrono::microseconds(std::max<int64_t>(1, absl::ToInt64Microseconds(wait))));
     }
+    --idle_;
   }
   std::string key = queue_.front();
   queue_.pop_front();
@@ -102,6 +104,11 @@ void WorkQueue::ShutDown() {
   std::lock_guard<std::mutex> lock(mu_);
   shut_down_ = true;
   cv_.notify_all();
+}
+
+int WorkQueue::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_;
 }
 
 size_t WorkQueue::Depth() const {

@@ -36,6 +36,7 @@ class WorkQueue {
   void ShutDown();
 
   size_t Depth() const;  // keys waiting now (not the delayed ones)
+  int Idle() const;      // workers blocked in Get, waiting for a key
   int Failures(const std::string& key) const;
 
  private:
@@ -51,6 +52,7 @@ class WorkQueue {
   std::multimap<absl::Time, std::string> delayed_;
   std::map<std::string, int> failures_;
   bool shut_down_ = false;
+  int idle_ = 0;
 };
 
 }  // namespace cohort::controller

@@ -59,7 +59,10 @@ TEST(WorkQueueTest, ShutDownWakesWaitingWorkers) {
   WorkQueue q;
   std::optional<std::string> got = "unset";
   std::thread worker([&] { got = q.Get(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Shut down only once the worker is blocked in Get, so the wake-up is what is tested.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (q.Idle() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(q.Idle(), 1);
   q.ShutDown();
   worker.join();
   EXPECT_FALSE(got.has_value());
