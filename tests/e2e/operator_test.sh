@@ -303,7 +303,8 @@ if wait_for survive '{.status.phase}' Running 60; then
     [[ "$(metric 18093 cohort_operator_coordinators_watched)" == 1 &&
       "$(metric 18093 cohort_operator_queue_depth)" == 0 ]]
   }
-  until_true 30 settled || echo "  the restarted operator did not settle: $(tail -n 5 "$WORK/operator-2.log")"
+  until_true 30 settled || fail "survive: the restarted operator follows the job with an empty queue" \
+    "$(tail -n 5 "$WORK/operator-2.log")"
   after=$(pod_uids survive)
   count=$(k get pods -l cohort.dev/job=survive --no-headers 2>/dev/null | wc -l)
   if [[ "$before" == "$after" && $count == 4 ]]; then
