@@ -125,6 +125,9 @@ std::string WorkerPodName(const api::CoordinatedJob& job, int index) {
 std::string CoordinatorAddress(const api::CoordinatedJob& job) {
   return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:", kCoordinatorGrpcPort);
 }
+std::string CoordinatorStateClaimName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-coordinator-state");
+}
 
 json OwnerReference(const api::CoordinatedJob& job) {
   return {{"apiVersion", api::kApiVersion},
@@ -147,6 +150,9 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
       "default-job: ", workload, "\n", "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
       "register-timeout: ", c.register_timeout, "\n",
       "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n");
+  if (c.state.volume != api::StateVolume::kNone) {
+    absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
+  }
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
@@ -177,9 +183,66 @@ json WorkersService(const api::CoordinatedJob& job) {
             {"selector", {{kJobLabel, job.name}, {kRoleLabel, "worker"}}}}}};
 }
 
+json CoordinatorStateClaim(const api::CoordinatedJob& job) {
+  const auto& state = job.spec.coordinator.state;
+  json spec = {{"accessModes", json::array({"ReadWriteOnce"})},
+               {"resources", {{"requests", {{"storage", state.size}}}}}};
+  if (!state.storage_class_name.empty()) spec["storageClassName"] = state.storage_class_name;
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", Metadata(job, CoordinatorStateClaimName(job), Labels(job, "coordinator"))},
+          {"spec", spec}};
+}
+
+json CoordinatorResources(const json& given) {
+  json out = given.is_object() ? given : json::object();
+  json requests = out.value("requests", json::object());
+  json limits = out.value("limits", json::object());
+  for (const auto& [name, fallback] :
+       {std::pair{"cpu", kCoordinatorDefaultCpu}, std::pair{"memory", kCoordinatorDefaultMemory}}) {
+    if (!requests.contains(name) && !limits.contains(name))
+      requests[name] = limits[name] = fallback;
+  }
+  for (const auto& [name, value] : requests.items()) {
+    if (!limits.contains(name)) limits[name] = value;
+  }
+  for (const auto& [name, value] : limits.items()) {
+    if (!requests.contains(name)) requests[name] = value;
+  }
+  out["requests"] = requests;
+  out["limits"] = limits;
+  return out;
+}
+
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings) {
-  json labels = Labels(job, "coordinator");
+  const auto& state = job.spec.coordinator.state;
+  const bool keeps_state = state.volume != api::StateVolume::kNone;
+  const json& own = job.spec.coordinator.pod_template;
+  json labels = own.value(json::json_pointer("/metadata/labels"), json::object());
+  const json ours = Labels(job, "coordinator");
+  for (const auto& [k, v] : ours.items()) labels[k] = v;
   labels[kRestartLabel] = absl::StrCat(restart);
+  json metadata = Metadata(job, CoordinatorName(job), labels);
+  if (own.contains(json::json_pointer("/metadata/annotations"))) {
+    metadata["annotations"] = own[json::json_pointer("/metadata/annotations")];
+  }
+  json mounts =
+      json::array({{{"name", "config"}, {"mountPath", "/etc/cohort"}, {"readOnly", true}}});
+  json volumes =
+      json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}});
+  if (keeps_state) {
+    // A directory per gang: a gang restart starts from no state, even on the same claim.
+    mounts.push_back({{"name", "state"},
+                      {"mountPath", kCoordinatorStateDir},
+                      {"subPath", absl::StrCat("gang-", restart)}});
+    if (state.volume == api::StateVolume::kPersistentVolumeClaim) {
+      volumes.push_back(
+          {{"name", "state"},
+           {"persistentVolumeClaim", {{"claimName", CoordinatorStateClaimName(job)}}}});
+    } else {
+      volumes.push_back({{"name", "state"}, {"emptyDir", {{"sizeLimit", state.size}}}});
+    }
+  }
   json container = {
       {"name", "coordinator"},
       {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
@@ -195,8 +258,8 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorS
        {{"httpGet", {{"path", "/healthz"}, {"port", kCoordinatorHttpPort}}},
         {"periodSeconds", 10},
         {"failureThreshold", 6}}},
-      {"volumeMounts",
-       json::array({{{"name", "config"}, {"mountPath", "/etc/cohort"}, {"readOnly", true}}})},
+      {"volumeMounts", mounts},
+      {"resources", CoordinatorResources(job.spec.coordinator.resources)},
       {"securityContext",
        {{"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
@@ -205,20 +268,29 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorS
         {"capabilities", {{"drop", json::array({"ALL"})}}},
         {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
-  if (!job.spec.coordinator.resources.empty()) {
-    container["resources"] = job.spec.coordinator.resources;
+  json spec = {
+      // With its state on a volume a crashed coordinator restarts in place and keeps the gang;
+      // without, a lost coordinator restarts the whole gang.
+      {"restartPolicy", keeps_state ? "Always" : "Never"},
+      {"terminationGracePeriodSeconds", 5},
+      {"enableServiceLinks", false},
+      {"containers", json::array({container})},
+      {"volumes", volumes}};
+  if (keeps_state) {
+    spec["securityContext"] = {{"fsGroup", kCoordinatorUser},
+                               {"fsGroupChangePolicy", "OnRootMismatch"}};
   }
-  return {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", Metadata(job, CoordinatorName(job), labels)},
-      {"spec",
-       {{"restartPolicy", "Never"},  // a lost coordinator restarts the whole gang
-        {"terminationGracePeriodSeconds", 5},
-        {"enableServiceLinks", false},
-        {"containers", json::array({container})},
-        {"volumes",
-         json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}})}}}};
+  // It must fit where the workers fit (tainted nodes, a priority no lower than theirs).
+  const json workers = job.spec.pod_template.value("spec", json::object());
+  const json overrides = own.value("spec", json::object());
+  for (const char* field : api::kCoordinatorSchedulingFields) {
+    if (overrides.contains(field)) {
+      spec[field] = overrides[field];
+    } else if (workers.contains(field)) {
+      spec[field] = workers[field];
+    }
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,

@@ -1,6 +1,7 @@
-// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod and
-// Service, the workers' headless Service, and worker Pods with the sidecar injected and the
-// env contract of DESIGN.md. Pure functions of the job and the operator's settings.
+// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod, Service
+// and (state on a PersistentVolumeClaim) its claim, the workers' headless Service, and worker
+// Pods with the sidecar injected and the env contract of DESIGN.md. Pure functions of the job
+// and the operator's settings.
 #ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 #define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 
@@ -26,6 +27,14 @@ inline constexpr int kCoordinatorGrpcPort = 8476;
 inline constexpr int kCoordinatorHttpPort = 8477;
 inline constexpr int kSidecarHttpPort = 9477;
 inline constexpr int kTensorflowPort = 2222;
+// Where the coordinator keeps its durable state (--state-dir), when the job keeps one.
+inline constexpr char kCoordinatorStateDir[] = "/var/lib/cohort/state";
+// The coordinator image's user; the pod's fsGroup, so that it can write its state volume.
+inline constexpr int kCoordinatorUser = 65532;
+// Requests and limits of a coordinator whose job sets none: small, and equal, so that the
+// pod is Guaranteed (the last to be evicted).
+inline constexpr char kCoordinatorDefaultCpu[] = "500m";
+inline constexpr char kCoordinatorDefaultMemory[] = "512Mi";
 
 struct OperatorSettings {
   std::string coordinator_image = "ghcr.io/cohort/cohort-coordinator:0.1.0";
@@ -43,11 +52,22 @@ std::string WorkersServiceName(const api::CoordinatedJob& job);  // headless
 std::string WorkerPodName(const api::CoordinatedJob& job, int index);
 // "<job>-coordinator.<namespace>.svc:8476"
 std::string CoordinatorAddress(const api::CoordinatedJob& job);
+// "<job>-coordinator-state": the coordinator's PersistentVolumeClaim.
+std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
 json CoordinatorConfigMap(const api::CoordinatedJob& job);
 json CoordinatorService(const api::CoordinatedJob& job);
+// Only for spec.coordinator.state.volume PersistentVolumeClaim.
+json CoordinatorStateClaim(const api::CoordinatedJob& job);
+// The coordinator's resources: the job's, with requests and limits made equal where only one
+// is given, and the defaults above for cpu and memory when neither is.
+json CoordinatorResources(const json& given);
 json WorkersService(const api::CoordinatedJob& job);
+// The coordinator of gang `restart`. It takes the workers' scheduling fields (node selector,
+// tolerations, affinity, priority class, image pull secrets, scheduler), which
+// spec.coordinator.podTemplate overrides; with a state volume it restarts in place
+// (restartPolicy Always) and keeps each gang's state in its own directory of the volume.
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
                const OperatorSettings& settings);
