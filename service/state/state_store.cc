@@ -758,6 +758,7 @@ void StateStore::Background() {
 }
 
 void StateStore::Compact() {
+  absl::MutexLock files(&files_mu_);
   int64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
