@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace cohort::controller {
 namespace {
@@ -214,7 +215,13 @@ json CoordinatorResources(const json& given) {
   return out;
 }
 
-json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings) {
+std::string CoordinatorStateSubPath(absl::Time started, int restart) {
+  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", started, absl::UTCTimeZone()), "-gang-",
+                      restart);
+}
+
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
+                    const OperatorSettings& settings) {
   const auto& state = job.spec.coordinator.state;
   const bool keeps_state = state.volume != api::StateVolume::kNone;
   const json& own = job.spec.coordinator.pod_template;
@@ -231,10 +238,11 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorS
   json volumes =
       json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}});
   if (keeps_state) {
-    // A directory per gang: a gang restart starts from no state, even on the same claim.
+    // A directory per gang and run: a gang restart or a resume starts from no state, even
+    // on the same claim.
     mounts.push_back({{"name", "state"},
                       {"mountPath", kCoordinatorStateDir},
-                      {"subPath", absl::StrCat("gang-", restart)}});
+                      {"subPath", CoordinatorStateSubPath(started, restart)}});
     if (state.volume == api::StateVolume::kPersistentVolumeClaim) {
       volumes.push_back(
           {{"name", "state"},

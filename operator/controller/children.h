@@ -64,11 +64,17 @@ json CoordinatorStateClaim(const api::CoordinatedJob& job);
 // is given, and the defaults above for cpu and memory when neither is.
 json CoordinatorResources(const json& given);
 json WorkersService(const api::CoordinatedJob& job);
-// The coordinator of gang `restart`. It takes the workers' scheduling fields (node selector,
-// tolerations, affinity, priority class, image pull secrets, scheduler), which
-// spec.coordinator.podTemplate overrides; with a state volume it restarts in place
-// (restartPolicy Always) and keeps each gang's state in its own directory of the volume.
-json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings);
+// The directory of the state volume that holds one coordinator's state:
+// "<started>-gang-<restart>", started being status.startTime (set again when a suspended job
+// resumes). Neither a gang restart nor a resume finds an earlier coordinator's state there;
+// a coordinator restarted within its gang finds its own.
+std::string CoordinatorStateSubPath(absl::Time started, int restart);
+// The coordinator of gang `restart` of the run that started at `started`. It takes the
+// workers' scheduling fields (node selector, tolerations, affinity, priority class, image pull
+// secrets, scheduler), which spec.coordinator.podTemplate overrides; with a state volume it
+// restarts in place (restartPolicy Always) and keeps its state in CoordinatorStateSubPath.
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
+                    const OperatorSettings& settings);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
                const OperatorSettings& settings);
 

@@ -472,7 +472,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   }
   // A claim being deleted is not used; the next one gets the pod.
   if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating) {
-    P.plan.create.push_back(CoordinatorPod(job, gang, settings));
+    P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings));
   }
   if (coordinator && coordinator->ready) {
     for (int i = 0; i < replicas; ++i) {

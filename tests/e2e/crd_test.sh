@@ -71,6 +71,14 @@ else
   fail "spec.coordinator.state.volume default" "got '$state'"
 fi
 
+out=$(k patch cjob quickstart --dry-run=server --type merge \
+  -p '{"spec":{"coordinator":{"state":{"volume":"PersistentVolumeClaim"}}}}' 2>&1)
+if [[ $? -ne 0 && "$out" == *"spec.coordinator.state cannot change once the job exists"* ]]; then
+  pass "spec.coordinator.state cannot change once the job exists"
+else
+  fail "spec.coordinator.state is immutable" "$out"
+fi
+
 if out=$(k patch cjob quickstart --subresource=status --type=merge \
   -p '{"status":{"phase":"Running","restarts":1,"tasks":{"total":4,"ready":4}}}' 2>&1) &&
   [[ "$(k get cjob quickstart -o jsonpath='{.status.phase}/{.status.tasks.ready}')" == "Running/4" ]]; then

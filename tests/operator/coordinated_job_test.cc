@@ -7,6 +7,8 @@
 namespace cohort::api {
 namespace {
 
+const absl::Time kStarted = absl::FromUnixSeconds(1'800'000'000);  // 2027-01-15 08:00 UTC
+
 json Minimal() {
   return json::parse(R"({
     "apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
@@ -224,7 +226,7 @@ TEST(ChildrenTest, TheCoordinatorTakesTheWorkersSchedulingFields) {
     "hostNetwork": true})"));
   auto job = ParseCoordinatedJob(object);
   ASSERT_TRUE(job.ok());
-  const json spec = controller::CoordinatorPod(*job, 0, {})["spec"];
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
   for (const char* field : kCoordinatorSchedulingFields) {
     EXPECT_EQ(spec[field], object["spec"]["template"]["spec"][field]) << field;
   }
@@ -243,7 +245,7 @@ TEST(ChildrenTest, TheCoordinatorsPodTemplateOverridesTheWorkersFields) {
     "spec": {"nodeSelector": {"pool": "cpu"}}})");
   auto job = ParseCoordinatedJob(object);
   ASSERT_TRUE(job.ok());
-  const json pod = controller::CoordinatorPod(*job, 0, {});
+  const json pod = controller::CoordinatorPod(*job, 0, kStarted, {});
   EXPECT_EQ(pod["spec"]["nodeSelector"], (json{{"pool", "cpu"}}));
   EXPECT_EQ(pod["spec"]["priorityClassName"], "training");
   EXPECT_EQ(pod["metadata"]["labels"]["team"], "ml");
@@ -270,21 +272,21 @@ TEST(ChildrenTest, TheCoordinatorIsGuaranteedUnlessTheJobSaysOtherwise) {
 
   auto job = ParseCoordinatedJob(Minimal());
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(controller::CoordinatorPod(*job, 0, {})["spec"]["containers"][0]["resources"],
+  EXPECT_EQ(controller::CoordinatorPod(*job, 0, kStarted, {})["spec"]["containers"][0]["resources"],
             CoordinatorResources(json::object()));
 }
 
 TEST(ChildrenTest, TheCoordinatorKeepsEachGangsStateOnAnEmptyDirAndRestartsInPlace) {
   auto job = ParseCoordinatedJob(Minimal());
   ASSERT_TRUE(job.ok());
-  const json spec = controller::CoordinatorPod(*job, 2, {})["spec"];
+  const json spec = controller::CoordinatorPod(*job, 2, kStarted, {})["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Always");
   EXPECT_EQ(spec["securityContext"]["fsGroup"], 65532);
   EXPECT_EQ(spec["volumes"][1],
             json::parse(R"({"name": "state", "emptyDir": {"sizeLimit": "1Gi"}})"));
   EXPECT_EQ(spec["containers"][0]["volumeMounts"][1],
             json::parse(R"({"name": "state", "mountPath": "/var/lib/cohort/state",
-                            "subPath": "gang-2"})"));
+                            "subPath": "20270115T080000Z-gang-2"})"));
   EXPECT_EQ(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
 }
 
@@ -301,7 +303,7 @@ TEST(ChildrenTest, TheCoordinatorKeepsItsStateOnTheJobsClaim) {
   EXPECT_EQ(claim["spec"], json::parse(R"({"accessModes": ["ReadWriteOnce"],
                                            "resources": {"requests": {"storage": "5Gi"}},
                                            "storageClassName": "fast"})"));
-  const json spec = controller::CoordinatorPod(*job, 0, {})["spec"];
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Always");
   EXPECT_EQ(spec["volumes"][1], json::parse(R"({"name": "state",
                             "persistentVolumeClaim": {"claimName": "train-coordinator-state"}})"));
@@ -317,7 +319,7 @@ TEST(ChildrenTest, ACoordinatorWithoutStateHasNoVolumeForItAndNeverRestarts) {
   object["spec"]["coordinator"]["state"] = {{"volume", "None"}};
   auto job = ParseCoordinatedJob(object);
   ASSERT_TRUE(job.ok());
-  const json spec = controller::CoordinatorPod(*job, 0, {})["spec"];
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Never");
   EXPECT_EQ(spec["volumes"].size(), 1u);
   EXPECT_EQ(spec["containers"][0]["volumeMounts"].size(), 1u);

@@ -551,6 +551,36 @@ TEST(JobPlanTest, ACoordinatorPodDeletedWithItsStateOnAClaimIsMadeAgainOnIt) {
   EXPECT_TRUE(next.events.empty());
 }
 
+std::string StateSubPath(const Plan& plan) {
+  for (const auto& o : plan.create) {
+    if (o["kind"] != "Pod" || o["metadata"]["name"] != "train-coordinator") continue;
+    for (const auto& m : o["spec"]["containers"][0]["volumeMounts"]) {
+      if (m["name"] == "state") return m["subPath"];
+    }
+  }
+  return "";
+}
+
+TEST(JobPlanTest, EachGangAndEachResumeKeepsItsStateApartWithinTheGangItStays) {
+  auto job = WithState(Job(1, phase::kRunning), api::StateVolume::kPersistentVolumeClaim);
+  Observed o = Everything({Worker(0)});
+  o.coordinator_state_claim = true;
+  // Started a minute ago (Job()); the same gang's pod made again finds the same directory.
+  EXPECT_EQ(StateSubPath(PlanJob(job, o, Settings())),
+            CoordinatorStateSubPath(kNow - absl::Minutes(1), 0));
+  EXPECT_EQ(CoordinatorStateSubPath(kNow, 3), "20270115T080000Z-gang-3");
+
+  auto restarted =
+      WithState(Job(1, phase::kRestarting, 1), api::StateVolume::kPersistentVolumeClaim);
+  Observed none = Everything({});
+  none.coordinator_state_claim = true;
+  EXPECT_EQ(StateSubPath(PlanJob(restarted, none, Settings())),
+            CoordinatorStateSubPath(kNow - absl::Minutes(1), 1));
+
+  auto resumed = WithState(Job(1, phase::kSuspended), api::StateVolume::kPersistentVolumeClaim);
+  EXPECT_EQ(StateSubPath(PlanJob(resumed, none, Settings())), CoordinatorStateSubPath(kNow, 0));
+}
+
 TEST(JobPlanTest, AnEvictedCoordinatorOnAClaimIsDeletedAndMadeAgain) {
   ObservedPod evicted = KnownCoordinator();
   evicted.phase = "Failed";
