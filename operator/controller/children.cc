@@ -201,8 +201,9 @@ json CoordinatorResources(const json& given) {
   json limits = out.value("limits", json::object());
   for (const auto& [name, fallback] :
        {std::pair{"cpu", kCoordinatorDefaultCpu}, std::pair{"memory", kCoordinatorDefaultMemory}}) {
-    if (!requests.contains(name) && !limits.contains(name))
+    if (!requests.contains(name) && !limits.contains(name)) {
       requests[name] = limits[name] = fallback;
+    }
   }
   for (const auto& [name, value] : requests.items()) {
     if (!limits.contains(name)) limits[name] = value;
@@ -272,7 +273,7 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
        {{"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
         {"runAsNonRoot", true},
-        {"runAsUser", 65532},
+        {"runAsUser", kCoordinatorUser},
         {"capabilities", {{"drop", json::array({"ALL"})}}},
         {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
