@@ -411,8 +411,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     }
     // Workers whose coordinator restarted under them may stop too (until the sidecar proxy
     // rides out the outage, jaxlib does): from a second before until a heartbeat timeout
-    // after, their exits are the coordinator's doing.
-    if (infra.empty() && !exits.empty() && coordinator_went_away) {
+    // after, an exit that would fail the job is the coordinator's doing.
+    if (permanent && infra.empty() && coordinator_went_away) {
       absl::Duration heartbeat = absl::Seconds(30);
       (void)absl::ParseDuration(job.spec.coordinator.heartbeat_timeout, &heartbeat);
       if (earliest + absl::Seconds(1) >= *coordinator_went_away &&

@@ -658,6 +658,15 @@ TEST(JobPlanTest, WorkersExitingAfterTheirCoordinatorRestartedInPlaceRestartTheG
   EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"CoordinatorRestarted", "GangRestart"}));
 }
 
+TEST(JobPlanTest, AKilledWorkerAfterACoordinatorRestartIsStillNamedTheCause) {
+  Observed o = Everything({KnownCoordinator(1, kNow - absl::Seconds(3)),
+                           Exited(0, 137, kNow - absl::Milliseconds(2500)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Known(Job(2, phase::kRunning), 1), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "WorkerFailed");
+}
+
 TEST(JobPlanTest, AWorkerExitWhileTheCoordinatorIsDownRestartsTheGang) {
   ObservedPod down = KnownCoordinator();
   down.ready = false;
