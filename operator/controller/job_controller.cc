@@ -397,6 +397,12 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
                            "Gang restarts of each CoordinatedJob (status.restarts).",
                            "gauge",
                            {}};
+  CollectedFamily coordinator_restarts{
+      "cohort_operator_job_coordinator_restarts",
+      "Coordinator restarts of each CoordinatedJob that kept its gang "
+      "(status.coordinatorRestarts).",
+      "gauge",
+      {}};
   CollectedFamily watched{"cohort_operator_coordinators_watched",
                           "Coordinators the operator follows through cluster snapshots.",
                           "gauge",
@@ -414,6 +420,9 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       restarts.samples.push_back(
           {{{"namespace", ns}, {"cjob", name}},
            static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
+      coordinator_restarts.samples.push_back(
+          {{{"namespace", ns}, {"cjob", name}},
+           static_cast<double>(o.value("/status/coordinatorRestarts"_json_pointer, 0))});
     }
   }
   for (const char* p : kPhases) {
@@ -421,7 +430,7 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
   }
   watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
   queue_depth_->Set(static_cast<double>(queue_.Depth()));
-  return {by_phase, job_phase, restarts, watched};
+  return {by_phase, job_phase, restarts, coordinator_restarts, watched};
 }
 
 }  // namespace cohort::controller

@@ -419,6 +419,9 @@ if wait_for durable '{.status.phase}' Running 60 && until_true 30 coordinator_re
       [[ "$got" == "0 Running/1" ]] &&
         pass "a coordinator SIGKILLed restarts in place: coordinatorRestarts 1, restarts 0, restartCount 1" ||
         fail "durable: after the kill" "restarts phase/restartCount: $got"
+      sample=$(curl -s --max-time 2 127.0.0.1:18093/metrics | grep '^cohort_operator_job_coordinator_restarts{.*cjob="durable"')
+      [[ "$sample" == *" 1" ]] && pass "the operator's metrics say so: $sample" ||
+        fail "durable: cohort_operator_job_coordinator_restarts" "'$sample'"
       message=$(event_message durable CoordinatorRestarted)
       [[ "$message" == *"restarted in place"* ]] && pass "the Event CoordinatorRestarted says so: $message" ||
         fail "durable: Event CoordinatorRestarted" "$message"
