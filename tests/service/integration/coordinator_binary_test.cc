@@ -226,9 +226,11 @@ TEST(CoordinatorBinaryTest, KillNineLosesNothingWithAStateDir) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/state-", getpid());
   std::filesystem::remove_all(dir);
   const int port = FreePort();
-  const std::vector<std::string> args = {"--listen", absl::StrCat("127.0.0.1:", port),
-                                         "--http-listen", "", "--job", "worker=2",
-                                         "--state-dir", dir};
+  const int http_port = FreePort();
+  const std::vector<std::string> args = {"--listen",      absl::StrCat("127.0.0.1:", port),
+                                         "--http-listen", absl::StrCat("127.0.0.1:", http_port),
+                                         "--job",         "worker=2",
+                                         "--state-dir",   dir};
   auto first = std::make_unique<Process>(args);
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
@@ -267,6 +269,9 @@ TEST(CoordinatorBinaryTest, KillNineLosesNothingWithAStateDir) {
     }));
   }
   for (auto& c : calls) ASSERT_TRUE(c.get().ok());
+  const std::string before = Metrics(http_port);
+  EXPECT_NE(before.find("cohort_coordinator_state_restored 0"), std::string::npos) << before;
+  EXPECT_NE(before.find("cohort_coordinator_state_records_total "), std::string::npos) << before;
 
   EXPECT_EQ(first->Kill(), 128 + SIGKILL);
   Process second(args);
@@ -301,11 +306,13 @@ TEST(CoordinatorBinaryTest, KillNineLosesNothingWithAStateDir) {
   tf::BarrierResponse passed;
   EXPECT_TRUE(stub->Barrier(Deadline(absl::Seconds(5)).get(), repeat, &passed).ok());
   EXPECT_NE(second.Log().find("restored the saved state"), std::string::npos) << second.Log();
+  const std::string after = Metrics(http_port);
+  EXPECT_NE(after.find("cohort_coordinator_state_restored 1"), std::string::npos) << after;
   EXPECT_EQ(second.Terminate(), 0);
 
   // Bad input: the directory of another job, and a damaged log, refuse the start.
-  Process other({"--listen", absl::StrCat("127.0.0.1:", FreePort()), "--http-listen", "",
-                 "--job", "trainer=2", "--state-dir", dir});
+  Process other({"--listen", absl::StrCat("127.0.0.1:", FreePort()), "--http-listen", "", "--job",
+                 "trainer=2", "--state-dir", dir});
   EXPECT_EQ(other.Wait(), 2);
   EXPECT_NE(other.Log().find("holds the state of a coordinator of other jobs"), std::string::npos)
       << other.Log();
