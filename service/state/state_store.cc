@@ -157,6 +157,11 @@ class FrameReader {
   absl::Status Open() {
     file_ = std::fopen(path_.c_str(), "rb");
     if (!file_) return absl::FailedPreconditionError(Errno("cannot open", path_));
+    struct stat st {};
+    if (::fstat(::fileno(file_), &st) != 0) {
+      return absl::FailedPreconditionError(Errno("cannot stat", path_));
+    }
+    size_ = st.st_size;
     return absl::OkStatus();
   }
 
@@ -173,6 +178,11 @@ class FrameReader {
     uint32_t crc = GetU32(head + 4);
     if (length >= kMaxFrame) {
       return Damaged(absl::StrCat("a record claims a length of ", length, " bytes"));
+    }
+    // A length past the end of the file is a write cut short, not a reason to allocate it.
+    if (length > size_ - offset_) {
+      offset_ = size_;
+      return Result::kTorn;
     }
     payload->resize(length);
     got = std::fread(payload->data(), 1, length, file_);
@@ -200,6 +210,7 @@ class FrameReader {
 
   const std::string path_;
   std::FILE* file_ = nullptr;
+  int64_t size_ = 0;
   int64_t offset_ = 0;
   int64_t frame_start_ = 0;
 };
