@@ -125,4 +125,10 @@ class StateStore final : public StateJournal {
   std::thread background_;
 };
 
+class MetricsRegistry;
+
+// The store's figures on the coordinator's /metrics (cohort_coordinator_state_*, listed in
+// docs/metrics.md). `store` must outlive the registry's use.
+void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool restored);
+
 }  // namespace cohort

@@ -60,9 +60,8 @@ std::string StatusText(const absl::Status& s) {
 }
 
 std::string Names(const std::vector<TaskName>& tasks) {
-  return absl::StrJoin(tasks, ",", [](std::string* out, const TaskName& t) {
-    absl::StrAppend(out, t.ToString());
-  });
+  return absl::StrJoin(
+      tasks, ",", [](std::string* out, const TaskName& t) { absl::StrAppend(out, t.ToString()); });
 }
 
 // Everything in a DurableState, one fact a line, in a fixed order: two states are the same
@@ -165,8 +164,8 @@ class StateStoreTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE(restored.has_value());
     store_ = std::move(*store);
-    auto service = CoordinationService::Create(Config(), &clock_, nullptr, store_.get(),
-                                               &*restored);
+    auto service =
+        CoordinationService::Create(Config(), &clock_, nullptr, store_.get(), &*restored);
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = std::move(*service);
     ASSERT_TRUE(store_->Start(service_.get()).ok());
@@ -358,8 +357,8 @@ TEST_F(StateStoreTest, ALongLogIsReplacedByASnapshot) {
   StartFresh();
   RegisterAll();
   for (int i = 0; i < 400; ++i) {
-    ASSERT_TRUE(service_->InsertKeyValue(absl::StrCat("k/", i % 50), std::string(40, 'v'), true)
-                    .ok());
+    ASSERT_TRUE(
+        service_->InsertKeyValue(absl::StrCat("k/", i % 50), std::string(40, 'v'), true).ok());
     if (i % 7 == 0) {
       ASSERT_TRUE(service_->DeleteKeyValue(absl::StrCat("k/", i % 50)).ok());
     }
@@ -406,8 +405,7 @@ TEST_F(StateStoreTest, ADamagedRecordRefusesTheStart) {
   auto saved = Read(copy);
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(absl::StrContains(saved.status().message(), "is damaged at byte"))
-      << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "is damaged at byte")) << saved.status();
   EXPECT_TRUE(absl::StrContains(saved.status().message(), "checksum")) << saved.status();
 }
 
@@ -417,9 +415,10 @@ TEST_F(StateStoreTest, RefusesTheStateOfOtherJobs) {
   auto saved = Read(CrashCopy(), other);
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(saved.status().message(), "other jobs (sidecar=2 (auxiliary), "
-                                                          "worker=3; this one has sidecar=2 "
-                                                          "(auxiliary), worker=4)"))
+  EXPECT_TRUE(absl::StrContains(saved.status().message(),
+                                "other jobs (sidecar=2 (auxiliary), "
+                                "worker=3; this one has sidecar=2 "
+                                "(auxiliary), worker=4)"))
       << saved.status();
 }
 
