@@ -171,10 +171,12 @@ absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
   c->heartbeat_timeout = Str(coordinator, "heartbeatTimeout", "30s");
   c->register_timeout = Str(coordinator, "registerTimeout", "10m");
   c->shutdown_barrier_timeout = Str(coordinator, "shutdownBarrierTimeout", "5m");
+  c->outage_tolerance = Str(coordinator, "outageTolerance", "60s");
   for (const auto& [field, value] :
        {std::pair{"heartbeatTimeout", &c->heartbeat_timeout},
         std::pair{"registerTimeout", &c->register_timeout},
-        std::pair{"shutdownBarrierTimeout", &c->shutdown_barrier_timeout}}) {
+        std::pair{"shutdownBarrierTimeout", &c->shutdown_barrier_timeout},
+        std::pair{"outageTolerance", &c->outage_tolerance}}) {
     absl::Duration d;
     if (!absl::ParseDuration(*value, &d) || d < absl::ZeroDuration()) {
       return Invalid(absl::StrCat("spec.coordinator.", field),

@@ -46,6 +46,9 @@ struct CoordinatorSpec {
   std::string heartbeat_timeout = "30s";
   std::string register_timeout = "10m";
   std::string shutdown_barrier_timeout = "5m";
+  // How long the workload's sidecars ride out an unreachable coordinator (a restart) before
+  // its calls fail.
+  std::string outage_tolerance = "60s";
   // spec.coordinator.podTemplate: metadata (labels, annotations) and the scheduling fields
   // of kCoordinatorSchedulingFields, which override those of the workers' template.
   json pod_template = json::object();

@@ -30,8 +30,10 @@ json Env(const std::string& name, const std::string& value) {
 }
 
 // The env contract: every workload container and the sidecar get these.
-json ContractEnv(const api::CoordinatedJob& job, int index, int restart) {
-  const std::string address = CoordinatorAddress(job);
+// The env contract. The workload's containers reach the coordinator through their pod's
+// sidecar (`for_workload`); the sidecar itself gets the coordinator's own address.
+json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool for_workload) {
+  const std::string address = for_workload ? kSidecarProxyAddress : CoordinatorAddress(job);
   json env = json::array({
       Env("COHORT_COORDINATOR_ADDRESS", address),
       Env("COHORT_JOB_NAME", api::WorkloadJobName(job.spec.framework)),
@@ -45,6 +47,7 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart) {
   });
   if (job.spec.framework == api::Framework::kJax) {
     env.push_back(Env("JAX_COORDINATOR_ADDRESS", address));
+    if (for_workload) env.push_back(Env("JAX_COORDINATOR_BIND_ADDRESS", kJaxUnusedServiceAddress));
     env.push_back(Env("JAX_NUM_PROCESSES", absl::StrCat(job.spec.replicas)));
     env.push_back(Env("JAX_PROCESS_ID", absl::StrCat(index)));
   } else if (job.spec.framework == api::Framework::kTensorflow) {
@@ -74,7 +77,8 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
   json args = json::array({"--handoff-dir", kHandoffDir, "--http-listen",
                            absl::StrCat("0.0.0.0:", kSidecarHttpPort), "--heartbeat-timeout",
                            job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
-                           settings.workload_liveness});
+                           settings.workload_liveness, "--proxy-listen", kSidecarProxyAddress,
+                           "--outage-tolerance", job.spec.coordinator.outage_tolerance});
   if (settings.workload_liveness == "process") {
     args.push_back("--workload-process");
     args.push_back(WorkloadProcessPattern(job.spec.pod_template));
@@ -94,7 +98,7 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
       {"image", job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image},
       {"restartPolicy", "Always"},  // a native sidecar: starts first, stops after the workload
       {"args", args},
-      {"env", ContractEnv(job, index, restart)},
+      {"env", ContractEnv(job, index, restart, /*for_workload=*/false)},
       {"ports",
        json::array(
            {{{"name", "metrics"}, {"containerPort", kSidecarHttpPort}, {"protocol", "TCP"}}})},
@@ -320,7 +324,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   spec["restartPolicy"] = "Never";  // the operator restarts the gang, never one worker
   if (settings.workload_liveness == "process") spec["shareProcessNamespace"] = true;
 
-  const json contract = ContractEnv(job, index, restart);
+  const json contract = ContractEnv(job, index, restart, /*for_workload=*/true);
   for (auto& container : spec["containers"]) {
     json env = contract;
     for (const auto& e : container.value("env", json::array())) env.push_back(e);  // user wins

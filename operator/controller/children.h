@@ -26,6 +26,12 @@ inline constexpr char kHandoffDir[] = "/var/run/cohort";
 inline constexpr int kCoordinatorGrpcPort = 8476;
 inline constexpr int kCoordinatorHttpPort = 8477;
 inline constexpr int kSidecarHttpPort = 9477;
+// The workload's coordinator endpoint: its sidecar's proxy (cohort-sidecar --proxy-listen),
+// on the pod's loopback, which forwards to the coordinator and rides out its restarts.
+inline constexpr char kSidecarProxyAddress[] = "127.0.0.1:8476";
+// Where JAX's process 0 starts jaxlib's own coordination service, which nobody uses: a
+// loopback port apart from the proxy's (jax reads JAX_COORDINATOR_BIND_ADDRESS).
+inline constexpr char kJaxUnusedServiceAddress[] = "127.0.0.1:18476";
 inline constexpr int kTensorflowPort = 2222;
 // Where the coordinator keeps its durable state (--state-dir), when the job keeps one.
 inline constexpr char kCoordinatorStateDir[] = "/var/lib/cohort/state";

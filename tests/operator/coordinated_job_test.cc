@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "operator/controller/children.h"
 
 namespace cohort::api {
@@ -58,6 +63,8 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
        "spec.template.spec.containers"},
       {[](json& j) { j["spec"]["coordinator"]["heartbeatTimeout"] = "soon"; },
        "spec.coordinator.heartbeatTimeout"},
+      {[](json& j) { j["spec"]["coordinator"]["outageTolerance"] = "a while"; },
+       "spec.coordinator.outageTolerance"},
       {[](json& j) {
          j["spec"]["failurePolicy"]["retryableExitCodes"] = {3};
          j["spec"]["failurePolicy"]["permanentExitCodes"] = {3};
@@ -162,11 +169,13 @@ TEST(ChildrenTest, WorkerPodsCarryTheEnvContractAndTheSidecar) {
   for (const auto& e : pod["spec"]["containers"][0]["env"]) {
     if (e.contains("value")) env[e["name"]] = e["value"];
   }
-  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  // The workload reaches the coordinator through its sidecar's proxy on the pod's loopback.
+  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
   EXPECT_EQ(env["COHORT_JOB_NAME"], "jax_worker");
   EXPECT_EQ(env["COHORT_TASK_ID"], "1");
   EXPECT_EQ(env["COHORT_NUM_TASKS"], "2");
-  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
+  EXPECT_EQ(env["JAX_COORDINATOR_BIND_ADDRESS"], "127.0.0.1:18476");
   EXPECT_EQ(env["JAX_NUM_PROCESSES"], "2");
   EXPECT_EQ(env["JAX_PROCESS_ID"], "1");
   EXPECT_EQ(env["LR"], "1");
@@ -174,6 +183,20 @@ TEST(ChildrenTest, WorkerPodsCarryTheEnvContractAndTheSidecar) {
   EXPECT_EQ(sidecar["name"], "cohort-sidecar");
   EXPECT_EQ(sidecar["restartPolicy"], "Always");
   EXPECT_EQ(sidecar["image"], settings.sidecar_image);
+  // The sidecar talks to the coordinator itself, and serves the workload's endpoint.
+  std::map<std::string, std::string> sidecar_env;
+  for (const auto& e : sidecar["env"]) {
+    if (e.contains("value")) sidecar_env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(sidecar_env["COHORT_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(sidecar_env.count("JAX_COORDINATOR_BIND_ADDRESS"), 0u);
+  std::vector<std::string> args = sidecar["args"];
+  auto flag = [&args](const std::string& name) {
+    auto it = std::find(args.begin(), args.end(), name);
+    return it == args.end() || it + 1 == args.end() ? std::string("<absent>") : *(it + 1);
+  };
+  EXPECT_EQ(flag("--proxy-listen"), "127.0.0.1:8476");
+  EXPECT_EQ(flag("--outage-tolerance"), "60s");
 }
 
 TEST(ChildrenTest, TensorflowWorkersGetTfConfig) {
