@@ -1,0 +1,221 @@
+// Chaos: 64 tasks behind 8 sidecar proxies (cohort-sidecar --proxy-listen), under key-value
+// and barrier load, while the coordinator (cohort-coordinator --state-dir) is killed with
+// SIGKILL and started again five times. No acknowledged write may be lost, no call may hang
+// past its deadline, and no call may fail. Then the coordinator stays down past the
+// sidecars' outage tolerance: the tasks' calls must then fail UNAVAILABLE, neither sooner
+// than the tolerance nor much later.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tensorflow/coordination_service.grpc.pb.h"
+#include "tests/support/subprocess.h"
+
+namespace cohort::testing {
+namespace {
+
+namespace tf = tensorflow;
+
+constexpr int kTasks = 64;
+constexpr int kSidecars = 8;
+constexpr int kRounds = 25;
+constexpr int kKills = 5;
+constexpr absl::Duration kCallDeadline = absl::Seconds(60);
+constexpr absl::Duration kTolerance = absl::Seconds(8);
+
+std::string Bin(const std::string& name) { return absl::StrCat(COHORT_BIN_DIR, "/", name); }
+std::string Address(int port) { return absl::StrCat("127.0.0.1:", port); }
+
+std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration d = kCallDeadline) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + d));
+  return ctx;
+}
+
+tf::CoordinatedTask Worker(int id) {
+  tf::CoordinatedTask task;
+  task.set_job_name("worker");
+  task.set_task_id(id);
+  return task;
+}
+
+bool Accepting(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
+}
+
+class ChaosTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/chaos-", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    port_ = FreePort();
+    StartCoordinator();
+    for (int s = 0; s < kSidecars; ++s) {
+      int proxy = FreePort();
+      proxies_.push_back(Address(proxy));
+      sidecars_.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{Bin("cohort-sidecar"), "--coordinator", Address(port_),
+                                   "--proxy-listen", Address(proxy), "--outage-tolerance",
+                                   absl::StrCat(absl::ToInt64Seconds(kTolerance), "s"),
+                                   "--http-listen", Address(FreePort()), "--job", "worker",
+                                   "--task", std::to_string(s), "--num-tasks",
+                                   std::to_string(kSidecars), "--log-level", "warn"},
+          std::map<std::string, std::string>{}, absl::StrCat(dir_, "/sidecar-", s, ".log")));
+    }
+    for (const std::string& proxy : proxies_) {
+      absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (!Accepting(proxy) && absl::Now() < deadline) {
+      }
+      ASSERT_TRUE(Accepting(proxy)) << proxy;
+    }
+  }
+
+  void StartCoordinator() {
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{Bin("cohort-coordinator"), "--listen", Address(port_),
+                                 "--http-listen", "", "--job", absl::StrCat("worker=", kTasks),
+                                 "--auxiliary-job", absl::StrCat("sidecar=", kSidecars),
+                                 "--heartbeat-timeout", "60s", "--state-dir", dir_ + "/state"},
+        std::map<std::string, std::string>{},
+        absl::StrCat(dir_, "/coordinator-", ++starts_, ".log"));
+  }
+
+  // Task t's stub, on its sidecar (t % kSidecars), one channel per task as one process would.
+  std::unique_ptr<tf::CoordinationService::Stub> StubOf(int t) {
+    return tf::CoordinationService::NewStub(
+        grpc::CreateChannel(proxies_[t % kSidecars], grpc::InsecureChannelCredentials()));
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  int starts_ = 0;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::string> proxies_;
+  std::vector<std::unique_ptr<Subprocess>> sidecars_;
+};
+
+TEST_F(ChaosTest, KilledFiveTimesUnderLoadLosesNothingAndFailsNothing) {
+  std::mutex mu;
+  std::vector<std::string> errors;  // every call that failed, and why
+  std::vector<std::string> acked;   // every key whose insert was acknowledged
+  std::atomic<int> hung{0};         // calls that came back after their deadline
+  std::atomic<int> finished{0};
+  auto record = [&](int t, const std::string& what, const grpc::Status& s, absl::Time started) {
+    if (absl::Now() - started > kCallDeadline + absl::Seconds(5)) ++hung;
+    if (s.ok()) return true;
+    std::lock_guard<std::mutex> l(mu);
+    errors.push_back(
+        absl::StrCat("task ", t, " ", what, ": ", s.error_code(), " ", s.error_message()));
+    return false;
+  };
+
+  std::vector<std::thread> tasks;
+  for (int t = 0; t < kTasks; ++t) {
+    tasks.emplace_back([&, t] {
+      auto stub = StubOf(t);
+      tf::RegisterTaskRequest reg;
+      *reg.mutable_source_task() = Worker(t);
+      reg.set_incarnation(1000 + t);
+      tf::RegisterTaskResponse registered;
+      absl::Time started = absl::Now();
+      if (!record(t, "register", stub->RegisterTask(Deadline().get(), reg, &registered), started)) {
+        return;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        const std::string key = absl::StrCat("chaos/", r, "/", t);
+        tf::InsertKeyValueRequest insert;
+        insert.mutable_kv()->set_key(key);
+        insert.mutable_kv()->set_value(absl::StrCat("v", r, "-", t));
+        tf::InsertKeyValueResponse inserted;
+        started = absl::Now();
+        if (record(t, key, stub->InsertKeyValue(Deadline().get(), insert, &inserted), started)) {
+          std::lock_guard<std::mutex> l(mu);
+          acked.push_back(key);
+        }
+        // A blocking read of a neighbour's key of this round.
+        tf::GetKeyValueRequest get;
+        get.set_key(absl::StrCat("chaos/", r, "/", (t + 1) % kTasks));
+        tf::GetKeyValueResponse got;
+        started = absl::Now();
+        record(t, absl::StrCat("get ", get.key()), stub->GetKeyValue(Deadline().get(), get, &got),
+               started);
+        tf::HeartbeatRequest beat;
+        *beat.mutable_source_task() = Worker(t);
+        beat.set_incarnation(1000 + t);
+        tf::HeartbeatResponse beaten;
+        started = absl::Now();
+        record(t, "heartbeat", stub->Heartbeat(Deadline().get(), beat, &beaten), started);
+        tf::BarrierRequest barrier;
+        barrier.set_barrier_id(absl::StrCat("chaos-round-", r));
+        barrier.set_barrier_timeout_in_ms(absl::ToInt64Milliseconds(kCallDeadline));
+        *barrier.mutable_source_task() = Worker(t);
+        tf::BarrierResponse passed;
+        started = absl::Now();
+        record(t, barrier.barrier_id(), stub->Barrier(Deadline().get(), barrier, &passed), started);
+      }
+      ++finished;
+    });
+  }
+
+  // The coordinator is killed and started again, kKills times, while the tasks run.
+  std::mt19937 random(20261124);
+  for (int k = 0; k < kKills && finished < kTasks; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 + random() % 900));
+    coordinator_->Signal(SIGKILL);
+    coordinator_.reset();  // reaped
+    StartCoordinator();
+  }
+  for (auto& t : tasks) t.join();
+  EXPECT_EQ(starts_, 1 + kKills) << "the tasks finished before every kill";
+  EXPECT_EQ(finished, kTasks);
+  EXPECT_EQ(hung, 0);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_TRUE(errors.empty()) << errors.size() << " calls failed, the first: " << errors[0];
+    EXPECT_EQ(acked.size(), static_cast<size_t>(kTasks * kRounds));
+  }
+
+  // Every acknowledged write is there, read straight from the coordinator.
+  auto direct = tf::CoordinationService::NewStub(
+      grpc::CreateChannel(Address(port_), grpc::InsecureChannelCredentials()));
+  int lost = 0;
+  for (const std::string& key : acked) {
+    tf::TryGetKeyValueRequest get;
+    get.set_key(key);
+    tf::TryGetKeyValueResponse got;
+    if (!direct->TryGetKeyValue(Deadline(absl::Seconds(10)).get(), get, &got).ok()) ++lost;
+  }
+  EXPECT_EQ(lost, 0) << "acknowledged keys missing after " << kKills << " kills";
+
+  // Down past the tolerance: a task's call fails UNAVAILABLE once the tolerance is over.
+  coordinator_->Signal(SIGKILL);
+  coordinator_.reset();
+  auto stub = StubOf(0);
+  tf::TryGetKeyValueRequest get;
+  get.set_key("chaos/0/0");
+  tf::TryGetKeyValueResponse got;
+  absl::Time killed = absl::Now();
+  grpc::Status s = stub->TryGetKeyValue(Deadline().get(), get, &got);
+  absl::Duration waited = absl::Now() - killed;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_GE(waited, kTolerance - absl::Seconds(1)) << "failed before the outage tolerance";
+  EXPECT_LE(waited, kTolerance + absl::Seconds(10)) << "held long past the outage tolerance";
+}
+
+}  // namespace
+}  // namespace cohort::testing
