@@ -47,6 +47,9 @@ PROFILES = {
         "sidecar_tasks": [2, 1000, 4000, 16000],
         "sidecar_rounds": 5,
         "resource_seconds": 30,
+        "restart_tasks": [1000, 4000],
+        "restart_sidecars": 50,
+        "restart_rounds": 3,
         "timeout": 600,
     },
     "smoke": {
@@ -68,6 +71,9 @@ PROFILES = {
         "sidecar_tasks": [2, 8],
         "sidecar_rounds": 1,
         "resource_seconds": 2,
+        "restart_tasks": [16],
+        "restart_sidecars": 2,
+        "restart_rounds": 1,
         "timeout": 60,
     },
 }
@@ -435,6 +441,37 @@ class Bench:
                 f"({time.monotonic() - started:.1f} s)")
         return records
 
+    def scenario_restart(self):
+        """A coordinator crash behind sidecars (cohort-restart-bench): kill to every task
+        served again, the sidecar's added latency, coordinator memory per task."""
+        records = []
+        for n in self.p["restart_tasks"]:
+            scenarios = ["restart", "memory"] + (["latency"] if n == self.p["restart_tasks"][0]
+                                                 else [])
+            argv = [str(self.bin / "cohort-restart-bench"), "--bin-dir", str(self.bin),
+                    "--tasks", str(n), "--sidecars", str(min(n, self.p["restart_sidecars"])),
+                    "--rounds", str(self.p["restart_rounds"]),
+                    "--work-dir", str(self.logs / "restart-bench"), *scenarios]
+            started = time.monotonic()
+            load = os.getloadavg()[0]
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True,
+                                     timeout=self.p["timeout"] * 3, stdin=subprocess.DEVNULL)
+                lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+                if not lines:
+                    lines = [{"error": f"no result (exit {out.returncode}): "
+                                       f"{out.stderr.strip()[-300:]}"}]
+            except subprocess.TimeoutExpired:
+                lines = [{"error": "timed out"}]
+            for r in lines:
+                r["system"] = "cohort"
+                r["loadavg_1m_before"] = load
+                r.setdefault("tasks", n)
+                records.append(r)
+            log(f"restart-bench {n} tasks: {len(lines)} records "
+                f"({time.monotonic() - started:.1f} s)")
+        return records
+
     # ------------------------------------------------------------ machine
 
     def machine(self):
@@ -489,7 +526,7 @@ def main():
     p.add_argument("--python", default=str(REPO / ".venv-bench" / "bin" / "python"),
                    help="interpreter with jaxlib and torch (the anchors)")
     p.add_argument("--systems", default="cohort,jaxlib,etcd,tcpstore")
-    p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure")
+    p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure,restart")
     p.add_argument("--strict", action="store_true",
                    help="fail instead of skipping an anchor or path that cannot run (make test)")
     p.add_argument("--merge", action="store_true",

@@ -112,6 +112,15 @@ class Checker:
                               scenario=f"failure_detection_{sc}", tasks=n)
             self.want(fail, ["cpu_percent_of_one_core", "rss_kib"], "sidecar cost",
                       scenario="sidecar_resources")
+        restart = self.load("restart")
+        for n in self.p["restart_tasks"]:
+            self.want(restart, ["served_p50_ms", "served_max_ms", "failed_calls"],
+                      "coordinator restart", scenario="coordinator_restart", tasks=n)
+            self.want(restart, ["through_sidecars.kib_per_task", "direct.kib_per_task"],
+                      "memory behind sidecars", scenario="coordinator_memory_behind_sidecars",
+                      tasks=n)
+        self.want(restart, ["added_p50_us", "through_sidecar.p50_ms"], "sidecar latency",
+                  scenario="sidecar_latency")
         return self.problems
 
 
