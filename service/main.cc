@@ -1,5 +1,7 @@
 // cohort-coordinator: the standalone coordination service.
 #include <csignal>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "service/core/coordination_service.h"
 #include "service/server/coordinator_metrics.h"
 #include "service/server/coordinator_server.h"
+#include "service/state/state_store.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   bool register_barrier = true;
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
+  std::string state_dir, state_sync = "1s";
 
   app.add_option("--listen", server.listen, "gRPC address for every protocol")
       ->capture_default_str();
@@ -110,9 +114,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-parked-calls", config.parked.max_total, "blocking calls waiting in all")
       ->capture_default_str();
   app.add_option("--service-incarnation", incarnation,
-                 "fixed service incarnation (default random). xla-protocol clients stop when "
-                 "it changes; a restarted coordinator keeps no task state, so tasks must "
-                 "still register again");
+                 "fixed service incarnation (default random, or the one saved in --state-dir). "
+                 "xla-protocol clients stop when it changes");
+  app.add_option("--state-dir", state_dir,
+                 "keep the durable state here (tasks, incarnations, keys, barrier outcomes, "
+                 "errors): a coordinator started again on it carries on where this one "
+                 "stopped. Default: none, state in memory only");
+  app.add_option("--state-sync-interval", state_sync,
+                 "how often the state log is synced to disk; a change is written before it "
+                 "is acknowledged, so only a crash of the whole machine can lose this much. "
+                 "0: sync before every acknowledgement")
+      ->capture_default_str();
   app.add_option("--tls-cert", server.tls.cert, "PEM certificate chain; enables TLS");
   app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
   app.add_option("--tls-client-ca", server.tls.client_ca,
@@ -150,6 +162,8 @@ int main(int argc, char** argv) {
   for (const auto* d : {&hb, &rt, &st}) {
     if (!d->ok()) return Fail(d->status());
   }
+  auto sync = ParseDuration(state_sync, "--state-sync-interval");
+  if (!sync.ok()) return Fail(sync.status());
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;
   config.shutdown_barrier_timeout = *st;
@@ -164,8 +178,29 @@ int main(int argc, char** argv) {
   cohort::RealClock clock;
   cohort::MetricsRegistry registry;
   cohort::CoordinatorMetrics metrics(registry);
-  auto service = cohort::CoordinationService::Create(config, &clock, &metrics);
+  std::unique_ptr<cohort::StateStore> store;
+  std::optional<cohort::DurableState> restored;
+  if (!state_dir.empty()) {
+    if (auto s = cohort::ValidateConfig(config); !s.ok()) return Fail(s);
+    if (config.key_value.max_value_bytes + config.key_value.max_key_bytes >= (size_t{1} << 31) - 4096) {
+      return Fail(absl::InvalidArgumentError(
+          "with --state-dir, --max-value-bytes must stay below 2 GiB (a saved change holds "
+          "one value)"));
+    }
+    cohort::StateStoreOptions options;
+    options.dir = state_dir;
+    options.sync_interval = *sync;
+    auto opened = cohort::StateStore::Open(options, config, &restored);
+    if (!opened.ok()) return Fail(opened.status());
+    store = std::move(*opened);
+  }
+  auto service = cohort::CoordinationService::Create(config, &clock, &metrics, store.get(),
+                                                     restored ? &*restored : nullptr);
   if (!service.ok()) return Fail(service.status());
+  restored.reset();
+  if (store) {
+    if (auto s = store->Start(service->get()); !s.ok()) return Fail(s);
+  }
   metrics.Attach(service->get());
   for (const JobConfig& job : config.jobs) {
     spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,
@@ -180,5 +215,6 @@ int main(int argc, char** argv) {
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   coordinator.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down (it received a termination signal)"));
+  if (store) store->Stop();
   return 0;
 }

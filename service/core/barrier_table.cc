@@ -14,6 +14,7 @@ struct BarrierTable::Instance {
   int64_t counter = 0;
   absl::Time started;
   absl::Time deadline;
+  absl::Duration timeout;
   std::shared_ptr<const std::vector<TaskName>> participants;  // sorted
   absl::btree_set<TaskName> arrived;
   std::vector<std::shared_ptr<Call>> calls;
@@ -52,8 +53,18 @@ std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierA
   barrier->counter = arrival.counter;
   barrier->started = clock_->Now();
   barrier->deadline = barrier->started + arrival.timeout;
+  barrier->timeout = arrival.timeout;
   barrier->participants = arrival.participants;
   barriers_[arrival.id] = barrier;
+  if (journal_) {
+    DurableBarrier record;
+    record.id = arrival.id;
+    record.counter = arrival.counter;
+    record.timeout = arrival.timeout;
+    record.all_workload = arrival.participants == workload_;
+    if (!record.all_workload) record.participants = *arrival.participants;
+    journal_->BarrierStarted(record);
+  }
   std::string id = arrival.id;
   int64_t counter = arrival.counter;
   barrier->timer =
@@ -65,6 +76,7 @@ std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(
     Instance& barrier, const absl::Status& result) {
   barrier.done = true;
   barrier.result = result.ok() ? result : BarrierStatus(result, barrier.id, barrier.counter);
+  if (journal_) journal_->BarrierDone(barrier.id, barrier.counter, barrier.result);
   if (barrier.timer) timers_->Cancel(barrier.timer);
   absl::Duration open_for = clock_->Now() - barrier.started;
   if (result.ok()) {
@@ -170,7 +182,9 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
         } else {
           parked = true;
           barrier->calls.push_back(call);
-          barrier->arrived.insert(arrival.caller);
+          if (barrier->arrived.insert(arrival.caller).second && journal_) {
+            journal_->BarrierArrived(barrier->id, barrier->counter, arrival.caller);
+          }
           if (barrier->arrived.size() == barrier->participants->size()) {
             finished = PassLocked(*barrier, absl::OkStatus());
             answer = barrier->counter;
@@ -287,6 +301,58 @@ void BarrierTable::FailAll(const absl::Status& error) {
     }
   }
   for (auto& [calls, status] : failed) FinishCalls(calls, status);
+}
+
+void BarrierTable::set_journal(StateJournal* journal,
+                               std::shared_ptr<const std::vector<TaskName>> workload) {
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+  workload_ = std::move(workload);
+}
+
+void BarrierTable::Restore(const std::vector<DurableBarrier>& barriers) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (const DurableBarrier& record : barriers) {
+    auto barrier = std::make_shared<Instance>();
+    barrier->id = record.id;
+    barrier->counter = record.counter;
+    barrier->started = now;
+    barrier->timeout = record.timeout;
+    barrier->deadline = now + record.timeout;
+    barrier->participants = record.all_workload
+                                ? workload_
+                                : std::make_shared<const std::vector<TaskName>>(record.participants);
+    barrier->arrived.insert(record.arrived.begin(), record.arrived.end());
+    barrier->done = record.done;
+    barrier->result = record.result;
+    if (!barrier->done) {
+      std::string id = record.id;
+      int64_t counter = record.counter;
+      barrier->timer =
+          timers_->Schedule(barrier->deadline, [this, id, counter] { OnTimeout(id, counter); });
+    }
+    barriers_[record.id] = std::move(barrier);
+  }
+}
+
+std::vector<DurableBarrier> BarrierTable::Capture() const {
+  std::vector<DurableBarrier> out;
+  absl::MutexLock lock(&mu_);
+  out.reserve(barriers_.size());
+  for (const auto& [id, barrier] : barriers_) {
+    DurableBarrier record;
+    record.id = id;
+    record.counter = barrier->counter;
+    record.done = barrier->done;
+    record.result = barrier->result;
+    record.timeout = barrier->timeout;
+    record.all_workload = barrier->participants == workload_;
+    if (!record.all_workload) record.participants = *barrier->participants;
+    record.arrived.assign(barrier->arrived.begin(), barrier->arrived.end());
+    out.push_back(std::move(record));
+  }
+  return out;
 }
 
 std::vector<BarrierSnapshot> BarrierTable::OpenBarriers() const {

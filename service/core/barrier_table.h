@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "service/core/durable_state.h"
 #include "service/core/parked_call.h"
 #include "service/core/timer_queue.h"
 
@@ -70,6 +71,13 @@ class BarrierTable {
 
   std::vector<BarrierSnapshot> OpenBarriers() const;
 
+  // Durability: every change is told to `journal` (null: none) before any caller hears of
+  // it. `workload` is the service's default participant list, recorded by reference.
+  void set_journal(StateJournal* journal, std::shared_ptr<const std::vector<TaskName>> workload);
+  // The instances a restarted coordinator found; an open one gets its whole timeout again.
+  void Restore(const std::vector<DurableBarrier>& barriers);
+  std::vector<DurableBarrier> Capture() const;
+
  private:
   struct Instance;
   using Call = Parked<absl::StatusOr<int64_t>>;
@@ -90,6 +98,8 @@ class BarrierTable {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Instance>> barriers_ ABSL_GUARDED_BY(mu_);
+  StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::shared_ptr<const std::vector<TaskName>> workload_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -11,13 +13,6 @@
 #include "spdlog/spdlog.h"
 
 namespace cohort {
-
-absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create(
-    ServiceConfig config, const Clock* clock, ServiceObserver* observer) {
-  if (auto s = ValidateConfig(config); !s.ok()) return s;
-  return std::unique_ptr<CoordinationService>(
-      new CoordinationService(std::move(config), clock, observer));
-}
 
 namespace {
 uint64_t RandomIncarnation() {
@@ -29,14 +24,47 @@ uint64_t RandomIncarnation() {
 }
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create(
+    ServiceConfig config, const Clock* clock, ServiceObserver* observer, StateJournal* journal,
+    const DurableState* restored) {
+  if (auto s = ValidateConfig(config); !s.ok()) return s;
+  uint64_t incarnation = config.service_incarnation;
+  if (restored) {
+    if (incarnation != 0 && incarnation != restored->service_incarnation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the saved state belongs to service incarnation ", restored->service_incarnation,
+          ", not to the ", incarnation, " this coordinator was given"));
+    }
+    incarnation = restored->service_incarnation;
+  }
+  if (incarnation == 0) incarnation = RandomIncarnation();
+  std::unique_ptr<CoordinationService> service(
+      new CoordinationService(std::move(config), clock, observer, incarnation, journal));
+  if (restored) {
+    absl::Status s;
+    {
+      absl::MutexLock lock(&service->mu_);
+      s = service->RestoreLocked(*restored);
+    }
+    if (!s.ok()) return s;
+  }
+  {
+    absl::MutexLock lock(&service->mu_);
+    service->journaling_ = journal != nullptr;
+  }
+  return service;
+}
+
+
 CoordinationService::CoordinationService(ServiceConfig config, const Clock* clock,
-                                         ServiceObserver* observer)
+                                         ServiceObserver* observer, uint64_t service_incarnation,
+                                         StateJournal* journal)
     : config_(std::move(config)),
       clock_(clock),
       observer_(observer),
-      service_incarnation_(config_.service_incarnation ? config_.service_incarnation
-                                                       : RandomIncarnation()),
+      service_incarnation_(service_incarnation),
       jobs_(config_.jobs, config_.default_job),
+      journal_(journal),
       parked_(config_.parked),
       key_values_(config_.key_value, &parked_, &timers_),
       barriers_(clock, &parked_, &timers_, observer),
@@ -44,7 +72,123 @@ CoordinationService::CoordinationService(ServiceConfig config, const Clock* cloc
       tasks_(jobs_),
       register_barrier_(&timers_, config_.register_timeout, [this] { OnRegisterTimeout(); }),
       shutdown_barrier_(&timers_, config_.shutdown_barrier_timeout,
-                        [this] { OnShutdownTimeout(); }) {}
+                        [this] { OnShutdownTimeout(); }) {
+  // Restoring goes to the parts directly; the journal hears only of later changes.
+  key_values_.set_journal(journal_);
+  barriers_.set_journal(journal_, jobs_.workload());
+}
+
+CoordinationService::WriteLock::~WriteLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  service_->JournalLocked();
+  service_->mu_.Unlock();
+}
+
+// ---- Durability ----------------------------------------------------------------------
+
+namespace {
+DurableTask ToDurable(const TaskRecord& task) {
+  return {task.name, task.state, task.incarnation, task.ever_registered, task.error};
+}
+DurableWholeBarrier ToDurable(const WholeJobBarrier& barrier, bool with_waiting) {
+  DurableWholeBarrier out;
+  out.state = static_cast<int>(barrier.state());
+  out.result = barrier.result();
+  if (with_waiting) out.waiting.assign(barrier.waiting().begin(), barrier.waiting().end());
+  return out;
+}
+}  // namespace
+
+void CoordinationService::JournalLocked() {
+  auto tasks = tasks_.TakeChanged();
+  auto reg_changed = register_barrier_.TakeStateChanged();
+  auto reg_waiting = register_barrier_.TakeWaitingChanges();
+  auto shut_changed = shutdown_barrier_.TakeStateChanged();
+  auto shut_waiting = shutdown_barrier_.TakeWaitingChanges();
+  auto groups = device_groups_.TakeChanged();
+  alive_groups_.TakeChanged();  // not durable: every caller asks again after a restart
+  bool error_changed = std::exchange(first_error_changed_, false);
+  if (!journaling_) return;
+  for (const TaskRecord* task : tasks) journal_->TaskChanged(ToDurable(*task));
+  for (auto [kind, barrier, changed, waiting] :
+       {std::tuple{WholeBarrierKind::kRegister, &register_barrier_, reg_changed, &reg_waiting},
+        std::tuple{WholeBarrierKind::kShutdown, &shutdown_barrier_, shut_changed,
+                   &shut_waiting}}) {
+    if (changed) journal_->WholeBarrierChanged(kind, ToDurable(*barrier, false));
+    for (const auto& [task, is_waiting] : *waiting) {
+      journal_->WholeBarrierWaiting(kind, task, is_waiting);
+    }
+  }
+  if (error_changed) journal_->FirstError(first_error_);
+  for (const auto& members : groups) {
+    const TaskGroupExchange::Group* group = device_groups_.FindFinished(members);
+    if (!group) {
+      journal_->DeviceGroupChanged(members, nullptr);
+      continue;
+    }
+    DurableDeviceGroup record{members, group->error, group->payloads};
+    journal_->DeviceGroupChanged(members, &record);
+  }
+}
+
+absl::Status CoordinationService::RestoreLocked(const DurableState& state) {
+  const absl::Time now = clock_->Now();
+  for (const DurableTask& saved : state.tasks) {
+    TaskRecord* task = tasks_.Find(saved.task);
+    if (!task) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the saved state has task ", saved.task.ToString(), ", which this coordinator's jobs "
+          "do not have"));
+    }
+    tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error,
+                   now);
+  }
+  for (auto [saved, barrier] : {std::pair{&state.register_barrier, &register_barrier_},
+                                std::pair{&state.shutdown_barrier, &shutdown_barrier_}}) {
+    if (saved->state < 0 || saved->state > static_cast<int>(WholeJobBarrier::State::kFailed)) {
+      return absl::DataLossError(absl::StrCat("the saved state has a whole-job barrier in "
+                                              "unknown state ", saved->state));
+    }
+    barrier->Restore(static_cast<WholeJobBarrier::State>(saved->state), saved->result,
+                     saved->waiting, now);
+  }
+  first_error_ = state.first_error;
+  for (const DurableDeviceGroup& group : state.device_groups) {
+    device_groups_.RestoreFinished(group.members, group.error, group.payloads);
+  }
+  key_values_.Restore(state.keys, state.key_revision);
+  barriers_.Restore(state.barriers);
+  // What was restored is no change to record.
+  tasks_.TakeChanged();
+  register_barrier_.TakeStateChanged();
+  register_barrier_.TakeWaitingChanges();
+  shutdown_barrier_.TakeStateChanged();
+  shutdown_barrier_.TakeWaitingChanges();
+  device_groups_.TakeChanged();
+  spdlog::info(
+      "restored the saved state: service incarnation {:#x}, {} of {} workload tasks connected, "
+      "{} keys (revision {}), {} barriers",
+      service_incarnation_, tasks_.workload_connected(), jobs_.workload()->size(),
+      state.keys.size(), state.key_revision, state.barriers.size());
+  return absl::OkStatus();
+}
+
+DurableState CoordinationService::CaptureState() const {
+  DurableState state;
+  state.service_incarnation = service_incarnation_;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, task] : tasks_.all()) state.tasks.push_back(ToDurable(*task));
+    state.register_barrier = ToDurable(register_barrier_, true);
+    state.shutdown_barrier = ToDurable(shutdown_barrier_, true);
+    state.first_error = first_error_;
+    device_groups_.ForEachFinished([&state](const TaskGroupExchange::Group& group) {
+      state.device_groups.push_back({group.members, group.error, group.payloads});
+    });
+  }
+  key_values_.Capture(&state.keys, &state.key_revision);
+  state.barriers = barriers_.Capture();
+  return state;
+}
 
 CoordinationService::~CoordinationService() {
   Stop(absl::UnavailableError("the coordination service is shutting down"));
@@ -112,6 +256,7 @@ void CoordinationService::PropagateLocked(const TaskName& source, const absl::St
                                           Effects& fx) {
   if (!first_error_.ok()) return;
   first_error_ = error;
+  first_error_changed_ = true;
   fx.propagated.emplace_back(source, error);
   for (auto& [name, task] : tasks_.all()) {
     std::vector<std::shared_ptr<ParkedCall>> polls;
@@ -150,7 +295,7 @@ absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incar
   Effects fx;
   absl::Status error;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     TaskRecord* task = tasks_.Find(name);
     error = absl::AbortedError(absl::StrCat(name.ToString(), " sent a heartbeat with incarnation ",
                                             incarnation, " but is registered with incarnation ",
@@ -188,7 +333,7 @@ void CoordinationService::CheckHeartbeats() {
   if (stale.empty()) return;
   Effects fx;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     for (const TaskName& name : stale) {
       TaskRecord* task = tasks_.Find(name);
       // Looked at again: a heartbeat may have come in between the two locks.
@@ -220,7 +365,7 @@ absl::Status CoordinationService::ReportError(const TaskName& source, const absl
   }
   Effects fx;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     auto task = tasks_.Get(source);
     if (!task.ok()) return task.status();
     absl::Status reported(
@@ -237,7 +382,7 @@ void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, St
   absl::Status answer;
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     TaskRecord* task = tasks_.Find(name);
     if (!task) {
       answer = tasks_.Get(name).status();
@@ -262,7 +407,7 @@ void CoordinationService::PollForError(const TaskName& name, WaiterId waiter, St
       }
       task->polls.clear();
       call->set_unlink([this, name, waiter] {
-        absl::MutexLock lock(&mu_);
+        WriteLock lock(this);
         if (TaskRecord* t = tasks_.Find(name)) RemoveParkedCall(&t->polls, waiter);
       });
       answer = parked_.Add(call);
@@ -307,14 +452,14 @@ void CoordinationService::WatchJobState(const std::string& job, int64_t version,
   absl::StatusOr<JobStateView> answer;
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     if (stopped_) {
       answer = ServiceError(absl::UnavailableError("the coordination service is stopping"));
     } else if (version != tasks_.version()) {
       answer = tasks_.Snapshot(name);
     } else {
       call->set_unlink([this, waiter] {
-        absl::MutexLock lock(&mu_);
+        WriteLock lock(this);
         tasks_.RemoveWatch(waiter);
       });
       absl::Status s = parked_.Add(call);
@@ -333,10 +478,13 @@ void CoordinationService::WatchJobState(const std::string& job, int64_t version,
 
 void CoordinationService::Stop(const absl::Status& status) {
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     if (stopped_) return;
     stopped_ = true;
+    journaling_ = false;
   }
+  // The barriers this fails stay open in the saved state: their tasks come back to them.
+  barriers_.set_journal(nullptr, jobs_.workload());
   spdlog::info("coordination service stopping: {}", std::string(status.message()));
   barriers_.FailAll(ServiceError(absl::AbortedError(
       absl::StrCat("barrier aborted: the coordination service is stopping: ", status.message()))));

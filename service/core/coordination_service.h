@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "service/core/barrier_table.h"
+#include "service/core/durable_state.h"
 #include "service/core/heartbeat_monitor.h"
 #include "service/core/job_directory.h"
 #include "service/core/key_value_store.h"
@@ -49,8 +50,12 @@ class CoordinationService {
   template <typename T>
   using Done = std::function<void(absl::StatusOr<T>)>;
 
+  // With a `journal`, every change of the durable state (durable_state.h) is told to it
+  // before it is acknowledged. With `restored`, the service starts from that state (what
+  // a coordinator that ran before left) instead of an empty one.
   static absl::StatusOr<std::unique_ptr<CoordinationService>> Create(
-      ServiceConfig config, const Clock* clock, ServiceObserver* observer = nullptr);
+      ServiceConfig config, const Clock* clock, ServiceObserver* observer = nullptr,
+      StateJournal* journal = nullptr, const DurableState* restored = nullptr);
   ~CoordinationService();
 
   uint64_t service_incarnation() const { return service_incarnation_; }
@@ -120,6 +125,11 @@ class CoordinationService {
   // The error that was propagated to every task (OK while there is none).
   absl::Status PropagatedError() const;
 
+  // The whole durable state, each part read under its own lock: for a snapshot taken while
+  // the service runs. Changes made meanwhile reach the journal as well, so replaying the
+  // journal's records from before the capture began over it gives the current state.
+  DurableState CaptureState() const;
+
   // Runs due timers and the heartbeat check. Returns when it next wants to run.
   absl::Time RunTimers();
   // Ends every parked call with `status` and refuses new work.
@@ -160,7 +170,27 @@ class CoordinationService {
     }
   };
 
-  CoordinationService(ServiceConfig config, const Clock* clock, ServiceObserver* observer);
+  CoordinationService(ServiceConfig config, const Clock* clock, ServiceObserver* observer,
+                      uint64_t service_incarnation, StateJournal* journal);
+
+  // The exclusive lock on the service's state. Releasing it first tells the journal what
+  // changed, so that nothing done under it is acknowledged before it is recorded.
+  class ABSL_SCOPED_LOCKABLE WriteLock {
+   public:
+    explicit WriteLock(CoordinationService* service) ABSL_EXCLUSIVE_LOCK_FUNCTION(service->mu_)
+        : service_(service) {
+      service_->mu_.Lock();
+    }
+    ~WriteLock() ABSL_UNLOCK_FUNCTION();
+    WriteLock(const WriteLock&) = delete;
+    WriteLock& operator=(const WriteLock&) = delete;
+
+   private:
+    CoordinationService* const service_;
+  };
+
+  absl::Status RestoreLocked(const DurableState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void JournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The rules that tie the pieces together. Each collects its follow-up work in `fx`.
   void ConnectLocked(TaskRecord& task, uint64_t incarnation, Effects& fx)
@@ -194,6 +224,7 @@ class CoordinationService {
   ServiceObserver* const observer_;
   const uint64_t service_incarnation_;
   const JobDirectory jobs_;
+  StateJournal* const journal_;
 
   ParkedCallRegistry parked_;
   TimerQueue timers_;
@@ -214,6 +245,10 @@ class CoordinationService {
   TaskGroupExchange alive_groups_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  bool first_error_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Off once the service stops: what stopping does (failing barriers) is not a change a
+  // restarted coordinator should find.
+  bool journaling_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace cohort

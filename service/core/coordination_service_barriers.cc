@@ -18,7 +18,7 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
   absl::Status answer;
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     TaskRecord* task = tasks_.Find(name);
     if (stopped_) {
       answer = ServiceError(absl::UnavailableError("the coordination service is stopping"));
@@ -61,13 +61,13 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
         // Registered, but still disconnected and sending no heartbeats until the barrier passes.
         register_barrier_.AddWaiting(name);
       }
-      task->incarnation = incarnation;
+      tasks_.SetIncarnation(*task, incarnation);
       spdlog::debug("task {} (incarnation {:#x}) waits at the register barrier ({} of {})",
                     name.ToString(), incarnation,
                     register_barrier_.num_waiting() + tasks_.workload_connected(),
                     jobs_.workload()->size());
       call->set_unlink([this, waiter] {
-        absl::MutexLock lock(&mu_);
+        WriteLock lock(this);
         register_barrier_.RemoveCall(waiter);
       });
       answer = parked_.Add(call);
@@ -111,7 +111,7 @@ void CoordinationService::FailRegisterBarrierLocked(const absl::Status& error, E
 void CoordinationService::OnRegisterTimeout() {
   Effects fx;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     if (!register_barrier_.is_open()) return;
     std::vector<TaskName> missing;
     for (const auto& [name, task] : tasks_.all()) {
@@ -151,7 +151,7 @@ void CoordinationService::ShutdownTask(const TaskName& name, WaiterId waiter, St
   absl::Status answer;
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     TaskRecord* task = tasks_.Find(name);
     absl::Status shut_down = absl::CancelledError(absl::StrCat(name.ToString(), " shut down"));
     if (!task) {
@@ -168,7 +168,7 @@ void CoordinationService::ShutdownTask(const TaskName& name, WaiterId waiter, St
     } else {
       shutdown_barrier_.OpenIfIdle(clock_->Now());
       call->set_unlink([this, waiter] {
-        absl::MutexLock lock(&mu_);
+        WriteLock lock(this);
         shutdown_barrier_.RemoveCall(waiter);
       });
       answer = parked_.Add(call);
@@ -213,7 +213,7 @@ void CoordinationService::CheckShutdownBarrierLocked(Effects& fx) {
 void CoordinationService::OnShutdownTimeout() {
   Effects fx;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     if (!shutdown_barrier_.is_open()) return;
     std::vector<TaskName> missing;
     for (const TaskName& name : *jobs_.workload()) {
@@ -241,7 +241,7 @@ void CoordinationService::OnShutdownTimeout() {
 absl::Status CoordinationService::ResetTask(const TaskName& name) {
   Effects fx;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     auto task = tasks_.Get(name);
     if (!task.ok()) return task.status();
     if ((*task)->state == TaskState::kDisconnected) {

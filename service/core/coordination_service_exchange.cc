@@ -23,7 +23,7 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
   absl::Status answer;
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     for (const TaskName& t : tasks) {
       if (!tasks_.Find(t)) {
         answer = tasks_.Get(t).status();
@@ -38,7 +38,7 @@ void CoordinationService::GetAliveTasks(const TaskName& requester, std::vector<T
     if (answer.ok()) {
       TaskGroupExchange::Group& group = alive_groups_.Join(tasks);
       call->set_unlink([this, tasks, waiter] {
-        absl::MutexLock lock(&mu_);
+        WriteLock lock(this);
         alive_groups_.RemoveCall(tasks, waiter);
       });
       answer = parked_.Add(call);
@@ -72,7 +72,7 @@ void CoordinationService::WaitForAllTasks(const TaskName& name, std::string devi
   DevicesResult answer = absl::UnknownError("unset");
   bool parked = false;
   {
-    absl::MutexLock lock(&mu_);
+    WriteLock lock(this);
     auto task = tasks_.Connected(name);
     if (!task.ok()) {
       answer = task.status();
@@ -86,7 +86,7 @@ void CoordinationService::WaitForAllTasks(const TaskName& name, std::string devi
         answer = group.error.ok() ? DevicesResult(group.payloads) : DevicesResult(group.error);
       } else {
         call->set_unlink([this, members, waiter] {
-          absl::MutexLock lock(&mu_);
+          WriteLock lock(this);
           device_groups_.RemoveCall(members, waiter);
         });
         absl::Status s = parked_.Add(call);

@@ -50,6 +50,7 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
   }
   bytes_ = new_total;
   ++revision_;
+  if (journal_) journal_->KeyPut(key, value, revision_);
   auto w = waiters_.find(key);
   if (w != waiters_.end()) {
     fx->woken = std::move(w->second);
@@ -241,6 +242,7 @@ absl::Status KeyValueStore::Delete(absl::string_view key) {
     }
     if (removed.empty()) return absl::OkStatus();
     ++revision_;
+    if (journal_) journal_->KeyDeleted(k, revision_);
     for (std::string& gone : removed) {
       RecordLocked(KeyEvent{KeyEvent::Type::kDeleted, std::move(gone), "", revision_}, &fx);
     }
@@ -290,6 +292,29 @@ void KeyValueStore::RemoveWatch(WaiterId id) {
   watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
                                 [id](const auto& watch) { return watch->id() == id; }),
                  watches_.end());
+}
+
+void KeyValueStore::set_journal(StateJournal* journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+}
+
+void KeyValueStore::Restore(std::vector<DurableKey> keys, int64_t revision) {
+  absl::MutexLock lock(&mu_);
+  for (DurableKey& entry : keys) {
+    bytes_ += entry.key.size() + entry.value.size();
+    entries_[std::move(entry.key)] = std::move(entry.value);
+  }
+  revision_ = revision;
+  history_.Restart(revision);
+}
+
+void KeyValueStore::Capture(std::vector<DurableKey>* keys, int64_t* revision) const {
+  absl::ReaderMutexLock lock(&mu_);
+  keys->clear();
+  keys->reserve(entries_.size());
+  for (const auto& [key, value] : entries_) keys->push_back({key, value});
+  *revision = revision_;
 }
 
 KeyValueStore::Stats KeyValueStore::GetStats() const {

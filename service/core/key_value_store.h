@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "service/core/durable_state.h"
 #include "service/core/key_watch.h"
 #include "service/core/parked_call.h"
 #include "service/core/timer_queue.h"
@@ -77,6 +78,14 @@ class KeyValueStore {
     int64_t revision = 0;
   };
   Stats GetStats() const;
+
+  // Durability: every change is told to `journal` (null: none) before it is acknowledged.
+  void set_journal(StateJournal* journal);
+  // Fills an empty store with the keys a restarted coordinator found; watches can resume
+  // only from revisions after `revision`.
+  void Restore(std::vector<DurableKey> keys, int64_t revision);
+  // Every key and the revision, for a snapshot.
+  void Capture(std::vector<DurableKey>* keys, int64_t* revision) const;
   size_t NumKeys() const;
   size_t NumBytes() const;
   // Bumped by every change; what watches resume from.
@@ -112,6 +121,7 @@ class KeyValueStore {
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GetCall>>> waiters_
       ABSL_GUARDED_BY(mu_);
   KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
+  StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -87,6 +87,12 @@ class KeyEventHistory {
   void Append(const KeyEventPtr& event);
   // Events with revision >= `start`, or OUT_OF_RANGE when some of them were dropped.
   absl::Status Since(int64_t start, std::vector<KeyEventPtr>* out) const;
+  // Starts empty after `revision` (a restarted coordinator keeps no history).
+  void Restart(int64_t revision) {
+    events_.clear();
+    bytes_ = 0;
+    compacted_ = revision;
+  }
   // The newest revision dropped from the history (0: none).
   int64_t compacted_revision() const { return compacted_; }
 

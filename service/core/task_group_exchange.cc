@@ -23,6 +23,7 @@ void TaskGroupExchange::RemoveCall(const std::vector<TaskName>& members, WaiterI
 TaskGroupExchange::Calls TaskGroupExchange::Finish(Group& group, absl::Status error) {
   group.done = true;
   group.error = std::move(error);
+  changed_.push_back(group.members);
   if (group.error.ok()) {
     for (const TaskName& name : group.members) group.payloads.push_back(group.arrived[name]);
   }
@@ -45,8 +46,29 @@ std::vector<TaskGroupExchange::Group*> TaskGroupExchange::OpenGroupsWith(const T
 
 void TaskGroupExchange::ForgetFinishedWith(const TaskName& task) {
   for (auto it = groups_.begin(); it != groups_.end();) {
-    it = (it->second->done && IsMember(*it->second, task)) ? groups_.erase(it) : std::next(it);
+    if (it->second->done && IsMember(*it->second, task)) {
+      changed_.push_back(it->first);
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
   }
+}
+
+void TaskGroupExchange::RestoreFinished(std::vector<TaskName> members, absl::Status error,
+                                        std::vector<std::string> payloads) {
+  auto group = std::make_unique<Group>();
+  group->members = members;
+  group->done = true;
+  group->error = std::move(error);
+  group->payloads = std::move(payloads);
+  groups_[std::move(members)] = std::move(group);
+}
+
+const TaskGroupExchange::Group* TaskGroupExchange::FindFinished(
+    const std::vector<TaskName>& members) const {
+  auto it = groups_.find(members);
+  return it != groups_.end() && it->second->done ? it->second.get() : nullptr;
 }
 
 std::vector<TaskGroupExchange::Ready> TaskGroupExchange::TakeReady(const TaskTable& tasks) {

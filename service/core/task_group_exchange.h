@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,10 +51,26 @@ class TaskGroupExchange {
   };
   std::vector<Ready> TakeReady(const TaskTable& tasks);
 
+  // A finished group as a restarted coordinator found it.
+  void RestoreFinished(std::vector<TaskName> members, absl::Status error,
+                       std::vector<std::string> payloads);
+  // The finished group of exactly `members`, if there is one.
+  const Group* FindFinished(const std::vector<TaskName>& members) const;
+  template <typename F>
+  void ForEachFinished(F&& f) const {
+    for (const auto& [members, group] : groups_) {
+      if (group->done) f(*group);
+    }
+  }
+  // For the service's journal: the member lists of groups that finished or were dropped
+  // since the last call.
+  std::vector<std::vector<TaskName>> TakeChanged() { return std::exchange(changed_, {}); }
+
  private:
   static bool IsMember(const Group& group, const TaskName& task);
 
   std::map<std::vector<TaskName>, std::unique_ptr<Group>> groups_;
+  std::vector<std::vector<TaskName>> changed_;
 };
 
 }  // namespace cohort

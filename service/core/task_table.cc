@@ -73,6 +73,35 @@ void TaskTable::SetState(TaskRecord& task, TaskState state) {
     workload_in_error_ += (state == TaskState::kError) - (task.state == TaskState::kError);
   }
   task.state = state;
+  Touch(task);
+}
+
+void TaskTable::Touch(TaskRecord& task) {
+  if (task.changed) return;
+  task.changed = true;
+  changed_.push_back(&task);
+}
+
+std::vector<TaskRecord*> TaskTable::TakeChanged() {
+  std::vector<TaskRecord*> out;
+  out.swap(changed_);
+  for (TaskRecord* task : out) task->changed = false;
+  return out;
+}
+
+void TaskTable::SetIncarnation(TaskRecord& task, uint64_t incarnation) {
+  task.incarnation = incarnation;
+  Touch(task);
+}
+
+void TaskTable::Restore(TaskRecord& task, TaskState state, uint64_t incarnation,
+                        bool ever_registered, absl::Status error, absl::Time now) {
+  SetState(task, state);
+  task.incarnation = incarnation;
+  task.ever_registered = ever_registered;
+  task.error = std::move(error);
+  task.last_heartbeat_ns.store(absl::ToUnixNanos(now));
+  if (state == TaskState::kDisconnected && ever_registered) task.disconnected_at = now;
 }
 
 void TaskTable::MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time now) {

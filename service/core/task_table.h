@@ -51,6 +51,8 @@ struct TaskRecord {
   std::atomic<int64_t> last_heartbeat_ns{0};
   // Its parked PollForError (one at most: a newer poll replaces it).
   std::vector<std::shared_ptr<ParkedCall>> polls;
+  // Changed since the service last told its journal.
+  bool changed = false;
 };
 
 // Every declared task with its state and incarnation, the counts the whole-job barriers
@@ -76,6 +78,14 @@ class TaskTable {
   void MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time now);
   void MarkError(TaskRecord& task, absl::Status error);
   void MarkDisconnected(TaskRecord& task, absl::Time now);
+  // The incarnation of a task that registered but waits at the register barrier.
+  void SetIncarnation(TaskRecord& task, uint64_t incarnation);
+  // A task as a restarted coordinator found it. A connected task gets a full heartbeat
+  // timeout from `now` to show that it is still there.
+  void Restore(TaskRecord& task, TaskState state, uint64_t incarnation, bool ever_registered,
+               absl::Status error, absl::Time now);
+  // The tasks changed since the last call, each once.
+  std::vector<TaskRecord*> TakeChanged();
 
   int workload_connected() const { return workload_connected_; }
   int workload_in_error() const { return workload_in_error_; }
@@ -92,12 +102,14 @@ class TaskTable {
 
  private:
   void SetState(TaskRecord& task, TaskState state);
+  void Touch(TaskRecord& task);
 
   Records tasks_;  // the set of tasks is fixed after construction
   int workload_connected_ = 0;
   int workload_in_error_ = 0;
   int64_t version_ = 0;
   std::vector<std::pair<std::string, std::shared_ptr<JobStateWatch>>> watches_;
+  std::vector<TaskRecord*> changed_;
 };
 
 }  // namespace cohort

@@ -13,7 +13,16 @@ WholeJobBarrier::WholeJobBarrier(TimerQueue* timers, absl::Duration timeout,
 void WholeJobBarrier::OpenIfIdle(absl::Time now) {
   if (state_ != State::kIdle) return;
   state_ = State::kOpen;
+  state_changed_ = true;
   timer_ = timers_->Schedule(now + timeout_, on_timeout_);
+}
+
+void WholeJobBarrier::Restore(State state, absl::Status result,
+                              const std::vector<TaskName>& waiting, absl::Time now) {
+  state_ = state;
+  result_ = std::move(result);
+  waiting_.insert(waiting.begin(), waiting.end());
+  if (state_ == State::kOpen) timer_ = timers_->Schedule(now + timeout_, on_timeout_);
 }
 
 void WholeJobBarrier::RemoveCall(WaiterId waiter) { RemoveParkedCall(&calls_, waiter); }
@@ -29,6 +38,7 @@ WholeJobBarrier::Calls WholeJobBarrier::TakeCallsOf(const TaskName& task) {
 WholeJobBarrier::Calls WholeJobBarrier::End(absl::Status result) {
   state_ = result.ok() ? State::kPassed : State::kFailed;
   result_ = std::move(result);
+  state_changed_ = true;
   timers_->Cancel(timer_);
   Calls calls;
   calls.swap(calls_);

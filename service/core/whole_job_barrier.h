@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -40,9 +41,15 @@ class WholeJobBarrier {
   bool IsWaiting(const TaskName& task) const { return waiting_.count(task) > 0; }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   const absl::btree_set<TaskName>& waiting() const { return waiting_; }
-  void AddWaiting(const TaskName& task) { waiting_.insert(task); }
+  void AddWaiting(const TaskName& task) {
+    if (waiting_.insert(task).second) waiting_changes_.emplace_back(task, true);
+  }
   // True when the task was waiting.
-  bool RemoveWaiting(const TaskName& task) { return waiting_.erase(task) > 0; }
+  bool RemoveWaiting(const TaskName& task) {
+    if (waiting_.erase(task) == 0) return false;
+    waiting_changes_.emplace_back(task, false);
+    return true;
+  }
 
   void AddCall(std::shared_ptr<ParkedCall> call) { calls_.push_back(std::move(call)); }
   // The call's caller went away.
@@ -54,6 +61,18 @@ class WholeJobBarrier {
   // call, to be finished with `result`. The waiting tasks stay for the service to act on.
   Calls End(absl::Status result);
 
+  // The barrier as a restarted coordinator found it: an open one gets its whole timeout
+  // again from `now`.
+  void Restore(State state, absl::Status result, const std::vector<TaskName>& waiting,
+               absl::Time now);
+
+  // For the service's journal: whether the state or result changed, and which tasks
+  // started or stopped waiting, since the last call.
+  bool TakeStateChanged() { return std::exchange(state_changed_, false); }
+  std::vector<std::pair<TaskName, bool>> TakeWaitingChanges() {
+    return std::exchange(waiting_changes_, {});
+  }
+
  private:
   TimerQueue* const timers_;
   const absl::Duration timeout_;
@@ -64,6 +83,8 @@ class WholeJobBarrier {
   TimerQueue::TimerId timer_ = 0;
   absl::btree_set<TaskName> waiting_;
   Calls calls_;
+  bool state_changed_ = false;
+  std::vector<std::pair<TaskName, bool>> waiting_changes_;
 };
 
 }  // namespace cohort

@@ -1,0 +1,118 @@
+#pragma once
+
+// The coordinator's durable state in a directory (cohort-coordinator --state-dir): a
+// write-ahead log of every change the core makes, and snapshots that let the log start
+// over. Hand-written over protobuf records and zlib's CRC-32 rather than an embedded
+// database (LevelDB, SQLite): the core already reports its changes as records, recovery
+// needs only "last snapshot plus the logs after it", and a database would add a second
+// copy of the state and rewrite large values in its own compactions.
+//
+// Files in the directory (G is a generation number, written in decimal):
+//   LOCK            held with flock(2) while a coordinator uses the directory;
+//   snapshot-G      the whole state when generation G began (written to snapshot-G.tmp,
+//                   synced, then renamed, so a snapshot that exists is complete);
+//   log-G           every change made in generation G, in order.
+// Every file is a sequence of frames: 4-byte little-endian length, 4-byte little-endian
+// CRC-32 of the payload, payload (a cohort.state.v1 Header first, then Records).
+// Recovery reads the newest snapshot-G and replays log-G, log-G+1, ... over it. Records
+// set a value rather than change one, so a record replayed over a snapshot that already
+// holds its effect changes nothing.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "service/core/coordination_service.h"
+#include "service/core/durable_state.h"
+#include "service/core/service_config.h"
+
+namespace cohort {
+
+namespace state::v1 {
+class Record;
+}
+
+struct StateStoreOptions {
+  std::string dir;
+  // How often the log is synced to the disk (fdatasync). Every change is written to the
+  // log before it is acknowledged, so it survives the process at once; this bounds what a
+  // crash of the whole machine can take. Zero: synced before every acknowledgement.
+  absl::Duration sync_interval = absl::Seconds(1);
+  // A log this long (and at least twice the last snapshot) is replaced by a new snapshot.
+  int64_t compact_bytes = int64_t{64} << 20;
+};
+
+class StateStore final : public StateJournal {
+ public:
+  // Opens (creating it when missing) and locks the directory, and reads the state saved in
+  // it into `restored` (left empty when the directory holds none). Refuses, with an error
+  // saying why, a directory that another coordinator holds, one written for other jobs, and
+  // one whose files are damaged.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options,
+                                                          const ServiceConfig& config,
+                                                          std::optional<DurableState>* restored);
+  ~StateStore() override;
+
+  // Before `service` serves anything: writes its state as the snapshot of a new generation,
+  // removes the files that snapshot replaces, and starts syncing and compacting.
+  absl::Status Start(CoordinationService* service);
+  // Stops the background work and syncs the log. Changes after this are lost.
+  void Stop();
+
+  struct Stats {
+    int64_t generation = 0;
+    int64_t log_bytes = 0;
+    int64_t records = 0;  // appended since the start
+    int64_t snapshots = 0;
+  };
+  Stats GetStats() const;
+
+  // StateJournal.
+  void TaskChanged(const DurableTask& task) override;
+  void WholeBarrierChanged(WholeBarrierKind kind, const DurableWholeBarrier& barrier) override;
+  void WholeBarrierWaiting(WholeBarrierKind kind, const TaskName& task, bool waiting) override;
+  void FirstError(const absl::Status& error) override;
+  void DeviceGroupChanged(const std::vector<TaskName>& members,
+                          const DurableDeviceGroup* group) override;
+  void KeyPut(const std::string& key, const std::string& value, int64_t revision) override;
+  void KeyDeleted(const std::string& key, int64_t revision) override;
+  void BarrierStarted(const DurableBarrier& barrier) override;
+  void BarrierArrived(const std::string& id, int64_t counter, const TaskName& task) override;
+  void BarrierDone(const std::string& id, int64_t counter, const absl::Status& result) override;
+
+ private:
+  StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);
+
+  void Append(const state::v1::Record& record);
+  absl::Status WriteSnapshot(int64_t generation, const DurableState& state);
+  absl::StatusOr<int> OpenLog(int64_t generation);
+  void RemoveBefore(int64_t generation);
+  void Background();
+  void Compact();
+
+  const StateStoreOptions options_;
+  const ServiceConfig config_;
+  const int lock_fd_;
+  uint64_t service_incarnation_ = 0;
+  int64_t first_generation_ = 1;  // of the next Start
+  CoordinationService* service_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  int log_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t snapshots_ ABSL_GUARDED_BY(mu_) = 0;
+  bool compact_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread background_;
+};
+
+}  // namespace cohort
