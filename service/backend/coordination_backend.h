@@ -31,7 +31,7 @@ struct CallContext {
 };
 
 // The whole cluster at one moment (cohort.v1 GetClusterSnapshot).
-struct ClusterView {
+struct CoordinatorSnapshot {
   struct Task {
     TaskStateInfo info;
     bool auxiliary = false;
@@ -115,7 +115,7 @@ class CoordinationBackend {
   virtual void WatchKeys(const CallContext& call, std::string key, int64_t start_revision,
                          std::function<void()> notify, Done<std::shared_ptr<KeyWatch>> started) = 0;
 
-  virtual void GetClusterView(const CallContext& call, Done<ClusterView> done) = 0;
+  virtual void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) = 0;
 };
 
 }  // namespace cohort

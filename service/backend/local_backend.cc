@@ -107,8 +107,8 @@ void LocalBackend::WatchKeys(const CallContext& call, std::string key, int64_t s
   started(service_->WatchKeys(key, start_revision, call.waiter, std::move(notify)));
 }
 
-void LocalBackend::GetClusterView(const CallContext&, Done<ClusterView> done) {
-  ClusterView view;
+void LocalBackend::GetCoordinatorSnapshot(const CallContext&, Done<CoordinatorSnapshot> done) {
+  CoordinatorSnapshot view;
   view.taken_at = service_->Now();
   view.service_incarnation = service_->service_incarnation();
   view.default_job = service_->default_job();

@@ -64,7 +64,7 @@ class LocalBackend final : public CoordinationBackend {
   void WatchKeys(const CallContext& call, std::string key, int64_t start_revision,
                  std::function<void()> notify, Done<std::shared_ptr<KeyWatch>> started) override;
 
-  void GetClusterView(const CallContext& call, Done<ClusterView> done) override;
+  void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) override;
 
  private:
   CoordinationService* const service_;

@@ -152,12 +152,12 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-void FillSnapshot(const ClusterView& view, v1::ClusterSnapshot* response) {
+void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response) {
   const absl::Time now = view.taken_at;
   response->set_service_incarnation(view.service_incarnation);
   response->set_default_job(view.default_job);
   response->set_cluster_registered(view.cluster_registered);
-  for (const ClusterView::Task& t : view.tasks) {
+  for (const CoordinatorSnapshot::Task& t : view.tasks) {
     const TaskStateInfo& info = t.info;
     v1::TaskSnapshot* task = response->add_tasks();
     task->set_job(info.task.job);
@@ -198,10 +198,11 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
     grpc::CallbackServerContext* ctx, const v1::GetClusterSnapshotRequest*,
     v1::ClusterSnapshot* response) {
   auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "GetClusterSnapshot", ctx);
-  backend_->GetClusterView(call->Context(), [call, response](absl::StatusOr<ClusterView> view) {
-    if (view.ok()) FillSnapshot(*view, response);
-    call->Reply(view.status());
-  });
+  backend_->GetCoordinatorSnapshot(call->Context(),
+                                   [call, response](absl::StatusOr<CoordinatorSnapshot> view) {
+                                     if (view.ok()) FillSnapshot(*view, response);
+                                     call->Reply(view.status());
+                                   });
   return call;
 }
 
