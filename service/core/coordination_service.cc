@@ -47,6 +47,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
       s = service->RestoreLocked(*restored);
     }
     if (!s.ok()) return s;
+    service->key_values_.Restore(restored->keys, restored->key_revision);
+    service->barriers_.Restore(restored->barriers);
   }
   {
     absl::MutexLock lock(&service->mu_);
@@ -54,7 +56,6 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
   }
   return service;
 }
-
 
 CoordinationService::CoordinationService(ServiceConfig config, const Clock* clock,
                                          ServiceObserver* observer, uint64_t service_incarnation,
@@ -111,8 +112,7 @@ void CoordinationService::JournalLocked() {
   for (const TaskRecord* task : tasks) journal_->TaskChanged(ToDurable(*task));
   for (auto [kind, barrier, changed, waiting] :
        {std::tuple{WholeBarrierKind::kRegister, &register_barrier_, reg_changed, &reg_waiting},
-        std::tuple{WholeBarrierKind::kShutdown, &shutdown_barrier_, shut_changed,
-                   &shut_waiting}}) {
+        std::tuple{WholeBarrierKind::kShutdown, &shutdown_barrier_, shut_changed, &shut_waiting}}) {
     if (changed) journal_->WholeBarrierChanged(kind, ToDurable(*barrier, false));
     for (const auto& [task, is_waiting] : *waiting) {
       journal_->WholeBarrierWaiting(kind, task, is_waiting);
@@ -135,18 +135,20 @@ absl::Status CoordinationService::RestoreLocked(const DurableState& state) {
   for (const DurableTask& saved : state.tasks) {
     TaskRecord* task = tasks_.Find(saved.task);
     if (!task) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the saved state has task ", saved.task.ToString(), ", which this coordinator's jobs "
-          "do not have"));
+      return absl::FailedPreconditionError(absl::StrCat("the saved state has task ",
+                                                        saved.task.ToString(),
+                                                        ", which this coordinator's jobs "
+                                                        "do not have"));
     }
-    tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error,
-                   now);
+    tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error, now);
   }
   for (auto [saved, barrier] : {std::pair{&state.register_barrier, &register_barrier_},
                                 std::pair{&state.shutdown_barrier, &shutdown_barrier_}}) {
     if (saved->state < 0 || saved->state > static_cast<int>(WholeJobBarrier::State::kFailed)) {
-      return absl::DataLossError(absl::StrCat("the saved state has a whole-job barrier in "
-                                              "unknown state ", saved->state));
+      return absl::DataLossError(
+          absl::StrCat("the saved state has a whole-job barrier in "
+                       "unknown state ",
+                       saved->state));
     }
     barrier->Restore(static_cast<WholeJobBarrier::State>(saved->state), saved->result,
                      saved->waiting, now);
@@ -155,8 +157,9 @@ absl::Status CoordinationService::RestoreLocked(const DurableState& state) {
   for (const DurableDeviceGroup& group : state.device_groups) {
     device_groups_.RestoreFinished(group.members, group.error, group.payloads);
   }
-  key_values_.Restore(state.keys, state.key_revision);
-  barriers_.Restore(state.barriers);
+  // The key-value store and the barrier table are restored by Create, outside mu_: the
+  // barrier table calls into the service under its own lock (a barrier's health check), so
+  // taking its lock under mu_ would make a lock-order cycle.
   // What was restored is no change to record.
   tasks_.TakeChanged();
   register_barrier_.TakeStateChanged();
