@@ -52,7 +52,26 @@ std::string Sidecar::TaskString() const {
 
 int Sidecar::http_port() const { return http_.port(); }
 
+std::string Sidecar::CoordinatorEndpoint() const {
+  if (!proxy_) return options_.coordinator_address;
+  // A wildcard listen address is reached on loopback from inside the pod.
+  std::string host = options_.proxy_listen.substr(0, options_.proxy_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return absl::StrCat(host, ":", proxy_->port());
+}
+
 absl::Status Sidecar::Start() {
+  if (!options_.proxy_listen.empty()) {
+    ProxyOptions proxy;
+    proxy.listen = options_.proxy_listen;
+    proxy.upstream.address = options_.coordinator_address;
+    proxy.upstream.outage_tolerance = options_.outage_tolerance;
+    proxy_ = std::make_unique<ProxyServer>(proxy);
+    if (auto s = proxy_->Start(); !s.ok()) {
+      proxy_.reset();
+      return absl::Status(s.code(), absl::StrCat("--proxy-listen: ", s.message()));
+    }
+  }
   gpu::GpuMonitorOptions gpu_options = options_.gpu;
   gpu_options.on_health_event = [this](const gpu::HealthEvent& event) { OnGpuProblem(event); };
   gpu_options.on_event = [this](const gpu::GpuEvent& event) {
@@ -122,6 +141,7 @@ void Sidecar::Stop() {
     if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", s.ToString());
   }
   http_.Stop();
+  if (proxy_) proxy_->Shutdown(absl::UnavailableError("the sidecar is stopping"));
   spdlog::info("sidecar of {} stopped", TaskString());
 }
 
@@ -141,7 +161,7 @@ void Sidecar::SampleLoop() {
 
 void Sidecar::Lifecycle() {
   AgentConfig config;
-  config.coordinator_address = options_.coordinator_address;
+  config.coordinator_address = CoordinatorEndpoint();
   config.job_name = options_.sidecar_job;
   config.task_id = options_.task_id;
   config.heartbeat_interval = options_.heartbeat_interval;
@@ -202,7 +222,7 @@ absl::Status Sidecar::ExchangeTopology() {
   view.job = options_.workload_job;
   view.rank = options_.task_id;
   view.world_size = options_.num_tasks;
-  view.coordinator_address = options_.coordinator_address;
+  view.coordinator_address = CoordinatorEndpoint();
   view.tasks = std::move(*tasks);
   if (!options_.handoff_dir.empty()) {
     for (const auto& [name, content] : {std::pair{"cluster.json", ClusterJson(view)},
