@@ -12,7 +12,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build test unit-test asan-test compat-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench clean
+.PHONY: all deps nvml-header build test unit-test asan-test compat-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -104,5 +104,14 @@ bench: deps
 bench-smoke: build
 	bash tests/bench/smoke.sh
 
+# libFuzzer targets (tests/fuzz) built with clang into build-fuzz/: FUZZ_SECONDS each (make
+# fuzz), or 20 s each in make test (fuzz-smoke). Crashing inputs land in build-fuzz/crashes/.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	bash tools/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz-smoke: deps
+	bash tools/fuzz.sh 20
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -2,10 +2,14 @@
 // and a process's RSS and CPU time from /proc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -79,6 +83,29 @@ class Samples {
  private:
   std::vector<double> values_;
 };
+
+// A child process (posix_spawn), its stdout and stderr in `log`; SIGKILLed and reaped when
+// this goes away, or by Kill.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
+               const std::string& log);
+  ~ChildProcess() { Kill(9); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  void Kill(int signal);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A loopback port for a server started next; each call gives another (this process's range).
+int NextPort();
+
+// Polls `condition` every 20 ms until it holds (true) or `seconds` pass (false).
+bool WaitFor(const std::function<bool()>& condition, double seconds);
 
 // Resident set size of a process in KiB, or -1.
 long RssKiB(int pid);

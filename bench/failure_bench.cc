@@ -7,9 +7,7 @@
 //   heartbeat: the victim is SIGKILLed with no sidecar; the coordinator's heartbeat timeout
 //              finds it.
 //   resources: one sidecar on 8 fake GPUs sampling every second: RSS and CPU.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +18,6 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
-#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -33,8 +30,6 @@
 #include "bench/task_client.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-
-extern char** environ;
 
 namespace {
 
@@ -56,57 +51,16 @@ struct Options {
 // agent speaks it): they register, heartbeat every second and park PollForError; a round
 // ends when every one of them has been told.
 
-// A child process, SIGKILLed when this goes away.
-class Process {
- public:
-  Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
-          const std::string& log) {
-    std::vector<std::string> environment;
-    for (char** e = environ; *e; ++e) environment.emplace_back(*e);
-    for (const auto& [k, v] : env) environment.push_back(k + "=" + v);
-    std::vector<char*> args, envp;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    for (auto& e : environment) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() { Kill(SIGKILL); }
-  pid_t pid() const { return pid_; }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+using Process = cohort::bench::ChildProcess;
+using cohort::bench::WaitFor;
 
- private:
-  pid_t pid_ = -1;
-};
-
-int FreePort() {
-  static int next = 21000 + (getpid() % 1000) * 20;
-  return next++;
-}
+int FreePort() { return cohort::bench::NextPort(); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-bool WaitFor(const std::function<bool()>& condition, int seconds) {
-  for (auto end = Clock::now() + std::chrono::seconds(seconds); Clock::now() < end;) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 long ProcStatus(pid_t pid, const char* field) {
@@ -118,14 +72,7 @@ long ProcStatus(pid_t pid, const char* field) {
   return -1;
 }
 
-double CpuSeconds(pid_t pid) {
-  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  std::istringstream in(stat.substr(stat.rfind(')') + 2));
-  std::vector<std::string> fields((std::istream_iterator<std::string>(in)),
-                                  std::istream_iterator<std::string>());
-  // utime and stime are fields 14 and 15 of the line, 12 and 13 after "(comm) ".
-  return (std::stod(fields[11]) + std::stod(fields[12])) / sysconf(_SC_CLK_TCK);
-}
+using cohort::bench::CpuSeconds;
 
 struct Cluster {
   int port = 0;

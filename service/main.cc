@@ -1,8 +1,8 @@
 // cohort-coordinator: the standalone coordination service.
 #include <csignal>
+#include <cstdio>
 #include <memory>
 #include <optional>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
   std::optional<cohort::DurableState> restored;
   if (!state_dir.empty()) {
     if (auto s = cohort::ValidateConfig(config); !s.ok()) return Fail(s);
-    if (config.key_value.max_value_bytes + config.key_value.max_key_bytes >= (size_t{1} << 31) - 4096) {
+    if (config.key_value.max_value_bytes + config.key_value.max_key_bytes >=
+        (size_t{1} << 31) - 4096) {
       return Fail(absl::InvalidArgumentError(
           "with --state-dir, --max-value-bytes must stay below 2 GiB (a saved change holds "
           "one value)"));
@@ -197,10 +198,11 @@ int main(int argc, char** argv) {
   auto service = cohort::CoordinationService::Create(config, &clock, &metrics, store.get(),
                                                      restored ? &*restored : nullptr);
   if (!service.ok()) return Fail(service.status());
-  restored.reset();
   if (store) {
     if (auto s = store->Start(service->get()); !s.ok()) return Fail(s);
+    cohort::AddStateMetrics(registry, store.get(), restored.has_value());
   }
+  restored.reset();
   metrics.Attach(service->get());
   for (const JobConfig& job : config.jobs) {
     spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,

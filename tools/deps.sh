@@ -17,6 +17,8 @@ BUILD_PACKAGES=(
 )
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
+  # The libFuzzer targets (tools/fuzz.sh): clang and its sanitizer and fuzzer runtimes.
+  clang libclang-rt-14-dev
   prometheus python3-venv openssl
   # The local cluster (tools/local-cluster): `ip` for pod network namespaces, pgrep.
   iproute2 procps

@@ -320,9 +320,9 @@ void BarrierTable::Restore(const std::vector<DurableBarrier>& barriers) {
     barrier->started = now;
     barrier->timeout = record.timeout;
     barrier->deadline = now + record.timeout;
-    barrier->participants = record.all_workload
-                                ? workload_
-                                : std::make_shared<const std::vector<TaskName>>(record.participants);
+    barrier->participants =
+        record.all_workload ? workload_
+                            : std::make_shared<const std::vector<TaskName>>(record.participants);
     barrier->arrived.insert(record.arrived.begin(), record.arrived.end());
     barrier->done = record.done;
     barrier->result = record.result;

@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "cohort/state/v1/state.pb.h"
+#include "common/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -156,6 +157,11 @@ class FrameReader {
   absl::Status Open() {
     file_ = std::fopen(path_.c_str(), "rb");
     if (!file_) return absl::FailedPreconditionError(Errno("cannot open", path_));
+    struct stat st {};
+    if (::fstat(::fileno(file_), &st) != 0) {
+      return absl::FailedPreconditionError(Errno("cannot stat", path_));
+    }
+    size_ = st.st_size;
     return absl::OkStatus();
   }
 
@@ -173,6 +179,11 @@ class FrameReader {
     if (length >= kMaxFrame) {
       return Damaged(absl::StrCat("a record claims a length of ", length, " bytes"));
     }
+    // A length past the end of the file is a write cut short, not a reason to allocate it.
+    if (length > size_ - offset_) {
+      offset_ = size_;
+      return Result::kTorn;
+    }
     payload->resize(length);
     got = std::fread(payload->data(), 1, length, file_);
     offset_ += static_cast<int64_t>(got);
@@ -182,8 +193,8 @@ class FrameReader {
   }
 
   absl::Status Damaged(absl::string_view what) const {
-    return absl::DataLossError(absl::StrCat(path_, " is damaged at byte ", frame_start_, ": ",
-                                            what));
+    return absl::DataLossError(
+        absl::StrCat(path_, " is damaged at byte ", frame_start_, ": ", what));
   }
   int64_t frame_start() const { return frame_start_; }
   const std::string& path() const { return path_; }
@@ -199,6 +210,7 @@ class FrameReader {
 
   const std::string path_;
   std::FILE* file_ = nullptr;
+  int64_t size_ = 0;
   int64_t offset_ = 0;
   int64_t frame_start_ = 0;
 };
@@ -343,8 +355,8 @@ class Replay {
   absl::StatusOr<DurableBarrier*> Instance(const std::string& id, int64_t counter) {
     auto it = barriers_.find(id);
     if (it == barriers_.end() || it->second.counter != counter) {
-      return absl::DataLossError(absl::StrCat("a record of barrier \"", id, "\" instance ",
-                                              counter, " comes before that instance started"));
+      return absl::DataLossError(absl::StrCat("a record of barrier \"", id, "\" instance ", counter,
+                                              " comes before that instance started"));
     }
     return &it->second;
   }
@@ -390,9 +402,9 @@ absl::StatusOr<pb::Header> ReadHeader(FrameReader& reader, pb::Header::Kind kind
     return reader.Damaged("its header is missing or unreadable");
   }
   if (header.format() != kFormat) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(reader.path(), " has format ", header.format(),
-                     "; this coordinator reads format ", kFormat));
+    return absl::FailedPreconditionError(absl::StrCat(reader.path(), " has format ",
+                                                      header.format(),
+                                                      "; this coordinator reads format ", kFormat));
   }
   if (header.kind() != kind || static_cast<int64_t>(header.generation()) != generation) {
     return reader.Damaged("its header does not match its name");
@@ -430,9 +442,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   if (lock_fd < 0) return absl::FailedPreconditionError(Errno("cannot open", lock_path));
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("--state-dir ", dir, " is in use by another coordinator (", lock_path,
-                     " is locked)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state-dir ", dir, " is in use by another coordinator (", lock_path, " is locked)"));
   }
   std::unique_ptr<StateStore> store(new StateStore(options, config, lock_fd));
 
@@ -524,9 +535,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
         if (!newest) return log.Damaged("it ends inside a record, and later logs follow it");
         // The last write before a crash of the machine, cut short: it was never synced,
         // and nothing after it exists. Cut it off so the file reads cleanly.
-        spdlog::warn("{} ends inside a record at byte {} (a write cut short by a crash); "
-                     "dropping that record",
-                     log.path(), log.frame_start());
+        spdlog::warn(
+            "{} ends inside a record at byte {} (a write cut short by a crash); "
+            "dropping that record",
+            log.path(), log.frame_start());
         if (::truncate(log.path().c_str(), log.frame_start()) != 0) {
           return absl::InternalError(Errno("cannot truncate", log.path()));
         }
@@ -737,9 +749,8 @@ void StateStore::Background() {
     bool compact = false;
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || compact_wanted_;
-      };
+      auto wake = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || compact_wanted_; };
       if (options_.sync_interval == absl::ZeroDuration()) {
         mu_.Await(absl::Condition(&wake));
       } else {
@@ -758,6 +769,7 @@ void StateStore::Background() {
 }
 
 void StateStore::Compact() {
+  absl::MutexLock files(&files_mu_);
   int64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -869,6 +881,37 @@ void StateStore::BarrierDone(const std::string& id, int64_t counter, const absl:
   record.mutable_barrier_done()->set_counter(counter);
   ToProto(result, record.mutable_barrier_done()->mutable_result());
   Append(record);
+}
+
+// ---- Metrics -------------------------------------------------------------------------------
+
+void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool restored) {
+  registry.AddCollector([store, restored] {
+    StateStore::Stats stats = store->GetStats();
+    std::vector<CollectedFamily> out;
+    out.push_back({"cohort_coordinator_state_restored",
+                   "1 when this coordinator started from state saved in --state-dir, 0 when "
+                   "it started empty.",
+                   "gauge",
+                   {{{}, restored ? 1.0 : 0.0}}});
+    out.push_back({"cohort_coordinator_state_log_bytes",
+                   "Bytes in the current state log, since the last snapshot.",
+                   "gauge",
+                   {{{}, static_cast<double>(stats.log_bytes)}}});
+    out.push_back({"cohort_coordinator_state_generation",
+                   "Generation of the current state snapshot and log.",
+                   "gauge",
+                   {{{}, static_cast<double>(stats.generation)}}});
+    out.push_back({"cohort_coordinator_state_records_total",
+                   "Changes written to the state log since the coordinator started.",
+                   "counter",
+                   {{{}, static_cast<double>(stats.records)}}});
+    out.push_back({"cohort_coordinator_state_snapshots_total",
+                   "State snapshots written since the coordinator started (one at the start).",
+                   "counter",
+                   {{{}, static_cast<double>(stats.snapshots)}}});
+    return out;
+  });
 }
 
 }  // namespace cohort

@@ -19,6 +19,7 @@
 // holds its effect changes nothing.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,13 @@ class StateStore final : public StateJournal {
   };
   Stats GetStats() const;
 
+  // Runs `f` while no snapshot is being written or old files removed: a copy of the
+  // directory made in `f` is one a crash could have left.
+  void WithFilesSettled(const std::function<void()>& f) {
+    absl::MutexLock lock(&files_mu_);
+    f();
+  }
+
   // StateJournal.
   void TaskChanged(const DurableTask& task) override;
   void WholeBarrierChanged(WholeBarrierKind kind, const DurableWholeBarrier& barrier) override;
@@ -103,6 +111,8 @@ class StateStore final : public StateJournal {
   int64_t first_generation_ = 1;  // of the next Start
   CoordinationService* service_ = nullptr;
 
+  // Held while a compaction writes its snapshot and removes the files it replaces.
+  absl::Mutex files_mu_;
   mutable absl::Mutex mu_;
   int log_fd_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
@@ -114,5 +124,11 @@ class StateStore final : public StateJournal {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread background_;
 };
+
+class MetricsRegistry;
+
+// The store's figures on the coordinator's /metrics (cohort_coordinator_state_*, listed in
+// docs/metrics.md). `store` must outlive the registry's use.
+void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool restored);
 
 }  // namespace cohort

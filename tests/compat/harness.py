@@ -23,11 +23,15 @@ CLIENTS_DIR = VENV_DIR / "clients"
 WORKER = COMPAT_DIR / "worker.py"
 
 
-def coordinator_binary():
+def cohort_binary(name):
     bin_dir = Path(os.environ.get("COHORT_BIN_DIR", "build/bin"))
     if not bin_dir.is_absolute():
         bin_dir = (REPO_ROOT / bin_dir).resolve()
-    return bin_dir / "cohort-coordinator"
+    return bin_dir / name
+
+
+def coordinator_binary():
+    return cohort_binary("cohort-coordinator")
 
 
 def free_port():
@@ -217,12 +221,12 @@ class Server:
 
 
 def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name="cohort",
-                 extra=()):
+                 extra=(), listen="127.0.0.1:0"):
     binary = coordinator_binary()
     if not os.access(binary, os.X_OK):
         raise AssertionError(
             f"{binary} not found: build it first or set COHORT_BIN_DIR")
-    argv = [str(binary), "--job", f"{job}={tasks}", "--listen", "127.0.0.1:0",
+    argv = [str(binary), "--job", f"{job}={tasks}", "--listen", listen,
             "--http-listen", "127.0.0.1:0" if http else "",
             "--heartbeat-timeout", f"{heartbeat_s}s", "--register-timeout", "60s",
             "--shutdown-barrier-timeout", f"{shutdown_s}s", *extra]
@@ -233,6 +237,38 @@ def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name
         hport = wait_for_log(proc, r"serving /metrics \S+ \S+ on \S+ \(port (\d+)\)", 15).group(1)
         metrics_url = f"http://127.0.0.1:{hport}/metrics"
     return Server("cohort", f"127.0.0.1:{port}", proc, metrics_url)
+
+
+def wait_accepting(address, timeout, proc=None):
+    """Waits until something accepts TCP connections at address."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            break
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    detail = f" ({proc.name} exit status {proc.poll()}):\n{tail(log_text(proc))}" if proc else ""
+    raise AssertionError(f"nothing accepts connections at {address} after {timeout}s{detail}")
+
+
+def start_proxy(group, coordinator, index, sidecars, job="worker", tolerance="60s"):
+    """A cohort-sidecar as a pod's coordinator endpoint (--proxy-listen) in front of
+    `coordinator`: sidecar `index` of `sidecars` (the coordinator's auxiliary job
+    sidecar=`sidecars`). Returns (process, its proxy address)."""
+    binary = cohort_binary("cohort-sidecar")
+    if not os.access(binary, os.X_OK):
+        raise AssertionError(f"{binary} not found: build it first or set COHORT_BIN_DIR")
+    address = f"127.0.0.1:{free_port()}"
+    proc = group.start(f"sidecar-{index}", [
+        str(binary), "--coordinator", coordinator, "--proxy-listen", address,
+        "--outage-tolerance", tolerance, "--http-listen", f"127.0.0.1:{free_port()}",
+        "--job", job, "--task", str(index), "--num-tasks", str(sidecars)])
+    wait_accepting(address, 30, proc)
+    return proc, address
 
 
 def start_jaxlib_service(group, client, tasks, heartbeat_s, shutdown_s=30, name="jaxlib",
@@ -273,17 +309,20 @@ class TaskRun:
         return log_text(self.proc)
 
 
-def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), late=None):
+def start_tasks(group, client, server, scenario, tasks, heartbeat_s, extra=(), late=None,
+                address_of=None):
     """Starts one worker per task. late maps a task id to (step, seconds): that task starts
-    only once every other task has begun that step (its log says so), and seconds later."""
+    only once every other task has begun that step (its log says so), and seconds later.
+    address_of(task) is where a task connects (default: the server's address)."""
     runs = []
     late = late or {}
 
     def start(t):
         out = group.log_dir / f"{scenario}-task-{t}.json"
+        address = address_of(t) if address_of else server.address
         proc = group.start(
             f"{scenario}-task-{t}",
-            [client.python, str(WORKER), "--scenario", scenario, "--address", server.address,
+            [client.python, str(WORKER), "--scenario", scenario, "--address", address,
              "--task-id", str(t), "--num-tasks", str(tasks), "--out", str(out),
              "--heartbeat-timeout", str(heartbeat_s), *extra])
         runs.append(TaskRun(t, proc, out))

@@ -1,6 +1,10 @@
 """One TensorFlow task whose coordination agent talks to an external coordination service.
 
-Usage: tf_task.py LEADER_ADDRESS TASK_ID WORKER_ADDRESSES(comma-separated) OUT_JSON
+Usage: tf_task.py LEADER_ADDRESS TASK_ID WORKER_ADDRESSES(comma-separated) OUT_JSON [ROUNDS]
+
+With ROUNDS, the task runs that many rounds of a key write, blocking reads of the other
+tasks' keys and a barrier instead of the fixed scenario (test_coordinator_restart.py kills
+the coordinator meanwhile), then reads every key back.
 
 TensorFlow's agent connects to the task named service_leader in the cluster. The
 cluster therefore gets a job "coordinator" with one task at LEADER_ADDRESS (cohort, or
@@ -59,6 +63,23 @@ def main():
     ctx.enable_collective_ops(server_def)
     run("connect", context.ensure_initialized)
     n = len(workers)
+    if len(sys.argv) > 5:
+        rounds = int(sys.argv[5])
+        for r in range(rounds):
+            print(f"task {tid}: round {r} begins", flush=True)
+            run(f"round {r}", lambda r=r: (
+                ctx.set_config_key_value(f"restart/{r}/{tid}", f"value-{r}-{tid}"),
+                {str(o): ctx.get_config_key_value(f"restart/{r}/{o}", 30_000)
+                 for o in range(n) if o != tid},
+                ctx.wait_at_barrier(f"restart/round-{r}", 30_000),
+                None)[-1])
+            time.sleep(0.25)
+        run("read_back", lambda: sum(
+            ctx.get_config_key_value(f"restart/{r}/{o}", 30_000) == f"value-{r}-{o}"
+            for r in range(rounds) for o in range(n)))
+        run("done", lambda: True)
+        sys.stdout.flush()
+        os._exit(0)
     run("set", lambda: ctx.set_config_key_value(f"tf/str/{tid}", f"value-{tid}"))
     run("barrier", lambda: ctx.wait_at_barrier("tf/after_set", 30_000))
     run("get_others", lambda: {str(o): ctx.get_config_key_value(f"tf/str/{o}", 30_000)

@@ -269,6 +269,32 @@ def scenario_crash(jx, args, rec):
     rec.note("survived", True)
 
 
+def scenario_restart(jx, args, rec):
+    """Rounds of key-value writes, blocking reads of the other tasks' keys and barriers,
+    while the test kills and restarts the coordinator behind the tasks' sidecar proxies.
+
+    Every step of every round is recorded; the test wants them all OK. At the end every
+    task reads back every key of every round: nothing written may be lost.
+    """
+    t, n = args.task_id, args.num_tasks
+    others = [o for o in range(n) if o != t]
+    client = make_client(jx, args)
+    if not rec.run("connect", client.connect)["ok"]:
+        return
+    for r in range(args.rounds):
+        # harness.wait_for_log waits on "round R begins" to time the kills.
+        rec.run(f"round {r}", lambda r=r: (
+            client.key_value_set(f"restart/{r}/{t}", f"value-{r}-{t}"),
+            {str(o): client.blocking_key_value_get(f"restart/{r}/{o}", WAIT_MS) for o in others},
+            client.wait_at_barrier(f"restart/round-{r}", WAIT_MS),
+            None)[-1])
+        time.sleep(args.round_seconds)
+    rec.run("read_back", lambda: sum(
+        client.blocking_key_value_get(f"restart/{r}/{o}", WAIT_MS) == f"value-{r}-{o}"
+        for r in range(args.rounds) for o in range(n)))
+    rec.run("shutdown", client.shutdown)
+
+
 def scenario_legacy(jx, args, rec):
     """jaxlib <= 0.4 over xla.DistributedRuntimeService: key-value, barrier, shutdown.
 
@@ -332,7 +358,7 @@ def serve(jx, args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--scenario", required=True,
-                   choices=["basic", "crash", "legacy", "serve", "version"])
+                   choices=["basic", "crash", "legacy", "restart", "serve", "version"])
     p.add_argument("--legacy", action="store_true",
                    help="jaxlib <= 0.4: use xla.DistributedRuntimeService")
     p.add_argument("--address", default="")
@@ -344,6 +370,8 @@ def main():
     p.add_argument("--shutdown-timeout", type=int, default=30)
     p.add_argument("--rpc-timeout", type=int, default=60)
     p.add_argument("--wait-seconds", type=float, default=30.0)
+    p.add_argument("--rounds", type=int, default=40, help="restart: rounds")
+    p.add_argument("--round-seconds", type=float, default=0.25, help="restart: pause per round")
     args = p.parse_args()
 
     if args.scenario == "version":
@@ -356,7 +384,8 @@ def main():
         serve(jx, args)
         return
     rec = Recorder(args.out, args.task_id)
-    scenarios = {"basic": scenario_basic, "crash": scenario_crash, "legacy": scenario_legacy}
+    scenarios = {"basic": scenario_basic, "crash": scenario_crash, "legacy": scenario_legacy,
+                 "restart": scenario_restart}
     scenarios[args.scenario](jx, args, rec)
     rec.note("done", True)
     sys.stdout.flush()

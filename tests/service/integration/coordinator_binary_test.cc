@@ -8,8 +8,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +73,10 @@ class Process {
   }
   int Terminate() {
     kill(pid_, SIGTERM);
+    return Wait();
+  }
+  int Kill() {
+    kill(pid_, SIGKILL);
     return Wait();
   }
   int Wait() {
@@ -207,6 +213,119 @@ TEST(CoordinatorBinaryTest, ServesTlsWithCertificatesFromFiles) {
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   EXPECT_FALSE(plain->RegisterTask(Deadline(absl::Seconds(2)).get(), reg, &rr).ok());
   EXPECT_EQ(p.Terminate(), 0);
+}
+
+tf::CoordinatedTask Worker(int id) {
+  tf::CoordinatedTask task;
+  task.set_job_name("worker");
+  task.set_task_id(id);
+  return task;
+}
+
+TEST(CoordinatorBinaryTest, KillNineLosesNothingWithAStateDir) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/state-", getpid());
+  std::filesystem::remove_all(dir);
+  const int port = FreePort();
+  const int http_port = FreePort();
+  const std::vector<std::string> args = {"--listen",      absl::StrCat("127.0.0.1:", port),
+                                         "--http-listen", absl::StrCat("127.0.0.1:", http_port),
+                                         "--job",         "worker=2",
+                                         "--state-dir",   dir};
+  auto first = std::make_unique<Process>(args);
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(WaitReady(channel)) << first->Log();
+  auto stub = tf::CoordinationService::NewStub(channel);
+
+  // Both tasks register (the register barrier passes), a key, a barrier that passes.
+  uint64_t service_incarnation = 0;
+  std::vector<std::future<grpc::Status>> calls;
+  for (int id : {0, 1}) {
+    calls.push_back(std::async(std::launch::async, [&, id] {
+      tf::RegisterTaskRequest reg;
+      *reg.mutable_source_task() = Worker(id);
+      reg.set_incarnation(100 + id);
+      tf::RegisterTaskResponse response;
+      grpc::Status s = stub->RegisterTask(Deadline().get(), reg, &response);
+      if (id == 0) service_incarnation = response.leader_incarnation();
+      return s;
+    }));
+  }
+  for (auto& c : calls) ASSERT_TRUE(c.get().ok());
+  tf::InsertKeyValueRequest insert;
+  insert.mutable_kv()->set_key("checkpoint/step");
+  insert.mutable_kv()->set_value("1200");
+  tf::InsertKeyValueResponse inserted;
+  ASSERT_TRUE(stub->InsertKeyValue(Deadline().get(), insert, &inserted).ok());
+  calls.clear();
+  for (int id : {0, 1}) {
+    calls.push_back(std::async(std::launch::async, [&, id] {
+      tf::BarrierRequest barrier;
+      barrier.set_barrier_id("save");
+      barrier.set_barrier_timeout_in_ms(20000);
+      *barrier.mutable_source_task() = Worker(id);
+      tf::BarrierResponse response;
+      return stub->Barrier(Deadline().get(), barrier, &response);
+    }));
+  }
+  for (auto& c : calls) ASSERT_TRUE(c.get().ok());
+  const std::string before = Metrics(http_port);
+  EXPECT_NE(before.find("cohort_coordinator_state_restored 0"), std::string::npos) << before;
+  EXPECT_NE(before.find("cohort_coordinator_state_records_total "), std::string::npos) << before;
+
+  EXPECT_EQ(first->Kill(), 128 + SIGKILL);
+  Process second(args);
+  // A new connection: the old one may not have noticed yet that its server is gone.
+  channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  stub = tf::CoordinationService::NewStub(channel);
+  ASSERT_TRUE(WaitReady(channel)) << second.Log();
+  // The same service incarnation; the tasks still registered with theirs.
+  tf::RegisterTaskRequest again;
+  *again.mutable_source_task() = Worker(1);
+  again.set_incarnation(101);
+  tf::RegisterTaskResponse response;
+  grpc::Status registered = stub->RegisterTask(Deadline().get(), again, &response);
+  ASSERT_TRUE(registered.ok()) << registered.error_message() << "\n" << second.Log();
+  EXPECT_EQ(response.leader_incarnation(), service_incarnation);
+  tf::HeartbeatRequest heartbeat;
+  *heartbeat.mutable_source_task() = Worker(0);
+  heartbeat.set_incarnation(100);
+  tf::HeartbeatResponse beat;
+  EXPECT_TRUE(stub->Heartbeat(Deadline().get(), heartbeat, &beat).ok());
+  // The key, and the barrier's outcome for a repeated call.
+  tf::TryGetKeyValueRequest get;
+  get.set_key("checkpoint/step");
+  tf::TryGetKeyValueResponse got;
+  ASSERT_TRUE(stub->TryGetKeyValue(Deadline().get(), get, &got).ok());
+  EXPECT_EQ(got.kv().value(), "1200");
+  tf::BarrierRequest repeat;
+  repeat.set_barrier_id("save");
+  repeat.set_barrier_timeout_in_ms(20000);
+  *repeat.mutable_source_task() = Worker(1);
+  tf::BarrierResponse passed;
+  EXPECT_TRUE(stub->Barrier(Deadline(absl::Seconds(5)).get(), repeat, &passed).ok());
+  EXPECT_NE(second.Log().find("restored the saved state"), std::string::npos) << second.Log();
+  const std::string after = Metrics(http_port);
+  EXPECT_NE(after.find("cohort_coordinator_state_restored 1"), std::string::npos) << after;
+  EXPECT_EQ(second.Terminate(), 0);
+
+  // Bad input: the directory of another job, and a damaged log, refuse the start.
+  Process other({"--listen", absl::StrCat("127.0.0.1:", FreePort()), "--http-listen", "", "--job",
+                 "trainer=2", "--state-dir", dir});
+  EXPECT_EQ(other.Wait(), 2);
+  EXPECT_NE(other.Log().find("holds the state of a coordinator of other jobs"), std::string::npos)
+      << other.Log();
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("snapshot-", 0) != 0) continue;
+    std::fstream f(e.path(), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(-2, std::ios::end);
+    f.put('\x55');
+  }
+  Process damaged(args);
+  EXPECT_EQ(damaged.Wait(), 2);
+  EXPECT_NE(damaged.Log().find("is damaged at byte"), std::string::npos) << damaged.Log();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,468 @@
+// The durable state (service/state): a coordination service journaling into a StateStore on
+// a real directory, "crashed" by copying that directory at a moment (what kill -9 leaves:
+// every write(2) that returned is in the files), and a second service started from the copy.
+#include "service/state/state_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "service/core/coordination_service.h"
+#include "service/core/errors.h"
+#include "tests/service/core/callback_result.h"
+
+namespace cohort {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::StatusResult;
+using testing::ValueResult;
+
+const TaskName kW0{"worker", 0};
+const TaskName kW1{"worker", 1};
+const TaskName kW2{"worker", 2};
+const TaskName kS0{"sidecar", 0};
+const TaskName kS1{"sidecar", 1};
+
+ServiceConfig Config() {
+  ServiceConfig config;
+  config.jobs.push_back({"worker", 3});
+  config.jobs.push_back({"sidecar", 2, /*auxiliary=*/true});
+  config.heartbeat_timeout = absl::Seconds(100);
+  config.register_timeout = absl::Seconds(60);
+  config.shutdown_barrier_timeout = absl::Seconds(30);
+  return config;
+}
+
+std::string StatusText(const absl::Status& s) {
+  if (s.ok()) return "OK";
+  std::string out = s.ToString();
+  std::map<std::string, std::string> payloads;
+  s.ForEachPayload([&payloads](absl::string_view url, const absl::Cord& p) {
+    payloads[std::string(url)] = std::string(p);
+  });
+  for (const auto& [url, p] : payloads) absl::StrAppend(&out, " {", url, "=", p.size(), "B}");
+  return out;
+}
+
+std::string Names(const std::vector<TaskName>& tasks) {
+  return absl::StrJoin(
+      tasks, ",", [](std::string* out, const TaskName& t) { absl::StrAppend(out, t.ToString()); });
+}
+
+// Everything in a DurableState, one fact a line, in a fixed order: two states are the same
+// when their descriptions are.
+std::string Describe(const DurableState& state) {
+  std::vector<std::string> lines;
+  lines.push_back(absl::StrCat("incarnation ", state.service_incarnation));
+  for (const DurableTask& t : state.tasks) {
+    lines.push_back(absl::StrCat("task ", t.task.ToString(), " ", TaskStateName(t.state), " inc ",
+                                 t.incarnation, " ever ", t.ever_registered, " ",
+                                 StatusText(t.error)));
+  }
+  for (const auto* b : {&state.register_barrier, &state.shutdown_barrier}) {
+    lines.push_back(absl::StrCat("whole ", b->state, " ", StatusText(b->result), " waiting ",
+                                 Names(b->waiting)));
+  }
+  lines.push_back(absl::StrCat("first error ", StatusText(state.first_error)));
+  std::vector<std::string> keys;
+  for (const DurableKey& k : state.keys) keys.push_back(absl::StrCat("key ", k.key, "=", k.value));
+  std::sort(keys.begin(), keys.end());
+  lines.insert(lines.end(), keys.begin(), keys.end());
+  lines.push_back(absl::StrCat("revision ", state.key_revision));
+  std::vector<std::string> barriers;
+  for (const DurableBarrier& b : state.barriers) {
+    barriers.push_back(absl::StrCat("barrier ", b.id, "#", b.counter, " done ", b.done, " ",
+                                    StatusText(b.result), " all ", b.all_workload, " of [",
+                                    Names(b.participants), "] arrived [", Names(b.arrived),
+                                    "] timeout ", absl::FormatDuration(b.timeout)));
+  }
+  std::sort(barriers.begin(), barriers.end());
+  lines.insert(lines.end(), barriers.begin(), barriers.end());
+  for (const DurableDeviceGroup& g : state.device_groups) {
+    lines.push_back(absl::StrCat("devices [", Names(g.members), "] ", StatusText(g.error), " ",
+                                 absl::StrJoin(g.payloads, "|")));
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+class StateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "cohort-state-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    root_ = pattern;
+    dir_ = root_ + "/state";
+    StartFresh();
+  }
+  void TearDown() override {
+    service_.reset();
+    store_.reset();
+    fs::remove_all(root_);
+  }
+
+  StateStoreOptions Options(const std::string& dir) {
+    StateStoreOptions options;
+    options.dir = dir;
+    options.sync_interval = absl::ZeroDuration();
+    options.compact_bytes = compact_bytes_;
+    return options;
+  }
+
+  void StartFresh() {
+    std::optional<DurableState> restored;
+    auto store = StateStore::Open(Options(dir_), Config(), &restored);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_FALSE(restored.has_value());
+    store_ = std::move(*store);
+    auto service = CoordinationService::Create(Config(), &clock_, nullptr, store_.get());
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+    ASSERT_TRUE(store_->Start(service_.get()).ok());
+  }
+
+  // The directory as kill -9 would leave it now, in a new place.
+  std::string CrashCopy() {
+    std::string copy = absl::StrCat(root_, "/crash-", ++copies_);
+    store_->WithFilesSettled([&] { fs::copy(dir_, copy); });
+    fs::remove(copy + "/LOCK");  // the lock dies with the process
+    return copy;
+  }
+
+  absl::StatusOr<DurableState> Read(const std::string& dir,
+                                    const ServiceConfig& config = Config()) {
+    std::optional<DurableState> restored;
+    auto store = StateStore::Open(Options(dir), config, &restored);
+    if (!store.ok()) return store.status();
+    if (!restored) return absl::NotFoundError("no saved state");
+    return *std::move(restored);
+  }
+
+  // The service replaced by one started from the directory as a crash now would leave it.
+  void CrashAndRestart() {
+    std::string copy = CrashCopy();
+    service_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+    fs::rename(copy, dir_);
+    std::optional<DurableState> restored;
+    auto store = StateStore::Open(Options(dir_), Config(), &restored);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(restored.has_value());
+    store_ = std::move(*store);
+    auto service =
+        CoordinationService::Create(Config(), &clock_, nullptr, store_.get(), &*restored);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+    ASSERT_TRUE(store_->Start(service_.get()).ok());
+  }
+
+  // A crash now loses nothing: the saved state is the service's state.
+  void ExpectSurvivesCrash(const std::string& step) {
+    SCOPED_TRACE(step);
+    auto saved = Read(CrashCopy());
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(Describe(*saved), Describe(service_->CaptureState()));
+  }
+
+  StatusResult Register(const TaskName& task, uint64_t incarnation) {
+    StatusResult result;
+    service_->RegisterTask(task, incarnation, service_->NewWaiterId(), result.Callback());
+    return result;
+  }
+  ValueResult<int64_t> Barrier(const std::string& id, int64_t counter, const TaskName& caller,
+                               std::vector<TaskName> tasks = {},
+                               absl::Duration timeout = absl::Seconds(10)) {
+    ValueResult<int64_t> result;
+    service_->Barrier(id, counter, timeout, caller, std::move(tasks), service_->NewWaiterId(),
+                      result.Callback());
+    return result;
+  }
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    service_->RunTimers();
+  }
+  TaskStateInfo Info(const TaskName& task) {
+    auto states = service_->GetTaskStates({task});
+    EXPECT_TRUE(states.ok()) << states.status();
+    return states.ok() ? states->front() : TaskStateInfo{};
+  }
+
+  // Registers every task and passes the register barrier.
+  void RegisterAll() {
+    std::vector<StatusResult> results;
+    for (const TaskName& t : {kW0, kW1, kW2, kS0, kS1}) results.push_back(Register(t, 7));
+    for (const StatusResult& r : results) {
+      ASSERT_TRUE(r.fired());
+      ASSERT_TRUE(r.value().ok()) << r.value();
+    }
+  }
+
+  std::string NewestLog() {
+    std::string newest;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      std::string name = e.path().filename().string();
+      if (absl::StartsWith(name, "log-") &&
+          (newest.empty() || std::stoll(name.substr(4)) > std::stoll(newest.substr(4)))) {
+        newest = name;
+      }
+    }
+    return dir_ + "/" + newest;
+  }
+
+  int64_t compact_bytes_ = int64_t{64} << 20;
+  int copies_ = 0;
+  std::string root_;
+  std::string dir_;
+  ManualClock clock_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<CoordinationService> service_;
+};
+
+TEST_F(StateStoreTest, AnEmptyDirectoryStartsEmptyAndKeepsTheIncarnation) {
+  const uint64_t incarnation = service_->service_incarnation();
+  auto saved = Read(CrashCopy());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->service_incarnation, incarnation);
+  EXPECT_EQ(Describe(*saved), Describe(service_->CaptureState()));
+  CrashAndRestart();
+  EXPECT_EQ(service_->service_incarnation(), incarnation);
+}
+
+TEST_F(StateStoreTest, EveryAcknowledgedChangeSurvivesACrash) {
+  // The register barrier, open with some tasks waiting.
+  StatusResult w0 = Register(kW0, 11);
+  ASSERT_TRUE(Register(kS0, 21).value().ok());
+  ExpectSurvivesCrash("register barrier open, one task waiting, one sidecar connected");
+  StatusResult w1 = Register(kW1, 12);
+  StatusResult w2 = Register(kW2, 13);
+  ASSERT_TRUE(w0.value().ok());
+  ExpectSurvivesCrash("register barrier passed");
+
+  // Keys: insert, overwrite, increment, recursive delete.
+  ASSERT_TRUE(service_->InsertKeyValue("a/x", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("a/y", std::string("\0bin\xff", 5), false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("b", "2", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("b", "3", true).ok());
+  ASSERT_TRUE(service_->IncrementKeyValue("counter", 5).ok());
+  ASSERT_TRUE(service_->IncrementKeyValue("counter", -2).ok());
+  ExpectSurvivesCrash("keys written");
+  ASSERT_TRUE(service_->DeleteKeyValue("a").ok());
+  ExpectSurvivesCrash("directory deleted");
+
+  // Named barriers: passed twice, one open with an arrival, one timed out, one cancelled.
+  for (int64_t counter : {0, 1}) {
+    auto a = Barrier("step", counter, kW0);
+    auto b = Barrier("step", counter, kW1);
+    auto c = Barrier("step", counter, kW2);
+    ASSERT_TRUE(c.value().ok()) << c.value().status();
+  }
+  auto open = Barrier("pair", 0, kW0, {kW0, kW1});
+  ExpectSurvivesCrash("barriers passed and one open");
+  auto late = Barrier("late", 0, kW2, {}, absl::Seconds(1));
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(late.fired());
+  ASSERT_TRUE(service_->CancelBarrier("never", 0, kW1).ok());
+  ExpectSurvivesCrash("a barrier timed out and one cancelled");
+
+  // A device exchange.
+  std::vector<ValueResult<std::vector<std::string>>> devices(3);
+  int i = 0;
+  for (const TaskName& t : {kW0, kW1, kW2}) {
+    service_->WaitForAllTasks(t, absl::StrCat("gpu-", i), service_->NewWaiterId(),
+                              devices[i].Callback());
+    ++i;
+  }
+  ASSERT_TRUE(devices[2].value().ok());
+  ExpectSurvivesCrash("devices exchanged");
+
+  // An error that reaches everyone, and a reset.
+  ASSERT_TRUE(service_->ReportError(kS1, absl::InternalError("GPU 3 fell off the bus")).ok());
+  ExpectSurvivesCrash("an error propagated");
+  ASSERT_TRUE(service_->ResetTask(kS1).ok());
+  ExpectSurvivesCrash("a task reset");
+}
+
+TEST_F(StateStoreTest, ARestartedServiceCarriesOnWhereTheOldOneStopped) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("model/config", "lr=0.1", false).ok());
+  for (const TaskName& t : {kW0, kW1, kW2}) Barrier("epoch", 0, t);
+  auto open = Barrier("eval", 0, kW0);
+  const int64_t revision = service_->KeyValueStats().revision;
+  const uint64_t incarnation = service_->service_incarnation();
+
+  CrashAndRestart();
+  EXPECT_EQ(service_->service_incarnation(), incarnation);
+  // Tasks are still connected with their incarnations; a retried registration is answered.
+  for (const TaskName& t : {kW0, kW1, kW2, kS0, kS1}) {
+    EXPECT_EQ(Info(t).state, TaskState::kConnected) << t.ToString();
+    EXPECT_EQ(Info(t).incarnation, 7u);
+  }
+  auto again = Register(kW1, 7);
+  ASSERT_TRUE(again.fired());
+  EXPECT_TRUE(again.value().ok()) << again.value();
+  EXPECT_TRUE(service_->Heartbeat(kW2, 7).ok());
+  // Keys, and revisions that go on from where they were.
+  EXPECT_EQ(service_->TryGetKeyValue("model/config").value_or(""), "lr=0.1");
+  ASSERT_TRUE(service_->InsertKeyValue("next", "x", false).ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, revision + 1);
+  // A finished barrier answers a repeated call from its result; the open one completes.
+  auto repeated = Barrier("epoch", 0, kW2);
+  ASSERT_TRUE(repeated.fired());
+  EXPECT_EQ(repeated.value().value_or(-1), 0);
+  auto b = Barrier("eval", 0, kW1);
+  auto c = Barrier("eval", 0, kW2);
+  ASSERT_TRUE(c.fired());
+  EXPECT_EQ(c.value().value_or(-1), 0) << c.value().status();
+  // Connected tasks have a whole heartbeat timeout from the restart to show up.
+  Advance(absl::Seconds(99));
+  EXPECT_EQ(Info(kW0).state, TaskState::kConnected);
+  ASSERT_TRUE(service_->Heartbeat(kW0, 7).ok());
+  Advance(absl::Seconds(2));
+  EXPECT_EQ(Info(kW1).state, TaskState::kError);
+  EXPECT_EQ(Info(kW0).state, TaskState::kConnected);
+}
+
+TEST_F(StateStoreTest, AStopFailsNothingThatARestartWouldFind) {
+  RegisterAll();
+  auto open = Barrier("checkpoint", 0, kW0);
+  const std::string before = Describe(service_->CaptureState());
+  service_->Stop(absl::UnavailableError("SIGTERM"));
+  ASSERT_TRUE(open.fired());
+  EXPECT_FALSE(open.value().ok());
+  auto saved = Read(CrashCopy());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(Describe(*saved), before);
+}
+
+TEST_F(StateStoreTest, ALongLogIsReplacedByASnapshot) {
+  service_.reset();
+  store_.reset();
+  fs::remove_all(dir_);
+  compact_bytes_ = 2048;
+  StartFresh();
+  RegisterAll();
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(
+        service_->InsertKeyValue(absl::StrCat("k/", i % 50), std::string(40, 'v'), true).ok());
+    if (i % 7 == 0) {
+      ASSERT_TRUE(service_->DeleteKeyValue(absl::StrCat("k/", i % 50)).ok());
+    }
+    if (i % 50 == 0) ExpectSurvivesCrash(absl::StrCat("after ", i, " writes"));
+  }
+  // Compaction runs in the background; wait for it to have happened more than once.
+  for (int tries = 0; store_->GetStats().snapshots < 3 && tries < 3000; ++tries) usleep(1000);
+  EXPECT_GE(store_->GetStats().snapshots, 3);
+  ExpectSurvivesCrash("after compactions");
+  int snapshots = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    snapshots += absl::StartsWith(e.path().filename().string(), "snapshot-");
+  }
+  EXPECT_LE(snapshots, 2);  // older generations are removed
+}
+
+TEST_F(StateStoreTest, ARecordCutShortByACrashIsDropped) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("kept", "1", false).ok());
+  const std::string expected = Describe(service_->CaptureState());
+  std::string copy = CrashCopy();
+  std::string log = copy + "/" + fs::path(NewestLog()).filename().string();
+  const auto size = fs::file_size(log);
+  {
+    std::ofstream out(log, std::ios::binary | std::ios::app);
+    out.write("\x30\x00\x00\x00\x01\x02", 6);  // a header promising 48 bytes, then nothing
+  }
+  auto saved = Read(copy);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(Describe(*saved), expected);
+  EXPECT_EQ(fs::file_size(log), size);
+}
+
+TEST_F(StateStoreTest, ADamagedRecordRefusesTheStart) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("key", "value", false).ok());
+  std::string copy = CrashCopy();
+  std::string log = copy + "/" + fs::path(NewestLog()).filename().string();
+  {
+    std::fstream f(log, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  auto saved = Read(copy);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "is damaged at byte")) << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "checksum")) << saved.status();
+}
+
+TEST_F(StateStoreTest, RefusesTheStateOfOtherJobs) {
+  ServiceConfig other = Config();
+  other.jobs[0].num_tasks = 4;
+  auto saved = Read(CrashCopy(), other);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(saved.status().message(),
+                                "other jobs (sidecar=2 (auxiliary), "
+                                "worker=3; this one has sidecar=2 "
+                                "(auxiliary), worker=4)"))
+      << saved.status();
+}
+
+TEST_F(StateStoreTest, RefusesAnotherServiceIncarnation) {
+  std::string copy = CrashCopy();
+  std::optional<DurableState> restored;
+  auto store = StateStore::Open(Options(copy), Config(), &restored);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ServiceConfig config = Config();
+  config.service_incarnation = service_->service_incarnation() + 1;
+  auto service = CoordinationService::Create(config, &clock_, nullptr, store->get(), &*restored);
+  ASSERT_FALSE(service.ok());
+  EXPECT_TRUE(absl::StrContains(service.status().message(), "belongs to service incarnation"))
+      << service.status();
+}
+
+TEST_F(StateStoreTest, RefusesADirectoryInUse) {
+  std::optional<DurableState> restored;
+  auto second = StateStore::Open(Options(dir_), Config(), &restored);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "in use by another coordinator"))
+      << second.status();
+}
+
+TEST_F(StateStoreTest, RefusesALogWithoutItsSnapshotOrWithAGap) {
+  std::string copy = CrashCopy();
+  for (const auto& e : fs::directory_iterator(copy)) {
+    if (absl::StartsWith(e.path().filename().string(), "snapshot-")) {
+      fs::remove(e.path());
+    }
+  }
+  auto saved = Read(copy);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "but no snapshot")) << saved.status();
+
+  copy = CrashCopy();
+  std::string log = fs::path(NewestLog()).filename().string();
+  const int64_t g = std::stoll(log.substr(4));
+  fs::copy_file(copy + "/" + log, absl::StrCat(copy, "/log-", g + 2));
+  saved = Read(copy);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), absl::StrCat("lacks log-", g + 1)))
+      << saved.status();
+}
+
+}  // namespace
+}  // namespace cohort
