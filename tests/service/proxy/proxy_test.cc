@@ -1,6 +1,7 @@
 // The sidecar's proxy in-process: a real coordinator on loopback, a ProxyServer in front of
 // it, and clients of every protocol talking to the proxy. What the coordinator answers must
 // reach the client unchanged, payloads included.
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,7 +13,9 @@
 #include "agent/grpc_status.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "service/core/errors.h"
 #include "service/proxy/proxy_server.h"
+#include "service/rpc/status_translation.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
 #include "xla/coordination_service.grpc.pb.h"
@@ -340,6 +343,192 @@ TEST_F(ProxyTest, BadListenAddressesAreRefusedClearly) {
   absl::Status s = proxy.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("HOST:PORT"), absl::string_view::npos);
+}
+
+// A coordinator of our own making, for what a real one does not do on demand: lose the
+// answer to a call it carried out, or come back as another service incarnation.
+class FlakyCoordinator final : public tf::CoordinationService::CallbackService,
+                               public v1::Coordinator::CallbackService {
+ public:
+  FlakyCoordinator() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(static_cast<tf::CoordinationService::CallbackService*>(this));
+    builder.RegisterService(static_cast<v1::Coordinator::CallbackService*>(this));
+    server_ = builder.BuildAndStart();
+  }
+  ~FlakyCoordinator() override { server_->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  // The next insert is carried out but answered as if the coordinator had gone away.
+  void LoseNextInsertAnswer() {
+    absl::MutexLock lock(&mu_);
+    lose_insert_answer_ = true;
+  }
+  void SetIncarnation(uint64_t incarnation) {
+    absl::MutexLock lock(&mu_);
+    incarnation_ = incarnation;
+  }
+  // The next get fails as if the coordinator had gone away.
+  void DropNextGet() {
+    absl::MutexLock lock(&mu_);
+    drop_get_ = true;
+  }
+  int inserts() {
+    absl::MutexLock lock(&mu_);
+    return inserts_;
+  }
+
+  grpc::ServerUnaryReactor* InsertKeyValue(grpc::CallbackServerContext* ctx,
+                                           const tf::InsertKeyValueRequest* request,
+                                           tf::InsertKeyValueResponse*) override {
+    absl::MutexLock lock(&mu_);
+    ++inserts_;
+    absl::Status status;
+    auto [it, added] = keys_.emplace(request->kv().key(), request->kv().value());
+    if (!added && !request->allow_overwrite()) {
+      status = ServiceError(absl::AlreadyExistsError("exists"));
+    }
+    if (added && lose_insert_answer_) {
+      lose_insert_answer_ = false;
+      return Answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset"));
+    }
+    return Answer(ctx, ToGrpcStatus(status, Protocol::kTensorflow));
+  }
+  grpc::ServerUnaryReactor* TryGetKeyValue(grpc::CallbackServerContext* ctx,
+                                           const tf::TryGetKeyValueRequest* request,
+                                           tf::TryGetKeyValueResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto it = keys_.find(request->key());
+    if (it == keys_.end()) {
+      return Answer(ctx,
+                    ToGrpcStatus(ServiceError(absl::NotFoundError("no")), Protocol::kTensorflow));
+    }
+    response->mutable_kv()->set_value(it->second);
+    return Answer(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* GetKeyValue(grpc::CallbackServerContext* ctx,
+                                        const tf::GetKeyValueRequest* request,
+                                        tf::GetKeyValueResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (drop_get_) {
+      drop_get_ = false;
+      return Answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset"));
+    }
+    response->mutable_kv()->set_value(keys_[request->key()]);
+    return Answer(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* RegisterTask(grpc::CallbackServerContext* ctx,
+                                         const tf::RegisterTaskRequest*,
+                                         tf::RegisterTaskResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    response->set_leader_incarnation(incarnation_);
+    return Answer(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* GetClusterSnapshot(grpc::CallbackServerContext* ctx,
+                                               const v1::GetClusterSnapshotRequest*,
+                                               v1::ClusterSnapshot* response) override {
+    absl::MutexLock lock(&mu_);
+    response->set_service_incarnation(incarnation_);
+    response->set_default_job("worker");
+    auto* task = response->add_tasks();
+    task->set_job("worker");
+    task->set_task_id(0);
+    return Answer(ctx, grpc::Status::OK);
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                          const grpc::Status& status) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);
+  bool lose_insert_answer_ ABSL_GUARDED_BY(mu_) = false;
+  bool drop_get_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  int inserts_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class UpstreamBackendTest : public ::testing::Test {
+ protected:
+  UpstreamBackendTest() {
+    UpstreamOptions options;
+    options.address = coordinator_.address();
+    options.probe_interval = absl::Milliseconds(20);
+    backend_ = std::make_unique<UpstreamBackend>(options);
+    backend_->Start();
+    EXPECT_TRUE(backend_->AwaitLink(UpstreamBackend::Link::kConnected, absl::Seconds(20)));
+  }
+  absl::Status Insert(const std::string& key, const std::string& value) {
+    absl::Notification done;
+    absl::Status result;
+    backend_->InsertKeyValue(CallContext{backend_->NewWaiterId()}, key, value,
+                             /*allow_overwrite=*/false, [&](absl::Status s) {
+                               result = s;
+                               done.Notify();
+                             });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    return result;
+  }
+
+  FlakyCoordinator coordinator_;
+  std::unique_ptr<UpstreamBackend> backend_;
+};
+
+TEST_F(UpstreamBackendTest, AnInsertWhoseAnswerWasLostIsNotAlreadyExistsWhenSentAgain) {
+  coordinator_.LoseNextInsertAnswer();
+  EXPECT_TRUE(Insert("k", "v").ok());
+  EXPECT_EQ(coordinator_.inserts(), 2);
+  EXPECT_EQ(backend_->reissued_calls(), 1);
+  // Another writer's value is still ALREADY_EXISTS, lost answer or not.
+  coordinator_.LoseNextInsertAnswer();
+  EXPECT_TRUE(Insert("j", "mine").ok());
+  EXPECT_EQ(Insert("j", "theirs").code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(UpstreamBackendTest, ACoordinatorBackAsAnotherIncarnationFailsTheCallsUnavailable) {
+  absl::Notification registered;
+  backend_->RegisterTask(CallContext{backend_->NewWaiterId()}, TaskName{"worker", 0}, 7,
+                         [&](absl::Status s) {
+                           EXPECT_TRUE(s.ok()) << s;
+                           registered.Notify();
+                         });
+  ASSERT_TRUE(registered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(backend_->service_incarnation(), 1u);
+  coordinator_.SetIncarnation(2);
+  coordinator_.DropNextGet();
+  absl::Notification got;
+  absl::Status result;
+  backend_->GetKeyValue(CallContext{backend_->NewWaiterId()}, "k", std::nullopt,
+                        [&](absl::StatusOr<std::string> v) {
+                          result = v.status();
+                          got.Notify();
+                        });
+  ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(result.message().find("lost the job"), absl::string_view::npos) << result;
+}
+
+TEST_F(UpstreamBackendTest, ACancelledCallLeavesNothingHeldOrInFlight) {
+  coordinator_.DropNextGet();
+  // The get fails once for want of the coordinator and is held; its caller leaves.
+  absl::Notification got;
+  absl::Status result;
+  WaiterId waiter = backend_->NewWaiterId();
+  backend_->GetKeyValue(CallContext{waiter}, "k", std::nullopt, [&](absl::StatusOr<std::string> v) {
+    result = v.status();
+    got.Notify();
+  });
+  backend_->Cancel(waiter, absl::CancelledError("gone"));
+  ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(result.ok() || result.code() == absl::StatusCode::kCancelled) << result;
+  EXPECT_TRUE(Eventually([&] { return backend_->held_calls() == 0; }));
 }
 
 }  // namespace
