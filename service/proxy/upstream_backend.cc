@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "service/core/errors.h"
@@ -246,10 +247,15 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
 }
 
 void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const grpc::Status& wire) {
+  // Counted out only at the very end: Stop waits for it, and the backend must outlive
+  // everything this does (subscribers included).
+  auto done = absl::MakeCleanup([this] {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  });
   absl::Status status = CoreStatusFromGrpc(wire);
   {
     absl::MutexLock lock(&mu_);
-    --in_flight_;
     live_.erase(op);
     if (op->abandoned) return;
     if (IsOutage(status)) {
