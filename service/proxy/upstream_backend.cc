@@ -189,6 +189,7 @@ void UpstreamBackend::Submit(const std::shared_ptr<Forward>& op, WaiterId waiter
                              Subscriber subscriber) {
   std::shared_ptr<Forward> target = op;
   absl::Status refused;
+  Subscriber refuse;  // answered at once, outside the lock
   bool issue = false;
   {
     absl::MutexLock lock(&mu_);
@@ -214,10 +215,12 @@ void UpstreamBackend::Submit(const std::shared_ptr<Forward>& op, WaiterId waiter
     if (refused.ok()) {
       target->subscribers.emplace_back(waiter, std::move(subscriber));
       if (waiter != 0) forwards_[waiter] = target;
+    } else {
+      refuse = std::move(subscriber);
     }
   }
-  if (!refused.ok()) {
-    subscriber(refused, *op->response);
+  if (refuse) {
+    refuse(refused, *op->response);
     return;
   }
   if (issue) Issue(op);
@@ -243,7 +246,7 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
     }
   }
   if (!refused.ok()) return Finish(op, refused);
-  op->start(ctx, [this, op](grpc::Status wire) { OnAttemptDone(op, wire); });
+  op->start(ctx, [this, op](const grpc::Status& wire) { OnAttemptDone(op, wire); });
 }
 
 void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const grpc::Status& wire) {
@@ -271,7 +274,7 @@ void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const gr
     }
   }
   if (op->attempts > 1 && !status.ok() && op->options.reconcile_reissued) {
-    op->options.reconcile_reissued(status, [this, op](absl::Status s) { Finish(op, s); });
+    op->options.reconcile_reissued(status, [this, op](const absl::Status& s) { Finish(op, s); });
     return;
   }
   Finish(op, status);
@@ -741,7 +744,8 @@ void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task
   *request.mutable_source_task() = ToWireTask(task);
   SendOptions options;
   // The first attempt may have shut the task down before the coordinator went away.
-  options.reconcile_reissued = [](absl::Status s, std::function<void(absl::Status)> finish) {
+  options.reconcile_reissued = [](const absl::Status& s,
+                                  const std::function<void(absl::Status)>& finish) {
     finish(s.code() == absl::StatusCode::kFailedPrecondition ? absl::OkStatus() : s);
   };
   Send<tf::ShutdownTaskResponse>(
@@ -781,11 +785,13 @@ void UpstreamBackend::PollForError(const CallContext& call, const TaskName& task
   std::vector<std::pair<WaiterId, StatusDone>> replaced;
   absl::Status refused;
   bool forward = false;
+  StatusDone answer;  // when not parked here
   {
     absl::MutexLock lock(&mu_);
     auto it = tasks_.find(task);
     if (link_ == Link::kFailed || link_ == Link::kStopped) {
       refused = failure_;
+      answer = std::move(done);
     } else if (it != tasks_.end() && !it->second->left && !it->second->poll_result) {
       // Waits here for the proxy's own poll of the task. One poll per task, as in the
       // core: a newer one replaces the older.
@@ -796,16 +802,17 @@ void UpstreamBackend::PollForError(const CallContext& call, const TaskName& task
     } else {
       // Not registered here, or its poll already ended: the coordinator answers.
       forward = true;
+      answer = std::move(done);
     }
   }
-  if (!refused.ok()) return done(refused);
+  if (!refused.ok()) return answer(refused);
   if (forward) {
     tf::PollForErrorRequest request;
     *request.mutable_source_task() = ToWireTask(task);
     Send<tf::PollForErrorResponse>(
         call, &Async::PollForError, std::move(request),
-        [done = std::move(done)](const absl::Status& s, const tf::PollForErrorResponse&) {
-          done(s);
+        [answer = std::move(answer)](const absl::Status& s, const tf::PollForErrorResponse&) {
+          answer(s);
         });
     return;
   }
@@ -937,8 +944,9 @@ void UpstreamBackend::InsertKeyValue(const CallContext& call, std::string key, s
   if (!allow_overwrite) {
     // The first attempt may have stored the value before the coordinator went away: the
     // key holding exactly this value is that attempt's success, not ALREADY_EXISTS.
-    options.reconcile_reissued = [this, key, value](absl::Status s,
-                                                    std::function<void(absl::Status)> finish) {
+    options.reconcile_reissued = [this, key, value](
+                                     const absl::Status& s,
+                                     const std::function<void(absl::Status)>& finish) {
       if (s.code() != absl::StatusCode::kAlreadyExists) return finish(s);
       TryGetKeyValue(CallContext{}, key, [s, value, finish](absl::StatusOr<std::string> stored) {
         finish(stored.ok() && *stored == value ? absl::OkStatus() : s);

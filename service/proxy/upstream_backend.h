@@ -52,6 +52,21 @@ struct UpstreamOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
 };
 
+// How UpstreamBackend sends one call.
+struct UpstreamSendOptions {
+  // Identical calls (same key) of several callers share one upstream call.
+  std::string share_key;
+  // An upstream deadline of the call's own (a timed get), besides the caller's.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Fails at once, rather than being held, when the coordinator cannot be reached.
+  bool fail_fast = false;
+  // Sent even while the link is down (re-registration is how the link comes back up).
+  bool bypass_link = false;
+  // Looks again at an answer to an attempt that was sent more than once.
+  std::function<void(const absl::Status&, const std::function<void(absl::Status)>&)>
+      reconcile_reissued;
+};
+
 class UpstreamBackend final : public CoordinationBackend {
  public:
   enum class Link { kNotYetConnected, kConnected, kDown, kFailed, kStopped };
@@ -125,18 +140,7 @@ class UpstreamBackend final : public CoordinationBackend {
   struct LocalTask;
   using Subscriber = std::function<void(const absl::Status&, const google::protobuf::Message&)>;
 
-  struct SendOptions {
-    // Identical calls (same key) of several callers share one upstream call.
-    std::string share_key;
-    // An upstream deadline of the call's own (a timed get), besides the caller's.
-    absl::Time deadline = absl::InfiniteFuture();
-    // Fails at once, rather than being held, when the coordinator cannot be reached.
-    bool fail_fast = false;
-    // Sent even while the link is down (re-registration is how the link comes back up).
-    bool bypass_link = false;
-    // Looks again at an answer to an attempt that was sent more than once.
-    std::function<void(absl::Status, std::function<void(absl::Status)>)> reconcile_reissued;
-  };
+  using SendOptions = UpstreamSendOptions;
 
   // Sends `request` upstream with `method` and answers `done` with the outcome: the
   // coordinator's status translated back to the core's, and the response.

@@ -130,7 +130,7 @@ grpc::ServerUnaryReactor* DeleteKeyValue(RpcCall* call, CoordinationBackend* bac
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* Barrier(RpcCall* call, CoordinationBackend* backend,
                                   const Request& request, const TaskName& caller,
-                                  std::vector<TaskName> tasks, Response* response) {
+                                  std::vector<TaskName>&& tasks, Response* response) {
   if (request.barrier_timeout_in_ms() < 0) {
     return call->Reply(absl::InvalidArgumentError("barrier_timeout_in_ms must not be negative"));
   }
@@ -156,7 +156,7 @@ grpc::ServerUnaryReactor* CancelBarrier(RpcCall* call, CoordinationBackend* back
 // Answers alive tasks through `add`, called once per alive task with its incarnation.
 template <typename Add>
 grpc::ServerUnaryReactor* GetAliveTasks(RpcCall* call, CoordinationBackend* backend,
-                                        const TaskName& requester, std::vector<TaskName> tasks,
+                                        const TaskName& requester, std::vector<TaskName>&& tasks,
                                         Add add) {
   backend->GetAliveTasks(call->Context(), requester, std::move(tasks),
                          [call, add](absl::StatusOr<std::vector<AliveTask>> alive) {
@@ -171,22 +171,24 @@ grpc::ServerUnaryReactor* GetAliveTasks(RpcCall* call, CoordinationBackend* back
 inline grpc::ServerUnaryReactor* RegisterTask(RpcCall* call, CoordinationBackend* backend,
                                               const TaskName& task, uint64_t incarnation,
                                               std::function<void(uint64_t)> set_incarnation) {
-  backend->RegisterTask(call->Context(), task, incarnation,
-                        [call, backend, set_incarnation](const absl::Status& s) {
-                          if (s.ok()) set_incarnation(backend->service_incarnation());
-                          call->Reply(s);
-                        });
+  backend->RegisterTask(
+      call->Context(), task, incarnation,
+      [call, backend, set_incarnation = std::move(set_incarnation)](const absl::Status& s) {
+        if (s.ok()) set_incarnation(backend->service_incarnation());
+        call->Reply(s);
+      });
   return call;
 }
 
 inline grpc::ServerUnaryReactor* Heartbeat(RpcCall* call, CoordinationBackend* backend,
                                            const TaskName& task, uint64_t incarnation,
                                            std::function<void(uint64_t)> set_incarnation) {
-  backend->Heartbeat(call->Context(), task, incarnation,
-                     [call, backend, set_incarnation](const absl::Status& s) {
-                       if (s.ok()) set_incarnation(backend->service_incarnation());
-                       call->Reply(s);
-                     });
+  backend->Heartbeat(
+      call->Context(), task, incarnation,
+      [call, backend, set_incarnation = std::move(set_incarnation)](const absl::Status& s) {
+        if (s.ok()) set_incarnation(backend->service_incarnation());
+        call->Reply(s);
+      });
   return call;
 }
 

@@ -119,7 +119,7 @@ TEST_F(ProxyTest, TensorflowCallsOfTwoAgentsAreForwarded) {
   // A blocking get parked through the proxy is answered by a later insert.
   absl::Notification got;
   std::string value;
-  auto pending = a->GetKeyValueAsync("later", [&](absl::StatusOr<std::string> v) {
+  auto pending = a->GetKeyValueAsync("later", [&](const absl::StatusOr<std::string>& v) {
     if (v.ok()) value = *v;
     got.Notify();
   });
@@ -469,7 +469,7 @@ class UpstreamBackendTest : public ::testing::Test {
     absl::Notification done;
     absl::Status result;
     backend_->InsertKeyValue(CallContext{backend_->NewWaiterId()}, key, value,
-                             /*allow_overwrite=*/false, [&](absl::Status s) {
+                             /*allow_overwrite=*/false, [&](const absl::Status& s) {
                                result = s;
                                done.Notify();
                              });
@@ -495,7 +495,7 @@ TEST_F(UpstreamBackendTest, AnInsertWhoseAnswerWasLostIsNotAlreadyExistsWhenSent
 TEST_F(UpstreamBackendTest, ACoordinatorBackAsAnotherIncarnationFailsTheCallsUnavailable) {
   absl::Notification registered;
   backend_->RegisterTask(CallContext{backend_->NewWaiterId()}, TaskName{"worker", 0}, 7,
-                         [&](absl::Status s) {
+                         [&](const absl::Status& s) {
                            EXPECT_TRUE(s.ok()) << s;
                            registered.Notify();
                          });
@@ -506,7 +506,7 @@ TEST_F(UpstreamBackendTest, ACoordinatorBackAsAnotherIncarnationFailsTheCallsUna
   absl::Notification got;
   absl::Status result;
   backend_->GetKeyValue(CallContext{backend_->NewWaiterId()}, "k", std::nullopt,
-                        [&](absl::StatusOr<std::string> v) {
+                        [&](const absl::StatusOr<std::string>& v) {
                           result = v.status();
                           got.Notify();
                         });
@@ -521,10 +521,11 @@ TEST_F(UpstreamBackendTest, ACancelledCallLeavesNothingHeldOrInFlight) {
   absl::Notification got;
   absl::Status result;
   WaiterId waiter = backend_->NewWaiterId();
-  backend_->GetKeyValue(CallContext{waiter}, "k", std::nullopt, [&](absl::StatusOr<std::string> v) {
-    result = v.status();
-    got.Notify();
-  });
+  backend_->GetKeyValue(CallContext{waiter}, "k", std::nullopt,
+                        [&](const absl::StatusOr<std::string>& v) {
+                          result = v.status();
+                          got.Notify();
+                        });
   backend_->Cancel(waiter, absl::CancelledError("gone"));
   ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
   EXPECT_TRUE(result.ok() || result.code() == absl::StatusCode::kCancelled) << result;

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::printf("connected\n");
   std::fflush(stdout);
   // Parked for the whole run: must come through every outage without an answer.
-  auto parked = agent.GetKeyValueAsync("never", [](absl::StatusOr<std::string> value) {
+  auto parked = agent.GetKeyValueAsync("never", [](const absl::StatusOr<std::string>& value) {
     if (value.status().code() == absl::StatusCode::kCancelled) return;
     std::printf("error: the parked get ended: %s\n", value.status().ToString().c_str());
     std::fflush(stdout);
