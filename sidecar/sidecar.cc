@@ -335,6 +335,36 @@ std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
                             "1, labelled with the reason and message of the last error found.",
                             "gauge",
                             {}};
+  std::vector<CollectedFamily> proxy;
+  if (proxy_) {
+    UpstreamBackend& backend = proxy_->backend();
+    CollectedFamily link{"cohort_sidecar_proxy_link_state",
+                         "1 for the proxy's link to the coordinator: not yet connected, "
+                         "connected, down (calls held), failed (past the outage tolerance).",
+                         "gauge",
+                         {}};
+    UpstreamBackend::Link current_link = backend.link();
+    for (UpstreamBackend::Link l :
+         {UpstreamBackend::Link::kNotYetConnected, UpstreamBackend::Link::kConnected,
+          UpstreamBackend::Link::kDown, UpstreamBackend::Link::kFailed,
+          UpstreamBackend::Link::kStopped}) {
+      link.samples.push_back(
+          {{{"state", UpstreamBackend::LinkName(l)}}, l == current_link ? 1.0 : 0.0});
+    }
+    proxy.push_back(std::move(link));
+    proxy.push_back({"cohort_sidecar_proxy_held_calls",
+                     "Calls the proxy holds until the coordinator is back.",
+                     "gauge",
+                     {{{}, static_cast<double>(backend.held_calls())}}});
+    proxy.push_back({"cohort_sidecar_proxy_reissued_calls_total",
+                     "Calls the proxy sent to the coordinator again after an outage.",
+                     "counter",
+                     {{{}, static_cast<double>(backend.reissued_calls())}}});
+    proxy.push_back({"cohort_sidecar_proxy_outages_total",
+                     "Times the proxy lost the coordinator after having reached it.",
+                     "counter",
+                     {{{}, static_cast<double>(backend.outages())}}});
+  }
   absl::MutexLock lock(&mu_);
   ready.samples.push_back({{}, ready_ ? 1.0 : 0.0});
   if (cluster_complete_at_ != absl::InfinitePast()) {
@@ -345,7 +375,8 @@ std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
     last_info.samples.push_back(
         {{{"reason", last_error_reason_}, {"message", last_error_.substr(0, 200)}}, 1});
   }
-  return {state, ready, since, last, last_info};
+  proxy.insert(proxy.begin(), {state, ready, since, last, last_info});
+  return proxy;
 }
 
 }  // namespace cohort

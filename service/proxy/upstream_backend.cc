@@ -112,6 +112,11 @@ int64_t UpstreamBackend::reissued_calls() const {
   return reissued_;
 }
 
+int64_t UpstreamBackend::outages() const {
+  absl::MutexLock lock(&mu_);
+  return outages_;
+}
+
 int64_t UpstreamBackend::held_calls() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(held_.size());
@@ -354,6 +359,7 @@ void UpstreamBackend::MarkDownLocked() {
   if (link_ != Link::kConnected) return;
   link_ = Link::kDown;
   down_since_ = absl::Now();
+  ++outages_;
   spdlog::warn("proxy: lost the coordinator at {}; holding calls for up to {}", options_.address,
                absl::FormatDuration(options_.outage_tolerance));
 }

@@ -133,6 +133,8 @@ class UpstreamBackend final : public CoordinationBackend {
   // were sent again, and calls held right now.
   int64_t reissued_calls() const;
   int64_t held_calls() const;
+  // Times the coordinator was lost after having been reached.
+  int64_t outages() const;
 
  private:
   using Async = tensorflow::CoordinationService::StubInterface::async_interface;
@@ -204,6 +206,7 @@ class UpstreamBackend final : public CoordinationBackend {
   absl::flat_hash_set<std::shared_ptr<Forward>> live_ ABSL_GUARDED_BY(mu_);  // attempts out
   grpc::ClientContext* probe_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t reissued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t outages_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread link_thread_;
 };

@@ -30,6 +30,7 @@ class ProxyRestartTest : public ::testing::Test {
         0);
     coordinator_port_ = FreePort();
     proxy_port_ = FreePort();
+    http_port_ = FreePort();
   }
 
   void StartCoordinator(int workers) {
@@ -47,7 +48,8 @@ class ProxyRestartTest : public ::testing::Test {
     sidecar_ = std::make_unique<Subprocess>(std::vector<std::string>{
         Bin("cohort-sidecar"), "--coordinator", absl::StrCat("127.0.0.1:", coordinator_port_),
         "--proxy-listen", absl::StrCat("127.0.0.1:", proxy_port_), "--outage-tolerance", tolerance,
-        "--task", "0", "--num-tasks", "1", "--http-listen", "127.0.0.1:0", "--log-level", "warn"});
+        "--task", "0", "--num-tasks", "1", "--http-listen", absl::StrCat("127.0.0.1:", http_port_),
+        "--log-level", "warn"});
   }
 
   std::unique_ptr<Subprocess> StartClient(int task, int tasks, int steps) {
@@ -55,6 +57,15 @@ class ProxyRestartTest : public ::testing::Test {
         Bin("proxy_test_client"), "--address", absl::StrCat("127.0.0.1:", proxy_port_), "--task",
         absl::StrCat(task), "--tasks", absl::StrCat(tasks), "--steps", absl::StrCat(steps),
         "--go-dir", dir_ + "/go"});
+  }
+
+  // The value of the sidecar's metric line that starts with `series` (-1: none).
+  double SidecarMetric(const std::string& series) {
+    int code = 0;
+    std::string body = HttpGet(absl::StrCat("http://127.0.0.1:", http_port_, "/metrics"), &code);
+    size_t at = body.find("\n" + series + " ");
+    if (code != 200 || at == std::string::npos) return -1;
+    return std::stod(body.substr(at + series.size() + 2));
   }
 
   void Go(int step) { std::ofstream(absl::StrCat(dir_, "/go/go-", step)) << "go\n"; }
@@ -72,6 +83,7 @@ class ProxyRestartTest : public ::testing::Test {
   std::string dir_;
   int coordinator_port_ = 0;
   int proxy_port_ = 0;
+  int http_port_ = 0;
   int coordinator_runs_ = 0;
   std::unique_ptr<Subprocess> coordinator_;
   std::unique_ptr<Subprocess> sidecar_;
@@ -97,6 +109,10 @@ TEST_F(ProxyRestartTest, CoordinatorKilledAndRestartedWithinTheToleranceCausesNo
   StartCoordinator(2);  // the same port and state directory
 
   ExpectLine(clients, "step 2 ok");
+  // The proxy saw one outage and sent calls again (the parked ones at least).
+  EXPECT_EQ(SidecarMetric("cohort_sidecar_proxy_outages_total"), 1);
+  EXPECT_GT(SidecarMetric("cohort_sidecar_proxy_reissued_calls_total"), 0);
+  EXPECT_EQ(SidecarMetric("cohort_sidecar_proxy_link_state{state=\"connected\"}"), 1);
   Go(3);
   ExpectLine(clients, "step 3 begins");
   ExpectLine(clients, "step 3 ok");
