@@ -58,7 +58,146 @@ absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
   return out;
 }
 
+// A resource quantity such as 1Gi, 500M or 2.5Gi (the forms a volume size takes).
+bool IsQuantity(const std::string& text) {
+  static const char* kSuffixes[] = {"",   "k",  "M",  "G",  "T",  "P", "E",
+                                    "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  size_t i = 0;
+  while (i < text.size() && (absl::ascii_isdigit(text[i]) || text[i] == '.')) ++i;
+  const std::string number = text.substr(0, i), suffix = text.substr(i);
+  if (number.empty() || number.front() == '.' || number.back() == '.' ||
+      std::count(number.begin(), number.end(), '.') > 1 ||
+      number.find_first_not_of("0.") == std::string::npos) {
+    return false;  // not a positive decimal number
+  }
+  return std::find_if(std::begin(kSuffixes), std::end(kSuffixes),
+                      [&](const char* s) { return suffix == s; }) != std::end(kSuffixes);
+}
+
+absl::Status CheckStringMap(const json& o, const std::string& field) {
+  if (!o.is_object()) return Invalid(field, "must be a map of strings");
+  for (const auto& [k, v] : o.items()) {
+    if (!v.is_string()) return Invalid(absl::StrCat(field, ".", k), "must be a string");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseResources(const json& resources, const std::string& field) {
+  if (!resources.is_object()) return Invalid(field, "must be an object");
+  for (const auto& [k, v] : resources.items()) {
+    if (k != "requests" && k != "limits" && k != "claims") {
+      return Invalid(absl::StrCat(field, ".", k), "is not requests, limits or claims");
+    }
+    if (k != "claims" && !v.is_object()) {
+      return Invalid(absl::StrCat(field, ".", k), "must be a map such as {cpu: 500m}");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePodTemplate(const json& tmpl, json* out) {
+  const std::string field = "spec.coordinator.podTemplate";
+  if (!tmpl.is_object()) return Invalid(field, "must be an object");
+  for (const auto& [k, v] : tmpl.items()) {
+    if (k != "metadata" && k != "spec") {
+      return Invalid(absl::StrCat(field, ".", k), "only metadata and spec can be set");
+    }
+    if (!v.is_object()) return Invalid(absl::StrCat(field, ".", k), "must be an object");
+  }
+  const json metadata = tmpl.value("metadata", json::object());
+  for (const auto& [k, v] : metadata.items()) {
+    const std::string name = absl::StrCat(field, ".metadata.", k);
+    if (k != "labels" && k != "annotations") {
+      return Invalid(name, "only labels and annotations can be set");
+    }
+    if (auto s = CheckStringMap(v, name); !s.ok()) return s;
+  }
+  const json spec = tmpl.value("spec", json::object());
+  for (const auto& [k, v] : spec.items()) {
+    const auto& fields = kCoordinatorSchedulingFields;
+    if (std::find(std::begin(fields), std::end(fields), k) == std::end(fields)) {
+      return Invalid(absl::StrCat(field, ".spec.", k),
+                     "the coordinator's pod takes only nodeSelector, tolerations, affinity, "
+                     "priorityClassName, imagePullSecrets and schedulerName");
+    }
+  }
+  *out = tmpl;
+  return absl::OkStatus();
+}
+
+absl::Status ParseState(const json& state, CoordinatorStateSpec* out) {
+  const std::string field = "spec.coordinator.state";
+  if (!state.is_object()) return Invalid(field, "must be an object");
+  const std::string volume = Str(state, "volume", "EmptyDir");
+  if (volume == "EmptyDir") {
+    out->volume = StateVolume::kEmptyDir;
+  } else if (volume == "PersistentVolumeClaim") {
+    out->volume = StateVolume::kPersistentVolumeClaim;
+  } else if (volume == "None") {
+    out->volume = StateVolume::kNone;
+  } else {
+    return Invalid(absl::StrCat(field, ".volume"),
+                   absl::StrCat("\"", volume, "\" is not EmptyDir, PersistentVolumeClaim or None"));
+  }
+  if (state.contains("storageClassName")) {
+    if (!state["storageClassName"].is_string()) {
+      return Invalid(absl::StrCat(field, ".storageClassName"), "must be a string");
+    }
+    if (out->volume != StateVolume::kPersistentVolumeClaim) {
+      return Invalid(absl::StrCat(field, ".storageClassName"),
+                     absl::StrCat("applies only to volume PersistentVolumeClaim, not ", volume));
+    }
+    out->storage_class_name = state["storageClassName"].get<std::string>();
+  }
+  if (state.contains("size")) {
+    const std::string size = Str(state, "size");
+    if (!IsQuantity(size)) {
+      return Invalid(absl::StrCat(field, ".size"),
+                     absl::StrCat(state["size"].dump(), " is not a size such as 1Gi or 500Mi"));
+    }
+    if (out->volume == StateVolume::kNone) {
+      return Invalid(absl::StrCat(field, ".size"), "volume None keeps no state to size");
+    }
+    out->size = size;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
+  if (!coordinator.is_object()) return Invalid("spec.coordinator", "must be an object");
+  c->image = Str(coordinator, "image");
+  c->resources = coordinator.value("resources", json::object());
+  if (auto s = ParseResources(c->resources, "spec.coordinator.resources"); !s.ok()) return s;
+  c->heartbeat_timeout = Str(coordinator, "heartbeatTimeout", "30s");
+  c->register_timeout = Str(coordinator, "registerTimeout", "10m");
+  c->shutdown_barrier_timeout = Str(coordinator, "shutdownBarrierTimeout", "5m");
+  c->outage_tolerance = Str(coordinator, "outageTolerance", "60s");
+  for (const auto& [field, value] :
+       {std::pair{"heartbeatTimeout", &c->heartbeat_timeout},
+        std::pair{"registerTimeout", &c->register_timeout},
+        std::pair{"shutdownBarrierTimeout", &c->shutdown_barrier_timeout},
+        std::pair{"outageTolerance", &c->outage_tolerance}}) {
+    absl::Duration d;
+    if (!absl::ParseDuration(*value, &d) || d < absl::ZeroDuration()) {
+      return Invalid(absl::StrCat("spec.coordinator.", field),
+                     absl::StrCat("\"", *value, "\" is not a duration such as 30s or 2m"));
+    }
+  }
+  if (coordinator.contains("podTemplate")) {
+    if (auto s = ParsePodTemplate(coordinator["podTemplate"], &c->pod_template); !s.ok()) return s;
+  }
+  if (coordinator.contains("state")) {
+    if (auto s = ParseState(coordinator["state"], &c->state); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool CoordinatorPodStatus::operator==(const CoordinatorPodStatus& o) const {
+  return uid == o.uid && container_restarts == o.container_restarts &&
+         last_restart_time == o.last_restart_time;
+}
 
 bool Condition::operator==(const Condition& o) const {
   return type == o.type && status == o.status && reason == o.reason && message == o.message &&
@@ -72,10 +211,11 @@ bool TaskCounts::operator==(const TaskCounts& o) const {
 }
 
 bool JobStatus::operator==(const JobStatus& o) const {
-  return phase == o.phase && restarts == o.restarts && tasks == o.tasks &&
-         coordinator_address == o.coordinator_address && start_time == o.start_time &&
-         completion_time == o.completion_time && observed_generation == o.observed_generation &&
-         conditions == o.conditions;
+  return phase == o.phase && restarts == o.restarts &&
+         coordinator_restarts == o.coordinator_restarts && coordinator_pod == o.coordinator_pod &&
+         tasks == o.tasks && coordinator_address == o.coordinator_address &&
+         start_time == o.start_time && completion_time == o.completion_time &&
+         observed_generation == o.observed_generation && conditions == o.conditions;
 }
 
 std::string FormatRfc3339(absl::Time t) {
@@ -99,6 +239,18 @@ std::string FrameworkName(Framework f) {
       break;
   }
   return "generic";
+}
+
+std::string StateVolumeName(StateVolume v) {
+  switch (v) {
+    case StateVolume::kPersistentVolumeClaim:
+      return "PersistentVolumeClaim";
+    case StateVolume::kNone:
+      return "None";
+    case StateVolume::kEmptyDir:
+      break;
+  }
+  return "EmptyDir";
 }
 
 std::string WorkloadJobName(Framework f) { return f == Framework::kJax ? "jax_worker" : "worker"; }
@@ -161,21 +313,9 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
     }
   }
 
-  const json coordinator = spec.value("coordinator", json::object());
-  s.coordinator.image = Str(coordinator, "image");
-  s.coordinator.resources = coordinator.value("resources", json::object());
-  s.coordinator.heartbeat_timeout = Str(coordinator, "heartbeatTimeout", "30s");
-  s.coordinator.register_timeout = Str(coordinator, "registerTimeout", "10m");
-  s.coordinator.shutdown_barrier_timeout = Str(coordinator, "shutdownBarrierTimeout", "5m");
-  for (const auto& [field, value] :
-       {std::pair{"heartbeatTimeout", &s.coordinator.heartbeat_timeout},
-        std::pair{"registerTimeout", &s.coordinator.register_timeout},
-        std::pair{"shutdownBarrierTimeout", &s.coordinator.shutdown_barrier_timeout}}) {
-    absl::Duration d;
-    if (!absl::ParseDuration(*value, &d) || d < absl::ZeroDuration()) {
-      return Invalid(absl::StrCat("spec.coordinator.", field),
-                     absl::StrCat("\"", *value, "\" is not a duration such as 30s or 2m"));
-    }
+  if (auto c = ParseCoordinator(spec.value("coordinator", json::object()), &s.coordinator);
+      !c.ok()) {
+    return c;
   }
 
   const json sidecar = spec.value("sidecar", json::object());
@@ -235,6 +375,11 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
   JobStatus& st = job.status;
   st.phase = Str(status, "phase");
   st.restarts = status.value("restarts", 0);
+  st.coordinator_restarts = status.value("coordinatorRestarts", 0);
+  const json coordinator_pod = status.value("coordinatorPod", json::object());
+  st.coordinator_pod.uid = Str(coordinator_pod, "uid");
+  st.coordinator_pod.container_restarts = coordinator_pod.value("containerRestarts", 0);
+  st.coordinator_pod.last_restart_time = ParseRfc3339(Str(coordinator_pod, "lastRestartTime"));
   const json tasks = status.value("tasks", json::object());
   st.tasks.total = tasks.value("total", 0);
   st.tasks.registered = tasks.value("registered", 0);
@@ -262,6 +407,14 @@ json StatusToJson(const JobStatus& st) {
   json out = json::object();
   if (!st.phase.empty()) out["phase"] = st.phase;
   out["restarts"] = st.restarts;
+  out["coordinatorRestarts"] = st.coordinator_restarts;
+  const CoordinatorPodStatus& pod = st.coordinator_pod;
+  if (!pod.uid.empty() || pod.container_restarts != 0 || pod.last_restart_time) {
+    json j = {{"containerRestarts", pod.container_restarts}};
+    if (!pod.uid.empty()) j["uid"] = pod.uid;
+    if (pod.last_restart_time) j["lastRestartTime"] = FormatRfc3339(*pod.last_restart_time);
+    out["coordinatorPod"] = j;
+  }
   out["tasks"] = {{"total", st.tasks.total},
                   {"registered", st.tasks.registered},
                   {"ready", st.tasks.ready},

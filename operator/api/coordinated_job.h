@@ -22,6 +22,8 @@ inline constexpr char kKind[] = "CoordinatedJob";
 
 enum class Framework { kGeneric, kJax, kTensorflow };
 enum class SuccessPolicy { kAllWorkers, kWorker0 };
+// Where the coordinator keeps its durable state (cohort-coordinator --state-dir).
+enum class StateVolume { kEmptyDir, kPersistentVolumeClaim, kNone };
 
 namespace phase {
 inline constexpr char kPending[] = "Pending";
@@ -32,13 +34,32 @@ inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
 }  // namespace phase
 
+struct CoordinatorStateSpec {
+  StateVolume volume = StateVolume::kEmptyDir;
+  std::string storage_class_name;  // PersistentVolumeClaim only; "" : the cluster's default
+  std::string size = "1Gi";        // the claim's request, or the emptyDir's sizeLimit
+};
+
 struct CoordinatorSpec {
   std::string image;  // "" : the operator's default
   json resources = json::object();
   std::string heartbeat_timeout = "30s";
   std::string register_timeout = "10m";
   std::string shutdown_barrier_timeout = "5m";
+  // How long the workload's sidecars ride out an unreachable coordinator (a restart) before
+  // its calls fail.
+  std::string outage_tolerance = "60s";
+  // spec.coordinator.podTemplate: metadata (labels, annotations) and the scheduling fields
+  // of kCoordinatorSchedulingFields, which override those of the workers' template.
+  json pod_template = json::object();
+  CoordinatorStateSpec state;
 };
+
+// The pod spec fields the coordinator takes from spec.template.spec (unless
+// spec.coordinator.podTemplate.spec sets them): it must fit on the nodes the workers fit on.
+inline constexpr const char* kCoordinatorSchedulingFields[] = {
+    "nodeSelector",      "tolerations",      "affinity",
+    "priorityClassName", "imagePullSecrets", "schedulerName"};
 
 struct SidecarSpec {
   std::string image;  // "" : the operator's default
@@ -85,9 +106,23 @@ struct TaskCounts {
   bool operator==(const TaskCounts& o) const;
 };
 
+// What the operator last saw of the current gang's coordinator pod, so that each restart
+// of the coordinator is counted once (status.coordinatorPod).
+struct CoordinatorPodStatus {
+  std::string uid;             // "": none seen since the operator (re)created it
+  int container_restarts = 0;  // its container's restartCount, already counted
+  // When the coordinator last went away (its container exited, or its pod was lost).
+  std::optional<absl::Time> last_restart_time;
+  bool operator==(const CoordinatorPodStatus& o) const;
+};
+
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
+  // Coordinator restarts that kept the gang: its container restarted in place, or its pod
+  // was recreated on the job's PersistentVolumeClaim.
+  int coordinator_restarts = 0;
+  CoordinatorPodStatus coordinator_pod;
   TaskCounts tasks;
   std::string coordinator_address;
   std::optional<absl::Time> start_time;
@@ -121,6 +156,7 @@ json StatusToJson(const JobStatus& status);
 bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code);
 
 std::string FrameworkName(Framework f);
+std::string StateVolumeName(StateVolume v);
 // The coordination job name the workload's tasks register under: jaxlib always uses
 // "jax_worker"; TensorFlow and cohort's agent use "worker".
 std::string WorkloadJobName(Framework f);

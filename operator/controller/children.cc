@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace cohort::controller {
 namespace {
@@ -29,8 +30,10 @@ json Env(const std::string& name, const std::string& value) {
 }
 
 // The env contract: every workload container and the sidecar get these.
-json ContractEnv(const api::CoordinatedJob& job, int index, int restart) {
-  const std::string address = CoordinatorAddress(job);
+// The env contract. The workload's containers reach the coordinator through their pod's
+// sidecar (`for_workload`); the sidecar itself gets the coordinator's own address.
+json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool for_workload) {
+  const std::string address = for_workload ? kSidecarProxyAddress : CoordinatorAddress(job);
   json env = json::array({
       Env("COHORT_COORDINATOR_ADDRESS", address),
       Env("COHORT_JOB_NAME", api::WorkloadJobName(job.spec.framework)),
@@ -44,6 +47,7 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart) {
   });
   if (job.spec.framework == api::Framework::kJax) {
     env.push_back(Env("JAX_COORDINATOR_ADDRESS", address));
+    if (for_workload) env.push_back(Env("JAX_COORDINATOR_BIND_ADDRESS", kJaxUnusedServiceAddress));
     env.push_back(Env("JAX_NUM_PROCESSES", absl::StrCat(job.spec.replicas)));
     env.push_back(Env("JAX_PROCESS_ID", absl::StrCat(index)));
   } else if (job.spec.framework == api::Framework::kTensorflow) {
@@ -73,7 +77,8 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
   json args = json::array({"--handoff-dir", kHandoffDir, "--http-listen",
                            absl::StrCat("0.0.0.0:", kSidecarHttpPort), "--heartbeat-timeout",
                            job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
-                           settings.workload_liveness});
+                           settings.workload_liveness, "--proxy-listen", kSidecarProxyAddress,
+                           "--outage-tolerance", job.spec.coordinator.outage_tolerance});
   if (settings.workload_liveness == "process") {
     args.push_back("--workload-process");
     args.push_back(WorkloadProcessPattern(job.spec.pod_template));
@@ -93,7 +98,7 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
       {"image", job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image},
       {"restartPolicy", "Always"},  // a native sidecar: starts first, stops after the workload
       {"args", args},
-      {"env", ContractEnv(job, index, restart)},
+      {"env", ContractEnv(job, index, restart, /*for_workload=*/false)},
       {"ports",
        json::array(
            {{{"name", "metrics"}, {"containerPort", kSidecarHttpPort}, {"protocol", "TCP"}}})},
@@ -125,6 +130,9 @@ std::string WorkerPodName(const api::CoordinatedJob& job, int index) {
 std::string CoordinatorAddress(const api::CoordinatedJob& job) {
   return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:", kCoordinatorGrpcPort);
 }
+std::string CoordinatorStateClaimName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-coordinator-state");
+}
 
 json OwnerReference(const api::CoordinatedJob& job) {
   return {{"apiVersion", api::kApiVersion},
@@ -147,6 +155,9 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
       "default-job: ", workload, "\n", "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
       "register-timeout: ", c.register_timeout, "\n",
       "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n");
+  if (c.state.volume != api::StateVolume::kNone) {
+    absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
+  }
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
@@ -177,9 +188,74 @@ json WorkersService(const api::CoordinatedJob& job) {
             {"selector", {{kJobLabel, job.name}, {kRoleLabel, "worker"}}}}}};
 }
 
-json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings) {
-  json labels = Labels(job, "coordinator");
+json CoordinatorStateClaim(const api::CoordinatedJob& job) {
+  const auto& state = job.spec.coordinator.state;
+  json spec = {{"accessModes", json::array({"ReadWriteOnce"})},
+               {"resources", {{"requests", {{"storage", state.size}}}}}};
+  if (!state.storage_class_name.empty()) spec["storageClassName"] = state.storage_class_name;
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", Metadata(job, CoordinatorStateClaimName(job), Labels(job, "coordinator"))},
+          {"spec", spec}};
+}
+
+json CoordinatorResources(const json& given) {
+  json out = given.is_object() ? given : json::object();
+  json requests = out.value("requests", json::object());
+  json limits = out.value("limits", json::object());
+  for (const auto& [name, fallback] :
+       {std::pair{"cpu", kCoordinatorDefaultCpu}, std::pair{"memory", kCoordinatorDefaultMemory}}) {
+    if (!requests.contains(name) && !limits.contains(name)) {
+      requests[name] = limits[name] = fallback;
+    }
+  }
+  for (const auto& [name, value] : requests.items()) {
+    if (!limits.contains(name)) limits[name] = value;
+  }
+  for (const auto& [name, value] : limits.items()) {
+    if (!requests.contains(name)) requests[name] = value;
+  }
+  out["requests"] = requests;
+  out["limits"] = limits;
+  return out;
+}
+
+std::string CoordinatorStateSubPath(absl::Time started, int restart) {
+  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", started, absl::UTCTimeZone()), "-gang-",
+                      restart);
+}
+
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
+                    const OperatorSettings& settings) {
+  const auto& state = job.spec.coordinator.state;
+  const bool keeps_state = state.volume != api::StateVolume::kNone;
+  const json& own = job.spec.coordinator.pod_template;
+  json labels = own.value(json::json_pointer("/metadata/labels"), json::object());
+  const json ours = Labels(job, "coordinator");
+  for (const auto& [k, v] : ours.items()) labels[k] = v;
   labels[kRestartLabel] = absl::StrCat(restart);
+  json metadata = Metadata(job, CoordinatorName(job), labels);
+  if (own.contains(json::json_pointer("/metadata/annotations"))) {
+    metadata["annotations"] = own[json::json_pointer("/metadata/annotations")];
+  }
+  json mounts =
+      json::array({{{"name", "config"}, {"mountPath", "/etc/cohort"}, {"readOnly", true}}});
+  json volumes =
+      json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}});
+  if (keeps_state) {
+    // A directory per gang and run: a gang restart or a resume starts from no state, even
+    // on the same claim.
+    mounts.push_back({{"name", "state"},
+                      {"mountPath", kCoordinatorStateDir},
+                      {"subPath", CoordinatorStateSubPath(started, restart)}});
+    if (state.volume == api::StateVolume::kPersistentVolumeClaim) {
+      volumes.push_back(
+          {{"name", "state"},
+           {"persistentVolumeClaim", {{"claimName", CoordinatorStateClaimName(job)}}}});
+    } else {
+      volumes.push_back({{"name", "state"}, {"emptyDir", {{"sizeLimit", state.size}}}});
+    }
+  }
   json container = {
       {"name", "coordinator"},
       {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
@@ -195,30 +271,39 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorS
        {{"httpGet", {{"path", "/healthz"}, {"port", kCoordinatorHttpPort}}},
         {"periodSeconds", 10},
         {"failureThreshold", 6}}},
-      {"volumeMounts",
-       json::array({{{"name", "config"}, {"mountPath", "/etc/cohort"}, {"readOnly", true}}})},
+      {"volumeMounts", mounts},
+      {"resources", CoordinatorResources(job.spec.coordinator.resources)},
       {"securityContext",
        {{"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
         {"runAsNonRoot", true},
-        {"runAsUser", 65532},
+        {"runAsUser", kCoordinatorUser},
         {"capabilities", {{"drop", json::array({"ALL"})}}},
         {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
-  if (!job.spec.coordinator.resources.empty()) {
-    container["resources"] = job.spec.coordinator.resources;
+  json spec = {
+      // With its state on a volume a crashed coordinator restarts in place and keeps the gang;
+      // without, a lost coordinator restarts the whole gang.
+      {"restartPolicy", keeps_state ? "Always" : "Never"},
+      {"terminationGracePeriodSeconds", 5},
+      {"enableServiceLinks", false},
+      {"containers", json::array({container})},
+      {"volumes", volumes}};
+  if (keeps_state) {
+    spec["securityContext"] = {{"fsGroup", kCoordinatorUser},
+                               {"fsGroupChangePolicy", "OnRootMismatch"}};
   }
-  return {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", Metadata(job, CoordinatorName(job), labels)},
-      {"spec",
-       {{"restartPolicy", "Never"},  // a lost coordinator restarts the whole gang
-        {"terminationGracePeriodSeconds", 5},
-        {"enableServiceLinks", false},
-        {"containers", json::array({container})},
-        {"volumes",
-         json::array({{{"name", "config"}, {"configMap", {{"name", CoordinatorName(job)}}}}})}}}};
+  // It must fit where the workers fit (tainted nodes, a priority no lower than theirs).
+  const json workers = job.spec.pod_template.value("spec", json::object());
+  const json overrides = own.value("spec", json::object());
+  for (const char* field : api::kCoordinatorSchedulingFields) {
+    if (overrides.contains(field)) {
+      spec[field] = overrides[field];
+    } else if (workers.contains(field)) {
+      spec[field] = workers[field];
+    }
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
@@ -239,7 +324,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   spec["restartPolicy"] = "Never";  // the operator restarts the gang, never one worker
   if (settings.workload_liveness == "process") spec["shareProcessNamespace"] = true;
 
-  const json contract = ContractEnv(job, index, restart);
+  const json contract = ContractEnv(job, index, restart, /*for_workload=*/true);
   for (auto& container : spec["containers"]) {
     json env = contract;
     for (const auto& e : container.value("env", json::array())) env.push_back(e);  // user wins

@@ -1,6 +1,7 @@
-// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod and
-// Service, the workers' headless Service, and worker Pods with the sidecar injected and the
-// env contract of DESIGN.md. Pure functions of the job and the operator's settings.
+// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod, Service
+// and (state on a PersistentVolumeClaim) its claim, the workers' headless Service, and worker
+// Pods with the sidecar injected and the env contract of DESIGN.md. Pure functions of the job
+// and the operator's settings.
 #ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 #define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 
@@ -25,7 +26,21 @@ inline constexpr char kHandoffDir[] = "/var/run/cohort";
 inline constexpr int kCoordinatorGrpcPort = 8476;
 inline constexpr int kCoordinatorHttpPort = 8477;
 inline constexpr int kSidecarHttpPort = 9477;
+// The workload's coordinator endpoint: its sidecar's proxy (cohort-sidecar --proxy-listen),
+// on the pod's loopback, which forwards to the coordinator and rides out its restarts.
+inline constexpr char kSidecarProxyAddress[] = "127.0.0.1:8476";
+// Where JAX's process 0 starts jaxlib's own coordination service, which nobody uses: a
+// loopback port apart from the proxy's (jax reads JAX_COORDINATOR_BIND_ADDRESS).
+inline constexpr char kJaxUnusedServiceAddress[] = "127.0.0.1:18476";
 inline constexpr int kTensorflowPort = 2222;
+// Where the coordinator keeps its durable state (--state-dir), when the job keeps one.
+inline constexpr char kCoordinatorStateDir[] = "/var/lib/cohort/state";
+// The coordinator image's user; the pod's fsGroup, so that it can write its state volume.
+inline constexpr int kCoordinatorUser = 65532;
+// Requests and limits of a coordinator whose job sets none: small, and equal, so that the
+// pod is Guaranteed (the last to be evicted).
+inline constexpr char kCoordinatorDefaultCpu[] = "500m";
+inline constexpr char kCoordinatorDefaultMemory[] = "512Mi";
 
 struct OperatorSettings {
   std::string coordinator_image = "ghcr.io/cohort/cohort-coordinator:0.1.0";
@@ -43,12 +58,29 @@ std::string WorkersServiceName(const api::CoordinatedJob& job);  // headless
 std::string WorkerPodName(const api::CoordinatedJob& job, int index);
 // "<job>-coordinator.<namespace>.svc:8476"
 std::string CoordinatorAddress(const api::CoordinatedJob& job);
+// "<job>-coordinator-state": the coordinator's PersistentVolumeClaim.
+std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
 json CoordinatorConfigMap(const api::CoordinatedJob& job);
 json CoordinatorService(const api::CoordinatedJob& job);
+// Only for spec.coordinator.state.volume PersistentVolumeClaim.
+json CoordinatorStateClaim(const api::CoordinatedJob& job);
+// The coordinator's resources: the job's, with requests and limits made equal where only one
+// is given, and the defaults above for cpu and memory when neither is.
+json CoordinatorResources(const json& given);
 json WorkersService(const api::CoordinatedJob& job);
-json CoordinatorPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings);
+// The directory of the state volume that holds one coordinator's state:
+// "<started>-gang-<restart>", started being status.startTime (set again when a suspended job
+// resumes). Neither a gang restart nor a resume finds an earlier coordinator's state there;
+// a coordinator restarted within its gang finds its own.
+std::string CoordinatorStateSubPath(absl::Time started, int restart);
+// The coordinator of gang `restart` of the run that started at `started`. It takes the
+// workers' scheduling fields (node selector, tolerations, affinity, priority class, image pull
+// secrets, scheduler), which spec.coordinator.podTemplate overrides; with a state volume it
+// restarts in place (restartPolicy Always) and keeps its state in CoordinatorStateSubPath.
+json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
+                    const OperatorSettings& settings);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
                const OperatorSettings& settings);
 

@@ -24,6 +24,7 @@ const kube::Resource& ResourceFor(const json& object) {
   const std::string kind = object.value("kind", "");
   if (kind == "Service") return kube::kServices;
   if (kind == "ConfigMap") return kube::kConfigMaps;
+  if (kind == "PersistentVolumeClaim") return kube::kPersistentVolumeClaims;
   return kube::kPods;
 }
 
@@ -58,7 +59,8 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   // Every series exists from the start, so rates and dashboards see 0 rather than nothing.
   for (const char* result : {"success", "error", "conflict"})
     reconcile_total_->WithLabels({result});
-  for (const char* resource : {"coordinatedjobs", "pods", "services", "configmaps"}) {
+  for (const char* resource :
+       {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims"}) {
     watch_restarts_->WithLabels({resource});
   }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
@@ -90,6 +92,8 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
                                                child_handlers("services"));
   config_maps_ = std::make_unique<kube::Informer>(client_, kube::kConfigMaps, child_options,
                                                   child_handlers("configmaps"));
+  claims_ = std::make_unique<kube::Informer>(client_, kube::kPersistentVolumeClaims, child_options,
+                                             child_handlers("persistentvolumeclaims"));
 }
 
 JobController::~JobController() { Stop(); }
@@ -100,15 +104,18 @@ void JobController::EnqueueOwner(const json& child) {
 }
 
 bool JobController::StartAndSync(const std::atomic<bool>& stop) {
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+  for (auto* informer :
+       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
     informer->Start();
   }
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+  for (auto* informer :
+       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
     if (!informer->WaitForSync(stop)) return false;
   }
   synced_ = true;
-  spdlog::info("caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps",
-               jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size());
+  spdlog::info("caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps, {} claims",
+               jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size(),
+               claims_->Size());
   return true;
 }
 
@@ -146,7 +153,8 @@ void JobController::StopWorkers() { queue_.ShutDown(); }
 void JobController::Stop() {
   queue_.ShutDown();
   watcher_.StopAll();
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()}) {
+  for (auto* informer :
+       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
     if (informer) informer->Stop();
   }
 }
@@ -171,6 +179,11 @@ absl::Status JobController::Reconcile(const std::string& key) {
   observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
   observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
   observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
+  if (auto claim = claims_->Get(ns, CoordinatorStateClaimName(*job))) {
+    observed.coordinator_state_claim = true;
+    observed.coordinator_state_claim_terminating =
+        claim->contains("/metadata/deletionTimestamp"_json_pointer);
+  }
 
   const int gang = job->status.restarts;
   const ObservedPod* coordinator = nullptr;
@@ -308,6 +321,8 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           created_pods.push_back(kube::Name(created));
         } else if (kind == "Service") {
           services_->Upsert(created);
+        } else if (kind == "PersistentVolumeClaim") {
+          claims_->Upsert(created);
         } else {
           config_maps_->Upsert(created);
         }
@@ -382,6 +397,12 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
                            "Gang restarts of each CoordinatedJob (status.restarts).",
                            "gauge",
                            {}};
+  CollectedFamily coordinator_restarts{
+      "cohort_operator_job_coordinator_restarts",
+      "Coordinator restarts of each CoordinatedJob that kept its gang "
+      "(status.coordinatorRestarts).",
+      "gauge",
+      {}};
   CollectedFamily watched{"cohort_operator_coordinators_watched",
                           "Coordinators the operator follows through cluster snapshots.",
                           "gauge",
@@ -399,6 +420,9 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       restarts.samples.push_back(
           {{{"namespace", ns}, {"cjob", name}},
            static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
+      coordinator_restarts.samples.push_back(
+          {{{"namespace", ns}, {"cjob", name}},
+           static_cast<double>(o.value("/status/coordinatorRestarts"_json_pointer, 0))});
     }
   }
   for (const char* p : kPhases) {
@@ -406,7 +430,7 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
   }
   watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
   queue_depth_->Set(static_cast<double>(queue_.Depth()));
-  return {by_phase, job_phase, restarts, watched};
+  return {by_phase, job_phase, restarts, coordinator_restarts, watched};
 }
 
 }  // namespace cohort::controller

@@ -83,6 +83,46 @@ struct Planner {
     DeletePods(/*include_finished=*/false);
     ScheduleTtl();
   }
+  // Counts each restart of the current gang's coordinator once, through what the status
+  // remembers of its pod (status.coordinatorPod): a container restarted in place, or a pod
+  // lost while its state is on the claim (the plan then makes it again).
+  void CountCoordinatorRestarts(const ObservedPod* coordinator, bool gone, bool on_claim) {
+    api::CoordinatorPodStatus& seen = st().coordinator_pod;
+    if (coordinator && !gone) {
+      if (seen.uid != coordinator->uid) {  // a new pod: restarts before now were not counted
+        seen.uid = coordinator->uid;
+        seen.container_restarts = 0;
+      }
+      const int more = coordinator->restart_count - seen.container_restarts;
+      if (more <= 0) return;
+      st().coordinator_restarts += more;
+      seen.container_restarts = coordinator->restart_count;
+      seen.last_restart_time = coordinator->last_exit_at.value_or(now());
+      Event("Warning", "CoordinatorRestarted",
+            absl::StrCat("the coordinator's container restarted in place (",
+                         coordinator->restart_count, " time",
+                         coordinator->restart_count == 1 ? "" : "s", " in pod ", coordinator->name,
+                         ") and keeps its state on its ",
+                         api::StateVolumeName(job.spec.coordinator.state.volume),
+                         " volume; the gang goes on"));
+    } else if (on_claim && !seen.uid.empty()) {
+      st().coordinator_restarts += 1;
+      absl::Time at = now();
+      if (coordinator && coordinator->deletion_requested_at) {
+        at = *coordinator->deletion_requested_at;
+      } else if (coordinator && coordinator->finished_at) {
+        at = *coordinator->finished_at;
+      }
+      seen = api::CoordinatorPodStatus{};  // the next pod is a new one
+      seen.last_restart_time = at;
+      Event("Warning", "CoordinatorRestarted",
+            absl::StrCat("the coordinator pod ", CoordinatorName(job),
+                         coordinator && !coordinator->terminating ? " failed" : " was deleted",
+                         "; a new one starts on PersistentVolumeClaim ",
+                         CoordinatorStateClaimName(job),
+                         ", which holds its state; the gang goes on"));
+    }
+  }
   void ScheduleTtl() {
     if (!job.spec.ttl_seconds_after_finished || !st().completion_time) return;
     const absl::Time expiry =
@@ -105,6 +145,7 @@ ObservedPod ObservePod(const json& pod) {
   ObservedPod p;
   const json metadata = pod.value("metadata", json::object());
   p.name = metadata.value("name", "");
+  p.uid = metadata.value("uid", "");
   const json labels = metadata.value("labels", json::object());
   p.role = labels.value(kRoleLabel, "");
   p.index = IntLabel(labels, kIndexLabel);
@@ -126,14 +167,23 @@ ObservedPod ObservePod(const json& pod) {
   for (const auto& c : status.value("conditions", json::array())) {
     if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
   }
+  // Kubernetes' default restartPolicy is Always.
+  p.restarts_in_place = pod.value("/spec/restartPolicy"_json_pointer, "Always") == "Always";
   // The workload: the coordinator's container, or a worker's first container.
   std::string workload;
   const json containers = pod.value("/spec/containers"_json_pointer, json::array());
   if (!containers.empty()) workload = containers[0].value("name", "");
   for (const auto& cs : status.value("containerStatuses", json::array())) {
     if (cs.value("name", "") != workload) continue;
+    p.restart_count = cs.value("restartCount", 0);
     const json terminated = cs.value("/state/terminated"_json_pointer, json());
-    if (terminated.is_object()) {
+    const json last = cs.value("/lastState/terminated"_json_pointer, json());
+    if (p.restarts_in_place) {
+      // Between a crash and its restart the state is terminated (then waiting, with the exit
+      // as the last state); either way the container starts again.
+      const json& exit = terminated.is_object() ? terminated : last;
+      if (exit.is_object()) p.last_exit_at = api::ParseRfc3339(exit.value("finishedAt", ""));
+    } else if (terminated.is_object()) {
       p.exit_code = terminated.value("exitCode", -1);
       p.finished_at = api::ParseRfc3339(terminated.value("finishedAt", ""));
       p.reason = terminated.value("reason", "");
@@ -178,6 +228,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
       P.Event("Normal", "Suspended", "the job is suspended: its pods are deleted");
     }
     st.tasks.registered = st.tasks.ready = 0;
+    st.coordinator_pod = api::CoordinatorPodStatus{};
     return std::move(P.plan);
   }
   if (st.phase == phase::kSuspended) {
@@ -232,6 +283,18 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   st.tasks.failed = failed;
   st.tasks.registered = observed.coordinator ? observed.coordinator->registered : 0;
 
+  // ---- The coordinator restarting without the gang (a state volume).
+  const api::StateVolume volume = job.spec.coordinator.state.volume;
+  const bool on_claim = volume == api::StateVolume::kPersistentVolumeClaim;
+  const bool coordinator_gone = !coordinator || coordinator->terminating || Finished(*coordinator);
+  const bool claim_usable =
+      observed.coordinator_state_claim && !observed.coordinator_state_claim_terminating;
+  // A pod lost on a claim that is gone too has lost its state.
+  const bool recreate_coordinator = on_claim && (claim_usable || !coordinator_gone);
+  if (volume != api::StateVolume::kNone) {
+    P.CountCoordinatorRestarts(coordinator, coordinator_gone, recreate_coordinator);
+  }
+
   // ---- Success.
   const bool worker0_done = workers[0] && workers[0]->exit_code && *workers[0]->exit_code == 0;
   if (job.spec.success_policy == api::SuccessPolicy::kWorker0 && worker0_done) {
@@ -264,15 +327,32 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   }
   const bool coordinator_exited = coordinator && coordinator->exit_code.has_value();
   const bool coordinator_lost =
-      coordinator_exited || (gang_started && (!coordinator || coordinator->terminating));
+      !recreate_coordinator &&
+      (coordinator_exited || (gang_started && (!coordinator || coordinator->terminating)));
   std::string coordinator_loss;
   if (coordinator_lost) {
-    coordinator_loss =
-        !coordinator_exited
-            ? absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted")
-            : absl::StrCat("the coordinator exited with code ", *coordinator->exit_code);
+    if (!coordinator_exited) {
+      coordinator_loss = absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted");
+    } else if (coordinator->restarts_in_place) {  // evicted: the pod failed, not the process
+      coordinator_loss = absl::StrCat("the coordinator pod ", CoordinatorName(job), " failed");
+      if (!coordinator->reason.empty()) {
+        absl::StrAppend(&coordinator_loss, " (", coordinator->reason, ")");
+      }
+    } else {
+      coordinator_loss = absl::StrCat("the coordinator exited with code ", *coordinator->exit_code);
+    }
+    if (on_claim) {
+      absl::StrAppend(&coordinator_loss, " and its PersistentVolumeClaim ",
+                      CoordinatorStateClaimName(job), " is gone");
+    }
     signals.push_back(coordinator_loss);
     if (exits.empty()) cause = "CoordinatorLost";
+  }
+  // When the coordinator last went away without taking the gang with it.
+  std::optional<absl::Time> coordinator_went_away = st.coordinator_pod.last_restart_time;
+  if (coordinator && !coordinator_gone && coordinator->last_exit_at &&
+      (!coordinator_went_away || *coordinator->last_exit_at > *coordinator_went_away)) {
+    coordinator_went_away = coordinator->last_exit_at;  // down now, or not counted yet
   }
   if (observed.coordinator) {
     for (const auto& e : observed.coordinator->errors) {
@@ -329,6 +409,19 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
         permanent = false;
       }
     }
+    // Workers whose coordinator restarted under them may stop too (until the sidecar proxy
+    // rides out the outage, jaxlib does): from a second before until a heartbeat timeout
+    // after, an exit that would fail the job is the coordinator's doing.
+    if (permanent && infra.empty() && coordinator_went_away) {
+      absl::Duration heartbeat = absl::Seconds(30);
+      (void)absl::ParseDuration(job.spec.coordinator.heartbeat_timeout, &heartbeat);
+      if (earliest + absl::Seconds(1) >= *coordinator_went_away &&
+          earliest <= *coordinator_went_away + heartbeat) {
+        infra = absl::StrCat(first_exit, " after the coordinator restarted");
+        cause = "CoordinatorRestarted";
+        permanent = false;
+      }
+    }
     if (observed.coordinator) {
       for (const auto& e : observed.coordinator->errors) {
         if (e.IsWorkloadExitReport() || !infra.empty()) continue;
@@ -356,6 +449,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     st.restarts = gang + 1;
     st.phase = phase::kRestarting;
     st.tasks.registered = st.tasks.ready = 0;
+    st.coordinator_pod = api::CoordinatorPodStatus{};  // the next gang's coordinator is new
     const std::string message = absl::StrCat("gang restart ", st.restarts, " of at most ",
                                              job.spec.failure_policy.max_restarts, ": ", what);
     P.Condition(kConditionRestarting, true, cause, message);
@@ -370,8 +464,15 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job));
   if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
   if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
-  if (!by_name.count(CoordinatorName(job))) {
-    P.plan.create.push_back(CoordinatorPod(job, gang, settings));
+  if (on_claim && !observed.coordinator_state_claim) {
+    P.plan.create.push_back(CoordinatorStateClaim(job));
+  }
+  if (recreate_coordinator && coordinator && Finished(*coordinator) && !coordinator->terminating) {
+    P.plan.delete_pods.push_back(coordinator->name);  // evicted: make room for the new one
+  }
+  // A claim being deleted is not used; the next one gets the pod.
+  if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating) {
+    P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings));
   }
   if (coordinator && coordinator->ready) {
     for (int i = 0; i < replicas; ++i) {

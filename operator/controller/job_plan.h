@@ -20,6 +20,7 @@ namespace cohort::controller {
 // A pod of the job as the plan needs to see it.
 struct ObservedPod {
   std::string name;
+  std::string uid;
   std::string role;   // "coordinator" or "worker"
   int index = -1;     // worker index
   int restart = -1;   // the gang it belongs to (label cohort.dev/restart)
@@ -34,6 +35,12 @@ struct ObservedPod {
   std::optional<int> exit_code;
   std::optional<absl::Time> finished_at;
   std::string reason;  // why it ended, for messages
+  // A pod whose containers restart in place (restartPolicy Always: a coordinator with a state
+  // volume): a container's exit is not the pod's end, only its phase says that.
+  bool restarts_in_place = false;
+  int restart_count = 0;  // of the workload container
+  // When the workload container last exited (restarts_in_place pods: it may be running again).
+  std::optional<absl::Time> last_exit_at;
 };
 
 ObservedPod ObservePod(const nlohmann::json& pod);
@@ -60,6 +67,10 @@ struct Observed {
   bool coordinator_config_map = false;
   bool coordinator_service = false;
   bool workers_service = false;
+  // The coordinator's PersistentVolumeClaim (spec.coordinator.state.volume
+  // PersistentVolumeClaim), and whether it is being deleted.
+  bool coordinator_state_claim = false;
+  bool coordinator_state_claim_terminating = false;
   std::optional<CoordinatorView> coordinator;  // absent: not reachable (yet)
   // When the controller first saw a failure of the current gang (absent: not yet).
   std::optional<absl::Time> failure_first_seen;
@@ -102,6 +113,12 @@ inline constexpr char kConditionSuspended[] = "Suspended";
 //   worker (137) restart the job even though its peers then exit 1 because their
 //   coordination service told them a task failed, while a worker's own exit 1 fails the job.
 // - Restarts stop at failurePolicy.maxRestarts: the job fails with reason MaxRestartsExceeded.
+// - The coordinator with a state volume (spec.coordinator.state) restarts without the gang:
+//   its container restarting in place, or (state on a PersistentVolumeClaim) its pod lost
+//   and made again on the same claim, counts in status.coordinatorRestarts with an Event
+//   CoordinatorRestarted. A pod lost with its state (EmptyDir, None) still restarts the gang
+//   (CoordinatorLost), and so do workers that exit because their coordinator went away
+//   (CoordinatorRestarted): from a second before it went until its heartbeat timeout after.
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings);
 

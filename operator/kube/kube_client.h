@@ -34,6 +34,8 @@ struct Resource {
 inline const Resource kPods{"/api/v1", "pods", "Pod", true};
 inline const Resource kServices{"/api/v1", "services", "Service", true};
 inline const Resource kConfigMaps{"/api/v1", "configmaps", "ConfigMap", true};
+inline const Resource kPersistentVolumeClaims{"/api/v1", "persistentvolumeclaims",
+                                              "PersistentVolumeClaim", true};
 inline const Resource kEvents{"/api/v1", "events", "Event", true};
 inline const Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease", true};
 inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",

@@ -28,6 +28,7 @@ EXPECTED_RULES = sorted([
     ("", "pods", ("create", "delete", "get", "list", "watch")),
     ("", "services", ("create", "get", "list", "watch")),
     ("", "configmaps", ("create", "get", "list", "watch")),
+    ("", "persistentvolumeclaims", ("create", "get", "list", "watch")),
     ("", "events", ("create",)),
 ])
 

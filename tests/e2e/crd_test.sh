@@ -58,6 +58,27 @@ else
   fail "printer columns" "$header"
 fi
 
+wide=$(k get cjob -o wide 2>&1 | head -n 1)
+if [[ "$wide" =~ RESTARTS\ +COORD-RESTARTS\ +AGE ]]; then
+  pass "kubectl get cjob -o wide adds Coord-Restarts"
+else
+  fail "the wide printer column" "$wide"
+fi
+state=$(k get cjob quickstart -o jsonpath='{.spec.coordinator.state.volume}')
+if [[ "$state" == EmptyDir ]]; then
+  pass "spec.coordinator.state.volume defaults to EmptyDir"
+else
+  fail "spec.coordinator.state.volume default" "got '$state'"
+fi
+
+out=$(k patch cjob quickstart --dry-run=server --type merge \
+  -p '{"spec":{"coordinator":{"state":{"volume":"PersistentVolumeClaim"}}}}' 2>&1)
+if [[ $? -ne 0 && "$out" == *"spec.coordinator.state cannot change once the job exists"* ]]; then
+  pass "spec.coordinator.state cannot change once the job exists"
+else
+  fail "spec.coordinator.state is immutable" "$out"
+fi
+
 if out=$(k patch cjob quickstart --subresource=status --type=merge \
   -p '{"status":{"phase":"Running","restarts":1,"tasks":{"total":4,"ready":4}}}' 2>&1) &&
   [[ "$(k get cjob quickstart -o jsonpath='{.status.phase}/{.status.tasks.ready}')" == "Running/4" ]]; then
@@ -106,6 +127,16 @@ refused "no template" 'spec.template: Required value' '{"spec":{"template":null}
 refused "a name too long for the pod hostnames" 'metadata.name must start with a lower-case letter and have at most 42' \
   '{"metadata":{"name":"a-name-that-is-far-too-long-for-worker-hostnames"}}'
 refused "a name that is no DNS-1035 label" 'metadata.name must start with a lower-case letter' '{"metadata":{"name":"1st-job"}}'
+refused "an unknown state volume" 'spec.coordinator.state.volume: Unsupported value: "HostPath"' \
+  '{"spec":{"coordinator":{"state":{"volume":"HostPath"}}}}'
+refused "a storage class without a claim" 'storageClassName applies only to volume PersistentVolumeClaim' \
+  '{"spec":{"coordinator":{"state":{"storageClassName":"fast"}}}}'
+refused "a size for no state" 'volume None keeps no state to size' \
+  '{"spec":{"coordinator":{"state":{"volume":"None","size":"1Gi"}}}}'
+refused "a malformed state size" 'spec.coordinator.state.size' \
+  '{"spec":{"coordinator":{"state":{"volume":"PersistentVolumeClaim","size":"1GB"}}}}'
+refused "a coordinator pod field that is not for scheduling" 'unknown field "spec.coordinator.podTemplate.spec.hostNetwork"' \
+  '{"spec":{"coordinator":{"podTemplate":{"spec":{"hostNetwork":true}}}}}'
 
 echo "crd test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -5,7 +5,8 @@
 # task in error at the coordinator restarts the gang; the coordinator pod deleted mid-run
 # restarts the gang; an operator restarted mid-job creates no duplicate pods and keeps the
 # status right; suspend and resume; the deadline; an invalid job is refused by the API
-# server; two operators elect one leader and the standby takes over.
+# server; a coordinator killed or (state on a claim) deleted restarts without the gang and
+# keeps its keys; two operators elect one leader and the standby takes over.
 # Brings the cluster up if it is not (and down again at the end if it did).
 set -uo pipefail
 
@@ -360,7 +361,134 @@ else
   fail "invalid CoordinatedJob" "$out"
 fi
 
-# ---- 10. Two operators: one leader; the standby takes over when it stops.
+# ---- 10. The coordinator's durable state (spec.coordinator.state). A coordinator killed
+# with SIGKILL restarts in place and keeps its keys (EmptyDir, the default); on a
+# PersistentVolumeClaim even its pod may be deleted. Neither restarts the gang. The workload
+# is a sleep loop that never talks to the coordinator, so the restarts tested here are the
+# coordinator's own.
+sleeper() {  # sleeper NAME [extra spec yaml lines]
+  local name=$1 extra=${2:-}
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $name
+spec:
+  replicas: 2
+$extra
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          command: [sh, -c, "while true; do sleep 1; done"]
+YAML
+}
+coordinator_field() { k get pod "$1-coordinator" -o jsonpath="$2" 2>/dev/null; }
+coordinator_ready() { [[ "$(coordinator_field "$1" '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
+ctl() { "$BIN/cohortctl" --coordinator "$(coordinator_field "$1" '{.status.podIP}'):8476" "${@:2}"; }
+# coordinator_pid JOB: the coordinator's process, the child of its container's init, whose
+# PID the pod runner keeps in the container's directory.
+coordinator_pid() {
+  local uid init child
+  uid=$(coordinator_field "$1" '{.metadata.uid}')
+  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
+  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
+    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
+      echo "$child"
+      return 0
+    fi
+  done
+  return 1
+}
+worker_uids() { k get pods -l "cohort.dev/job=$1,cohort.dev/role=worker" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
+event_message() { k get events --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}' 2>/dev/null; }
+
+sleeper durable
+durable_workers=""
+if wait_for durable '{.status.phase}' Running 60 && until_true 30 coordinator_ready durable; then
+  durable_workers=$(worker_uids durable)
+  qos=$(coordinator_field durable '{.status.qosClass} {.spec.restartPolicy}')
+  [[ "$qos" == "Guaranteed Always" ]] && pass "the coordinator pod is Guaranteed and restarts in place ($qos)" ||
+    fail "durable: the coordinator pod's QoS class and restart policy" "$qos"
+  put=$(ctl durable kv put state/key before-the-kill 2>&1)
+  pid=$(coordinator_pid durable)
+  if [[ -n "$pid" ]] && kill -KILL "$pid"; then
+    if wait_for durable '{.status.coordinatorRestarts}' 1 60; then
+      got=$(field durable '{.status.restarts} {.status.phase}')/$(coordinator_field durable '{.status.containerStatuses[0].restartCount}')
+      [[ "$got" == "0 Running/1" ]] &&
+        pass "a coordinator SIGKILLed restarts in place: coordinatorRestarts 1, restarts 0, restartCount 1" ||
+        fail "durable: after the kill" "restarts phase/restartCount: $got"
+      sample=$(curl -s --max-time 2 127.0.0.1:18093/metrics | grep '^cohort_operator_job_coordinator_restarts{.*cjob="durable"')
+      [[ "$sample" == *" 1" ]] && pass "the operator's metrics say so: $sample" ||
+        fail "durable: cohort_operator_job_coordinator_restarts" "'$sample'"
+      message=$(event_message durable CoordinatorRestarted)
+      [[ "$message" == *"restarted in place"* ]] && pass "the Event CoordinatorRestarted says so: $message" ||
+        fail "durable: Event CoordinatorRestarted" "$message"
+      if until_true 60 coordinator_ready durable &&
+        got=$(ctl durable kv get state/key 2>&1) && [[ "$got" == before-the-kill ]]; then
+        pass "a key put before the kill is still there after the restart"
+      else
+        fail "durable: the key after the restart" "put: $put; get: $got"
+      fi
+    else
+      fail "durable: coordinatorRestarts becomes 1"
+    fi
+  else
+    fail "durable: found the coordinator's process" "pid '$pid'"
+  fi
+else
+  fail "durable: the job runs with its coordinator ready"
+fi
+
+sleeper onclaim "  coordinator:
+    state: {volume: PersistentVolumeClaim, size: 64Mi}"
+claim_bound() { [[ "$(k get pvc onclaim-coordinator-state -o jsonpath='{.status.phase}' 2>/dev/null)" == Bound ]]; }
+if wait_for onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_ready onclaim && until_true 30 claim_bound; then
+  pv=$(k get pvc onclaim-coordinator-state -o jsonpath='{.spec.volumeName}')
+  got=$(k get pvc onclaim-coordinator-state -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {.spec.accessModes[0]} {.spec.resources.requests.storage}')
+  path=$("$KUBECTL" get pv "$pv" -o jsonpath='{.spec.hostPath.path}')
+  if [[ "$got" == "CoordinatedJob/true ReadWriteOnce 64Mi" && -d "$path" ]]; then
+    pass "the operator's claim onclaim-coordinator-state is owned by the job and bound to $pv ($path)"
+  else
+    fail "onclaim: the claim" "$got, volume $pv at '$path'"
+  fi
+  workers=$(worker_uids onclaim)
+  put=$(ctl onclaim kv put state/key on-the-claim 2>&1)
+  old=$(coordinator_field onclaim '{.metadata.uid}')
+  k delete pod onclaim-coordinator --wait=false >/dev/null
+  replaced() { local uid; uid=$(coordinator_field onclaim '{.metadata.uid}'); [[ -n "$uid" && "$uid" != "$old" ]]; }
+  if until_true 60 replaced && until_true 60 coordinator_ready onclaim; then
+    got=$(field onclaim '{.status.coordinatorRestarts} {.status.restarts}')/$(coordinator_field onclaim '{.spec.volumes[?(@.name=="state")].persistentVolumeClaim.claimName} {.metadata.labels.cohort\.dev/restart}')
+    [[ "$got" == "1 0/onclaim-coordinator-state 0" ]] &&
+      pass "a deleted coordinator pod is made again on the same claim: coordinatorRestarts 1, restarts 0" ||
+      fail "onclaim: after the deletion" "coordinatorRestarts restarts/claim gang: $got"
+    if got=$(ctl onclaim kv get state/key 2>&1) && [[ "$got" == on-the-claim ]]; then
+      pass "a key put before the pod was deleted is there in the new pod"
+    else
+      fail "onclaim: the key in the new pod" "put: $put; get: $got"
+    fi
+    [[ "$(worker_uids onclaim)" == "$workers" ]] && pass "the workers kept running (same pods)" ||
+      fail "onclaim: workers replaced" "before '$workers' after '$(worker_uids onclaim)'"
+    message=$(event_message onclaim CoordinatorRestarted)
+    [[ "$message" == *"PersistentVolumeClaim onclaim-coordinator-state"* ]] &&
+      pass "the Event CoordinatorRestarted says so: $message" || fail "onclaim: Event" "$message"
+  else
+    fail "onclaim: a new coordinator pod becomes ready"
+  fi
+else
+  fail "onclaim: the job runs with its coordinator ready and its claim bound"
+fi
+# By now any gang restart the kill had caused would have happened.
+if [[ -n "$durable_workers" && "$(worker_uids durable)" == "$durable_workers" &&
+  "$(field durable '{.status.restarts} {.status.phase}')" == "0 Running" ]]; then
+  pass "the killed coordinator's job kept its gang (same worker pods, restarts 0)"
+else
+  fail "durable: the gang" "before '$durable_workers' after '$(worker_uids durable)', $(field durable '{.status.restarts} {.status.phase}')"
+fi
+k delete cjob durable onclaim --wait=false >/dev/null
+
+# ---- 11. Two operators: one leader; the standby takes over when it stops.
 stop_pid "$OP"
 start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18091
 A=$STARTED

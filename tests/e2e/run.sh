@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every end-to-end test on the local cluster, in order, on one cluster: the smoke test (it
-# starts and stops a cluster of its own), then one cluster up for the CRD, operator, Helm
-# chart, helm install and dashboard tests, and down again at the end whatever happened.
+# starts and stops a cluster of its own), then one cluster up for the CRD, operator, JAX
+# example with its coordinator crashing, Helm chart, helm install and dashboard tests, and down again at the end whatever happened.
 # Runs every test even after a failure; exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,7 @@ export "${line?}"
 trap 'tools/local-cluster down >/dev/null 2>&1' EXIT
 run bash tests/e2e/crd_test.sh
 run bash tests/e2e/operator_test.sh
+run bash tests/e2e/jax_restart_test.sh
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh
 run bash tests/e2e/dashboards_test.sh

@@ -2,10 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "operator/controller/children.h"
 
 namespace cohort::api {
 namespace {
+
+const absl::Time kStarted = absl::FromUnixSeconds(1'800'000'000);  // 2027-01-15 08:00 UTC
 
 json Minimal() {
   return json::parse(R"({
@@ -27,7 +34,25 @@ TEST(CoordinatedJobTest, DefaultsApplyWhenTheSpecLeavesThemOut) {
   EXPECT_EQ(job->spec.success_policy, SuccessPolicy::kAllWorkers);
   EXPECT_EQ(job->spec.coordinator.heartbeat_timeout, "30s");
   EXPECT_FALSE(job->spec.suspend);
+  EXPECT_EQ(job->spec.coordinator.state.volume, StateVolume::kEmptyDir);
+  EXPECT_EQ(job->spec.coordinator.state.size, "1Gi");
+  EXPECT_EQ(job->spec.coordinator.state.storage_class_name, "");
   EXPECT_EQ(job->status.phase, "");
+  EXPECT_EQ(job->status.coordinator_restarts, 0);
+}
+
+TEST(CoordinatedJobTest, ReadsTheCoordinatorsStateAndPodTemplate) {
+  json object = Minimal();
+  object["spec"]["coordinator"] = json::parse(R"({
+    "state": {"volume": "PersistentVolumeClaim", "storageClassName": "fast", "size": "2.5Gi"},
+    "podTemplate": {"metadata": {"labels": {"team": "ml"}},
+                    "spec": {"priorityClassName": "high"}}})");
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.coordinator.state.volume, StateVolume::kPersistentVolumeClaim);
+  EXPECT_EQ(job->spec.coordinator.state.storage_class_name, "fast");
+  EXPECT_EQ(job->spec.coordinator.state.size, "2.5Gi");
+  EXPECT_EQ(job->spec.coordinator.pod_template["spec"]["priorityClassName"], "high");
 }
 
 TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
@@ -38,6 +63,8 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
        "spec.template.spec.containers"},
       {[](json& j) { j["spec"]["coordinator"]["heartbeatTimeout"] = "soon"; },
        "spec.coordinator.heartbeatTimeout"},
+      {[](json& j) { j["spec"]["coordinator"]["outageTolerance"] = "a while"; },
+       "spec.coordinator.outageTolerance"},
       {[](json& j) {
          j["spec"]["failurePolicy"]["retryableExitCodes"] = {3};
          j["spec"]["failurePolicy"]["permanentExitCodes"] = {3};
@@ -48,6 +75,32 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
       {[](json& j) { j["metadata"]["name"] = "1st"; }, "lower-case letter"},
       {[](json& j) { j["spec"]["template"]["spec"]["containers"][0]["name"] = "cohort-sidecar"; },
        "cohort-sidecar"},
+      {[](json& j) { j["spec"]["coordinator"]["state"]["volume"] = "HostPath"; },
+       "spec.coordinator.state.volume: \"HostPath\" is not EmptyDir, PersistentVolumeClaim or "
+       "None"},
+      {[](json& j) { j["spec"]["coordinator"]["state"]["storageClassName"] = "fast"; },
+       "spec.coordinator.state.storageClassName: applies only to volume PersistentVolumeClaim, "
+       "not EmptyDir"},
+      {[](json& j) { j["spec"]["coordinator"]["state"]["size"] = "lots"; },
+       "spec.coordinator.state.size: \"lots\" is not a size such as 1Gi or 500Mi"},
+      {[](json& j) { j["spec"]["coordinator"]["state"]["size"] = "0Gi"; },
+       "spec.coordinator.state.size"},
+      {[](json& j) { j["spec"]["coordinator"]["state"]["size"] = "1GB"; },
+       "spec.coordinator.state.size"},
+      {[](json& j) {
+         j["spec"]["coordinator"]["state"] = {{"volume", "None"}, {"size", "1Gi"}};
+       },
+       "spec.coordinator.state.size: volume None keeps no state to size"},
+      {[](json& j) { j["spec"]["coordinator"]["podTemplate"]["spec"]["hostNetwork"] = true; },
+       "spec.coordinator.podTemplate.spec.hostNetwork: the coordinator's pod takes only"},
+      {[](json& j) {
+         j["spec"]["coordinator"]["podTemplate"]["metadata"]["labels"]["replicas"] = 3;
+       },
+       "spec.coordinator.podTemplate.metadata.labels.replicas: must be a string"},
+      {[](json& j) { j["spec"]["coordinator"]["podTemplate"]["metadata"]["name"] = "x"; },
+       "spec.coordinator.podTemplate.metadata.name: only labels and annotations"},
+      {[](json& j) { j["spec"]["coordinator"]["resources"]["requests"] = "1 cpu"; },
+       "spec.coordinator.resources.requests"},
   };
   for (const auto& [mutate, expected] : cases) {
     json object = Minimal();
@@ -63,6 +116,8 @@ TEST(CoordinatedJobTest, StatusRoundTripsThroughJson) {
   JobStatus st;
   st.phase = phase::kRestarting;
   st.restarts = 2;
+  st.coordinator_restarts = 3;
+  st.coordinator_pod = {"c-1", 2, absl::FromUnixSeconds(1'800'000'050)};
   st.tasks = {4, 3, 2, 1, 1};
   st.coordinator_address = "train-coordinator.ml.svc:8476";
   st.start_time = absl::FromUnixSeconds(1'800'000'000);
@@ -114,11 +169,13 @@ TEST(ChildrenTest, WorkerPodsCarryTheEnvContractAndTheSidecar) {
   for (const auto& e : pod["spec"]["containers"][0]["env"]) {
     if (e.contains("value")) env[e["name"]] = e["value"];
   }
-  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  // The workload reaches the coordinator through its sidecar's proxy on the pod's loopback.
+  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
   EXPECT_EQ(env["COHORT_JOB_NAME"], "jax_worker");
   EXPECT_EQ(env["COHORT_TASK_ID"], "1");
   EXPECT_EQ(env["COHORT_NUM_TASKS"], "2");
-  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
+  EXPECT_EQ(env["JAX_COORDINATOR_BIND_ADDRESS"], "127.0.0.1:18476");
   EXPECT_EQ(env["JAX_NUM_PROCESSES"], "2");
   EXPECT_EQ(env["JAX_PROCESS_ID"], "1");
   EXPECT_EQ(env["LR"], "1");
@@ -126,6 +183,20 @@ TEST(ChildrenTest, WorkerPodsCarryTheEnvContractAndTheSidecar) {
   EXPECT_EQ(sidecar["name"], "cohort-sidecar");
   EXPECT_EQ(sidecar["restartPolicy"], "Always");
   EXPECT_EQ(sidecar["image"], settings.sidecar_image);
+  // The sidecar talks to the coordinator itself, and serves the workload's endpoint.
+  std::map<std::string, std::string> sidecar_env;
+  for (const auto& e : sidecar["env"]) {
+    if (e.contains("value")) sidecar_env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(sidecar_env["COHORT_COORDINATOR_ADDRESS"], "train-coordinator.ml.svc:8476");
+  EXPECT_EQ(sidecar_env.count("JAX_COORDINATOR_BIND_ADDRESS"), 0u);
+  std::vector<std::string> args = sidecar["args"];
+  auto flag = [&args](const std::string& name) {
+    auto it = std::find(args.begin(), args.end(), name);
+    return it == args.end() || it + 1 == args.end() ? std::string("<absent>") : *(it + 1);
+  };
+  EXPECT_EQ(flag("--proxy-listen"), "127.0.0.1:8476");
+  EXPECT_EQ(flag("--outage-tolerance"), "60s");
 }
 
 TEST(ChildrenTest, TensorflowWorkersGetTfConfig) {
@@ -152,6 +223,129 @@ TEST(ChildrenTest, TheCoordinatorConfigDeclaresTheWorkloadAndSidecarJobs) {
   EXPECT_NE(config.find("job: [\"worker=2\"]"), std::string::npos) << config;
   EXPECT_NE(config.find("auxiliary-job: [\"sidecar=2\"]"), std::string::npos);
   EXPECT_NE(config.find("heartbeat-timeout: 30s"), std::string::npos);
+}
+
+TEST(ChildrenTest, TheCoordinatorConfigNamesTheStateDirUnlessTheJobKeepsNoState) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  auto config = [&] {
+    return controller::CoordinatorConfigMap(*job)["data"]["coordinator.yaml"].get<std::string>();
+  };
+  EXPECT_NE(config().find("state-dir: /var/lib/cohort/state\n"), std::string::npos) << config();
+  job->spec.coordinator.state.volume = StateVolume::kNone;
+  EXPECT_EQ(config().find("state-dir"), std::string::npos) << config();
+}
+
+TEST(ChildrenTest, TheCoordinatorTakesTheWorkersSchedulingFields) {
+  json object = Minimal();
+  object["spec"]["template"]["spec"].update(json::parse(R"({
+    "nodeSelector": {"pool": "gpu"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {}},
+    "priorityClassName": "training",
+    "imagePullSecrets": [{"name": "registry"}],
+    "schedulerName": "gang",
+    "runtimeClassName": "nvidia",
+    "hostNetwork": true})"));
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
+  for (const char* field : kCoordinatorSchedulingFields) {
+    EXPECT_EQ(spec[field], object["spec"]["template"]["spec"][field]) << field;
+  }
+  // What only the workload needs stays with the workers.
+  EXPECT_FALSE(spec.contains("runtimeClassName"));
+  EXPECT_FALSE(spec.contains("hostNetwork"));
+}
+
+TEST(ChildrenTest, TheCoordinatorsPodTemplateOverridesTheWorkersFields) {
+  json object = Minimal();
+  object["spec"]["template"]["spec"]["nodeSelector"] = {{"pool", "gpu"}};
+  object["spec"]["template"]["spec"]["priorityClassName"] = "training";
+  object["spec"]["coordinator"]["podTemplate"] = json::parse(R"({
+    "metadata": {"labels": {"team": "ml", "cohort.dev/job": "other"},
+                 "annotations": {"note": "small"}},
+    "spec": {"nodeSelector": {"pool": "cpu"}}})");
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  const json pod = controller::CoordinatorPod(*job, 0, kStarted, {});
+  EXPECT_EQ(pod["spec"]["nodeSelector"], (json{{"pool", "cpu"}}));
+  EXPECT_EQ(pod["spec"]["priorityClassName"], "training");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "ml");
+  EXPECT_EQ(pod["metadata"]["labels"]["cohort.dev/job"], "train");  // the operator's win
+  EXPECT_EQ(pod["metadata"]["labels"]["cohort.dev/role"], "coordinator");
+  EXPECT_EQ(pod["metadata"]["annotations"]["note"], "small");
+}
+
+TEST(ChildrenTest, TheCoordinatorIsGuaranteedUnlessTheJobSaysOtherwise) {
+  using controller::CoordinatorResources;
+  EXPECT_EQ(CoordinatorResources(json::object()), json::parse(R"({
+    "requests": {"cpu": "500m", "memory": "512Mi"},
+    "limits": {"cpu": "500m", "memory": "512Mi"}})"));
+  EXPECT_EQ(CoordinatorResources(json::parse(R"({"requests": {"cpu": "2", "memory": "1Gi"}})")),
+            json::parse(R"({"requests": {"cpu": "2", "memory": "1Gi"},
+                            "limits": {"cpu": "2", "memory": "1Gi"}})"));
+  EXPECT_EQ(CoordinatorResources(json::parse(R"({"limits": {"memory": "2Gi"}})")),
+            json::parse(R"({"requests": {"cpu": "500m", "memory": "2Gi"},
+                            "limits": {"cpu": "500m", "memory": "2Gi"}})"));
+  // Both given: the job's choice, even a Burstable one.
+  const json burstable = json::parse(R"({"requests": {"cpu": "1", "memory": "1Gi"},
+                                         "limits": {"cpu": "4", "memory": "1Gi"}})");
+  EXPECT_EQ(CoordinatorResources(burstable), burstable);
+
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(controller::CoordinatorPod(*job, 0, kStarted, {})["spec"]["containers"][0]["resources"],
+            CoordinatorResources(json::object()));
+}
+
+TEST(ChildrenTest, TheCoordinatorKeepsEachGangsStateOnAnEmptyDirAndRestartsInPlace) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const json spec = controller::CoordinatorPod(*job, 2, kStarted, {})["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Always");
+  EXPECT_EQ(spec["securityContext"]["fsGroup"], 65532);
+  EXPECT_EQ(spec["volumes"][1],
+            json::parse(R"({"name": "state", "emptyDir": {"sizeLimit": "1Gi"}})"));
+  EXPECT_EQ(spec["containers"][0]["volumeMounts"][1],
+            json::parse(R"({"name": "state", "mountPath": "/var/lib/cohort/state",
+                            "subPath": "20270115T080000Z-gang-2"})"));
+  EXPECT_EQ(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+}
+
+TEST(ChildrenTest, TheCoordinatorKeepsItsStateOnTheJobsClaim) {
+  json object = Minimal();
+  object["spec"]["coordinator"]["state"] = {
+      {"volume", "PersistentVolumeClaim"}, {"storageClassName", "fast"}, {"size", "5Gi"}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  const json claim = controller::CoordinatorStateClaim(*job);
+  EXPECT_EQ(claim["metadata"]["name"], "train-coordinator-state");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], "u-1");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(claim["spec"], json::parse(R"({"accessModes": ["ReadWriteOnce"],
+                                           "resources": {"requests": {"storage": "5Gi"}},
+                                           "storageClassName": "fast"})"));
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Always");
+  EXPECT_EQ(spec["volumes"][1], json::parse(R"({"name": "state",
+                            "persistentVolumeClaim": {"claimName": "train-coordinator-state"}})"));
+
+  object["spec"]["coordinator"]["state"].erase("storageClassName");
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  EXPECT_FALSE(controller::CoordinatorStateClaim(*job)["spec"].contains("storageClassName"));
+}
+
+TEST(ChildrenTest, ACoordinatorWithoutStateHasNoVolumeForItAndNeverRestarts) {
+  json object = Minimal();
+  object["spec"]["coordinator"]["state"] = {{"volume", "None"}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["volumes"].size(), 1u);
+  EXPECT_EQ(spec["containers"][0]["volumeMounts"].size(), 1u);
 }
 
 }  // namespace

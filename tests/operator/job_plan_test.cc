@@ -92,6 +92,34 @@ const api::Condition* Cond(const Plan& plan, const char* type) {
 
 OperatorSettings Settings() { return OperatorSettings{}; }
 
+api::CoordinatedJob WithState(api::CoordinatedJob job, api::StateVolume volume) {
+  job.spec.coordinator.state.volume = volume;
+  return job;
+}
+
+// The coordinator pod "c1" the status already knows, with its container restarted `count`
+// times, the last exit at `exited`.
+ObservedPod KnownCoordinator(int count = 0, absl::Time exited = kNow - absl::Seconds(5)) {
+  ObservedPod p = Coordinator();
+  p.uid = "c1";
+  p.restarts_in_place = true;
+  p.restart_count = count;
+  if (count > 0) p.last_exit_at = exited;
+  return p;
+}
+
+api::CoordinatedJob Known(api::CoordinatedJob job, int counted = 0) {
+  job.status.coordinator_pod.uid = "c1";
+  job.status.coordinator_pod.container_restarts = counted;
+  return job;
+}
+
+std::vector<std::string> EventReasons(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const auto& e : plan.events) out.push_back(e.reason);
+  return out;
+}
+
 TEST(JobPlanTest, NewJobCreatesConfigServicesAndCoordinatorButNoWorkersYet) {
   Observed o;
   o.now = kNow;
@@ -431,11 +459,285 @@ TEST(JobPlanTest, PodsOfAnotherGangOrIndexAreDeleted) {
             (std::vector<std::string>{"train-worker-1", "train-worker-5"}));
 }
 
+TEST(JobPlanTest, ACoordinatorRestartedInPlaceIsCountedWithoutAGangRestart) {
+  const auto job = Known(Job(2, phase::kRunning));
+  Observed o = Everything({KnownCoordinator(1, kNow - absl::Seconds(4)), Worker(0), Worker(1)});
+  Plan plan = PlanJob(job, o, Settings());
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_EQ(plan.status.restarts, 0);
+  EXPECT_EQ(plan.status.coordinator_restarts, 1);
+  EXPECT_EQ(plan.status.coordinator_pod.container_restarts, 1);
+  EXPECT_EQ(plan.status.coordinator_pod.last_restart_time, kNow - absl::Seconds(4));
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_TRUE(plan.create.empty());
+  ASSERT_EQ(EventReasons(plan), std::vector<std::string>{"CoordinatorRestarted"});
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].message,
+            "the coordinator's container restarted in place (1 time in pod train-coordinator) "
+            "and keeps its state on its EmptyDir volume; the gang goes on");
+
+  // Reconciled again with that status written: counted once.
+  auto written = job;
+  written.status = plan.status;
+  Plan again = PlanJob(written, o, Settings());
+  EXPECT_EQ(again.status.coordinator_restarts, 1);
+  EXPECT_TRUE(again.events.empty());
+}
+
+TEST(JobPlanTest, ACoordinatorBetweenACrashAndItsRestartInPlaceIsNotLost) {
+  ObservedPod down = KnownCoordinator();
+  down.ready = false;
+  down.last_exit_at = kNow - absl::Seconds(1);  // terminated, waiting for its restart
+  Plan plan =
+      PlanJob(Known(Job(2, phase::kRunning)), Everything({down, Worker(0), Worker(1)}), Settings());
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(plan.status.coordinator_restarts, 0);  // counted once the restart count says so
+}
+
+TEST(JobPlanTest, ANewCoordinatorPodIsRememberedWithTheRestartsItHadAlready) {
+  ObservedPod fresh = KnownCoordinator(0);
+  fresh.uid = "c2";
+  Plan plan =
+      PlanJob(Known(Job(1, phase::kRunning), 3), Everything({fresh, Worker(0)}), Settings());
+  EXPECT_EQ(plan.status.coordinator_pod.uid, "c2");
+  EXPECT_EQ(plan.status.coordinator_pod.container_restarts, 0);
+  EXPECT_EQ(plan.status.coordinator_restarts, 0);
+  EXPECT_TRUE(plan.events.empty());
+
+  fresh.restart_count = 2;  // restarted twice before the operator first saw it
+  Plan missed = PlanJob(Known(Job(1, phase::kRunning)), Everything({fresh, Worker(0)}), Settings());
+  EXPECT_EQ(missed.status.coordinator_restarts, 2);
+}
+
+TEST(JobPlanTest, ACoordinatorPodDeletedWithItsStateOnAClaimIsMadeAgainOnIt) {
+  const auto job =
+      Known(WithState(Job(2, phase::kRunning), api::StateVolume::kPersistentVolumeClaim));
+  ObservedPod deleting = KnownCoordinator();
+  deleting.terminating = true;
+  deleting.deletion_requested_at = kNow - absl::Seconds(1);
+  Observed o = Everything({deleting, Worker(0), Worker(1)});
+  o.coordinator_state_claim = true;
+  Plan plan = PlanJob(job, o, Settings());
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_EQ(plan.status.restarts, 0);
+  EXPECT_EQ(plan.status.coordinator_restarts, 1);
+  EXPECT_EQ(plan.status.coordinator_pod.uid, "");
+  EXPECT_EQ(plan.status.coordinator_pod.last_restart_time, kNow - absl::Seconds(1));
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_TRUE(plan.create.empty());  // its name is still taken
+  ASSERT_EQ(EventReasons(plan), std::vector<std::string>{"CoordinatorRestarted"});
+  EXPECT_EQ(plan.events[0].message,
+            "the coordinator pod train-coordinator was deleted; a new one starts on "
+            "PersistentVolumeClaim train-coordinator-state, which holds its state; the gang "
+            "goes on");
+
+  // Gone: the same gang's coordinator is made again, and the restart is not counted twice.
+  auto written = job;
+  written.status = plan.status;
+  Observed gone = Everything({Worker(0), Worker(1)});
+  gone.coordinator_state_claim = true;
+  Plan next = PlanJob(written, gone, Settings());
+  EXPECT_FALSE(next.failure_seen);
+  EXPECT_EQ(next.status.coordinator_restarts, 1);
+  ASSERT_EQ(Names(next.create), std::vector<std::string>{"Pod/train-coordinator"});
+  EXPECT_EQ(next.create[0]["metadata"]["labels"]["cohort.dev/restart"], "0");
+  EXPECT_EQ(next.create[0]["spec"]["volumes"][1]["persistentVolumeClaim"]["claimName"],
+            "train-coordinator-state");
+  EXPECT_TRUE(next.events.empty());
+}
+
+std::string StateSubPath(const Plan& plan) {
+  for (const auto& o : plan.create) {
+    if (o["kind"] != "Pod" || o["metadata"]["name"] != "train-coordinator") continue;
+    for (const auto& m : o["spec"]["containers"][0]["volumeMounts"]) {
+      if (m["name"] == "state") return m["subPath"];
+    }
+  }
+  return "";
+}
+
+TEST(JobPlanTest, EachGangAndEachResumeKeepsItsStateApartWithinTheGangItStays) {
+  auto job = WithState(Job(1, phase::kRunning), api::StateVolume::kPersistentVolumeClaim);
+  Observed o = Everything({Worker(0)});
+  o.coordinator_state_claim = true;
+  // Started a minute ago (Job()); the same gang's pod made again finds the same directory.
+  EXPECT_EQ(StateSubPath(PlanJob(job, o, Settings())),
+            CoordinatorStateSubPath(kNow - absl::Minutes(1), 0));
+  EXPECT_EQ(CoordinatorStateSubPath(kNow, 3), "20270115T080000Z-gang-3");
+
+  auto restarted =
+      WithState(Job(1, phase::kRestarting, 1), api::StateVolume::kPersistentVolumeClaim);
+  Observed none = Everything({});
+  none.coordinator_state_claim = true;
+  EXPECT_EQ(StateSubPath(PlanJob(restarted, none, Settings())),
+            CoordinatorStateSubPath(kNow - absl::Minutes(1), 1));
+
+  auto resumed = WithState(Job(1, phase::kSuspended), api::StateVolume::kPersistentVolumeClaim);
+  EXPECT_EQ(StateSubPath(PlanJob(resumed, none, Settings())), CoordinatorStateSubPath(kNow, 0));
+}
+
+TEST(JobPlanTest, AnEvictedCoordinatorOnAClaimIsDeletedAndMadeAgain) {
+  ObservedPod evicted = KnownCoordinator();
+  evicted.phase = "Failed";
+  evicted.exit_code = -1;
+  evicted.reason = "Evicted";
+  Observed o = Everything({evicted, Worker(0)});
+  o.coordinator_state_claim = true;
+  Plan plan =
+      PlanJob(Known(WithState(Job(1, phase::kRunning), api::StateVolume::kPersistentVolumeClaim)),
+              o, Settings());
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_EQ(plan.status.coordinator_restarts, 1);
+  EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-coordinator"});
+  EXPECT_EQ(plan.events[0].message.rfind("the coordinator pod train-coordinator failed;", 0), 0u)
+      << plan.events[0].message;
+}
+
+TEST(JobPlanTest, ALostCoordinatorPodWithItsStateInAnEmptyDirRestartsTheGang) {
+  ObservedPod deleting = KnownCoordinator();
+  deleting.terminating = true;
+  Observed o = Everything({deleting, Worker(0), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Known(Job(2, phase::kRunning)), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.coordinator_restarts, 0);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorLost");
+  // The next gang's coordinator is a new pod.
+  EXPECT_EQ(plan.status.coordinator_pod, api::CoordinatorPodStatus{});
+}
+
+TEST(JobPlanTest, ALostCoordinatorWhoseClaimIsGoneTooRestartsTheGang) {
+  Observed o = Everything({Worker(0), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan =
+      PlanJob(Known(WithState(Job(2, phase::kRunning), api::StateVolume::kPersistentVolumeClaim)),
+              o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.coordinator_restarts, 0);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: the coordinator pod train-coordinator was deleted and "
+            "its PersistentVolumeClaim train-coordinator-state is gone");
+}
+
+TEST(JobPlanTest, ANewJobWithItsStateOnAClaimCreatesTheClaimBeforeTheCoordinator) {
+  Observed o;
+  o.now = kNow;
+  Plan plan = PlanJob(WithState(Job(), api::StateVolume::kPersistentVolumeClaim), o, Settings());
+  EXPECT_EQ(Names(plan.create),
+            (std::vector<std::string>{
+                "ConfigMap/train-coordinator", "Service/train-coordinator", "Service/train-workers",
+                "PersistentVolumeClaim/train-coordinator-state", "Pod/train-coordinator"}));
+
+  o.coordinator_state_claim = o.coordinator_state_claim_terminating = true;
+  o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  Plan held = PlanJob(WithState(Job(), api::StateVolume::kPersistentVolumeClaim), o, Settings());
+  EXPECT_TRUE(held.create.empty());  // not on a claim that is going away
+}
+
+TEST(JobPlanTest, WorkersExitingAfterTheirCoordinatorRestartedInPlaceRestartTheGang) {
+  // Until the sidecar proxy rides out the outage, jaxlib workers exit 1 when their coordinator
+  // restarts; that exit is not theirs to decide on.
+  Observed o = Everything({KnownCoordinator(1, kNow - absl::Seconds(3)),
+                           Exited(0, 1, kNow - absl::Milliseconds(2500)),
+                           Exited(1, 1, kNow - absl::Milliseconds(2400))});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Known(Job(2, phase::kRunning)), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.coordinator_restarts, 1);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorRestarted");
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
+            "gang restart 1 of at most 3: worker 0 exited with code 1 after the coordinator "
+            "restarted");
+  EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"CoordinatorRestarted", "GangRestart"}));
+}
+
+TEST(JobPlanTest, AKilledWorkerAfterACoordinatorRestartIsStillNamedTheCause) {
+  Observed o = Everything({KnownCoordinator(1, kNow - absl::Seconds(3)),
+                           Exited(0, 137, kNow - absl::Milliseconds(2500)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Known(Job(2, phase::kRunning), 1), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "WorkerFailed");
+}
+
+TEST(JobPlanTest, AWorkerExitWhileTheCoordinatorIsDownRestartsTheGang) {
+  ObservedPod down = KnownCoordinator();
+  down.ready = false;
+  down.last_exit_at = kNow - absl::Seconds(3);
+  Observed o = Everything({down, Exited(0, 1, kNow - absl::Milliseconds(2900)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(Known(Job(2, phase::kRunning)), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorRestarted");
+}
+
+TEST(JobPlanTest, AWorkerExitLongAfterACoordinatorRestartIsTheWorkersOwn) {
+  auto job = Known(Job(2, phase::kRunning), 1);
+  job.status.coordinator_restarts = 1;
+  job.status.coordinator_pod.last_restart_time = kNow - absl::Minutes(5);
+  Observed o = Everything({KnownCoordinator(1, kNow - absl::Minutes(5)),
+                           Exited(0, 1, kNow - absl::Seconds(3)), Worker(1)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(job, o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "WorkerFailed");
+  // A permanent exit well before the coordinator went away is the worker's own too.
+  job.status.coordinator_pod.last_restart_time = kNow - absl::Seconds(1);
+  Observed before = Everything({KnownCoordinator(1, kNow - absl::Seconds(1)),
+                                Exited(0, 1, kNow - absl::Seconds(4)), Worker(1)});
+  before.failure_first_seen = kNow - absl::Seconds(3);
+  EXPECT_EQ(PlanJob(job, before, Settings()).status.phase, phase::kFailed);
+}
+
+TEST(JobPlanTest, WithoutAStateVolumeACoordinatorExitStillRestartsTheGang) {
+  ObservedPod exited = Coordinator();
+  exited.phase = "Failed";
+  exited.exit_code = 137;
+  exited.finished_at = kNow - absl::Seconds(3);
+  Observed o = Everything({exited, Worker(0)});
+  o.failure_first_seen = kNow - absl::Seconds(2);
+  Plan plan = PlanJob(WithState(Job(1, phase::kRunning), api::StateVolume::kNone), o, Settings());
+  ASSERT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "CoordinatorLost");
+  EXPECT_EQ(plan.status.coordinator_restarts, 0);
+}
+
+TEST(ObservePodTest, ACoordinatorThatRestartsInPlaceHasNoExitButItsLastExitTime) {
+  json pod = json::parse(R"({
+    "metadata": {"name": "train-coordinator", "uid": "c1",
+      "labels": {"cohort.dev/role": "coordinator", "cohort.dev/restart": "0"}},
+    "spec": {"restartPolicy": "Always", "containers": [{"name": "coordinator"}]},
+    "status": {"phase": "Running",
+      "containerStatuses": [{"name": "coordinator", "restartCount": 2,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2026-11-22T10:00:05Z"}}}]}})");
+  ObservedPod p = ObservePod(pod);
+  EXPECT_EQ(p.uid, "c1");
+  EXPECT_TRUE(p.restarts_in_place);
+  EXPECT_EQ(p.restart_count, 2);
+  EXPECT_FALSE(p.exit_code.has_value());
+  EXPECT_EQ(p.last_exit_at, api::ParseRfc3339("2026-11-22T10:00:05Z"));
+
+  pod["status"]["containerStatuses"][0]["state"] = {
+      {"terminated", {{"exitCode", 1}, {"finishedAt", "2026-11-22T10:01:00Z"}}}};
+  p = ObservePod(pod);
+  EXPECT_FALSE(p.exit_code.has_value());
+  EXPECT_EQ(p.last_exit_at, api::ParseRfc3339("2026-11-22T10:01:00Z"));
+}
+
 TEST(ObservePodTest, ReadsTheWorkloadContainersExit) {
   json pod = json::parse(R"({
     "metadata": {"name": "train-worker-1", "labels": {"cohort.dev/role": "worker",
       "cohort.dev/task-index": "1", "cohort.dev/restart": "2"}},
-    "spec": {"containers": [{"name": "worker"}], "initContainers": [{"name": "cohort-sidecar"}]},
+    "spec": {"restartPolicy": "Never", "containers": [{"name": "worker"}],
+             "initContainers": [{"name": "cohort-sidecar"}]},
     "status": {"phase": "Running", "podIP": "10.244.0.9",
       "conditions": [{"type": "Ready", "status": "False"}],
       "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 137,

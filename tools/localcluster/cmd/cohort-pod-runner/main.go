@@ -37,6 +37,7 @@ func main() {
 	flag.StringVar(&cfg.APIServer, "api-server", "127.0.0.1:6443", "the apiserver's loopback address")
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "per-pod runtime files (required)")
 	flag.StringVar(&cfg.LogDir, "log-dir", "", "container logs (required)")
+	flag.StringVar(&cfg.VolumeDir, "volume-dir", "", "directories of the PersistentVolumes provisioned for claims (empty: no provisioning)")
 	flag.StringVar(&cfg.MountpointLog, "mountpoint-log", "", "file listing mount points created on the host")
 	flag.StringVar(&cfg.BinDir, "bin-dir", "", "directory of cohort binaries that images map to")
 	flag.StringVar(&cfg.InitBinary, "init-binary", "", "cohort-container-init (required)")

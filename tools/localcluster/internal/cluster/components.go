@@ -83,6 +83,7 @@ func components(l Layout, s Settings) []component {
 				"--api-server=127.0.0.1:" + strconv.Itoa(s.APIPort),
 				"--state-dir=" + l.Pods,
 				"--log-dir=" + l.PodLogs,
+				"--volume-dir=" + l.Volumes,
 				"--mountpoint-log=" + l.MountpointLog(),
 				"--bin-dir=" + l.CohortBin,
 				"--init-binary=" + l.Binary("cohort-container-init"),

@@ -17,6 +17,7 @@ type Layout struct {
 	PKI       string // certificates and keys
 	Etcd      string // etcd's data
 	Pods      string // per-pod runtime state of the pod runner
+	Volumes   string // the directories of provisioned PersistentVolumes
 	ToolsBin  string // build/tools/bin: our and upstream binaries, kubectl and helm
 	CohortBin string // build/bin: cohort's binaries, which images map to
 }
@@ -33,6 +34,7 @@ func NewLayout(root string) Layout {
 		PKI:       filepath.Join(state, "pki"),
 		Etcd:      filepath.Join(state, "etcd"),
 		Pods:      filepath.Join(state, "pods"),
+		Volumes:   filepath.Join(state, "volumes"),
 		ToolsBin:  filepath.Join(root, "build", "tools", "bin"),
 		CohortBin: filepath.Join(root, "build", "bin"),
 	}

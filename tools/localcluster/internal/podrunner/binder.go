@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -15,13 +16,17 @@ import (
 
 // binder does the scheduler's job for a cluster of one node: every pending pod that asks
 // for the default scheduler goes to this node, unless it cannot fit it (a node selector
-// the node does not match, or an extended resource such as nvidia.com/gpu the node lacks).
+// the node does not match, an extended resource such as nvidia.com/gpu the node lacks) or
+// it must wait (a persistentVolumeClaim that is not bound yet, as the scheduler's volume
+// binding waits; the runner considers the pod again when the claim changes).
 type binder struct {
 	client   kubernetes.Interface
 	nodeName string
 	node     *nodeAgent
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pending holds the pods being bound; true: consider the pod again once that ends,
+	// because something changed meanwhile (its claim was bound).
 	pending map[types.UID]bool
 }
 
@@ -33,24 +38,40 @@ func (b *binder) consider(pod *v1.Pod) {
 		return
 	}
 	b.mu.Lock()
-	if b.pending[pod.UID] {
+	if _, busy := b.pending[pod.UID]; busy {
+		b.pending[pod.UID] = true
 		b.mu.Unlock()
 		return
 	}
-	b.pending[pod.UID] = true
+	b.pending[pod.UID] = false
 	b.mu.Unlock()
 	go func() {
-		defer func() {
+		for {
+			b.attempt(pod)
 			b.mu.Lock()
-			delete(b.pending, pod.UID)
+			again := b.pending[pod.UID]
+			if !again {
+				delete(b.pending, pod.UID)
+				b.mu.Unlock()
+				return
+			}
+			b.pending[pod.UID] = false
 			b.mu.Unlock()
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.bind(ctx, pod); err != nil {
-			log.Printf("bind %s/%s: %v", pod.Namespace, pod.Name, err)
 		}
 	}()
+}
+
+// attempt binds the pod unless it is bound or gone already.
+func (b *binder) attempt(pod *v1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	latest, err := b.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err == nil && latest.UID == pod.UID && latest.Spec.NodeName == "" && latest.DeletionTimestamp == nil {
+		err = b.bind(ctx, latest)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		log.Printf("bind %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
 }
 
 func (b *binder) bind(ctx context.Context, pod *v1.Pod) error {
@@ -59,6 +80,12 @@ func (b *binder) bind(ctx context.Context, pod *v1.Pod) error {
 		return err
 	}
 	if reason := unfit(pod, node); reason != "" {
+		return b.markUnschedulable(ctx, pod, reason)
+	}
+	if reason, err := b.unboundClaim(ctx, pod); err != nil || reason != "" {
+		if err != nil {
+			return err
+		}
 		return b.markUnschedulable(ctx, pod, reason)
 	}
 	return b.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &v1.Binding{
@@ -87,6 +114,23 @@ func unfit(pod *v1.Pod, node *v1.Node) string {
 		}
 	}
 	return ""
+}
+
+// unboundClaim says which of the pod's claims keeps it from running, and why, or "".
+func (b *binder) unboundClaim(ctx context.Context, pod *v1.Pod) (string, error) {
+	for _, name := range claimNames(pod) {
+		pvc, err := b.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("persistentvolumeclaim %q not found", name), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if reason := unusableClaim(pvc); reason != "" {
+			return reason, nil
+		}
+	}
+	return "", nil
 }
 
 func (b *binder) markUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {

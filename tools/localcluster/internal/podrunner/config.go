@@ -28,6 +28,8 @@ type Config struct {
 	// LogDir holds container logs, laid out like the kubelet's /var/log/pods.
 	StateDir string
 	LogDir   string
+	// VolumeDir holds the directories of the PersistentVolumes the runner provisions.
+	VolumeDir string
 	// MountpointLog lists mount points created on the host, for `local-cluster down`.
 	MountpointLog string
 

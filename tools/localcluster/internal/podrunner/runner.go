@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +36,8 @@ type Runner struct {
 	hosts    *hostsWriter
 	events   record.EventRecorder
 	binder   *binder
+	// provisioner makes volumes for claims; nil without Config.VolumeDir.
+	provisioner *provisioner
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -54,6 +57,9 @@ func New(cfg Config, client kubernetes.Interface) *Runner {
 	}
 	r.events = newEventRecorder(client, cfg.NodeName)
 	r.binder = &binder{client: client, nodeName: cfg.NodeName, pending: map[types.UID]bool{}}
+	if cfg.VolumeDir != "" {
+		r.provisioner = &provisioner{client: client, dir: cfg.VolumeDir}
+	}
 	return r
 }
 
@@ -95,6 +101,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := r.watchClaims(ctx, factory); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	go r.hosts.run(ctx)
@@ -110,6 +119,52 @@ func (r *Runner) Run(ctx context.Context) error {
 	<-ctx.Done()
 	r.shutdown()
 	return nil
+}
+
+// watchClaims provisions volumes for claims and releases them, and considers the pods
+// waiting for a claim again once it changes (bound).
+func (r *Runner) watchClaims(ctx context.Context, factory informers.SharedInformerFactory) error {
+	claimChanged := func(obj any) {
+		pvc, ok := obj.(*v1.PersistentVolumeClaim)
+		if !ok {
+			return
+		}
+		if r.provisioner != nil {
+			if err := r.provisioner.claimChanged(ctx, pvc); err != nil {
+				log.Printf("provision: %v", err)
+			}
+		}
+		pods, err := r.pods.Pods(pvc.Namespace).List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, pod := range pods {
+			if pod.Spec.NodeName == "" && usesClaim(pod, pvc.Namespace, pvc.Name) {
+				r.binder.consider(pod)
+			}
+		}
+	}
+	if _, err := factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    claimChanged,
+		UpdateFunc: func(_, obj any) { claimChanged(obj) },
+	}); err != nil {
+		return err
+	}
+	if r.provisioner == nil {
+		return nil
+	}
+	volumeChanged := func(obj any) {
+		if pv, ok := obj.(*v1.PersistentVolume); ok {
+			if err := r.provisioner.volumeChanged(ctx, pv); err != nil {
+				log.Printf("release: %v", err)
+			}
+		}
+	}
+	_, err := factory.Core().V1().PersistentVolumes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    volumeChanged,
+		UpdateFunc: func(_, obj any) { volumeChanged(obj) },
+	})
+	return err
 }
 
 func (r *Runner) podChanged(obj any) {

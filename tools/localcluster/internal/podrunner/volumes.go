@@ -18,8 +18,9 @@ type volumeFile struct {
 	mode os.FileMode
 }
 
-// prepareVolumes creates every volume of the pod under the sandbox directory (hostPath
-// volumes excepted) and returns where each one is. Contents are written once, at pod
+// prepareVolumes creates every volume of the pod under the sandbox directory (hostPath and
+// persistentVolumeClaim volumes excepted: they live where their volume is) and returns where
+// each one is. Contents are written once, at pod
 // start: later ConfigMap or Secret changes do not reach running pods.
 func prepareVolumes(ctx context.Context, r *Runner, pod *v1.Pod, sb *sandbox) (map[string]string, error) {
 	paths := map[string]string{}
@@ -31,6 +32,13 @@ func prepareVolumes(ctx context.Context, r *Runner, pod *v1.Pod, sb *sandbox) (m
 		case vol.EmptyDir != nil:
 		case vol.HostPath != nil:
 			dir, err = hostPathVolume(vol.HostPath)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+			}
+			paths[vol.Name] = dir
+			continue
+		case vol.PersistentVolumeClaim != nil:
+			dir, err = claimedVolume(ctx, r.client, pod.Namespace, vol.PersistentVolumeClaim)
 			if err != nil {
 				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
 			}
@@ -48,7 +56,8 @@ func prepareVolumes(ctx context.Context, r *Runner, pod *v1.Pod, sb *sandbox) (m
 			files, err = r.projectedFiles(ctx, pod, sb, vol.Projected)
 		default:
 			err = fmt.Errorf("this volume type is not supported by the local pod runner " +
-				"(emptyDir, hostPath, configMap, secret, downwardAPI and projected are)")
+				"(emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI and " +
+				"projected are)")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: %w", vol.Name, err)

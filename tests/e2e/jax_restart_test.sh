@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# examples/jax-cpu.yaml, a real JAX program (jax.distributed, gloo collectives, a barrier
+# and a key per step), on the local cluster with cohort-operator, while its coordinator
+# crashes: once its process is killed with SIGKILL mid-run (it restarts in its pod), once its
+# pod is deleted mid-run (made again on the same claim). Each time the job must end
+# Succeeded with status.restarts 0, coordinatorRestarts 1, the same worker pods and no
+# worker container restarted: the workers talk to the coordinator through their sidecars,
+# which ride out the outage. JAX comes from the compat suite's venv (.venv, made by
+# tests/compat/run.sh, which make test runs first).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LC="$ROOT/tools/local-cluster"
+KUBECTL="$ROOT/build/tools/bin/kubectl"
+BIN="$ROOT/build/bin"
+PYTHON="$ROOT/.venv/bin/python3"
+WORK=$(mktemp -d)
+passed=0
+failed=0
+started_here=0
+NAMESPACES=()
+OPERATOR_PID=""
+
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1${2:+: $2}"
+}
+# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
+until_true() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+cleanup() {
+  [[ -n "$OPERATOR_PID" ]] && kill -KILL "$OPERATOR_PID" 2>/dev/null
+  wait 2>/dev/null
+  for ns in "${NAMESPACES[@]}"; do "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1; done
+  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
+  if [[ $failed -gt 0 ]]; then
+    for f in "$WORK"/*.log; do
+      echo "---- $(basename "$f") (last 60 lines)"
+      tail -n 60 "$f"
+    done
+  fi
+  rm -rf "$WORK"
+}
+
+if ! "$PYTHON" -c 'import jax' 2>/dev/null; then
+  echo "jax restart test: $PYTHON cannot import jax; run tests/compat/run.sh (make compat-test) first"
+  exit 1
+fi
+if ! "$LC" status >/dev/null 2>&1; then
+  started_here=1
+  line=$("$LC" up | tail -n 1) || { echo "jax restart test: the local cluster did not come up"; exit 1; }
+else
+  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
+fi
+export "${line?}"
+trap cleanup EXIT
+"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
+  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
+  { echo "jax restart test: the CRD does not install"; exit 1; }
+
+# The example as a user applies it, but run by the venv's Python: the local cluster has no
+# images, and runs the command a container names.
+sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
+  "$ROOT/examples/jax-cpu.yaml" >"$WORK/jax-cpu.yaml"
+grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "jax restart test: the example's command changed"; exit 1; }
+
+"$BIN/cohort-operator" --leader-elect=false --http-listen 127.0.0.1:0 \
+  --failure-settle 1s --coordinator-poll 200ms >"$WORK/operator.log" 2>&1 &
+OPERATOR_PID=$!
+
+# The coordinator's process: the child of its container's init, whose PID the pod runner
+# keeps in the container's directory.
+coordinator_pid() {
+  local uid init child
+  uid=$("$KUBECTL" -n "$1" get pod jax-cpu-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null)
+  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
+  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
+    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
+      echo "$child"
+      return 0
+    fi
+  done
+  return 1
+}
+# Every worker has logged its step 10: well into the run, well before its end (step 39).
+mid_run() {
+  local i
+  for i in 0 1 2 3; do
+    "$KUBECTL" -n "$1" logs "jax-cpu-worker-$i" -c worker 2>/dev/null | grep -q "step 10:" || return 1
+  done
+}
+phase() { "$KUBECTL" -n "$1" get cjob jax-cpu -o jsonpath='{.status.phase}' 2>/dev/null; }
+done_phase() { [[ "$(phase "$1")" == Succeeded || "$(phase "$1")" == Failed ]]; }
+workers() {
+  "$KUBECTL" -n "$1" get pods -l cohort.dev/role=worker \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}/{.status.initContainerStatuses[0].restartCount}/{.status.containerStatuses[0].restartCount} {end}'
+}
+
+# run_case NAME HOW: runs the example in a namespace of its own and interrupts its
+# coordinator mid-run by HOW (kill or delete).
+run_case() {
+  local ns="jax-restart-$1-$$" how=$2 before after pid old got i
+  NAMESPACES+=("$ns")
+  "$KUBECTL" create namespace "$ns" >/dev/null
+  "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
+  if ! until_true 300 mid_run "$ns"; then
+    fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
+    return
+  fi
+  before=$(workers "$ns")
+  if [[ $how == kill ]]; then
+    pid=$(coordinator_pid "$ns")
+    if [[ -z "$pid" ]] || ! kill -KILL "$pid"; then
+      fail "$how: found the coordinator's process" "pid '$pid'"
+      return
+    fi
+  else
+    old=$("$KUBECTL" -n "$ns" get pod jax-cpu-coordinator -o jsonpath='{.metadata.uid}')
+    "$KUBECTL" -n "$ns" delete pod jax-cpu-coordinator --wait=false >/dev/null
+  fi
+  if ! until_true 300 done_phase "$ns"; then
+    fail "$how: the job ends" "phase $(phase "$ns")"
+    return
+  fi
+  after=$(workers "$ns")
+  got=$("$KUBECTL" -n "$ns" get cjob jax-cpu -o jsonpath='{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
+  if [[ "$got" == "Succeeded restarts=0 coordinatorRestarts=1" ]]; then
+    pass "coordinator ${how}ed mid-run: $got"
+  else
+    fail "coordinator ${how}ed mid-run: the job's status" "$got"
+  fi
+  # The same worker pods, none of their containers restarted.
+  if [[ "$after" == "$before" && "$after" != *"/1"* && -n "$after" ]]; then
+    pass "$how: the same worker pods, no container restarted ($after)"
+  else
+    fail "$how: the worker pods" "before: $before; after: $after"
+  fi
+  for i in 0 1 2 3; do
+    "$KUBECTL" -n "$ns" logs "jax-cpu-worker-$i" -c worker >"$WORK/$how-worker-$i.log" 2>&1
+    "$KUBECTL" -n "$ns" logs "jax-cpu-worker-$i" -c cohort-sidecar >"$WORK/$how-sidecar-$i.log" 2>&1
+  done
+  if grep -q "40 steps, every sum right, all-gather = \[0, 1, 2, 3\]" "$WORK/$how-worker-0.log" &&
+    ! grep -qi "Terminating process\|UNAVAILABLE" "$WORK"/"$how"-worker-*.log; then
+    pass "$how: every worker ran its 40 steps with right sums and no coordination error"
+  else
+    fail "$how: the workers' output" "$(tail -n 5 "$WORK/$how-worker-0.log")"
+  fi
+}
+
+run_case kill kill
+run_case delete delete
+
+echo "jax restart test: $passed passed, $failed failed"
+[[ $failed == 0 ]]
