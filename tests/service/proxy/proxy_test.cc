@@ -328,6 +328,50 @@ TEST_F(ProxyTest, CallsWaitWhileTheCoordinatorIsAwayAndFailPastTheTolerance) {
   EXPECT_EQ(errors.First().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST_F(ProxyTest, HeartbeatsAreAnsweredAndCallsHeldUntilTheCoordinatorIsBack) {
+  Start(1);
+  CoordinationAgent* a = Agent(0);
+  ASSERT_TRUE(a->Connect().ok());
+  const uint64_t incarnation = coordinator_->service().service_incarnation();
+  const std::string address = coordinator_->address();
+  coordinator_.reset();
+  ASSERT_TRUE(proxy_->backend().AwaitLink(UpstreamBackend::Link::kDown, absl::Seconds(20)));
+
+  // The coordinator is away: a heartbeat is answered by the proxy, a get waits.
+  auto stub = tf::CoordinationService::NewStub(ProxyChannel());
+  tf::HeartbeatRequest heartbeat;
+  heartbeat.set_incarnation(a->incarnation());
+  heartbeat.mutable_source_task()->set_job_name("worker");
+  heartbeat.mutable_source_task()->set_task_id(0);
+  tf::HeartbeatResponse beat;
+  ASSERT_TRUE(stub->Heartbeat(Deadline().get(), heartbeat, &beat).ok());
+  EXPECT_EQ(beat.leader_incarnation(), incarnation);
+  absl::Notification got;
+  std::string value;
+  auto pending = a->GetKeyValueAsync("after", [&](const absl::StatusOr<std::string>& v) {
+    if (v.ok()) value = *v;
+    got.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return proxy_->backend().held_calls() > 0; }));
+
+  // Back on the same port with the same incarnation but no state: the proxy registers the
+  // task again and sends the held get.
+  ServiceConfig config = Jobs(1);
+  config.service_incarnation = incarnation;
+  coordinator_ = std::make_unique<TestCoordinator>(config, address);
+  ASSERT_TRUE(proxy_->backend().AwaitLink(UpstreamBackend::Link::kConnected, absl::Seconds(20)));
+  ASSERT_TRUE(Eventually([&] {
+    auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 0}});
+    return states.ok() && (*states)[0].state == TaskState::kConnected &&
+           (*states)[0].incarnation == a->incarnation();
+  }));
+  ASSERT_TRUE(coordinator_->service().InsertKeyValue("after", "v", false).ok());
+  ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(value, "v");
+  EXPECT_EQ(a->state(), AgentState::kConnected);
+  EXPECT_GE(proxy_->backend().reissued_calls(), 1);
+}
+
 TEST_F(ProxyTest, BadListenAddressesAreRefusedClearly) {
   EXPECT_FALSE(ValidateListenAddress("nonsense").ok());
   EXPECT_FALSE(ValidateListenAddress(":8476").ok());
