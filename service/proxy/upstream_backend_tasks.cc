@@ -23,6 +23,9 @@ void UpstreamBackend::OnRegistered(const TaskName& task, uint64_t incarnation) {
       record->left = false;
       record->heartbeat_error = absl::OkStatus();
       record->poll_result.reset();
+      // A poll of the earlier incarnation may still be out (a recoverable task came back):
+      // its answer is dropped by generation, and the new incarnation gets a poll of its own.
+      record->poll_running = false;
       record->generation = ++next_generation_;
     }
     if (record->poll_running || record->poll_result) return;

@@ -48,8 +48,9 @@ struct ErrorLog {
 
 class ProxyTest : public ::testing::Test {
  protected:
-  void Start(int workers, absl::Duration tolerance = absl::Seconds(30)) {
+  void Start(int workers, absl::Duration tolerance = absl::Seconds(30), bool recoverable = false) {
     ServiceConfig config = Jobs(workers);
+    config.jobs[0].recoverable = recoverable;
     coordinator_ = std::make_unique<TestCoordinator>(config);
     ProxyOptions options;
     options.listen = "127.0.0.1:0";
@@ -370,6 +371,43 @@ TEST_F(ProxyTest, HeartbeatsAreAnsweredAndCallsHeldUntilTheCoordinatorIsBack) {
   EXPECT_EQ(value, "v");
   EXPECT_EQ(a->state(), AgentState::kConnected);
   EXPECT_GE(proxy_->backend().reissued_calls(), 1);
+}
+
+TEST_F(ProxyTest, ARecoverableTaskBackWithANewIncarnationGetsItsOwnErrorPoll) {
+  Start(1, absl::Seconds(30), /*recoverable=*/true);
+  auto stub = tf::CoordinationService::NewStub(ProxyChannel());
+  auto register_as = [&](uint64_t incarnation) {
+    tf::RegisterTaskRequest request;
+    request.set_incarnation(incarnation);
+    request.mutable_source_task()->set_job_name("worker");
+    request.mutable_source_task()->set_task_id(0);
+    tf::RegisterTaskResponse response;
+    return stub->RegisterTask(Deadline().get(), request, &response);
+  };
+  ASSERT_TRUE(register_as(1).ok());
+  ASSERT_TRUE(register_as(2).ok());  // the process restarted
+  // The client's poll waits in the proxy for the new incarnation's upstream poll, which
+  // the task's shutdown ends.
+  tf::PollForErrorRequest poll;
+  poll.mutable_source_task()->set_job_name("worker");
+  poll.mutable_source_task()->set_task_id(0);
+  tf::PollForErrorResponse polled;
+  grpc::Status poll_status;
+  absl::Notification poll_done;
+  grpc::ClientContext poll_ctx;
+  stub->async()->PollForError(&poll_ctx, &poll, &polled, [&](grpc::Status s) {
+    poll_status = std::move(s);
+    poll_done.Notify();
+  });
+  ASSERT_TRUE(Eventually(
+      [&] { return coordinator_->service().ParkedCalls(ParkKind::kPollForError) == 1; }));
+  tf::ShutdownTaskRequest shutdown;
+  shutdown.mutable_source_task()->set_job_name("worker");
+  shutdown.mutable_source_task()->set_task_id(0);
+  tf::ShutdownTaskResponse shut;
+  ASSERT_TRUE(stub->ShutdownTask(Deadline().get(), shutdown, &shut).ok());
+  ASSERT_TRUE(poll_done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(poll_status.error_code(), grpc::StatusCode::CANCELLED) << poll_status.error_message();
 }
 
 TEST_F(ProxyTest, BadListenAddressesAreRefusedClearly) {
