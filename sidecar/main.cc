@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   options.pod_ip = Env("POD_IP");
   std::string sample = "5s", heartbeat = "5s", heartbeat_timeout = "30s", reg = "10m";
   std::string liveness = "none", stale = "10s", ignore_xids = "13,31,43,45,68,109";
-  std::string log_format = "text", log_level = "info";
+  std::string log_format = "text", log_level = "info", outage_tolerance = "60s";
 
   app.add_option("--coordinator", options.coordinator_address,
                  "coordinator gRPC address ($COHORT_COORDINATOR_ADDRESS)");
@@ -103,6 +103,14 @@ int main(int argc, char** argv) {
                  "file: the file the workload touches");
   app.add_option("--liveness-timeout", stale, "file, http: stale after this long")
       ->capture_default_str();
+  app.add_option("--proxy-listen", options.proxy_listen,
+                 "serve the workload's coordinator endpoint here (in a pod 127.0.0.1:8476): "
+                 "every coordinator protocol, forwarded to --coordinator, riding out its "
+                 "restarts; empty: no proxy");
+  app.add_option("--outage-tolerance", outage_tolerance,
+                 "how long the proxy holds calls while the coordinator is unreachable before "
+                 "they fail UNAVAILABLE")
+      ->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -131,9 +139,15 @@ int main(int argc, char** argv) {
         std::tuple{&heartbeat, &options.heartbeat_interval, "--heartbeat-interval"},
         std::tuple{&heartbeat_timeout, &options.heartbeat_timeout, "--heartbeat-timeout"},
         std::tuple{&reg, &options.register_timeout, "--register-timeout"},
-        std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"}}) {
+        std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"},
+        std::tuple{&outage_tolerance, &options.outage_tolerance, "--outage-tolerance"}}) {
     if (!ParseDuration(*text, out)) {
       return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 5s or 500ms"));
+    }
+  }
+  if (!options.proxy_listen.empty()) {
+    if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
+      return Fail(absl::StrCat("--proxy-listen: ", s.message()));
     }
   }
   if (options.heartbeat_timeout < options.heartbeat_interval) {

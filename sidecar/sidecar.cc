@@ -52,7 +52,26 @@ std::string Sidecar::TaskString() const {
 
 int Sidecar::http_port() const { return http_.port(); }
 
+std::string Sidecar::CoordinatorEndpoint() const {
+  if (!proxy_) return options_.coordinator_address;
+  // A wildcard listen address is reached on loopback from inside the pod.
+  std::string host = options_.proxy_listen.substr(0, options_.proxy_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return absl::StrCat(host, ":", proxy_->port());
+}
+
 absl::Status Sidecar::Start() {
+  if (!options_.proxy_listen.empty()) {
+    ProxyOptions proxy;
+    proxy.listen = options_.proxy_listen;
+    proxy.upstream.address = options_.coordinator_address;
+    proxy.upstream.outage_tolerance = options_.outage_tolerance;
+    proxy_ = std::make_unique<ProxyServer>(proxy);
+    if (auto s = proxy_->Start(); !s.ok()) {
+      proxy_.reset();
+      return absl::Status(s.code(), absl::StrCat("--proxy-listen: ", s.message()));
+    }
+  }
   gpu::GpuMonitorOptions gpu_options = options_.gpu;
   gpu_options.on_health_event = [this](const gpu::HealthEvent& event) { OnGpuProblem(event); };
   gpu_options.on_event = [this](const gpu::GpuEvent& event) {
@@ -122,6 +141,7 @@ void Sidecar::Stop() {
     if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", s.ToString());
   }
   http_.Stop();
+  if (proxy_) proxy_->Shutdown(absl::UnavailableError("the sidecar is stopping"));
   spdlog::info("sidecar of {} stopped", TaskString());
 }
 
@@ -141,7 +161,7 @@ void Sidecar::SampleLoop() {
 
 void Sidecar::Lifecycle() {
   AgentConfig config;
-  config.coordinator_address = options_.coordinator_address;
+  config.coordinator_address = CoordinatorEndpoint();
   config.job_name = options_.sidecar_job;
   config.task_id = options_.task_id;
   config.heartbeat_interval = options_.heartbeat_interval;
@@ -202,7 +222,7 @@ absl::Status Sidecar::ExchangeTopology() {
   view.job = options_.workload_job;
   view.rank = options_.task_id;
   view.world_size = options_.num_tasks;
-  view.coordinator_address = options_.coordinator_address;
+  view.coordinator_address = CoordinatorEndpoint();
   view.tasks = std::move(*tasks);
   if (!options_.handoff_dir.empty()) {
     for (const auto& [name, content] : {std::pair{"cluster.json", ClusterJson(view)},
@@ -315,6 +335,36 @@ std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
                             "1, labelled with the reason and message of the last error found.",
                             "gauge",
                             {}};
+  std::vector<CollectedFamily> proxy;
+  if (proxy_) {
+    UpstreamBackend& backend = proxy_->backend();
+    CollectedFamily link{"cohort_sidecar_proxy_link_state",
+                         "1 for the proxy's link to the coordinator: not yet connected, "
+                         "connected, down (calls held), failed (past the outage tolerance).",
+                         "gauge",
+                         {}};
+    UpstreamBackend::Link current_link = backend.link();
+    for (UpstreamBackend::Link l :
+         {UpstreamBackend::Link::kNotYetConnected, UpstreamBackend::Link::kConnected,
+          UpstreamBackend::Link::kDown, UpstreamBackend::Link::kFailed,
+          UpstreamBackend::Link::kStopped}) {
+      link.samples.push_back(
+          {{{"state", UpstreamBackend::LinkName(l)}}, l == current_link ? 1.0 : 0.0});
+    }
+    proxy.push_back(std::move(link));
+    proxy.push_back({"cohort_sidecar_proxy_held_calls",
+                     "Calls the proxy holds until the coordinator is back.",
+                     "gauge",
+                     {{{}, static_cast<double>(backend.held_calls())}}});
+    proxy.push_back({"cohort_sidecar_proxy_reissued_calls_total",
+                     "Calls the proxy sent to the coordinator again after an outage.",
+                     "counter",
+                     {{{}, static_cast<double>(backend.reissued_calls())}}});
+    proxy.push_back({"cohort_sidecar_proxy_outages_total",
+                     "Times the proxy lost the coordinator after having reached it.",
+                     "counter",
+                     {{{}, static_cast<double>(backend.outages())}}});
+  }
   absl::MutexLock lock(&mu_);
   ready.samples.push_back({{}, ready_ ? 1.0 : 0.0});
   if (cluster_complete_at_ != absl::InfinitePast()) {
@@ -325,7 +375,8 @@ std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
     last_info.samples.push_back(
         {{{"reason", last_error_reason_}, {"message", last_error_.substr(0, 200)}}, 1});
   }
-  return {state, ready, since, last, last_info};
+  proxy.insert(proxy.begin(), {state, ready, since, last, last_info});
+  return proxy;
 }
 
 }  // namespace cohort

@@ -11,6 +11,7 @@
 #include "agent/coordination_agent.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "service/proxy/proxy_server.h"
 #include "sidecar/cluster_topology.h"
 #include "sidecar/gpu/gpu_monitor.h"
 #include "sidecar/gpu_metrics.h"
@@ -35,6 +36,11 @@ struct SidecarOptions {
   bool dcgm_metrics = false;
   gpu::GpuMonitorOptions gpu;
   WorkloadWatch::Options workload;
+  // Empty: no proxy. Else the workload's coordinator endpoint (every coordinator protocol,
+  // forwarded to coordinator_address), which rides out coordinator outages up to
+  // outage_tolerance; the sidecar's own agent then goes through it too.
+  std::string proxy_listen;
+  absl::Duration outage_tolerance = absl::Seconds(60);
 };
 
 // The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and
@@ -52,6 +58,8 @@ class Sidecar {
   // A clean stop (SIGTERM): no error is reported; calls in flight to the coordinator end.
   void Stop();
   int http_port() const;
+  // The proxy's port (0 without one).
+  int proxy_port() const { return proxy_ ? proxy_->port() : 0; }
 
  private:
   void Lifecycle();
@@ -69,6 +77,10 @@ class Sidecar {
 
   const SidecarOptions options_;
   MetricsRegistry* const registry_;
+  // Where the workload and the sidecar's agent reach the coordinator: the proxy, if any.
+  std::string CoordinatorEndpoint() const;
+
+  std::unique_ptr<ProxyServer> proxy_;
   CoordinationAgent agent_;
   std::unique_ptr<gpu::GpuMonitor> gpus_;
   std::unique_ptr<GpuMetrics> gpu_metrics_;

@@ -47,6 +47,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
       s = service->RestoreLocked(*restored);
     }
     if (!s.ok()) return s;
+    service->key_values_.Restore(restored->keys, restored->key_revision);
+    service->barriers_.Restore(restored->barriers);
   }
   {
     absl::MutexLock lock(&service->mu_);
@@ -155,8 +157,9 @@ absl::Status CoordinationService::RestoreLocked(const DurableState& state) {
   for (const DurableDeviceGroup& group : state.device_groups) {
     device_groups_.RestoreFinished(group.members, group.error, group.payloads);
   }
-  key_values_.Restore(state.keys, state.key_revision);
-  barriers_.Restore(state.barriers);
+  // The key-value store and the barrier table are restored by Create, outside mu_: the
+  // barrier table calls into the service under its own lock (a barrier's health check), so
+  // taking its lock under mu_ would make a lock-order cycle.
   // What was restored is no change to record.
   tasks_.TakeChanged();
   register_barrier_.TakeStateChanged();

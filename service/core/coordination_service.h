@@ -29,11 +29,6 @@
 
 namespace cohort {
 
-struct AliveTask {
-  TaskName task;
-  uint64_t incarnation = 0;
-};
-
 // What the service did, for metrics. Every method may be called from any thread.
 class ServiceObserver : public BarrierObserver {
  public:

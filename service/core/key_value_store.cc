@@ -274,7 +274,7 @@ absl::StatusOr<std::shared_ptr<KeyWatch>> KeyValueStore::Watch(absl::string_view
       if (auto s = history_.Since(start_revision, &past); !s.ok()) return s;
     }
     if (auto s = parked_->Add(watch); !s.ok()) return s;
-    watch->created_revision_ = revision_;
+    watch->set_created_revision(revision_);
     for (const KeyEventPtr& event : past) {
       if (!watch->Matches(event->key)) continue;
       // A replay longer than the queue still goes out whole: the client asked for it.

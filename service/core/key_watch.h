@@ -57,14 +57,16 @@ class KeyWatch final : public ParkedCall {
   // After this returns, `notify` is never called again.
   void Detach();
 
- private:
-  friend class KeyValueStore;
-  // Called under the store's lock. False (and nothing queued) when the queue is full.
+  // For whoever produces the events (the local store, or a proxy relaying a coordinator's
+  // stream). False (and nothing queued) when the queue is full. The caller notifies.
   bool Push(const KeyEventPtr& event, size_t max_events, size_t max_bytes);
+  // Set by the producer before the watch is shared.
+  void set_created_revision(int64_t revision) { created_revision_ = revision; }
   void Notify();
 
+ private:
   const std::string prefix_;
-  int64_t created_revision_ = 0;  // set by the store before the watch is shared
+  int64_t created_revision_ = 0;
 
   mutable absl::Mutex mu_;
   std::deque<KeyEventPtr> queue_ ABSL_GUARDED_BY(mu_);

@@ -25,6 +25,11 @@ struct TaskStateInfo {
   absl::Time last_heartbeat;  // InfinitePast before the first registration
 };
 
+struct AliveTask {
+  TaskName task;
+  uint64_t incarnation = 0;
+};
+
 struct JobStateSnapshot {
   std::vector<TaskStateInfo> tasks;
   int64_t version = 0;

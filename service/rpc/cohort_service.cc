@@ -43,14 +43,26 @@ v1::TaskState ToProto(TaskState state) {
 // leaving or the service stopping ends it through the parked-call registry.
 class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResponse> {
  public:
-  WatchKeysReactor(CoordinationService* service, RpcMetrics* metrics,
-                   const v1::WatchKeysRequest& request)
-      : service_(service), metrics_(metrics), waiter_(service->NewWaiterId()), start_(absl::Now()) {
-    auto watch =
-        service_->WatchKeys(request.key(), request.start_revision(), waiter_, [this] { Pump(); });
+  WatchKeysReactor(CoordinationBackend* backend, RpcMetrics* metrics,
+                   grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest& request)
+      : backend_(backend), metrics_(metrics), waiter_(backend->NewWaiterId()), start_(absl::Now()) {
+    backend_->WatchKeys(
+        CallContext{waiter_, DeadlineOf(*ctx)}, request.key(), request.start_revision(),
+        [this] { Pump(); },
+        [this](absl::StatusOr<std::shared_ptr<KeyWatch>> watch) { Started(std::move(watch)); });
+  }
+
+  void Started(absl::StatusOr<std::shared_ptr<KeyWatch>> watch) {
     absl::MutexLock lock(&mu_);
+    started_ = true;
     if (!watch.ok()) {
       EndLocked(watch.status());
+      return;
+    }
+    if (finished_) {
+      // The client left before the watch was established (OnDone has not run yet: it
+      // waits for Finish, which EndLocked called).
+      (*watch)->Detach();
       return;
     }
     watch_ = *watch;
@@ -71,7 +83,7 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
   }
 
   void OnCancel() override {
-    service_->Cancel(waiter_, absl::CancelledError("the watcher went away"));
+    backend_->Cancel(waiter_, absl::CancelledError("the watcher went away"));
     absl::MutexLock lock(&mu_);
     EndLocked(absl::CancelledError("the watcher went away"));
   }
@@ -80,12 +92,15 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
     std::shared_ptr<KeyWatch> watch;
     {
       absl::MutexLock lock(&mu_);
+      // A backend that establishes the watch later answers once the waiter is cancelled
+      // (OnCancel did that); this object must outlive that answer.
+      mu_.Await(absl::Condition(&started_));
       watch = watch_;
     }
     if (watch) {
       // A stream that ended for its own reasons (fell behind) leaves nothing parked, and
       // after Detach no notification can reach this object.
-      service_->Cancel(waiter_, absl::CancelledError("the watch ended"));
+      backend_->Cancel(waiter_, absl::CancelledError("the watch ended"));
       watch->Detach();
     }
     delete this;
@@ -124,7 +139,7 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
     Finish(ToGrpcStatus(status, Protocol::kCohort));
   }
 
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
   const WaiterId waiter_;
   const absl::Time start_;
@@ -132,26 +147,18 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
   absl::Mutex mu_;
   std::shared_ptr<KeyWatch> watch_ ABSL_GUARDED_BY(mu_);
   v1::WatchKeysResponse response_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace
-
-grpc::ServerWriteReactor<v1::WatchKeysResponse>* CohortCoordinatorService::WatchKeys(
-    grpc::CallbackServerContext*, const v1::WatchKeysRequest* request) {
-  return new WatchKeysReactor(service_, metrics_, *request);
-}
-
-grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
-    grpc::CallbackServerContext*, const v1::GetClusterSnapshotRequest*,
-    v1::ClusterSnapshot* response) {
-  auto* call = new RpcCall(service_, metrics_, Protocol::kCohort, "GetClusterSnapshot");
-  absl::Time now = service_->Now();
-  response->set_service_incarnation(service_->service_incarnation());
-  response->set_default_job(service_->default_job());
-  response->set_cluster_registered(service_->ClusterRegistered());
-  for (const TaskStateInfo& info : service_->AllTasks()) {
+void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response) {
+  const absl::Time now = view.taken_at;
+  response->set_service_incarnation(view.service_incarnation);
+  response->set_default_job(view.default_job);
+  response->set_cluster_registered(view.cluster_registered);
+  for (const CoordinatorSnapshot::Task& t : view.tasks) {
+    const TaskStateInfo& info = t.info;
     v1::TaskSnapshot* task = response->add_tasks();
     task->set_job(info.task.job);
     task->set_task_id(info.task.id);
@@ -164,9 +171,9 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
       task->set_error_code(static_cast<int32_t>(info.error.code()));
       task->set_error_message(std::string(info.error.message()));
     }
-    task->set_auxiliary(service_->IsAuxiliary(info.task.job));
+    task->set_auxiliary(t.auxiliary);
   }
-  for (const BarrierSnapshot& barrier : service_->OpenBarriers()) {
+  for (const BarrierSnapshot& barrier : view.barriers) {
     v1::BarrierSnapshot* out = response->add_barriers();
     out->set_id(barrier.id);
     out->set_counter(barrier.counter);
@@ -175,12 +182,28 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
     for (const TaskName& task : barrier.arrived) out->add_arrived(task.ToString());
     for (const TaskName& task : barrier.missing) out->add_missing(task.ToString());
   }
-  // Read together, so that the three figures describe the same moment.
-  KeyValueStore::Stats stats = service_->KeyValueStats();
-  response->set_key_count(static_cast<int64_t>(stats.keys));
-  response->set_key_bytes(static_cast<int64_t>(stats.bytes));
-  response->set_key_revision(stats.revision);
-  return call->Reply(absl::OkStatus());
+  response->set_key_count(static_cast<int64_t>(view.key_values.keys));
+  response->set_key_bytes(static_cast<int64_t>(view.key_values.bytes));
+  response->set_key_revision(view.key_values.revision);
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::WatchKeysResponse>* CohortCoordinatorService::WatchKeys(
+    grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest* request) {
+  return new WatchKeysReactor(backend_, metrics_, ctx, *request);
+}
+
+grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
+    grpc::CallbackServerContext* ctx, const v1::GetClusterSnapshotRequest*,
+    v1::ClusterSnapshot* response) {
+  auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "GetClusterSnapshot", ctx);
+  backend_->GetCoordinatorSnapshot(call->Context(),
+                                   [call, response](absl::StatusOr<CoordinatorSnapshot> view) {
+                                     if (view.ok()) FillSnapshot(*view, response);
+                                     call->Reply(view.status());
+                                   });
+  return call;
 }
 
 }  // namespace cohort

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "cohort/v1/coordinator.grpc.pb.h"
-#include "service/core/coordination_service.h"
+#include "service/backend/coordination_backend.h"
 #include "service/rpc/rpc_call.h"
 
 namespace cohort {
@@ -10,8 +10,8 @@ namespace cohort {
 // watch itself lives in the core's key-value store.
 class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackService {
  public:
-  CohortCoordinatorService(CoordinationService* service, RpcMetrics* metrics)
-      : service_(service), metrics_(metrics) {}
+  CohortCoordinatorService(CoordinationBackend* backend, RpcMetrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
 
   grpc::ServerWriteReactor<v1::WatchKeysResponse>* WatchKeys(
       grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest* request) override;
@@ -20,7 +20,7 @@ class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackS
                                                v1::ClusterSnapshot* response) override;
 
  private:
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
 };
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "service/rpc/coordination_requests.h"
 #include "service/rpc/device_info.h"
 
 namespace cohort {
@@ -32,15 +33,15 @@ int32_t NodeIdOf(const std::string& bytes) {
 
 }  // namespace
 
-RpcCall* DistributedRuntimeService::NewCall(const char* method) {
-  return new RpcCall(service_, metrics_, Protocol::kDistributedRuntime, method);
+RpcCall* DistributedRuntimeService::NewCall(Ctx* ctx, const char* method) {
+  return new RpcCall(backend_, metrics_, Protocol::kDistributedRuntime, method, ctx);
 }
 
 absl::Status DistributedRuntimeService::CheckSession(uint64_t session_id) const {
-  if (session_id != service_->service_incarnation()) {
+  if (session_id != backend_->service_incarnation()) {
     return absl::FailedPreconditionError(
         absl::StrCat("session id ", session_id, " is not this coordinator's session (",
-                     service_->service_incarnation(), "); connect again"));
+                     backend_->service_incarnation(), "); connect again"));
   }
   return absl::OkStatus();
 }
@@ -65,8 +66,8 @@ int32_t DistributedRuntimeService::NodeOf(Ctx* ctx, int32_t named) const {
 grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
                                                              const xla::ConnectRequest* request,
                                                              xla::ConnectResponse* response) {
-  RpcCall* call = NewCall("Connect");
-  auto task = service_->ResolveTask("", request->node_id());
+  RpcCall* call = NewCall(ctx, "Connect");
+  auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
   {
     absl::MutexLock lock(&mu_);
@@ -74,17 +75,18 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
     auto [peer, added] = peers_.emplace(ctx->peer(), request->node_id());
     if (!added && peer->second != request->node_id()) peer->second = -1;  // shared: ambiguous
   }
-  service_->RegisterTask(*task, request->client_id(), call->Park(),
+  backend_->RegisterTask(call->Context(), *task, request->client_id(),
                          [this, call, response](const absl::Status& s) {
-                           if (s.ok()) response->set_session_id(service_->service_incarnation());
+                           if (s.ok()) response->set_session_id(backend_->service_incarnation());
                            call->Reply(s);
                          });
   return call;
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
-    Ctx*, const xla::EnumerateDevicesRequest* request, xla::EnumerateDevicesResponse* response) {
-  RpcCall* call = NewCall("EnumerateDevices");
+    Ctx* ctx, const xla::EnumerateDevicesRequest* request,
+    xla::EnumerateDevicesResponse* response) {
+  RpcCall* call = NewCall(ctx, "EnumerateDevices");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   // node_id is field 1 in both layouts; the node's protocol version says which the rest is.
   bool new_layout = NewLayout(NodeIdOf(request->local_topology()));
@@ -97,10 +99,10 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
         new_layout ? "3 or later (node_id, boot_id, devices)" : "1 or 2 (node_id, devices)")));
   }
   if (!new_layout) local = ToV3(old_layout);
-  auto task = service_->ResolveTask("", local.node_id());
+  auto task = backend_->ResolveTask("", local.node_id());
   if (!task.ok()) return call->Reply(task.status());
-  service_->WaitForAllTasks(
-      *task, EncodeLocalTopology(local), call->Park(),
+  backend_->WaitForAllTasks(
+      call->Context(), *task, EncodeLocalTopology(local),
       [call, response, new_layout](absl::StatusOr<std::vector<std::string>> all) {
         if (all.ok()) {
           xla::GlobalTopologyProtoV3 global = BuildGlobalTopology(*all);
@@ -112,42 +114,47 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
   return call;
 }
 
-grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx*,
+grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx* ctx,
                                                                const xla::HeartbeatRequest* request,
                                                                xla::HeartbeatResponse*) {
-  RpcCall* call = NewCall("Heartbeat");
+  RpcCall* call = NewCall(ctx, "Heartbeat");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  auto task = service_->ResolveTask("", request->node_id());
+  auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
-  // This protocol's heartbeat names no incarnation: it is the registered one's.
-  auto state = service_->GetTaskStates({*task});
-  if (!state.ok()) return call->Reply(state.status());
-  if (auto s = service_->Heartbeat(*task, (*state)[0].incarnation); !s.ok()) return call->Reply(s);
-  // This protocol has no error polling: a failure elsewhere in the job reaches the other
-  // nodes as the answer to their heartbeats, which makes old clients stop.
-  return call->Reply(service_->PropagatedError());
+  // This protocol's heartbeat names no incarnation: it is the registered one's. It has no
+  // error polling either: a failure elsewhere in the job reaches the other nodes as the
+  // answer to their heartbeats, which makes old clients stop.
+  CallContext context = call->Context();
+  backend_->Heartbeat(context, *task, std::nullopt, [this, call, context](const absl::Status& s) {
+    if (!s.ok()) {
+      call->Reply(s);
+      return;
+    }
+    backend_->PropagatedError(context, requests::ReplyWith(call));
+  });
+  return call;
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx* ctx,
                                                               const xla::ShutdownRequest* request,
                                                               xla::ShutdownResponse*) {
-  RpcCall* call = NewCall("Shutdown");
+  RpcCall* call = NewCall(ctx, "Shutdown");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  auto task = service_->ResolveTask("", NodeOf(ctx, request->node_id()));
+  auto task = backend_->ResolveTask("", NodeOf(ctx, request->node_id()));
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
+  backend_->ShutdownTask(call->Context(), *task, requests::ReplyWith(call));
   return call;
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
-    Ctx*, const xla::KeyValueGetRequest* request, xla::KeyValueGetResponse* response) {
-  RpcCall* call = NewCall("KeyValueGet");
+    Ctx* ctx, const xla::KeyValueGetRequest* request, xla::KeyValueGetResponse* response) {
+  RpcCall* call = NewCall(ctx, "KeyValueGet");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  std::optional<absl::Time> deadline;
+  std::optional<absl::Duration> timeout;
   if (request->timeout_milliseconds() > 0) {
-    deadline = service_->Now() + absl::Milliseconds(request->timeout_milliseconds());
+    timeout = absl::Milliseconds(request->timeout_milliseconds());
   }
-  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, deadline,
+  backend_->GetKeyValue(call->Context(), request->key(), timeout,
                         [call, response](absl::StatusOr<std::string> value) {
                           if (value.ok()) {
                             response->set_found(true);
@@ -159,26 +166,27 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
-    Ctx*, const xla::KeyValueSetRequest* request, xla::KeyValueSetResponse*) {
-  RpcCall* call = NewCall("KeyValueSet");
+    Ctx* ctx, const xla::KeyValueSetRequest* request, xla::KeyValueSetResponse*) {
+  RpcCall* call = NewCall(ctx, "KeyValueSet");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  return call->Reply(
-      service_->InsertKeyValue(request->key(), request->value(), /*allow_overwrite=*/true));
+  backend_->InsertKeyValue(call->Context(), request->key(), request->value(),
+                           /*allow_overwrite=*/true, requests::ReplyWith(call));
+  return call;
 }
 
 grpc::ServerUnaryReactor* DistributedRuntimeService::WaitAtBarrier(
-    Ctx*, const xla::WaitAtBarrierRequest* request, xla::WaitAtBarrierResponse*) {
-  RpcCall* call = NewCall("WaitAtBarrier");
+    Ctx* ctx, const xla::WaitAtBarrierRequest* request, xla::WaitAtBarrierResponse*) {
+  RpcCall* call = NewCall(ctx, "WaitAtBarrier");
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
-  auto task = service_->ResolveTask("", request->node_id());
+  auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
   if (request->timeout_milliseconds() <= 0) {
     return call->Reply(absl::InvalidArgumentError("barrier timeout_milliseconds must be positive"));
   }
   // Every node of the job takes part; this protocol has no counters, so an id is one
   // barrier (a repeated call gets its cached result).
-  service_->Barrier(request->barrier_id(), /*counter=*/0,
-                    absl::Milliseconds(request->timeout_milliseconds()), *task, {}, call->Park(),
+  backend_->Barrier(call->Context(), request->barrier_id(), /*counter=*/0,
+                    absl::Milliseconds(request->timeout_milliseconds()), *task, {},
                     [call](const absl::StatusOr<int64_t>& r) { call->Reply(r.status()); });
   return call;
 }

@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "service/core/coordination_service.h"
+#include "service/backend/coordination_backend.h"
 #include "service/rpc/rpc_call.h"
 #include "xla/distributed_runtime.grpc.pb.h"
 
@@ -17,8 +17,8 @@ namespace cohort {
 // address of each node, because jaxlib 0.4's Shutdown names no node.
 class DistributedRuntimeService final : public xla::DistributedRuntimeService::CallbackService {
  public:
-  DistributedRuntimeService(CoordinationService* service, RpcMetrics* metrics)
-      : service_(service), metrics_(metrics) {}
+  DistributedRuntimeService(CoordinationBackend* backend, RpcMetrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* Connect(Ctx*, const xla::ConnectRequest*,
@@ -37,14 +37,14 @@ class DistributedRuntimeService final : public xla::DistributedRuntimeService::C
                                           xla::WaitAtBarrierResponse*) override;
 
  private:
-  RpcCall* NewCall(const char* method);
+  RpcCall* NewCall(Ctx* ctx, const char* method);
   absl::Status CheckSession(uint64_t session_id) const;
   bool NewLayout(int32_t node) const;
   // The node a request came from: the one it names, or else the one that connected from
   // the same peer.
   int32_t NodeOf(Ctx* ctx, int32_t named) const;
 
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int32_t, int32_t> protocol_versions_ ABSL_GUARDED_BY(mu_);

@@ -1,4 +1,5 @@
 #pragma once
+// RpcCall and RpcMetrics: what every protocol adapter's unary calls share.
 
 #include <atomic>
 
@@ -6,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
-#include "service/core/coordination_service.h"
+#include "service/backend/coordination_backend.h"
 #include "service/rpc/status_translation.h"
 
 namespace cohort {
@@ -22,17 +23,27 @@ class RpcMetrics {
   Family<Histogram>& latency_;
 };
 
-// One unary call of any protocol. Handlers answer through Reply(); a parked call takes a
-// waiter id first, so that the client going away (deadline, cancellation) cancels it in
-// the core. The reactor deletes itself once gRPC is done with it.
+// The client's deadline; InfiniteFuture when it set none.
+inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
+  auto deadline = ctx.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+// One unary call of any protocol. Handlers take the call's context (a waiter id and the
+// client's deadline) and answer through Reply(); the client going away (deadline,
+// cancellation) cancels the waiter in the backend. The reactor deletes itself once gRPC is
+// done with it.
 class RpcCall : public grpc::ServerUnaryReactor {
  public:
-  RpcCall(CoordinationService* service, RpcMetrics* metrics, Protocol protocol, const char* method)
-      : service_(service),
+  RpcCall(CoordinationBackend* backend, RpcMetrics* metrics, Protocol protocol, const char* method,
+          grpc::CallbackServerContext* ctx)
+      : backend_(backend),
         metrics_(metrics),
         protocol_(protocol),
         method_(method),
-        start_(absl::Now()) {}
+        start_(absl::Now()),
+        deadline_(ctx ? DeadlineOf(*ctx) : absl::InfiniteFuture()) {}
 
   RpcCall* Reply(const absl::Status& status) {
     if (metrics_) metrics_->Record(protocol_, method_, status.code(), absl::Now() - start_);
@@ -40,27 +51,29 @@ class RpcCall : public grpc::ServerUnaryReactor {
     return this;
   }
 
-  WaiterId Park() {
-    WaiterId id = service_->NewWaiterId();
+  // The context to pass to the backend; registers the waiter that cancellation ends.
+  CallContext Context() {
+    WaiterId id = backend_->NewWaiterId();
     waiter_.store(id);
-    return id;
+    return CallContext{id, deadline_};
   }
 
   void OnCancel() override {
     WaiterId id = waiter_.load();
     if (id != 0) {
-      service_->Cancel(id, absl::CancelledError("the client cancelled the call or its deadline "
+      backend_->Cancel(id, absl::CancelledError("the client cancelled the call or its deadline "
                                                 "passed"));
     }
   }
   void OnDone() override { delete this; }
 
  private:
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
   const Protocol protocol_;
   const char* const method_;
   const absl::Time start_;
+  const absl::Time deadline_;
   std::atomic<WaiterId> waiter_{0};
 };
 

@@ -83,4 +83,35 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
                       container.SerializeAsString());
 }
 
+absl::Status CoreStatusFromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  absl::Status out(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  tensorflow::distributed_runtime::GrpcPayloadContainer container;
+  if (status.error_details().empty() || !container.ParseFromString(status.error_details())) {
+    return out;
+  }
+  const auto& payloads = container.payloads();
+  if (auto it = payloads.find(kCoordinationErrorKey); it != payloads.end()) {
+    tensorflow::CoordinationServiceError error;
+    error.ParseFromString(it->second);
+    ServiceErrorInfo info;
+    info.is_reported_error = error.is_reported_error();
+    if (error.has_source_task()) {
+      info.source = TaskName{error.source_task().job_name(), error.source_task().task_id()};
+    }
+    out = WithServiceError(out, info);
+  }
+  if (auto it = payloads.find(kBarrierErrorKey); it != payloads.end()) {
+    tensorflow::BarrierError error;
+    error.ParseFromString(it->second);
+    out = WithBarrierError(out, {error.barrier_id(), error.counter()});
+  }
+  if (auto it = payloads.find(kServiceMismatchKey); it != payloads.end()) {
+    xla::coordination::ServiceMismatchError error;
+    error.ParseFromString(it->second);
+    out.SetPayload(kMismatchPayload, absl::Cord(absl::StrCat(error.service_incarnation())));
+  }
+  return out;
+}
+
 }  // namespace cohort

@@ -24,6 +24,12 @@ inline constexpr size_t kMaxErrorMessageBytes = 3072;
 // barrier errors carry their BarrierError.
 grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol);
 
+// The inverse, for a status the coordinator answered in the tensorflow protocol (what a
+// forwarding proxy reads): its payloads become the core's again, so that the adapters
+// translate it to the proxy's clients like a status of the local core. A status without a
+// CoordinationServiceError payload did not come from the service (a transport failure).
+absl::Status CoreStatusFromGrpc(const grpc::Status& status);
+
 // A request of the xla protocol named another service incarnation than ours.
 absl::Status ServiceMismatchError(uint64_t ours, uint64_t theirs);
 

@@ -4,37 +4,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "service/core/errors.h"
+#include "service/rpc/coordination_requests.h"
 #include "service/rpc/device_info.h"
 
 namespace cohort {
-namespace {
-
-tensorflow::CoordinatedTaskState ToProto(TaskState state) {
-  switch (state) {
-    case TaskState::kUninitialized:
-      return tensorflow::TASKSTATE_UNINITIALIZED;
-    case TaskState::kDisconnected:
-      return tensorflow::TASKSTATE_DISCONNECTED;
-    case TaskState::kConnected:
-      return tensorflow::TASKSTATE_CONNECTED;
-    case TaskState::kError:
-      return tensorflow::TASKSTATE_ERROR;
-  }
-  return tensorflow::TASKSTATE_UNSPECIFIED;
-}
-
-}  // namespace
 
 using Ctx = grpc::CallbackServerContext;
 
-RpcCall* TensorflowCoordinationService::NewCall(Ctx*, const char* method) {
-  return new RpcCall(service_, metrics_, Protocol::kTensorflow, method);
+RpcCall* TensorflowCoordinationService::NewCall(Ctx* ctx, const char* method) {
+  return new RpcCall(backend_, metrics_, Protocol::kTensorflow, method, ctx);
 }
 
 absl::StatusOr<TaskName> TensorflowCoordinationService::Resolve(
     const tensorflow::CoordinatedTask& task) const {
-  return service_->ResolveTask(task.job_name(), task.task_id());
+  return backend_->ResolveTask(task.job_name(), task.task_id());
 }
 
 absl::StatusOr<TaskName> TensorflowCoordinationService::ResolveLegacy(
@@ -43,7 +26,7 @@ absl::StatusOr<TaskName> TensorflowCoordinationService::ResolveLegacy(
   // The current field wins (jaxlib 0.9.1 sends it with an empty job name); old agents send
   // the legacy job and task fields instead.
   if (has_current) return Resolve(current);
-  if (!job.empty()) return service_->ResolveTask(job, task);
+  if (!job.empty()) return backend_->ResolveTask(job, task);
   return absl::InvalidArgumentError("the request names no task");
 }
 
@@ -56,21 +39,14 @@ absl::StatusOr<TaskName> TensorflowCoordinationService::Resolve(
 }
 
 void TensorflowCoordinationService::FillStateInfo(const TaskStateInfo& info,
-                                                  tensorflow::CoordinatedTaskStateInfo* out) const {
+                                                  tensorflow::CoordinatedTaskStateInfo* out) {
   out->mutable_task()->set_job_name(info.task.job);
   out->mutable_task()->set_task_id(info.task.id);
-  out->set_state(ToProto(info.state));
-  out->set_incarnation(info.incarnation);
-  if (!info.error.ok()) {
-    out->set_error_code(static_cast<int32_t>(info.error.code()));
-    out->set_error_message(std::string(info.error.message()));
-    ServiceErrorInfo source = GetServiceError(info.error).value_or(ServiceErrorInfo{});
-    out->mutable_error_payload()->set_is_reported_error(source.is_reported_error);
-    if (source.source) {
-      out->mutable_error_payload()->mutable_source_task()->set_job_name(source.source->job);
-      out->mutable_error_payload()->mutable_source_task()->set_task_id(source.source->id);
-    }
-  }
+  requests::FillTaskState(info, out,
+                          [](const TaskName& source, tensorflow::CoordinationServiceError* error) {
+                            error->mutable_source_task()->set_job_name(source.job);
+                            error->mutable_source_task()->set_task_id(source.id);
+                          });
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
@@ -80,13 +56,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
-  service_->RegisterTask(*task, request->incarnation(), call->Park(),
-                         [this, call, response](const absl::Status& s) {
-                           if (s.ok())
-                             response->set_leader_incarnation(service_->service_incarnation());
-                           call->Reply(s);
-                         });
-  return call;
+  return requests::RegisterTask(call, backend_, *task, request->incarnation(),
+                                [response](uint64_t i) { response->set_leader_incarnation(i); });
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::RegisterTask(
@@ -108,9 +79,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Heartbeat(
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
-  absl::Status s = service_->Heartbeat(*task, request->incarnation());
-  if (s.ok()) response->set_leader_incarnation(service_->service_incarnation());
-  return call->Reply(s);
+  return requests::Heartbeat(call, backend_, *task, request->incarnation(),
+                             [response](uint64_t i) { response->set_leader_incarnation(i); });
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
@@ -123,10 +93,10 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
   std::string devices = request->has_local_device_info()
                             ? EncodeLegacyDevices(request->local_device_info())
                             : EncodeDevices(request->device_info());
-  service_->WaitForAllTasks(*task, std::move(devices), call->Park(),
+  backend_->WaitForAllTasks(call->Context(), *task, std::move(devices),
                             [this, call, response](absl::StatusOr<std::vector<std::string>> all) {
                               if (all.ok()) {
-                                response->set_leader_incarnation(service_->service_incarnation());
+                                response->set_leader_incarnation(backend_->service_incarnation());
                                 MergeDevices(*all, response->mutable_device_info(),
                                              response->mutable_cluster_device_info());
                                 if (response->cluster_device_info().type_case() ==
@@ -144,8 +114,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
   RpcCall* call = NewCall(ctx, "ShutdownTask");
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
-  return call;
+  return requests::ShutdownTask(call, backend_, *task);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ResetTask(
@@ -153,7 +122,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ResetTask(
   RpcCall* call = NewCall(ctx, "ResetTask");
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
-  return call->Reply(service_->ResetTask(*task));
+  backend_->ResetTask(call->Context(), *task, requests::ReplyWith(call));
+  return call;
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
@@ -169,9 +139,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
         absl::StrCat(method, " needs error_payload.source_task to name the failed task")));
   }
   if (!task.ok()) return call->Reply(task.status());
-  return call->Reply(service_->ReportError(
-      *task, absl::Status(static_cast<absl::StatusCode>(request->error_code()),
-                          request->error_message())));
+  return requests::ReportError(call, backend_, *task, request->error_code(),
+                               request->error_message());
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToTask(
@@ -193,9 +162,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToService(
   auto task = ResolveLegacy(request->has_error_origin(), request->error_origin(),
                             request->source_job(), request->source_task());
   if (!task.ok()) return call->Reply(task.status());
-  return call->Reply(service_->ReportError(
-      *task, absl::Status(static_cast<absl::StatusCode>(request->error_code()),
-                          request->error_message())));
+  return requests::ReportError(call, backend_, *task, request->error_code(),
+                               request->error_message());
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetTaskState(
@@ -208,94 +176,61 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetTaskState(
     if (!task.ok()) return call->Reply(task.status());
     tasks.push_back(*task);
   }
-  auto states = service_->GetTaskStates(tasks);
-  if (!states.ok()) return call->Reply(states.status());
-  for (const TaskStateInfo& info : *states) FillStateInfo(info, response->add_task_state());
-  return call->Reply(absl::OkStatus());
+  backend_->GetTaskStates(call->Context(), std::move(tasks),
+                          [call, response](absl::StatusOr<std::vector<TaskStateInfo>> states) {
+                            if (states.ok()) {
+                              for (const TaskStateInfo& info : *states) {
+                                FillStateInfo(info, response->add_task_state());
+                              }
+                            }
+                            call->Reply(states.status());
+                          });
+  return call;
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::WatchJobState(
     Ctx* ctx, const tensorflow::WatchJobStateRequest* request,
     tensorflow::WatchJobStateResponse* response) {
   RpcCall* call = NewCall(ctx, "WatchJobState");
-  service_->WatchJobState(request->job_name(), request->version_number(), call->Park(),
-                          [this, call, response](absl::StatusOr<JobStateView> view) {
-                            if (view.ok()) {
-                              response->set_version_number((*view)->version);
-                              for (const TaskStateInfo& info : (*view)->tasks) {
-                                FillStateInfo(info, response->add_task_state());
-                              }
-                            }
-                            call->Reply(view.status());
-                          });
-  return call;
+  return requests::WatchJobState(call, backend_, request->job_name(), request->version_number(),
+                                 response, &FillStateInfo);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::InsertKeyValue(
     Ctx* ctx, const tensorflow::InsertKeyValueRequest* request,
     tensorflow::InsertKeyValueResponse*) {
-  RpcCall* call = NewCall(ctx, "InsertKeyValue");
-  return call->Reply(service_->InsertKeyValue(request->kv().key(), request->kv().value(),
-                                              request->allow_overwrite()));
+  return requests::InsertKeyValue(NewCall(ctx, "InsertKeyValue"), backend_, *request);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValue(
     Ctx* ctx, const tensorflow::GetKeyValueRequest* request,
     tensorflow::GetKeyValueResponse* response) {
-  RpcCall* call = NewCall(ctx, "GetKeyValue");
-  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, std::nullopt,
-                        [call, request, response](absl::StatusOr<std::string> value) {
-                          if (value.ok()) {
-                            response->mutable_kv()->set_key(request->key());
-                            response->mutable_kv()->set_value(std::move(*value));
-                          }
-                          call->Reply(value.status());
-                        });
-  return call;
+  return requests::GetKeyValue(NewCall(ctx, "GetKeyValue"), backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::TryGetKeyValue(
     Ctx* ctx, const tensorflow::TryGetKeyValueRequest* request,
     tensorflow::TryGetKeyValueResponse* response) {
-  RpcCall* call = NewCall(ctx, "TryGetKeyValue");
-  auto value = service_->TryGetKeyValue(request->key());
-  if (value.ok()) {
-    response->mutable_kv()->set_key(request->key());
-    response->mutable_kv()->set_value(std::move(*value));
-  }
-  return call->Reply(value.status());
+  return requests::TryGetKeyValue(NewCall(ctx, "TryGetKeyValue"), backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValueDir(
     Ctx* ctx, const tensorflow::GetKeyValueDirRequest* request,
     tensorflow::GetKeyValueDirResponse* response) {
-  RpcCall* call = NewCall(ctx, "GetKeyValueDir");
-  response->set_directory_key(request->directory_key());
-  for (auto& entry : service_->GetKeyValueDir(request->directory_key())) {
-    auto* kv = response->add_kv();
-    kv->set_key(std::move(entry.key));
-    kv->set_value(std::move(entry.value));
-  }
-  return call->Reply(absl::OkStatus());
+  return requests::GetKeyValueDir(NewCall(ctx, "GetKeyValueDir"), backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::DeleteKeyValue(
     Ctx* ctx, const tensorflow::DeleteKeyValueRequest* request,
     tensorflow::DeleteKeyValueResponse*) {
-  RpcCall* call = NewCall(ctx, "DeleteKeyValue");
-  return call->Reply(service_->DeleteKeyValue(request->key()));
+  return requests::DeleteKeyValue(NewCall(ctx, "DeleteKeyValue"), backend_, *request);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::IncrementKeyValue(
     Ctx* ctx, const tensorflow::IncrementKeyValueRequest* request,
     tensorflow::IncrementKeyValueResponse* response) {
-  RpcCall* call = NewCall(ctx, "IncrementKeyValue");
-  auto sum = service_->IncrementKeyValue(request->key(), request->increment());
-  if (sum.ok()) {
-    response->mutable_kv()->set_key(request->key());
-    response->mutable_kv()->set_value(absl::StrCat(*sum));
-  }
-  return call->Reply(sum.status());
+  return requests::IncrementKeyValue(NewCall(ctx, "IncrementKeyValue"), backend_, *request,
+                                     response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
@@ -309,18 +244,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
     if (!task.ok()) return call->Reply(task.status());
     tasks.push_back(*task);
   }
-  if (request->barrier_timeout_in_ms() < 0) {
-    return call->Reply(absl::InvalidArgumentError("barrier_timeout_in_ms must not be negative"));
-  }
-  absl::Duration timeout = request->barrier_timeout_in_ms() == 0
-                               ? absl::InfiniteDuration()
-                               : absl::Milliseconds(request->barrier_timeout_in_ms());
-  service_->Barrier(request->barrier_id(), request->counter(), timeout, *caller, std::move(tasks),
-                    call->Park(), [call, response](absl::StatusOr<int64_t> counter) {
-                      if (counter.ok()) response->set_counter(*counter);
-                      call->Reply(counter.status());
-                    });
-  return call;
+  return requests::Barrier(call, backend_, *request, *caller, std::move(tasks), response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::CancelBarrier(
@@ -328,7 +252,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::CancelBarrier(
   RpcCall* call = NewCall(ctx, "CancelBarrier");
   auto caller = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!caller.ok()) return call->Reply(caller.status());
-  return call->Reply(service_->CancelBarrier(request->barrier_id(), request->counter(), *caller));
+  return requests::CancelBarrier(call, backend_, *request, *caller);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
@@ -344,19 +268,13 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
     if (!task.ok()) return call->Reply(task.status());
     tasks.push_back(*task);
   }
-  service_->GetAliveTasks(*requester, std::move(tasks), call->Park(),
-                          [call, response](absl::StatusOr<std::vector<AliveTask>> alive) {
-                            if (alive.ok()) {
-                              for (const AliveTask& a : *alive) {
-                                auto* t = response->add_alive_tasks();
-                                t->set_job_name(a.task.job);
-                                t->set_task_id(a.task.id);
-                                response->add_incarnations(a.incarnation);
-                              }
-                            }
-                            call->Reply(alive.status());
-                          });
-  return call;
+  return requests::GetAliveTasks(call, backend_, *requester, std::move(tasks),
+                                 [response](const AliveTask& a) {
+                                   auto* t = response->add_alive_tasks();
+                                   t->set_job_name(a.task.job);
+                                   t->set_task_id(a.task.id);
+                                   response->add_incarnations(a.incarnation);
+                                 });
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::PollForError(
@@ -364,8 +282,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::PollForError(
   RpcCall* call = NewCall(ctx, "PollForError");
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
-  service_->PollForError(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
-  return call;
+  return requests::PollForError(call, backend_, *task);
 }
 
 }  // namespace cohort

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "service/core/coordination_service.h"
+#include "service/backend/coordination_backend.h"
 #include "service/rpc/rpc_call.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 
@@ -11,8 +11,8 @@ namespace cohort {
 class TensorflowCoordinationService final
     : public tensorflow::CoordinationService::CallbackService {
  public:
-  TensorflowCoordinationService(CoordinationService* service, RpcMetrics* metrics)
-      : service_(service), metrics_(metrics) {}
+  TensorflowCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* RegisterTask(Ctx*, const tensorflow::RegisterTaskRequest*,
@@ -73,9 +73,9 @@ class TensorflowCoordinationService final
   // INVALID_ARGUMENT when the request left the task out.
   absl::StatusOr<TaskName> Resolve(bool present, const tensorflow::CoordinatedTask& task,
                                    const char* field) const;
-  void FillStateInfo(const TaskStateInfo& info, tensorflow::CoordinatedTaskStateInfo* out) const;
+  static void FillStateInfo(const TaskStateInfo& info, tensorflow::CoordinatedTaskStateInfo* out);
 
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
 };
 

@@ -4,45 +4,38 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "service/core/errors.h"
+#include "service/rpc/coordination_requests.h"
 
 namespace cohort {
 namespace {
 
 namespace xc = xla::coordination;
 
-xc::TaskState ToProto(TaskState state) {
-  switch (state) {
-    case TaskState::kUninitialized:
-      return xc::UNINITIALIZED;
-    case TaskState::kDisconnected:
-      return xc::DISCONNECTED;
-    case TaskState::kConnected:
-      return xc::CONNECTED;
-    case TaskState::kError:
-      return xc::ERROR;
-  }
-  return xc::UNSPECIFIED;
+void FillTaskInfo(const TaskStateInfo& info, xc::TaskInfo* out) {
+  out->set_task_id(info.task.id);
+  requests::FillTaskState(info, out, [](const TaskName& source, xc::CoordinationServiceError* e) {
+    e->set_source_task_id(source.id);
+  });
 }
 
 }  // namespace
 
 using Ctx = grpc::CallbackServerContext;
 
-RpcCall* XlaCoordinationService::NewCall(const char* method) {
-  return new RpcCall(service_, metrics_, Protocol::kXla, method);
+RpcCall* XlaCoordinationService::NewCall(Ctx* ctx, const char* method) {
+  return new RpcCall(backend_, metrics_, Protocol::kXla, method, ctx);
 }
 
 absl::Status XlaCoordinationService::Validate(const xc::Incarnations& incarnations) const {
-  if (incarnations.service_incarnation() != service_->service_incarnation()) {
-    return ServiceMismatchError(service_->service_incarnation(),
+  if (incarnations.service_incarnation() != backend_->service_incarnation()) {
+    return ServiceMismatchError(backend_->service_incarnation(),
                                 incarnations.service_incarnation());
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id) const {
-  return service_->ResolveTask("", id);
+  return backend_->ResolveTask("", id);
 }
 
 absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id,
@@ -52,7 +45,7 @@ absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id,
   // Upstream checks only the service incarnation. A stale process of a restarted task
   // would then still write keys and pass barriers; refuse it.
   if (incarnations.task_incarnation() != 0) {
-    if (auto s = service_->CheckIncarnation(*task, incarnations.task_incarnation()); !s.ok()) {
+    if (auto s = backend_->CheckIncarnation(*task, incarnations.task_incarnation()); !s.ok()) {
       return s;
     }
   }
@@ -60,143 +53,91 @@ absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id,
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::RegisterTask(
-    Ctx*, const xc::RegisterTaskRequest* request, xc::RegisterTaskResponse* response) {
-  RpcCall* call = NewCall("RegisterTask");
+    Ctx* ctx, const xc::RegisterTaskRequest* request, xc::RegisterTaskResponse* response) {
+  RpcCall* call = NewCall(ctx, "RegisterTask");
   auto task = Task(request->source_task_id());
   if (!task.ok()) return call->Reply(task.status());
-  service_->RegisterTask(*task, request->incarnation(), call->Park(),
-                         [this, call, response](const absl::Status& s) {
-                           if (s.ok())
-                             response->set_service_incarnation(service_->service_incarnation());
-                           call->Reply(s);
-                         });
-  return call;
+  return requests::RegisterTask(call, backend_, *task, request->incarnation(),
+                                [response](uint64_t i) { response->set_service_incarnation(i); });
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx*,
+grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx* ctx,
                                                             const xc::HeartbeatRequest* request,
                                                             xc::HeartbeatResponse* response) {
-  RpcCall* call = NewCall("Heartbeat");
+  RpcCall* call = NewCall(ctx, "Heartbeat");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id());
   if (!task.ok()) return call->Reply(task.status());
-  absl::Status s = service_->Heartbeat(*task, request->incarnation());
-  if (s.ok()) response->set_service_incarnation(service_->service_incarnation());
-  return call->Reply(s);
+  return requests::Heartbeat(call, backend_, *task, request->incarnation(),
+                             [response](uint64_t i) { response->set_service_incarnation(i); });
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(
-    Ctx*, const xc::ShutdownTaskRequest* request, xc::ShutdownTaskResponse*) {
-  RpcCall* call = NewCall("ShutdownTask");
+    Ctx* ctx, const xc::ShutdownTaskRequest* request, xc::ShutdownTaskResponse*) {
+  RpcCall* call = NewCall(ctx, "ShutdownTask");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
-  service_->ShutdownTask(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
-  return call;
+  return requests::ShutdownTask(call, backend_, *task);
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx*,
+grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx* ctx,
                                                              const xc::WatchTasksRequest* request,
                                                              xc::WatchTasksResponse* response) {
-  RpcCall* call = NewCall("WatchTasks");
+  RpcCall* call = NewCall(ctx, "WatchTasks");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  service_->WatchJobState(
-      "", request->version_number(), call->Park(),
-      [call, response](absl::StatusOr<JobStateView> view) {
-        if (view.ok()) {
-          response->set_version_number((*view)->version);
-          for (const TaskStateInfo& info : (*view)->tasks) {
-            auto* out = response->add_task_state();
-            out->set_task_id(info.task.id);
-            out->set_state(ToProto(info.state));
-            out->set_incarnation(info.incarnation);
-            if (!info.error.ok()) {
-              out->set_error_code(static_cast<int32_t>(info.error.code()));
-              out->set_error_message(std::string(info.error.message()));
-              auto source = GetServiceError(info.error).value_or(ServiceErrorInfo{});
-              out->mutable_error_payload()->set_is_reported_error(source.is_reported_error);
-              if (source.source) {
-                out->mutable_error_payload()->set_source_task_id(source.source->id);
-              }
-            }
-          }
-        }
-        call->Reply(view.status());
-      });
-  return call;
+  return requests::WatchJobState(call, backend_, "", request->version_number(), response,
+                                 &FillTaskInfo);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::InsertKeyValue(
-    Ctx*, const xc::InsertKeyValueRequest* request, xc::InsertKeyValueResponse*) {
-  RpcCall* call = NewCall("InsertKeyValue");
+    Ctx* ctx, const xc::InsertKeyValueRequest* request, xc::InsertKeyValueResponse*) {
+  RpcCall* call = NewCall(ctx, "InsertKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  return call->Reply(service_->InsertKeyValue(request->kv().key(), request->kv().value(),
-                                              request->allow_overwrite()));
+  return requests::InsertKeyValue(call, backend_, *request);
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx*,
+grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx* ctx,
                                                               const xc::GetKeyValueRequest* request,
                                                               xc::GetKeyValueResponse* response) {
-  RpcCall* call = NewCall("GetKeyValue");
+  RpcCall* call = NewCall(ctx, "GetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  service_->GetKeyValue(request->key(), call->Park(), std::nullopt, std::nullopt,
-                        [call, request, response](absl::StatusOr<std::string> value) {
-                          if (value.ok()) {
-                            response->mutable_kv()->set_key(request->key());
-                            response->mutable_kv()->set_value(std::move(*value));
-                          }
-                          call->Reply(value.status());
-                        });
-  return call;
+  return requests::GetKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::TryGetKeyValue(
-    Ctx*, const xc::TryGetKeyValueRequest* request, xc::TryGetKeyValueResponse* response) {
-  RpcCall* call = NewCall("TryGetKeyValue");
+    Ctx* ctx, const xc::TryGetKeyValueRequest* request, xc::TryGetKeyValueResponse* response) {
+  RpcCall* call = NewCall(ctx, "TryGetKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto value = service_->TryGetKeyValue(request->key());
-  if (value.ok()) {
-    response->mutable_kv()->set_key(request->key());
-    response->mutable_kv()->set_value(std::move(*value));
-  }
-  return call->Reply(value.status());
+  return requests::TryGetKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::IncrementKeyValue(
-    Ctx*, const xc::IncrementKeyValueRequest* request, xc::IncrementKeyValueResponse* response) {
-  RpcCall* call = NewCall("IncrementKeyValue");
+    Ctx* ctx, const xc::IncrementKeyValueRequest* request,
+    xc::IncrementKeyValueResponse* response) {
+  RpcCall* call = NewCall(ctx, "IncrementKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  auto sum = service_->IncrementKeyValue(request->key(), request->increment());
-  if (sum.ok()) {
-    response->mutable_kv()->set_key(request->key());
-    response->mutable_kv()->set_value(absl::StrCat(*sum));
-  }
-  return call->Reply(sum.status());
+  return requests::IncrementKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(
-    Ctx*, const xc::GetKeyValueDirRequest* request, xc::GetKeyValueDirResponse* response) {
-  RpcCall* call = NewCall("GetKeyValueDir");
+    Ctx* ctx, const xc::GetKeyValueDirRequest* request, xc::GetKeyValueDirResponse* response) {
+  RpcCall* call = NewCall(ctx, "GetKeyValueDir");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  response->set_directory_key(request->directory_key());
-  for (auto& entry : service_->GetKeyValueDir(request->directory_key())) {
-    auto* kv = response->add_kv();
-    kv->set_key(std::move(entry.key));
-    kv->set_value(std::move(entry.value));
-  }
-  return call->Reply(absl::OkStatus());
+  return requests::GetKeyValueDir(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::DeleteKeyValue(
-    Ctx*, const xc::DeleteKeyValueRequest* request, xc::DeleteKeyValueResponse*) {
-  RpcCall* call = NewCall("DeleteKeyValue");
+    Ctx* ctx, const xc::DeleteKeyValueRequest* request, xc::DeleteKeyValueResponse*) {
+  RpcCall* call = NewCall(ctx, "DeleteKeyValue");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
-  return call->Reply(service_->DeleteKeyValue(request->key()));
+  return requests::DeleteKeyValue(call, backend_, *request);
 }
 
-grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx*, const xc::BarrierRequest* request,
+grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx* ctx,
+                                                          const xc::BarrierRequest* request,
                                                           xc::BarrierResponse* response) {
-  RpcCall* call = NewCall("Barrier");
+  RpcCall* call = NewCall(ctx, "Barrier");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
@@ -206,32 +147,21 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx*, const xc::Barrie
     if (!task.ok()) return call->Reply(task.status());
     tasks.push_back(*task);
   }
-  if (request->barrier_timeout_in_ms() < 0) {
-    return call->Reply(absl::InvalidArgumentError("barrier_timeout_in_ms must not be negative"));
-  }
-  absl::Duration timeout = request->barrier_timeout_in_ms() == 0
-                               ? absl::InfiniteDuration()
-                               : absl::Milliseconds(request->barrier_timeout_in_ms());
-  service_->Barrier(request->barrier_id(), request->counter(), timeout, *caller, std::move(tasks),
-                    call->Park(), [call, response](absl::StatusOr<int64_t> counter) {
-                      if (counter.ok()) response->set_counter(*counter);
-                      call->Reply(counter.status());
-                    });
-  return call;
+  return requests::Barrier(call, backend_, *request, *caller, std::move(tasks), response);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(
-    Ctx*, const xc::CancelBarrierRequest* request, xc::CancelBarrierResponse*) {
-  RpcCall* call = NewCall("CancelBarrier");
+    Ctx* ctx, const xc::CancelBarrierRequest* request, xc::CancelBarrierResponse*) {
+  RpcCall* call = NewCall(ctx, "CancelBarrier");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
-  return call->Reply(service_->CancelBarrier(request->barrier_id(), request->counter(), *caller));
+  return requests::CancelBarrier(call, backend_, *request, *caller);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
-    Ctx*, const xc::GetAliveTasksRequest* request, xc::GetAliveTasksResponse* response) {
-  RpcCall* call = NewCall("GetAliveTasks");
+    Ctx* ctx, const xc::GetAliveTasksRequest* request, xc::GetAliveTasksResponse* response) {
+  RpcCall* call = NewCall(ctx, "GetAliveTasks");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto requester = Task(request->requesting_task_id(), request->incarnations());
   if (!requester.ok()) return call->Reply(requester.status());
@@ -241,38 +171,30 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
     if (!task.ok()) return call->Reply(task.status());
     tasks.push_back(*task);
   }
-  service_->GetAliveTasks(*requester, std::move(tasks), call->Park(),
-                          [call, response](absl::StatusOr<std::vector<AliveTask>> alive) {
-                            if (alive.ok()) {
-                              for (const AliveTask& a : *alive) {
-                                response->add_alive_task_ids(a.task.id);
-                                response->add_incarnations(a.incarnation);
-                              }
-                            }
-                            call->Reply(alive.status());
-                          });
-  return call;
+  return requests::GetAliveTasks(call, backend_, *requester, std::move(tasks),
+                                 [response](const AliveTask& a) {
+                                   response->add_alive_task_ids(a.task.id);
+                                   response->add_incarnations(a.incarnation);
+                                 });
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
-    Ctx*, const xc::PollForErrorRequest* request, xc::PollForErrorResponse*) {
-  RpcCall* call = NewCall("PollForError");
+    Ctx* ctx, const xc::PollForErrorRequest* request, xc::PollForErrorResponse*) {
+  RpcCall* call = NewCall(ctx, "PollForError");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
-  service_->PollForError(*task, call->Park(), [call](const absl::Status& s) { call->Reply(s); });
-  return call;
+  return requests::PollForError(call, backend_, *task);
 }
 
 grpc::ServerUnaryReactor* XlaCoordinationService::ReportErrorToService(
-    Ctx*, const xc::ReportErrorToServiceRequest* request, xc::ReportErrorToServiceResponse*) {
-  RpcCall* call = NewCall("ReportErrorToService");
+    Ctx* ctx, const xc::ReportErrorToServiceRequest* request, xc::ReportErrorToServiceResponse*) {
+  RpcCall* call = NewCall(ctx, "ReportErrorToService");
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
-  return call->Reply(service_->ReportError(
-      *task, absl::Status(static_cast<absl::StatusCode>(request->error_code()),
-                          request->error_message())));
+  return requests::ReportError(call, backend_, *task, request->error_code(),
+                               request->error_message());
 }
 
 }  // namespace cohort

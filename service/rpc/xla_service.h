@@ -1,6 +1,6 @@
 #pragma once
 
-#include "service/core/coordination_service.h"
+#include "service/backend/coordination_backend.h"
 #include "service/rpc/rpc_call.h"
 #include "xla/coordination_service.grpc.pb.h"
 
@@ -11,8 +11,8 @@ namespace cohort {
 class XlaCoordinationService final
     : public xla::coordination::CoordinationService::CallbackService {
  public:
-  XlaCoordinationService(CoordinationService* service, RpcMetrics* metrics)
-      : service_(service), metrics_(metrics) {}
+  XlaCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* RegisterTask(Ctx*, const xla::coordination::RegisterTaskRequest*,
@@ -49,7 +49,7 @@ class XlaCoordinationService final
       xla::coordination::ReportErrorToServiceResponse*) override;
 
  private:
-  RpcCall* NewCall(const char* method);
+  RpcCall* NewCall(Ctx* ctx, const char* method);
   // The service-incarnation check every request but RegisterTask gets.
   absl::Status Validate(const xla::coordination::Incarnations& incarnations) const;
   absl::StatusOr<TaskName> Task(int32_t id) const;
@@ -57,7 +57,7 @@ class XlaCoordinationService final
   absl::StatusOr<TaskName> Task(int32_t id,
                                 const xla::coordination::Incarnations& incarnations) const;
 
-  CoordinationService* const service_;
+  CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
 };
 

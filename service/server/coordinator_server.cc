@@ -50,10 +50,11 @@ CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegist
       registry_(registry),
       options_(std::move(options)),
       rpc_metrics_(*registry),
-      tensorflow_(service, &rpc_metrics_),
-      xla_(service, &rpc_metrics_),
-      distributed_runtime_(service, &rpc_metrics_),
-      cohort_(service, &rpc_metrics_) {}
+      backend_(service),
+      tensorflow_(&backend_, &rpc_metrics_),
+      xla_(&backend_, &rpc_metrics_),
+      distributed_runtime_(&backend_, &rpc_metrics_),
+      cohort_(&backend_, &rpc_metrics_) {}
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::UnavailableError("the coordinator is shutting down"));

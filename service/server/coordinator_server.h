@@ -9,6 +9,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
+#include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
 #include "service/rpc/cohort_service.h"
 #include "service/rpc/distributed_runtime_service.h"
@@ -50,6 +51,7 @@ class CoordinatorServer {
   MetricsRegistry* const registry_;
   const ServerOptions options_;
   RpcMetrics rpc_metrics_;
+  LocalBackend backend_;
   TensorflowCoordinationService tensorflow_;
   XlaCoordinationService xla_;
   DistributedRuntimeService distributed_runtime_;

@@ -1,0 +1,74 @@
+#include "service/proxy/proxy_server.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort {
+
+absl::Status ValidateListenAddress(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\" is not HOST:PORT (for example 127.0.0.1:8476)"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\": write an IPv6 host in brackets, as [::1]:8476"));
+  }
+  int port = -1;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\" has no port number (0-65535) after the colon"));
+  }
+  return absl::OkStatus();
+}
+
+ProxyServer::ProxyServer(ProxyOptions options)
+    : options_(std::move(options)),
+      backend_(options_.upstream),
+      tensorflow_(&backend_, nullptr),
+      xla_(&backend_, nullptr),
+      distributed_runtime_(&backend_, nullptr),
+      cohort_(&backend_, nullptr) {}
+
+ProxyServer::~ProxyServer() { Shutdown(absl::UnavailableError("the sidecar proxy is stopping")); }
+
+absl::Status ProxyServer::Start() {
+  if (auto s = ValidateListenAddress(options_.listen); !s.ok()) return s;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(&tensorflow_);
+  builder.RegisterService(&xla_);
+  builder.RegisterService(&distributed_runtime_);
+  builder.RegisterService(&cohort_);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  // The workload keeps calls parked for hours; let its keepalive pings through.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot serve the proxy on ", options_.listen,
+                                               ": the address is invalid or already in use"));
+  }
+  backend_.Start();
+  spdlog::info(
+      "proxy serving the coordinator protocols on {} (port {}), forwarding to {} "
+      "(outage tolerance {})",
+      options_.listen, port_, options_.upstream.address,
+      absl::FormatDuration(options_.upstream.outage_tolerance));
+  return absl::OkStatus();
+}
+
+void ProxyServer::Shutdown(const absl::Status& why) {
+  if (stopped_) return;
+  stopped_ = true;
+  backend_.Stop(why);
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+}  // namespace cohort

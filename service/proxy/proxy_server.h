@@ -1,0 +1,51 @@
+#pragma once
+// ProxyServer: the workload's coordinator endpoint inside a pod. The same four protocol
+// adapters as the coordinator's, over an UpstreamBackend that forwards to the coordinator
+// and rides out its restarts.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "service/proxy/upstream_backend.h"
+#include "service/rpc/cohort_service.h"
+#include "service/rpc/distributed_runtime_service.h"
+#include "service/rpc/tensorflow_service.h"
+#include "service/rpc/xla_service.h"
+
+namespace cohort {
+
+struct ProxyOptions {
+  std::string listen = "127.0.0.1:8476";  // HOST:PORT
+  UpstreamOptions upstream;
+};
+
+// "HOST:PORT" with a port number (0 picks one); what is wrong with it otherwise.
+absl::Status ValidateListenAddress(const std::string& address);
+
+class ProxyServer {
+ public:
+  explicit ProxyServer(ProxyOptions options);
+  ~ProxyServer();
+
+  // Binds the port and starts connecting to the coordinator.
+  absl::Status Start();
+  int port() const { return port_; }
+  UpstreamBackend& backend() { return backend_; }
+  // Ends every call with `why` and stops serving.
+  void Shutdown(const absl::Status& why);
+
+ private:
+  const ProxyOptions options_;
+  UpstreamBackend backend_;
+  TensorflowCoordinationService tensorflow_;
+  XlaCoordinationService xla_;
+  DistributedRuntimeService distributed_runtime_;
+  CohortCoordinatorService cohort_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace cohort

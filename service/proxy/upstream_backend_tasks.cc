@@ -1,0 +1,326 @@
+// UpstreamBackend: the tasks registered through the proxy (registration, heartbeats answered
+// here, the one error poll per task) and the other task calls.
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "service/core/errors.h"
+#include "service/proxy/upstream_backend.h"
+#include "service/proxy/upstream_forward.h"
+#include "service/rpc/status_translation.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort {
+
+namespace tf = tensorflow;
+
+void UpstreamBackend::OnRegistered(const TaskName& task, uint64_t incarnation) {
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& record = tasks_[task];
+    if (!record) record = std::make_unique<LocalTask>();
+    if (record->incarnation != incarnation || record->left) {
+      record->incarnation = incarnation;
+      record->left = false;
+      record->heartbeat_error = absl::OkStatus();
+      record->poll_result.reset();
+      // A poll of the earlier incarnation may still be out (a recoverable task came back):
+      // its answer is dropped by generation, and the new incarnation gets a poll of its own.
+      record->poll_running = false;
+      record->generation = ++next_generation_;
+    }
+    if (record->poll_running || record->poll_result) return;
+    record->poll_running = true;
+    generation = record->generation;
+  }
+  StartTaskPoll(task, generation);
+}
+
+void UpstreamBackend::StartTaskPoll(const TaskName& task, uint64_t generation) {
+  // The proxy's own poll: whatever the task's clients do, the coordinator sees one poll
+  // per task, and the clients' polls wait here, across outages.
+  tf::PollForErrorRequest request;
+  *request.mutable_source_task() = ToWireTask(task);
+  Send<tf::PollForErrorResponse>(
+      CallContext{}, &Async::PollForError, std::move(request),
+      [this, task, generation](const absl::Status& s, const tf::PollForErrorResponse&) {
+        OnTaskPollDone(task, generation, s);
+      });
+}
+
+void UpstreamBackend::OnTaskPollDone(const TaskName& task, uint64_t generation,
+                                     const absl::Status& status) {
+  std::vector<std::pair<WaiterId, StatusDone>> polls;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(task);
+    if (it == tasks_.end() || it->second->generation != generation) return;
+    LocalTask& record = *it->second;
+    record.poll_running = false;
+    record.poll_result = status;
+    polls.swap(record.polls);
+    for (const auto& [waiter, poll] : polls) local_polls_.erase(waiter);
+    auto source = GetServiceError(status);
+    if (!status.ok() && propagated_.ok() && source && source->source) propagated_ = status;
+    if (record.left) tasks_.erase(it);
+  }
+  for (auto& [waiter, poll] : polls) poll(status);
+}
+
+void UpstreamBackend::Forget(const TaskName& task) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(task);
+  if (it == tasks_.end()) return;
+  it->second->left = true;
+  if (!it->second->poll_running) tasks_.erase(it);
+}
+
+void UpstreamBackend::ForwardHeartbeat(const TaskName& task, uint64_t incarnation) {
+  tf::HeartbeatRequest request;
+  request.set_incarnation(incarnation);
+  *request.mutable_source_task() = ToWireTask(task);
+  SendOptions options;
+  options.fail_fast = true;
+  Send<tf::HeartbeatResponse>(
+      CallContext{0, absl::Now() + options_.heartbeat_timeout}, &Async::Heartbeat,
+      std::move(request),
+      [this, task, incarnation](const absl::Status& s, const tf::HeartbeatResponse&) {
+        if (s.ok() || IsOutage(s) || s.code() == absl::StatusCode::kDeadlineExceeded) return;
+        absl::MutexLock lock(&mu_);
+        auto it = tasks_.find(task);
+        if (it != tasks_.end() && it->second->incarnation == incarnation) {
+          it->second->heartbeat_error = s;
+        }
+      },
+      std::move(options));
+}
+
+void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task,
+                                   uint64_t incarnation, StatusDone done) {
+  tf::RegisterTaskRequest request;
+  request.set_incarnation(incarnation);
+  *request.mutable_source_task() = ToWireTask(task);
+  Send<tf::RegisterTaskResponse>(call, &Async::RegisterTask, std::move(request),
+                                 [this, task, incarnation, done = std::move(done)](
+                                     const absl::Status& s, const tf::RegisterTaskResponse& r) {
+                                   if (s.ok()) {
+                                     {
+                                       absl::MutexLock lock(&mu_);
+                                       service_incarnation_ = r.leader_incarnation();
+                                     }
+                                     OnRegistered(task, incarnation);
+                                   }
+                                   done(s);
+                                 });
+}
+
+void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,
+                                std::optional<uint64_t> incarnation, StatusDone done) {
+  absl::Status answer;
+  uint64_t registered = 0;
+  bool local = false, forward = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (link_ == Link::kFailed || link_ == Link::kStopped) {
+      answer = failure_;
+      local = true;
+    } else if (auto it = tasks_.find(task);
+               it != tasks_.end() && !it->second->left &&
+               (!incarnation || *incarnation == it->second->incarnation)) {
+      // Answered here: the coordinator may be away for a while, and the task is alive.
+      local = true;
+      answer = it->second->heartbeat_error;
+      registered = it->second->incarnation;
+      forward = answer.ok() && link_ == Link::kConnected;
+    }
+  }
+  if (local) {
+    if (forward) ForwardHeartbeat(task, registered);
+    return done(answer);
+  }
+  auto send = [this, call, task, done](uint64_t with) {
+    tf::HeartbeatRequest request;
+    request.set_incarnation(with);
+    *request.mutable_source_task() = ToWireTask(task);
+    Send<tf::HeartbeatResponse>(
+        call, &Async::Heartbeat, std::move(request),
+        [done](const absl::Status& s, const tf::HeartbeatResponse&) { done(s); });
+  };
+  if (incarnation) return send(*incarnation);
+  // A heartbeat that names no incarnation, of a task not registered here: the one the
+  // coordinator knows.
+  GetTaskStates(call, {task}, [send, done](absl::StatusOr<std::vector<TaskStateInfo>> states) {
+    if (!states.ok()) return done(states.status());
+    if (states->empty()) return done(absl::InternalError("no state for the task"));
+    send((*states)[0].incarnation);
+  });
+}
+
+absl::Status UpstreamBackend::CheckIncarnation(const TaskName& task, uint64_t incarnation) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(task);
+  if (it == tasks_.end() || it->second->left || it->second->incarnation == incarnation) {
+    return absl::OkStatus();
+  }
+  return ServiceError(absl::AbortedError(
+      absl::StrCat("request from ", task.ToString(), " carries incarnation ", incarnation,
+                   " but the task is registered with incarnation ", it->second->incarnation)));
+}
+
+void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) {
+  tf::ShutdownTaskRequest request;
+  *request.mutable_source_task() = ToWireTask(task);
+  SendOptions options;
+  // The first attempt may have shut the task down before the coordinator went away.
+  options.reconcile_reissued = [](const absl::Status& s,
+                                  const std::function<void(absl::Status)>& finish) {
+    finish(s.code() == absl::StatusCode::kFailedPrecondition ? absl::OkStatus() : s);
+  };
+  Send<tf::ShutdownTaskResponse>(
+      call, &Async::ShutdownTask, std::move(request),
+      [this, task, done = std::move(done)](const absl::Status& s, const tf::ShutdownTaskResponse&) {
+        if (s.ok()) Forget(task);
+        done(s);
+      },
+      std::move(options));
+}
+
+void UpstreamBackend::ResetTask(const CallContext& call, const TaskName& task, StatusDone done) {
+  tf::ResetTaskRequest request;
+  *request.mutable_source_task() = ToWireTask(task);
+  Send<tf::ResetTaskResponse>(
+      call, &Async::ResetTask, std::move(request),
+      [this, task, done = std::move(done)](const absl::Status& s, const tf::ResetTaskResponse&) {
+        if (s.ok()) Forget(task);
+        done(s);
+      });
+}
+
+void UpstreamBackend::ReportError(const CallContext& call, const TaskName& source,
+                                  const absl::Status& error, StatusDone done) {
+  tf::ReportErrorToServiceRequest request;
+  request.set_error_code(static_cast<int32_t>(error.code()));
+  request.set_error_message(std::string(error.message()));
+  *request.mutable_error_origin() = ToWireTask(source);
+  Send<tf::ReportErrorToServiceResponse>(
+      call, &Async::ReportErrorToService, std::move(request),
+      [done = std::move(done)](const absl::Status& s, const tf::ReportErrorToServiceResponse&) {
+        done(s);
+      });
+}
+
+void UpstreamBackend::PollForError(const CallContext& call, const TaskName& task, StatusDone done) {
+  std::vector<std::pair<WaiterId, StatusDone>> replaced;
+  absl::Status refused;
+  bool forward = false;
+  StatusDone answer;  // when not parked here
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(task);
+    if (link_ == Link::kFailed || link_ == Link::kStopped) {
+      refused = failure_;
+      answer = std::move(done);
+    } else if (it != tasks_.end() && !it->second->left && !it->second->poll_result) {
+      // Waits here for the proxy's own poll of the task. One poll per task, as in the
+      // core: a newer one replaces the older.
+      replaced.swap(it->second->polls);
+      for (const auto& [waiter, poll] : replaced) local_polls_.erase(waiter);
+      it->second->polls.emplace_back(call.waiter, std::move(done));
+      local_polls_[call.waiter] = task;
+    } else {
+      // Not registered here, or its poll already ended: the coordinator answers.
+      forward = true;
+      answer = std::move(done);
+    }
+  }
+  if (!refused.ok()) return answer(refused);
+  if (forward) {
+    tf::PollForErrorRequest request;
+    *request.mutable_source_task() = ToWireTask(task);
+    Send<tf::PollForErrorResponse>(
+        call, &Async::PollForError, std::move(request),
+        [answer = std::move(answer)](const absl::Status& s, const tf::PollForErrorResponse&) {
+          answer(s);
+        });
+    return;
+  }
+  for (auto& [waiter, poll] : replaced) {
+    poll(absl::CancelledError(
+        absl::StrCat("a newer error poll of ", task.ToString(), " replaced this one")));
+  }
+}
+
+void UpstreamBackend::PropagatedError(const CallContext&, StatusDone done) {
+  absl::Status answer;
+  {
+    absl::MutexLock lock(&mu_);
+    answer = link_ == Link::kFailed || link_ == Link::kStopped ? failure_ : propagated_;
+  }
+  done(answer);
+}
+
+void UpstreamBackend::GetTaskStates(const CallContext& call, std::vector<TaskName> tasks,
+                                    Done<std::vector<TaskStateInfo>> done) {
+  tf::GetTaskStateRequest request;
+  for (const TaskName& task : tasks) *request.add_source_task() = ToWireTask(task);
+  Send<tf::GetTaskStateResponse>(
+      call, &Async::GetTaskState, std::move(request),
+      [done = std::move(done)](const absl::Status& s, const tf::GetTaskStateResponse& r) {
+        if (!s.ok()) return done(s);
+        std::vector<TaskStateInfo> states;
+        for (const auto& info : r.task_state()) states.push_back(FromWire(info));
+        done(std::move(states));
+      });
+}
+
+void UpstreamBackend::WatchJobState(const CallContext& call, const std::string& job,
+                                    int64_t version, Done<JobStateView> done) {
+  tf::WatchJobStateRequest request;
+  request.set_job_name(job);
+  request.set_version_number(version);
+  SendOptions options;
+  options.share_key = absl::StrCat("WatchJobState/", version, "/", job);
+  Send<tf::WatchJobStateResponse>(
+      call, &Async::WatchJobState, std::move(request),
+      [done = std::move(done)](const absl::Status& s, const tf::WatchJobStateResponse& r) {
+        if (!s.ok()) return done(s);
+        auto view = std::make_shared<JobStateSnapshot>();
+        view->version = r.version_number();
+        for (const auto& info : r.task_state()) view->tasks.push_back(FromWire(info));
+        done(JobStateView(std::move(view)));
+      },
+      std::move(options));
+}
+
+void UpstreamBackend::GetAliveTasks(const CallContext& call, const TaskName& requester,
+                                    std::vector<TaskName> tasks,
+                                    Done<std::vector<AliveTask>> done) {
+  tf::GetAliveTasksRequest request;
+  *request.mutable_requesting_task() = ToWireTask(requester);
+  for (const TaskName& task : tasks) *request.add_tasks() = ToWireTask(task);
+  Send<tf::GetAliveTasksResponse>(
+      call, &Async::GetAliveTasks, std::move(request),
+      [done = std::move(done)](const absl::Status& s, const tf::GetAliveTasksResponse& r) {
+        if (!s.ok()) return done(s);
+        std::vector<AliveTask> alive;
+        for (int i = 0; i < r.alive_tasks_size(); ++i) {
+          alive.push_back({TaskName{r.alive_tasks(i).job_name(), r.alive_tasks(i).task_id()},
+                           i < r.incarnations_size() ? r.incarnations(i) : 0});
+        }
+        done(std::move(alive));
+      });
+}
+
+void UpstreamBackend::WaitForAllTasks(const CallContext& call, const TaskName& task,
+                                      std::string devices, Done<std::vector<std::string>> done) {
+  tf::WaitForAllTasksRequest request;
+  *request.mutable_source_task() = ToWireTask(task);
+  *request.mutable_device_info() = WrapDevices(devices);
+  Send<tf::WaitForAllTasksResponse>(
+      call, &Async::WaitForAllTasks, std::move(request),
+      [done = std::move(done)](const absl::Status& s, const tf::WaitForAllTasksResponse& r) {
+        if (!s.ok()) return done(s);
+        done(UnwrapDevices(r.device_info()));
+      });
+}
+
+}  // namespace cohort

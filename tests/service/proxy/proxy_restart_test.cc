@@ -1,0 +1,150 @@
+// The sidecar's proxy with real processes over loopback: cohort-coordinator (durable state
+// in --state-dir), cohort-sidecar --proxy-listen, and two workload processes on the agent
+// library behind it. The coordinator is killed (SIGKILL) and started again on the same port.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/support/subprocess.h"
+
+namespace cohort::testing {
+namespace {
+
+std::string Bin(const std::string& name) { return absl::StrCat(COHORT_BIN_DIR, "/", name); }
+
+class ProxyRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/proxy-restart-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_EQ(
+        system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "/state' '", dir_, "/go'")
+                   .c_str()),
+        0);
+    coordinator_port_ = FreePort();
+    proxy_port_ = FreePort();
+    http_port_ = FreePort();
+  }
+
+  void StartCoordinator(int workers) {
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{Bin("cohort-coordinator"), "--listen",
+                                 absl::StrCat("127.0.0.1:", coordinator_port_), "--http-listen",
+                                 "127.0.0.1:0", "--job", absl::StrCat("worker=", workers),
+                                 "--auxiliary-job", "sidecar=1", "--heartbeat-timeout", "20s",
+                                 "--state-dir", dir_ + "/state"},
+        std::map<std::string, std::string>{},
+        absl::StrCat(dir_, "/coordinator-", ++coordinator_runs_, ".log"));
+  }
+
+  void StartSidecar(const std::string& tolerance) {
+    sidecar_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        Bin("cohort-sidecar"), "--coordinator", absl::StrCat("127.0.0.1:", coordinator_port_),
+        "--proxy-listen", absl::StrCat("127.0.0.1:", proxy_port_), "--outage-tolerance", tolerance,
+        "--task", "0", "--num-tasks", "1", "--http-listen", absl::StrCat("127.0.0.1:", http_port_),
+        "--log-level", "warn"});
+  }
+
+  std::unique_ptr<Subprocess> StartClient(int task, int tasks, int steps) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        Bin("proxy_test_client"), "--address", absl::StrCat("127.0.0.1:", proxy_port_), "--task",
+        absl::StrCat(task), "--tasks", absl::StrCat(tasks), "--steps", absl::StrCat(steps),
+        "--go-dir", dir_ + "/go"});
+  }
+
+  // The value of the sidecar's metric line that starts with `series` (-1: none).
+  double SidecarMetric(const std::string& series) {
+    int code = 0;
+    std::string body = HttpGet(absl::StrCat("http://127.0.0.1:", http_port_, "/metrics"), &code);
+    size_t at = body.find("\n" + series + " ");
+    if (code != 200 || at == std::string::npos) return -1;
+    return std::stod(body.substr(at + series.size() + 2));
+  }
+
+  void Go(int step) { std::ofstream(absl::StrCat(dir_, "/go/go-", step)) << "go\n"; }
+
+  // The next line of each client is `line`.
+  void ExpectLine(std::vector<std::unique_ptr<Subprocess>>& clients, const std::string& line,
+                  absl::Duration timeout = absl::Seconds(60)) {
+    for (auto& client : clients) {
+      auto lines = client->ReadLines(1, timeout);
+      ASSERT_EQ(lines.size(), 1u) << "waiting for \"" << line << "\"";
+      EXPECT_EQ(lines[0], line);
+    }
+  }
+
+  std::string dir_;
+  int coordinator_port_ = 0;
+  int proxy_port_ = 0;
+  int http_port_ = 0;
+  int coordinator_runs_ = 0;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<Subprocess> sidecar_;
+};
+
+TEST_F(ProxyRestartTest, CoordinatorKilledAndRestartedWithinTheToleranceCausesNoClientError) {
+  StartCoordinator(2);
+  StartSidecar("60s");
+  std::vector<std::unique_ptr<Subprocess>> clients;
+  clients.push_back(StartClient(0, 2, 3));
+  clients.push_back(StartClient(1, 2, 3));
+  ExpectLine(clients, "connected");
+  Go(1);
+  ExpectLine(clients, "step 1 begins");
+  ExpectLine(clients, "step 1 ok");
+
+  coordinator_->Signal(SIGKILL);
+  EXPECT_EQ(coordinator_->Wait(absl::Seconds(20)).exit_code, 128 + SIGKILL);
+  ASSERT_TRUE(sidecar_->WaitForStderr("lost the coordinator"));
+  // The clients' next calls (insert, barrier, gets) go out while it is away.
+  Go(2);
+  ExpectLine(clients, "step 2 begins");
+  StartCoordinator(2);  // the same port and state directory
+
+  ExpectLine(clients, "step 2 ok");
+  // The proxy saw one outage and sent calls again (the parked ones at least).
+  EXPECT_EQ(SidecarMetric("cohort_sidecar_proxy_outages_total"), 1);
+  EXPECT_GT(SidecarMetric("cohort_sidecar_proxy_reissued_calls_total"), 0);
+  EXPECT_EQ(SidecarMetric("cohort_sidecar_proxy_link_state{state=\"connected\"}"), 1);
+  Go(3);
+  ExpectLine(clients, "step 3 begins");
+  ExpectLine(clients, "step 3 ok");
+  ExpectLine(clients, "done");
+  for (auto& client : clients) {
+    ProcessResult result = client->Wait(absl::Seconds(30));
+    EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+  }
+  sidecar_->Signal(SIGTERM);
+  EXPECT_EQ(sidecar_->Wait(absl::Seconds(30)).exit_code, 0);
+}
+
+TEST_F(ProxyRestartTest, ClientsGetUnavailableOnceTheOutageOutlastsTheTolerance) {
+  StartCoordinator(1);
+  StartSidecar("1s");
+  std::vector<std::unique_ptr<Subprocess>> clients;
+  clients.push_back(StartClient(0, 1, 2));
+  ExpectLine(clients, "connected");
+  Go(1);
+  ExpectLine(clients, "step 1 begins");
+  ExpectLine(clients, "step 1 ok");
+
+  coordinator_->Signal(SIGKILL);
+  EXPECT_EQ(coordinator_->Wait(absl::Seconds(20)).exit_code, 128 + SIGKILL);
+  Go(2);
+  ProcessResult result = clients[0]->Wait(absl::Seconds(60));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.out.find("UNAVAILABLE"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("unreachable"), std::string::npos) << result.out;
+  sidecar_->Signal(SIGTERM);
+  sidecar_->Wait(absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace cohort::testing
