@@ -31,7 +31,7 @@ namespace tf = tensorflow;
 
 constexpr int kTasks = 64;
 constexpr int kSidecars = 8;
-constexpr int kRounds = 25;
+constexpr int kRounds = 30;
 constexpr int kKills = 5;
 constexpr absl::Duration kCallDeadline = absl::Seconds(60);
 constexpr absl::Duration kTolerance = absl::Seconds(8);
@@ -172,10 +172,19 @@ TEST_F(ChaosTest, KilledFiveTimesUnderLoadLosesNothingAndFailsNothing) {
     });
   }
 
-  // The coordinator is killed and started again, kKills times, while the tasks run.
+  // The coordinator is killed and started again, kKills times, spread over the run: kill k
+  // comes once (k + 1) / (kKills + 1) of the writes were acknowledged, plus a random delay.
   std::mt19937 random(20261124);
+  auto acked_count = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return acked.size();
+  };
   for (int k = 0; k < kKills && finished < kTasks; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300 + random() % 900));
+    const size_t due = static_cast<size_t>(kTasks * kRounds) * (k + 1) / (kKills + 1);
+    while (acked_count() < due && finished < kTasks) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 100));
     coordinator_->Signal(SIGKILL);
     coordinator_.reset();  // reaped
     StartCoordinator();
@@ -194,13 +203,18 @@ TEST_F(ChaosTest, KilledFiveTimesUnderLoadLosesNothingAndFailsNothing) {
   auto direct = tf::CoordinationService::NewStub(
       grpc::CreateChannel(Address(port_), grpc::InsecureChannelCredentials()));
   int lost = 0;
+  std::string first_lost;
   for (const std::string& key : acked) {
     tf::TryGetKeyValueRequest get;
     get.set_key(key);
     tf::TryGetKeyValueResponse got;
-    if (!direct->TryGetKeyValue(Deadline(absl::Seconds(10)).get(), get, &got).ok()) ++lost;
+    auto ctx = Deadline(absl::Seconds(30));
+    ctx->set_wait_for_ready(true);  // the last restart may still be starting up
+    grpc::Status read = direct->TryGetKeyValue(ctx.get(), get, &got);
+    if (!read.ok() && lost++ == 0) first_lost = absl::StrCat(key, ": ", read.error_message());
   }
-  EXPECT_EQ(lost, 0) << "acknowledged keys missing after " << kKills << " kills";
+  EXPECT_EQ(lost, 0) << "acknowledged keys missing after " << kKills << " kills, the first "
+                     << first_lost;
 
   // Down past the tolerance: a task's call fails UNAVAILABLE once the tolerance is over.
   coordinator_->Signal(SIGKILL);
