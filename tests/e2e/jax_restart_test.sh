@@ -133,9 +133,11 @@ run_case() {
   after=$(workers "$ns")
   got=$("$KUBECTL" -n "$ns" get cjob jax-cpu -o jsonpath='{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
   if [[ "$got" == "Succeeded restarts=0 coordinatorRestarts=1" ]]; then
-    pass "coordinator ${how}ed mid-run: $got"
+    pass "coordinator ${how/kill/kille}d mid-run: $got"
   else
-    fail "coordinator ${how}ed mid-run: the job's status" "$got"
+    fail "coordinator ${how/kill/kille}d mid-run: the job's status" "$got"
+    "$KUBECTL" -n "$ns" get events --sort-by=.lastTimestamp >"$WORK/$how-events.log" 2>&1
+    "$KUBECTL" -n "$ns" get cjob jax-cpu -o yaml >"$WORK/$how-job.log" 2>&1
   fi
   # The same worker pods, none of their containers restarted.
   if [[ "$after" == "$before" && "$after" != *"/1"* && -n "$after" ]]; then
