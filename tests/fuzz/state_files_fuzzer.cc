@@ -71,8 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto store = cohort::StateStore::Open(options, Config(), &restored);
   if (store.ok() && restored) {
     cohort::ManualClock clock;
-    auto service = cohort::CoordinationService::Create(Config(), &clock, nullptr, nullptr,
-                                                       &*restored);
+    auto service =
+        cohort::CoordinationService::Create(Config(), &clock, nullptr, nullptr, &*restored);
     if (service.ok()) (*service)->CaptureState();
   }
   // Open may have cut a torn record off the log; the next input writes both files anew.
