@@ -61,11 +61,20 @@ struct Planner {
     api::SetCondition(&st().conditions, type, value ? "True" : "False", reason, message, now(),
                       job.generation);
   }
-  void DeletePods(bool include_finished) {
+  // `coordinator_last`: the coordinator pod stays while a worker's workload still runs.
+  // Workers reach the coordinator through their sidecars, which hold a call through a
+  // coordinator outage (up to the outage tolerance); a coordinator stopped first would keep
+  // a stopping workload's last calls (ShutdownTask) waiting for it instead of answered.
+  void DeletePods(bool include_finished, bool coordinator_last = false) {
+    bool workload_running = false;
+    for (const auto& p : observed.pods) {
+      if (p.role == "worker" && !Finished(p) && !p.exit_code) workload_running = true;
+    }
     for (const auto& p : observed.pods) {
       if (p.terminating) continue;
       // A worker whose workload exited is done even while its sidecar is still stopping.
       if (!include_finished && (Finished(p) || (p.role == "worker" && p.exit_code))) continue;
+      if (coordinator_last && workload_running && p.role == "coordinator") continue;
       plan.delete_pods.push_back(p.name);
     }
   }
@@ -79,8 +88,9 @@ struct Planner {
       Condition(kConditionRestarting, false, "Finished", "the job has finished");
     }
     Event(succeeded ? "Normal" : "Warning", reason, message);
-    // Finished workers stay for their logs; anything still running goes.
-    DeletePods(/*include_finished=*/false);
+    // Finished workers stay for their logs; anything still running goes, the coordinator
+    // once the workers' workloads have stopped.
+    DeletePods(/*include_finished=*/false, /*coordinator_last=*/true);
     ScheduleTtl();
   }
   // Counts each restart of the current gang's coordinator once, through what the status
@@ -213,7 +223,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
 
   // ---- Finished jobs keep their status; only leftovers and the TTL remain.
   if (st.phase == phase::kSucceeded || st.phase == phase::kFailed) {
-    P.DeletePods(/*include_finished=*/false);
+    P.DeletePods(/*include_finished=*/false, /*coordinator_last=*/true);
     P.ScheduleTtl();
     return std::move(P.plan);
   }

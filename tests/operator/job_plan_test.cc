@@ -190,8 +190,9 @@ TEST(JobPlanTest, Worker0PolicySucceedsWhenWorker0ExitsZero) {
       PlanJob(job, Everything({Coordinator(), Exited(0, 0), Worker(1), Worker(2)}), Settings());
   EXPECT_EQ(plan.status.phase, phase::kSucceeded);
   EXPECT_EQ(Cond(plan, kConditionSucceeded)->reason, "Worker0Succeeded");
+  // The coordinator goes once the other workers have stopped.
   EXPECT_EQ(Sorted(plan.delete_pods),
-            (std::vector<std::string>{"train-coordinator", "train-worker-1", "train-worker-2"}));
+            (std::vector<std::string>{"train-worker-1", "train-worker-2"}));
 }
 
 TEST(JobPlanTest, AFailureWaitsToSettleBeforeDeciding) {
@@ -229,9 +230,13 @@ TEST(JobPlanTest, APermanentExitFailsTheJob) {
   EXPECT_EQ(Cond(plan, kConditionFailed)->message,
             "worker 0 exited with code 1, which failurePolicy counts as permanent");
   EXPECT_EQ(plan.status.restarts, 0);
-  // The still running worker and the coordinator are stopped; the failed worker stays.
-  EXPECT_EQ(Sorted(plan.delete_pods),
-            (std::vector<std::string>{"train-coordinator", "train-worker-1"}));
+  // The still running worker is stopped; the failed worker stays; the coordinator goes once
+  // the running worker's workload has stopped (its sidecar would hold its last calls for a
+  // coordinator that is gone).
+  EXPECT_EQ(plan.delete_pods, (std::vector<std::string>{"train-worker-1"}));
+  Observed later = Everything({Coordinator(), Exited(0, 1), Exited(1, 143)});
+  plan = PlanJob(Job(2, phase::kFailed), later, Settings());
+  EXPECT_EQ(plan.delete_pods, (std::vector<std::string>{"train-coordinator"}));
 }
 
 TEST(JobPlanTest, PeersExitingOneAfterAKilledWorkerStillRestart) {
@@ -405,8 +410,7 @@ TEST(JobPlanTest, TheDeadlineFailsTheJob) {
   Plan plan = PlanJob(job, Everything({Coordinator(), Worker(0)}), Settings());
   EXPECT_EQ(plan.status.phase, phase::kFailed);
   EXPECT_EQ(Cond(plan, kConditionFailed)->reason, "DeadlineExceeded");
-  EXPECT_EQ(Sorted(plan.delete_pods),
-            (std::vector<std::string>{"train-coordinator", "train-worker-0"}));
+  EXPECT_EQ(Sorted(plan.delete_pods), (std::vector<std::string>{"train-worker-0"}));
 
   job.spec.active_deadline_seconds = 90;
   Plan later = PlanJob(job, Everything({Coordinator(), Worker(0)}), Settings());
