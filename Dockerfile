@@ -44,6 +44,7 @@ RUN apt-get update \
       libssl3 \
       libstdc++6 \
       libyaml-cpp0.7 \
+      zlib1g \
  && rm -rf /var/lib/apt/lists/*
 # uid and gid 65532, as the chart's securityContext expects.
 RUN groupadd --system --gid 65532 cohort \
