@@ -222,7 +222,12 @@ if wait_for permanent '{.status.phase}' Failed 60; then
   fi
   pods_of_permanent() { k get pods -l cohort.dev/job=permanent -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}'; }
   none_running() { [[ "$(pods_of_permanent)" != *Running* ]]; }
-  until_true 30 none_running
+  # A stopping workload's ShutdownTask goes through its sidecar to the coordinator, which
+  # stays until the workloads are gone; the shutdown barrier waits for the exited worker 1
+  # until its heartbeat timeout (30 s), unless the pod's grace period (30 s) ends it first.
+  start=$SECONDS
+  until_true 75 none_running
+  echo "  the failed job's running workers were gone after $((SECONDS - start)) s"
   left=$(pods_of_permanent)
   if [[ -n "$left" && "$left" != *Running* ]]; then
     pass "the failed job's running pods are stopped ($left)"
