@@ -89,6 +89,56 @@ void ToProto(const DurableBarrier& barrier, pb::BarrierStarted* out) {
   out->set_timeout_ms(TimeoutToProto(barrier.timeout));
 }
 
+// The record of each kind of change: what the journal appends, and what a snapshot holds.
+pb::Record TaskChangeRecord(const DurableTask& task) {
+  pb::Record record;
+  pb::TaskChanged* r = record.mutable_task();
+  ToProto(task.task, r->mutable_task());
+  r->set_state(static_cast<int32_t>(task.state));
+  r->set_incarnation(task.incarnation);
+  r->set_ever_registered(task.ever_registered);
+  ToProto(task.error, r->mutable_error());
+  return record;
+}
+pb::Record WholeBarrierRecord(WholeBarrierKind kind, const DurableWholeBarrier& barrier) {
+  pb::Record record;
+  record.mutable_whole_barrier()->set_kind(static_cast<int32_t>(kind));
+  record.mutable_whole_barrier()->set_state(barrier.state);
+  ToProto(barrier.result, record.mutable_whole_barrier()->mutable_result());
+  return record;
+}
+pb::Record WaitingRecord(WholeBarrierKind kind, const TaskName& task, bool waiting) {
+  pb::Record record;
+  record.mutable_whole_barrier_waiting()->set_kind(static_cast<int32_t>(kind));
+  ToProto(task, record.mutable_whole_barrier_waiting()->mutable_task());
+  record.mutable_whole_barrier_waiting()->set_waiting(waiting);
+  return record;
+}
+pb::Record FirstErrorRecord(const absl::Status& error) {
+  pb::Record record;
+  ToProto(error, record.mutable_first_error()->mutable_error());
+  return record;
+}
+pb::Record DeviceGroupRecord(const std::vector<TaskName>& members,
+                             const DurableDeviceGroup* group) {
+  pb::Record record;
+  pb::DeviceGroup* r = record.mutable_device_group();
+  for (const TaskName& t : members) ToProto(t, r->add_members());
+  if (group) {
+    r->set_present(true);
+    ToProto(group->error, r->mutable_error());
+    for (const std::string& p : group->payloads) r->add_payloads(p);
+  }
+  return record;
+}
+pb::Record KeyPutRecord(const std::string& key, const std::string& value, int64_t revision) {
+  pb::Record record;
+  record.mutable_key_put()->set_key(key);
+  record.mutable_key_put()->set_value(value);
+  record.mutable_key_put()->set_revision(revision);
+  return record;
+}
+
 std::string JobsText(const google::protobuf::RepeatedPtrField<pb::Job>& jobs) {
   std::vector<std::string> parts;
   for (const pb::Job& job : jobs) {
@@ -571,51 +621,21 @@ absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& s
   header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   AppendFrame(header, &data);
 
-  pb::Record record;
-  for (const DurableTask& task : state.tasks) {
-    record.Clear();
-    pb::TaskChanged* r = record.mutable_task();
-    ToProto(task.task, r->mutable_task());
-    r->set_state(static_cast<int32_t>(task.state));
-    r->set_incarnation(task.incarnation);
-    r->set_ever_registered(task.ever_registered);
-    ToProto(task.error, r->mutable_error());
-    AppendFrame(record, &data);
-  }
+  for (const DurableTask& task : state.tasks) AppendFrame(TaskChangeRecord(task), &data);
   for (auto [kind, barrier] : {std::pair{WholeBarrierKind::kRegister, &state.register_barrier},
                                std::pair{WholeBarrierKind::kShutdown, &state.shutdown_barrier}}) {
-    record.Clear();
-    record.mutable_whole_barrier()->set_kind(static_cast<int32_t>(kind));
-    record.mutable_whole_barrier()->set_state(barrier->state);
-    ToProto(barrier->result, record.mutable_whole_barrier()->mutable_result());
-    AppendFrame(record, &data);
+    AppendFrame(WholeBarrierRecord(kind, *barrier), &data);
     for (const TaskName& task : barrier->waiting) {
-      record.Clear();
-      record.mutable_whole_barrier_waiting()->set_kind(static_cast<int32_t>(kind));
-      ToProto(task, record.mutable_whole_barrier_waiting()->mutable_task());
-      record.mutable_whole_barrier_waiting()->set_waiting(true);
-      AppendFrame(record, &data);
+      AppendFrame(WaitingRecord(kind, task, /*waiting=*/true), &data);
     }
   }
-  record.Clear();
-  ToProto(state.first_error, record.mutable_first_error()->mutable_error());
-  AppendFrame(record, &data);
+  AppendFrame(FirstErrorRecord(state.first_error), &data);
   for (const DurableDeviceGroup& group : state.device_groups) {
-    record.Clear();
-    pb::DeviceGroup* r = record.mutable_device_group();
-    for (const TaskName& t : group.members) ToProto(t, r->add_members());
-    r->set_present(true);
-    ToProto(group.error, r->mutable_error());
-    for (const std::string& p : group.payloads) r->add_payloads(p);
-    AppendFrame(record, &data);
+    AppendFrame(DeviceGroupRecord(group.members, &group), &data);
   }
-  for (const DurableKey& key : state.keys) {
-    record.Clear();
-    record.mutable_key_put()->set_key(key.key);
-    record.mutable_key_put()->set_value(key.value);
-    AppendFrame(record, &data);
-  }
-  record.Clear();
+  // Revision 0: the snapshot's KeyRevision record carries it.
+  for (const DurableKey& key : state.keys) AppendFrame(KeyPutRecord(key.key, key.value, 0), &data);
+  pb::Record record;
   record.mutable_key_revision()->set_revision(state.key_revision);
   AppendFrame(record, &data);
   for (const DurableBarrier& barrier : state.barriers) {
@@ -800,58 +820,25 @@ void StateStore::Compact() {
 
 // ---- Journal -------------------------------------------------------------------------------
 
-void StateStore::TaskChanged(const DurableTask& task) {
-  pb::Record record;
-  pb::TaskChanged* r = record.mutable_task();
-  ToProto(task.task, r->mutable_task());
-  r->set_state(static_cast<int32_t>(task.state));
-  r->set_incarnation(task.incarnation);
-  r->set_ever_registered(task.ever_registered);
-  ToProto(task.error, r->mutable_error());
-  Append(record);
-}
+void StateStore::TaskChanged(const DurableTask& task) { Append(TaskChangeRecord(task)); }
 
 void StateStore::WholeBarrierChanged(WholeBarrierKind kind, const DurableWholeBarrier& barrier) {
-  pb::Record record;
-  record.mutable_whole_barrier()->set_kind(static_cast<int32_t>(kind));
-  record.mutable_whole_barrier()->set_state(barrier.state);
-  ToProto(barrier.result, record.mutable_whole_barrier()->mutable_result());
-  Append(record);
+  Append(WholeBarrierRecord(kind, barrier));
 }
 
 void StateStore::WholeBarrierWaiting(WholeBarrierKind kind, const TaskName& task, bool waiting) {
-  pb::Record record;
-  record.mutable_whole_barrier_waiting()->set_kind(static_cast<int32_t>(kind));
-  ToProto(task, record.mutable_whole_barrier_waiting()->mutable_task());
-  record.mutable_whole_barrier_waiting()->set_waiting(waiting);
-  Append(record);
+  Append(WaitingRecord(kind, task, waiting));
 }
 
-void StateStore::FirstError(const absl::Status& error) {
-  pb::Record record;
-  ToProto(error, record.mutable_first_error()->mutable_error());
-  Append(record);
-}
+void StateStore::FirstError(const absl::Status& error) { Append(FirstErrorRecord(error)); }
 
 void StateStore::DeviceGroupChanged(const std::vector<TaskName>& members,
                                     const DurableDeviceGroup* group) {
-  pb::Record record;
-  pb::DeviceGroup* r = record.mutable_device_group();
-  for (const TaskName& t : members) ToProto(t, r->add_members());
-  if (group) {
-    r->set_present(true);
-    ToProto(group->error, r->mutable_error());
-    for (const std::string& p : group->payloads) r->add_payloads(p);
-  }
-  Append(record);
+  Append(DeviceGroupRecord(members, group));
 }
 
 void StateStore::KeyPut(const std::string& key, const std::string& value, int64_t revision) {
-  pb::Record record;
-  record.mutable_key_put()->set_key(key);
-  record.mutable_key_put()->set_value(value);
-  record.mutable_key_put()->set_revision(revision);
-  Append(record);
+  Append(KeyPutRecord(key, value, revision));
 }
 
 void StateStore::KeyDeleted(const std::string& key, int64_t revision) {
