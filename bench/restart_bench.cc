@@ -292,6 +292,8 @@ nlohmann::json MemoryRun(const Options& o, bool through_proxies) {
   long base = cohort::bench::RssKiB(job.coordinator().pid());
   Tasks tasks(o, job, through_proxies);
   if (tasks.RegisterAll() > 0) return {{"error", "registration failed"}};
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  long registered = cohort::bench::RssKiB(job.coordinator().pid());
   std::vector<cohort::bench::CallHandle> parked;
   for (int t = 0; t < tasks.size(); ++t) tasks.of(t).WatchVersion(t);
   std::atomic<int64_t> ended{0};
@@ -303,13 +305,22 @@ nlohmann::json MemoryRun(const Options& o, bool through_proxies) {
   }
   std::this_thread::sleep_for(std::chrono::seconds(3));
   long loaded = cohort::bench::RssKiB(job.coordinator().pid());
+  // Every call must still be parked when the memory is read, or the figure means nothing.
+  const int64_t ended_early = ended.load();
   for (auto& call : parked) call->TryCancel();
   cohort::bench::WaitFor([&] { return ended.load() >= static_cast<int64_t>(parked.size()); }, 30);
+  if (ended_early > 0) {
+    return {{"error", absl::StrCat(ended_early, " of ", parked.size(),
+                                   " parked calls ended before the memory was read")}};
+  }
   return {{"through_sidecars", through_proxies},
           {"tasks", o.tasks},
           {"sidecars", through_proxies ? o.proxies : 0},
           {"rss_base_kib", base},
+          {"rss_registered_kib", registered},
           {"rss_loaded_kib", loaded},
+          {"parked_calls", parked.size()},
+          {"kib_per_task_registered", static_cast<double>(registered - base) / o.tasks},
           {"kib_per_task", static_cast<double>(loaded - base) / o.tasks}};
 }
 

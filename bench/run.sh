@@ -18,7 +18,7 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 ninja -C "$BUILD" cohort-coordinator cohort-loadgen cohort-failure-bench cohort-agent-example \
-  cohort-sidecar fake_nvml
+  cohort-sidecar cohort-restart-bench fake_nvml
 
 PY=.venv-bench/bin/python
 ARGS=(--bin-dir "$BUILD/bin" --python "$PY"

@@ -68,6 +68,7 @@ void ProxyServer::Shutdown(const absl::Status& why) {
   if (stopped_) return;
   stopped_ = true;
   backend_.Stop(why);
+  cohort_.ClosePark(why);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 

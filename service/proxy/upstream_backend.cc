@@ -92,6 +92,15 @@ int64_t UpstreamBackend::outages() const {
   return outages_;
 }
 
+int64_t UpstreamBackend::parked_calls() const {
+  std::shared_ptr<UpstreamPark> park;
+  {
+    absl::MutexLock lock(&mu_);
+    park = park_;
+  }
+  return park ? static_cast<int64_t>(park->open_calls()) : 0;
+}
+
 int64_t UpstreamBackend::held_calls() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(held_.size());
@@ -171,6 +180,8 @@ void UpstreamBackend::Submit(const std::shared_ptr<Forward>& op, WaiterId waiter
 
 void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
   grpc::ClientContext* ctx = nullptr;
+  std::shared_ptr<UpstreamPark> park;
+  uint64_t park_id = 0;
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
@@ -178,18 +189,43 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
     if (link_ == Link::kStopped) {
       refused = failure_;
     } else {
-      op->context = std::make_unique<grpc::ClientContext>();
-      if (op->deadline != absl::InfiniteFuture()) {
-        op->context->set_deadline(absl::ToChronoTime(op->deadline));
-      }
       if (++op->attempts > 1) ++reissued_;
       ++in_flight_;
       live_.insert(op);
-      ctx = op->context.get();
+      op->parked_on.reset();
+      if (op->park && park_) {
+        park = park_;
+        park_id = park->NextId();
+        op->parked_on = park;
+        op->park_id = park_id;
+      } else {
+        op->context = std::make_unique<grpc::ClientContext>();
+        if (op->deadline != absl::InfiniteFuture()) {
+          op->context->set_deadline(absl::ToChronoTime(op->deadline));
+        }
+        ctx = op->context.get();
+      }
     }
   }
   if (!refused.ok()) return Finish(op, refused);
-  op->start(ctx, [this, op](const grpc::Status& wire) { OnAttemptDone(op, wire); });
+  if (!park) {
+    op->start(ctx, [this, op](const grpc::Status& wire) { OnAttemptDone(op, wire); });
+    return;
+  }
+  v1::ParkRequest request;
+  op->park(&request);
+  park->Send(park_id, std::move(request),
+             [this, op](const grpc::Status& wire, const v1::ParkResponse& response) {
+               if (wire.ok()) op->take_park_result(response);
+               OnAttemptDone(op, wire);
+             });
+  // Abandoned while it was being sent: Cancel found no call open on the stream yet.
+  bool abandoned = false;
+  {
+    absl::MutexLock lock(&mu_);
+    abandoned = op->abandoned;
+  }
+  if (abandoned) park->Cancel(park_id);
 }
 
 void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const grpc::Status& wire) {
@@ -200,10 +236,26 @@ void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const gr
     --in_flight_;
   });
   absl::Status status = CoreStatusFromGrpc(wire);
+  bool again = false;
   {
     absl::MutexLock lock(&mu_);
     live_.erase(op);
     if (op->abandoned) return;
+    if (op->parked_on && wire.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // A coordinator without Park: this call and every later one go unary.
+      if (!park_unsupported_) {
+        spdlog::warn("proxy: the coordinator at {} has no park stream ({}); waiting calls go "
+                     "as a gRPC call each",
+                     options_.address, wire.error_message());
+      }
+      park_unsupported_ = true;
+      park_.reset();
+      again = true;
+    }
+  }
+  if (again) return Issue(op);
+  {
+    absl::MutexLock lock(&mu_);
     if (IsOutage(status)) {
       if (link_ == Link::kFailed || link_ == Link::kStopped) {
         status = failure_;
@@ -245,6 +297,8 @@ void UpstreamBackend::Cancel(WaiterId waiter, const absl::Status& status) {
   std::shared_ptr<Forward> op;
   Subscriber subscriber;
   grpc::ClientContext* abandoned_context = nullptr;
+  std::shared_ptr<UpstreamPark> abandoned_park;
+  uint64_t abandoned_park_id = 0;
   StatusDone poll;
   std::shared_ptr<UpstreamKeyWatch> watch;
   {
@@ -267,7 +321,14 @@ void UpstreamBackend::Cancel(WaiterId waiter, const absl::Status& status) {
         if (auto s = shared_.find(key); !key.empty() && s != shared_.end() && s->second == op) {
           shared_.erase(s);
         }
-        if (live_.contains(op)) abandoned_context = op->context.get();
+        if (live_.contains(op)) {
+          if (op->parked_on) {
+            abandoned_park = op->parked_on;
+            abandoned_park_id = op->park_id;
+          } else {
+            abandoned_context = op->context.get();
+          }
+        }
       }
     } else if (auto p = local_polls_.find(waiter); p != local_polls_.end()) {
       if (auto t = tasks_.find(p->second); t != tasks_.end()) {
@@ -286,6 +347,7 @@ void UpstreamBackend::Cancel(WaiterId waiter, const absl::Status& status) {
     }
   }
   if (abandoned_context) abandoned_context->TryCancel();
+  if (abandoned_park) abandoned_park->Cancel(abandoned_park_id);
   if (subscriber) subscriber(status, *op->response);
   if (poll) poll(status);
   if (watch) watch->End(status);
@@ -441,6 +503,7 @@ bool UpstreamBackend::Reestablish(const v1::ClusterSnapshot& snapshot) {
   std::vector<std::shared_ptr<Forward>> held;
   std::vector<std::shared_ptr<UpstreamKeyWatch>> watches;
   std::vector<std::pair<TaskName, uint64_t>> heartbeats;
+  std::shared_ptr<UpstreamPark> old_park;
   absl::Duration outage;
   Link was;
   {
@@ -450,6 +513,9 @@ bool UpstreamBackend::Reestablish(const v1::ClusterSnapshot& snapshot) {
     outage = was == Link::kDown ? absl::Now() - down_since_ : absl::ZeroDuration();
     link_ = Link::kConnected;
     service_incarnation_ = incarnation;
+    // A new connection, a new park stream (the last one ended with the old connection).
+    old_park = std::move(park_);
+    if (!park_unsupported_) park_ = UpstreamPark::Open(cohort_stub_.get());
     held.swap(held_);
     watches.swap(held_watches_);
     for (const auto& [name, task] : tasks_) {
@@ -462,6 +528,7 @@ bool UpstreamBackend::Reestablish(const v1::ClusterSnapshot& snapshot) {
       options_.address, incarnation,
       was == Link::kDown ? absl::StrCat(" after ", absl::FormatDuration(outage), " away") : "",
       held.size(), watches.size());
+  if (old_park) old_park->Shutdown();
   for (const auto& [task, task_incarnation] : heartbeats) ForwardHeartbeat(task, task_incarnation);
   for (const auto& op : held) Issue(op);
   for (const auto& watch : watches) watch->Begin(cohort_stub_->async());
@@ -507,12 +574,16 @@ void UpstreamBackend::FailAll(const absl::Status& status) {
 void UpstreamBackend::Stop(const absl::Status& why) {
   std::vector<std::shared_ptr<Forward>> live;
   std::vector<std::shared_ptr<UpstreamKeyWatch>> watches;
+  std::shared_ptr<UpstreamPark> park;
   {
     absl::MutexLock lock(&mu_);
     if (link_ == Link::kStopped) return;
     link_ = Link::kStopped;
     failure_ = why;
-    live.assign(live_.begin(), live_.end());
+    for (const auto& op : live_) {
+      if (!op->parked_on) live.push_back(op);
+    }
+    park = std::move(park_);
     // A blocking call with no callback of ours: safe to cancel under the lock.
     if (probe_context_) probe_context_->TryCancel();
     for (auto& [waiter, watch] : watches_) watches.push_back(watch);
@@ -521,6 +592,8 @@ void UpstreamBackend::Stop(const absl::Status& why) {
   // Their contexts stay: an attempt's context is replaced only by Issue, which a stopped
   // backend refuses.
   for (const auto& op : live) op->context->TryCancel();
+  // Every call on the park stream ends with it.
+  if (park) park->Shutdown();
   FailAll(why);
   for (const auto& watch : watches) watch->End(why);
   if (link_thread_.joinable()) link_thread_.join();

@@ -17,7 +17,8 @@
 //
 // Per-pod aggregation: the coordinator sees one error poll per registered task (the proxy's
 // own, whatever its clients do), and identical blocking gets and job-state watches of
-// several local callers share one upstream call.
+// several local callers share one upstream call. Error polls, blocking gets and barriers go
+// on one cohort.v1 Park stream per connection, not as a gRPC call each.
 
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,7 @@
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/upstream_key_watch.h"
+#include "service/proxy/upstream_park.h"
 #include "service/proxy/upstream_messages.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 
@@ -62,6 +64,9 @@ struct UpstreamSendOptions {
   bool fail_fast = false;
   // Sent even while the link is down (re-registration is how the link comes back up).
   bool bypass_link = false;
+  // Goes on the park stream (a call that may wait long: error polls, blocking gets,
+  // barriers) rather than as a gRPC call of its own.
+  bool park = false;
   // Looks again at an answer to an attempt that was sent more than once.
   std::function<void(const absl::Status&, const std::function<void(absl::Status)>&)>
       reconcile_reissued;
@@ -135,6 +140,8 @@ class UpstreamBackend final : public CoordinationBackend {
   int64_t held_calls() const;
   // Times the coordinator was lost after having been reached.
   int64_t outages() const;
+  // Calls open on the park stream right now.
+  int64_t parked_calls() const;
 
  private:
   using Async = tensorflow::CoordinationService::StubInterface::async_interface;
@@ -205,6 +212,10 @@ class UpstreamBackend final : public CoordinationBackend {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::shared_ptr<Forward>> live_ ABSL_GUARDED_BY(mu_);  // attempts out
   grpc::ClientContext* probe_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The park stream of the link's current connection; null before the first, or when the
+  // coordinator has no Park (then every call goes unary).
+  std::shared_ptr<UpstreamPark> park_ ABSL_GUARDED_BY(mu_);
+  bool park_unsupported_ ABSL_GUARDED_BY(mu_) = false;
   int64_t reissued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t outages_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,12 +26,15 @@ void UpstreamBackend::Barrier(const CallContext& call, const std::string& id, in
   for (const TaskName& task : tasks) *request.add_tasks() = ToWireTask(task);
   // A barrier sent again arrives again with the same counter: the coordinator counts the
   // caller once, or answers the instance's cached result.
+  SendOptions options;
+  options.park = true;
   Send<tf::BarrierResponse>(
       call, &Async::Barrier, std::move(request),
       [done = std::move(done)](const absl::Status& s, const tf::BarrierResponse& r) {
         if (!s.ok()) return done(s);
         done(r.counter());
-      });
+      },
+      std::move(options));
 }
 
 void UpstreamBackend::CancelBarrier(const CallContext& call, const std::string& id, int64_t counter,
@@ -81,6 +84,7 @@ void UpstreamBackend::GetKeyValue(const CallContext& call, std::string key,
   tf::GetKeyValueRequest request;
   request.set_key(key);
   SendOptions options;
+  options.park = true;
   absl::Time own_deadline = absl::InfiniteFuture();
   if (timeout) {
     own_deadline = absl::Now() + *timeout;

@@ -40,11 +40,14 @@ void UpstreamBackend::StartTaskPoll(const TaskName& task, uint64_t generation) {
   // per task, and the clients' polls wait here, across outages.
   tf::PollForErrorRequest request;
   *request.mutable_source_task() = ToWireTask(task);
+  SendOptions options;
+  options.park = true;
   Send<tf::PollForErrorResponse>(
       CallContext{}, &Async::PollForError, std::move(request),
       [this, task, generation](const absl::Status& s, const tf::PollForErrorResponse&) {
         OnTaskPollDone(task, generation, s);
-      });
+      },
+      std::move(options));
 }
 
 void UpstreamBackend::OnTaskPollDone(const TaskName& task, uint64_t generation,
@@ -99,6 +102,8 @@ void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task
   tf::RegisterTaskRequest request;
   request.set_incarnation(incarnation);
   *request.mutable_source_task() = ToWireTask(task);
+  SendOptions options;
+  options.park = true;  // it waits for every task of the job
   Send<tf::RegisterTaskResponse>(call, &Async::RegisterTask, std::move(request),
                                  [this, task, incarnation, done = std::move(done)](
                                      const absl::Status& s, const tf::RegisterTaskResponse& r) {
@@ -110,7 +115,8 @@ void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task
                                      OnRegistered(task, incarnation);
                                    }
                                    done(s);
-                                 });
+                                 },
+                                 std::move(options));
 }
 
 void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,
@@ -170,6 +176,7 @@ void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task
   tf::ShutdownTaskRequest request;
   *request.mutable_source_task() = ToWireTask(task);
   SendOptions options;
+  options.park = true;  // it waits at the shutdown barrier
   // The first attempt may have shut the task down before the coordinator went away.
   options.reconcile_reissued = [](const absl::Status& s,
                                   const std::function<void(absl::Status)>& finish) {
@@ -236,11 +243,14 @@ void UpstreamBackend::PollForError(const CallContext& call, const TaskName& task
   if (forward) {
     tf::PollForErrorRequest request;
     *request.mutable_source_task() = ToWireTask(task);
+    SendOptions options;
+    options.park = true;
     Send<tf::PollForErrorResponse>(
         call, &Async::PollForError, std::move(request),
         [answer = std::move(answer)](const absl::Status& s, const tf::PollForErrorResponse&) {
           answer(s);
-        });
+        },
+        std::move(options));
     return;
   }
   for (auto& [waiter, poll] : replaced) {

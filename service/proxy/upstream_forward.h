@@ -3,12 +3,15 @@
 // coordinator (Forward), a task registered through the proxy (LocalTask), and Send, which
 // turns a typed request into a Forward.
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "service/proxy/upstream_backend.h"
+#include "service/proxy/upstream_park.h"
 
 namespace cohort {
 
@@ -24,6 +27,13 @@ struct UpstreamBackend::Forward {
   // Guarded by the backend's mu_.
   std::vector<std::pair<WaiterId, Subscriber>> subscribers;
   std::unique_ptr<grpc::ClientContext> context;
+  // A call that may go on the park stream: writes its request into a ParkRequest, and takes
+  // the result from a ParkResponse.
+  std::function<void(v1::ParkRequest*)> park;
+  std::function<void(const v1::ParkResponse&)> take_park_result;
+  // Guarded by the backend's mu_: the stream the attempt out went on (null: a unary call).
+  std::shared_ptr<UpstreamPark> parked_on;
+  uint64_t park_id = 0;
   int attempts = 0;
   bool abandoned = false;  // every subscriber went away
   bool finished = false;
@@ -39,6 +49,53 @@ struct UpstreamBackend::LocalTask {
   std::optional<absl::Status> poll_result;
   std::vector<std::pair<WaiterId, StatusDone>> polls;  // local callers' polls
 };
+
+// The calls that can go on the park stream, and how their messages go into and out of it.
+inline void ToPark(const tensorflow::PollForErrorRequest& request, absl::Time,
+                   v1::ParkRequest* out) {
+  *out->mutable_poll_for_error() = request;
+}
+inline void ToPark(const tensorflow::BarrierRequest& request, absl::Time, v1::ParkRequest* out) {
+  *out->mutable_barrier() = request;
+}
+inline void ToPark(const tensorflow::GetKeyValueRequest& request, absl::Time deadline,
+                   v1::ParkRequest* out) {
+  // A timed get's own deadline travels as what is left of it at this attempt.
+  auto* get = out->mutable_get_key_value();
+  get->set_key(request.key());
+  if (deadline != absl::InfiniteFuture()) {
+    get->set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+  }
+}
+inline void ToPark(const tensorflow::RegisterTaskRequest& request, absl::Time,
+                   v1::ParkRequest* out) {
+  *out->mutable_register_task() = request;
+}
+inline void ToPark(const tensorflow::ShutdownTaskRequest& request, absl::Time,
+                   v1::ParkRequest* out) {
+  *out->mutable_shutdown_task() = request;
+}
+inline void FromPark(const v1::ParkResponse& in, tensorflow::RegisterTaskResponse* out) {
+  *out = in.register_task();
+}
+inline void FromPark(const v1::ParkResponse& in, tensorflow::ShutdownTaskResponse* out) {
+  *out = in.shutdown_task();
+}
+inline void FromPark(const v1::ParkResponse& in, tensorflow::PollForErrorResponse* out) {
+  *out = in.poll_for_error();
+}
+inline void FromPark(const v1::ParkResponse& in, tensorflow::BarrierResponse* out) {
+  *out = in.barrier();
+}
+inline void FromPark(const v1::ParkResponse& in, tensorflow::GetKeyValueResponse* out) {
+  *out = in.get_key_value();
+}
+template <typename Req>
+constexpr bool kParkable = std::is_same_v<Req, tensorflow::PollForErrorRequest> ||
+                           std::is_same_v<Req, tensorflow::BarrierRequest> ||
+                           std::is_same_v<Req, tensorflow::GetKeyValueRequest> ||
+                           std::is_same_v<Req, tensorflow::RegisterTaskRequest> ||
+                           std::is_same_v<Req, tensorflow::ShutdownTaskRequest>;
 
 template <typename Resp, typename Req, typename AsyncStub>
 void SendVia(AsyncStub* async,
@@ -66,6 +123,16 @@ void UpstreamBackend::Send(const CallContext& call,
   };
   op->response = &messages->second;
   op->messages = messages;
+  if constexpr (kParkable<Req>) {
+    if (options.park) {
+      op->park = [messages, deadline = options.deadline](v1::ParkRequest* out) {
+        ToPark(messages->first, deadline, out);
+      };
+      op->take_park_result = [messages](const v1::ParkResponse& in) {
+        FromPark(in, &messages->second);
+      };
+    }
+  }
   // A shared call serves callers with different deadlines; each leaves on its own.
   op->deadline =
       options.share_key.empty() ? std::min(call.deadline, options.deadline) : options.deadline;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "service/rpc/park_stream.h"
 
 namespace cohort {
 namespace {
@@ -204,6 +205,11 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
                                      call->Reply(view.status());
                                    });
   return call;
+}
+
+grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>* CohortCoordinatorService::Park(
+    grpc::CallbackServerContext*) {
+  return park_streams_.NewStream();
 }
 
 }  // namespace cohort

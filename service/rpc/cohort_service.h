@@ -2,26 +2,33 @@
 
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "service/backend/coordination_backend.h"
+#include "service/rpc/park_stream.h"
 #include "service/rpc/rpc_call.h"
 
 namespace cohort {
 
-// cohort.v1.Coordinator: key watches and the cluster snapshot. Translation only; the
+// cohort.v1.Coordinator: key watches, the cluster snapshot and park streams. Translation only; the
 // watch itself lives in the core's key-value store.
 class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackService {
  public:
   CohortCoordinatorService(CoordinationBackend* backend, RpcMetrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+      : backend_(backend), metrics_(metrics), park_streams_(backend, metrics) {}
+
+  // Ends every Park stream (the server is shutting down).
+  void ClosePark(const absl::Status& why) { park_streams_.CloseAll(why); }
 
   grpc::ServerWriteReactor<v1::WatchKeysResponse>* WatchKeys(
       grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest* request) override;
   grpc::ServerUnaryReactor* GetClusterSnapshot(grpc::CallbackServerContext* ctx,
                                                const v1::GetClusterSnapshotRequest* request,
                                                v1::ClusterSnapshot* response) override;
+  grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>* Park(
+      grpc::CallbackServerContext* ctx) override;
 
  private:
   CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
+  ParkStreams park_streams_;
 };
 
 }  // namespace cohort

@@ -134,6 +134,7 @@ void CoordinatorServer::Shutdown(const absl::Status& why) {
   }
   spdlog::info("coordinator shutting down: {}", std::string(why.message()));
   service_->Stop(why);
+  cohort_.ClosePark(why);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (timer_thread_.joinable()) timer_thread_.join();
   service_->timers().SetWakeup(nullptr);

@@ -1,6 +1,7 @@
 // The sidecar's proxy in-process: a real coordinator on loopback, a ProxyServer in front of
 // it, and clients of every protocol talking to the proxy. What the coordinator answers must
 // reach the client unchanged, payloads included.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -314,6 +315,65 @@ TEST_F(ProxyTest, CohortSnapshotAndKeyWatchesAreForwarded) {
   EXPECT_EQ(events[1].value(), "0.2");
   ctx->TryCancel();
   reader->Finish();
+}
+
+TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {
+  Start(3);
+  std::vector<CoordinationAgent*> agents = {Agent(0), Agent(1), Agent(2)};
+  ConnectAll(agents);
+  struct Got {
+    absl::Notification done;
+    absl::StatusOr<std::string> value;
+  };
+  std::vector<std::unique_ptr<Got>> got;
+  std::vector<std::shared_ptr<AsyncGet>> gets;
+  for (int t = 0; t < 3; ++t) {
+    Got* g = got.emplace_back(std::make_unique<Got>()).get();
+    gets.push_back(agents[t]->GetKeyValueAsync(absl::StrCat("k", t),
+                                               [g](absl::StatusOr<std::string> v) {
+                                                 g->value = std::move(v);
+                                                 g->done.Notify();
+                                               }));
+  }
+  // Three error polls (the proxy's own, one per task) and three gets wait at the
+  // coordinator, all of them on the proxy's one park stream.
+  CoordinationService& service = coordinator_->service();
+  ASSERT_TRUE(Eventually([&] {
+    return service.ParkedCalls(ParkKind::kPollForError) == 3 &&
+           service.ParkedCalls(ParkKind::kKeyValueGet) == 3;
+  }));
+  EXPECT_EQ(proxy_->backend().parked_calls(), 6);
+
+  // A client that gives up takes its call off the stream and out of the coordinator.
+  gets[1]->Cancel();
+  ASSERT_TRUE(got[1]->done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(got[1]->value.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(Eventually([&] {
+    return service.ParkedCalls(ParkKind::kKeyValueGet) == 2 &&
+           proxy_->backend().parked_calls() == 5;
+  }));
+
+  ASSERT_TRUE(service.InsertKeyValue("k0", "zero", false).ok());
+  ASSERT_TRUE(service.InsertKeyValue("k2", "two", false).ok());
+  for (int t : {0, 2}) {
+    ASSERT_TRUE(got[t]->done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    ASSERT_TRUE(got[t]->value.ok()) << got[t]->value.status();
+  }
+  EXPECT_EQ(*got[0]->value, "zero");
+  EXPECT_EQ(*got[2]->value, "two");
+  EXPECT_TRUE(Eventually([&] { return proxy_->backend().parked_calls() == 3; }));
+
+  // A barrier of the three waits on the stream too, and passes.
+  std::vector<std::thread> barrier;
+  std::atomic<int> passed{0};
+  for (int t = 0; t < 3; ++t) {
+    barrier.emplace_back([&, t] {
+      if (agents[t]->WaitAtBarrier("all", absl::Seconds(30), {}).ok()) ++passed;
+    });
+  }
+  for (auto& thread : barrier) thread.join();
+  EXPECT_EQ(passed.load(), 3);
+  EXPECT_EQ(proxy_->backend().reissued_calls(), 0);
 }
 
 TEST_F(ProxyTest, CallsWaitWhileTheCoordinatorIsAwayAndFailPastTheTolerance) {

@@ -1,0 +1,117 @@
+#include "service/proxy/upstream_park.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace cohort {
+
+std::shared_ptr<UpstreamPark> UpstreamPark::Open(v1::Coordinator::Stub* stub) {
+  std::shared_ptr<UpstreamPark> park(new UpstreamPark());
+  {
+    absl::MutexLock lock(&park->mu_);
+    park->self_ = park;
+  }
+  stub->async()->Park(&park->context_, park.get());
+  park->StartRead(&park->response_);
+  park->StartCall();
+  return park;
+}
+
+uint64_t UpstreamPark::NextId() {
+  absl::MutexLock lock(&mu_);
+  return ++next_id_;
+}
+
+void UpstreamPark::Send(uint64_t id, v1::ParkRequest request, Done done) {
+  grpc::Status ended;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ended_) {
+      request.set_id(id);
+      open_[id] = std::move(done);
+      queue_.push_back(std::move(request));
+      WriteNextLocked();
+      return;
+    }
+    ended = end_;
+  }
+  done(ended, v1::ParkResponse());
+}
+
+void UpstreamPark::Cancel(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (ended_ || !open_.contains(id)) return;
+  v1::ParkRequest& request = queue_.emplace_back();
+  request.set_id(id);
+  request.set_cancel(true);
+  WriteNextLocked();
+}
+
+void UpstreamPark::Shutdown() { context_.TryCancel(); }
+
+size_t UpstreamPark::open_calls() const {
+  absl::MutexLock lock(&mu_);
+  return open_.size();
+}
+
+void UpstreamPark::WriteNextLocked() {
+  if (writing_ || queue_.empty() || ended_) return;
+  writing_request_ = std::move(queue_.front());
+  queue_.pop_front();
+  writing_ = true;
+  StartWrite(&writing_request_);
+}
+
+void UpstreamPark::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  // A failed write means the stream broke; OnDone follows and ends every call.
+  if (ok) WriteNextLocked();
+}
+
+void UpstreamPark::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended; OnDone follows
+  Done done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = open_.find(response_.id()); it != open_.end()) {
+      done = std::move(it->second);
+      open_.erase(it);
+    }
+  }
+  if (done) {
+    done(grpc::Status(static_cast<grpc::StatusCode>(response_.code()), response_.message(),
+                      response_.details()),
+         response_);
+  }
+  StartRead(&response_);
+}
+
+void UpstreamPark::OnDone(const grpc::Status& status) {
+  std::vector<Done> open;
+  std::shared_ptr<UpstreamPark> self;
+  grpc::Status end;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    // Whatever ended the stream, its calls are the coordinator's no more: they are sent again
+    // once it is reached (or, from a coordinator that has no Park, as unary calls).
+    end_ = status.error_code() == grpc::StatusCode::UNIMPLEMENTED
+               ? status
+               : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("the park stream to the coordinator ended (",
+                                           status.error_code(), " ", status.error_message(), ")"));
+    end = end_;
+    for (auto& [id, done] : open_) open.push_back(std::move(done));
+    open_.clear();
+    queue_.clear();
+    self = std::move(self_);
+  }
+  for (auto& done : open) done(end, v1::ParkResponse());
+  // `self` may be the last owner: nothing of this object is touched after it goes.
+}
+
+}  // namespace cohort
