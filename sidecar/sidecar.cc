@@ -356,6 +356,11 @@ std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {
                      "Calls the proxy holds until the coordinator is back.",
                      "gauge",
                      {{{}, static_cast<double>(backend.held_calls())}}});
+    proxy.push_back({"cohort_sidecar_proxy_parked_calls",
+                     "Calls open on the proxy's park stream to the coordinator (the pod's "
+                     "waiting registrations, error polls, blocking gets, barriers, shutdowns).",
+                     "gauge",
+                     {{{}, static_cast<double>(backend.parked_calls())}}});
     proxy.push_back({"cohort_sidecar_proxy_reissued_calls_total",
                      "Calls the proxy sent to the coordinator again after an outage.",
                      "counter",

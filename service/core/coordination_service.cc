@@ -489,7 +489,10 @@ void CoordinationService::Stop(const absl::Status& status) {
   // The barriers this fails stay open in the saved state: their tasks come back to them.
   barriers_.set_journal(nullptr, jobs_.workload());
   spdlog::info("coordination service stopping: {}", std::string(status.message()));
-  barriers_.FailAll(ServiceError(absl::AbortedError(
+  // UNAVAILABLE, not ABORTED: the barrier did not fail, the coordinator went away. A
+  // sidecar's proxy holds the arrival and sends it again to the coordinator that comes back
+  // on the same state, where the barrier is still open.
+  barriers_.FailAll(ServiceError(absl::UnavailableError(
       absl::StrCat("barrier aborted: the coordination service is stopping: ", status.message()))));
   parked_.CancelAll(ServiceError(status));
 }

@@ -270,7 +270,7 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
   {
     absl::ReaderMutexLock lock(&mu_);
     if (stopped_) {
-      return done(ServiceError(absl::AbortedError("the coordination service is stopping")));
+      return done(ServiceError(absl::UnavailableError("the coordination service is stopping")));
     }
     if (id.empty()) {
       return done(ServiceError(absl::InvalidArgumentError("barrier id must not be empty")));

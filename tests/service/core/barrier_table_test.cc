@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
+#include "service/core/errors.h"
 #include "tests/service/core/callback_result.h"
 #include "tests/service/core/coordination_service_fixture.h"
 
@@ -314,16 +315,21 @@ TEST_F(BarrierTest, BarriersWithDifferentIdsAreIndependent) {
   EXPECT_FALSE(b.fired());
 }
 
-TEST_F(BarrierTest, StoppingTheServiceAbortsOpenBarriersAndLaterCalls) {
+TEST_F(BarrierTest, StoppingTheServiceEndsOpenBarriersAndLaterCallsUnavailable) {
   BarrierResult w0 = Arrive(kW0);
 
   service_->Stop(absl::UnavailableError("coordinator shutting down"));
 
+  // Unavailable, as every other parked call: the coordinator went away, the barrier did not
+  // fail (a proxy sends the arrival again to the coordinator that comes back).
   ASSERT_TRUE(w0.fired());
-  EXPECT_EQ(Code(w0), absl::StatusCode::kAborted);
+  EXPECT_EQ(Code(w0), absl::StatusCode::kUnavailable);
+  auto info = GetServiceError(w0.value().status());
+  ASSERT_TRUE(info.has_value());
+  EXPECT_FALSE(info->source.has_value());
   BarrierResult late = Arrive(kW1);
   ASSERT_TRUE(late.fired());
-  EXPECT_EQ(Code(late), absl::StatusCode::kAborted);
+  EXPECT_EQ(Code(late), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(BarrierTest, BarrierErrorCarriesTheBarrierIdAndCounter) {

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
@@ -52,11 +54,32 @@ class ProxyRestartTest : public ::testing::Test {
         "--log-level", "warn"});
   }
 
-  std::unique_ptr<Subprocess> StartClient(int task, int tasks, int steps) {
+  // A client whose steps start on files in `go` (a directory under the test's).
+  std::unique_ptr<Subprocess> StartClient(int task, int tasks, int steps,
+                                          const std::string& go = "go") {
+    EXPECT_EQ(system(absl::StrCat("mkdir -p '", dir_, "/", go, "'").c_str()), 0);
     return std::make_unique<Subprocess>(std::vector<std::string>{
         Bin("proxy_test_client"), "--address", absl::StrCat("127.0.0.1:", proxy_port_), "--task",
         absl::StrCat(task), "--tasks", absl::StrCat(tasks), "--steps", absl::StrCat(steps),
-        "--go-dir", dir_ + "/go"});
+        "--go-dir", absl::StrCat(dir_, "/", go)});
+  }
+
+  // Whether the coordinator has `task` waiting at an open barrier `id` (cohortctl status).
+  bool WaitsAtBarrier(const std::string& id, const std::string& task) {
+    Subprocess ctl(std::vector<std::string>{
+        Bin("cohortctl"), "--coordinator", absl::StrCat("127.0.0.1:", coordinator_port_), "-o",
+        "json", "status"});
+    ProcessResult result = ctl.Wait(absl::Seconds(20));
+    if (result.exit_code != 0) return false;
+    auto status = nlohmann::json::parse(result.out, nullptr, /*allow_exceptions=*/false);
+    if (!status.is_object() || !status.contains("barriers")) return false;
+    for (const auto& barrier : status["barriers"]) {
+      if (barrier.value("id", "") != id) continue;
+      for (const auto& arrived : barrier.value("arrived", nlohmann::json::array())) {
+        if (arrived == task) return true;
+      }
+    }
+    return false;
   }
 
   // The value of the sidecar's metric line that starts with `series` (-1: none).
@@ -68,7 +91,9 @@ class ProxyRestartTest : public ::testing::Test {
     return std::stod(body.substr(at + series.size() + 2));
   }
 
-  void Go(int step) { std::ofstream(absl::StrCat(dir_, "/go/go-", step)) << "go\n"; }
+  void Go(int step, const std::string& go = "go") {
+    std::ofstream(absl::StrCat(dir_, "/", go, "/go-", step)) << "go\n";
+  }
 
   // The next line of each client is `line`.
   void ExpectLine(std::vector<std::unique_ptr<Subprocess>>& clients, const std::string& line,
@@ -116,6 +141,48 @@ TEST_F(ProxyRestartTest, CoordinatorKilledAndRestartedWithinTheToleranceCausesNo
   Go(3);
   ExpectLine(clients, "step 3 begins");
   ExpectLine(clients, "step 3 ok");
+  ExpectLine(clients, "done");
+  for (auto& client : clients) {
+    ProcessResult result = client->Wait(absl::Seconds(30));
+    EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+  }
+  sidecar_->Signal(SIGTERM);
+  EXPECT_EQ(sidecar_->Wait(absl::Seconds(30)).exit_code, 0);
+}
+
+TEST_F(ProxyRestartTest, CoordinatorStoppedWithSigtermWhileABarrierWaitsCausesNoClientError) {
+  // A graceful stop (a node drain, a deleted pod) ends the open barrier UNAVAILABLE, not
+  // ABORTED: the proxy holds the arrival, and the coordinator back on its state directory
+  // still has the barrier open.
+  StartCoordinator(2);
+  StartSidecar("60s");
+  std::vector<std::unique_ptr<Subprocess>> clients;
+  clients.push_back(StartClient(0, 2, 2, "go0"));
+  clients.push_back(StartClient(1, 2, 2, "go1"));
+  ExpectLine(clients, "connected");
+  Go(1, "go0");
+  Go(1, "go1");
+  ExpectLine(clients, "step 1 begins");
+  ExpectLine(clients, "step 1 ok");
+
+  // Task 0 arrives at step 2's barrier; task 1 has not started step 2.
+  Go(2, "go0");
+  auto first = clients[0]->ReadLines(1, absl::Seconds(60));
+  ASSERT_EQ(first, std::vector<std::string>{"step 2 begins"});
+  ASSERT_TRUE(Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); },
+                         absl::Seconds(60)));
+
+  coordinator_->Signal(SIGTERM);
+  EXPECT_EQ(coordinator_->Wait(absl::Seconds(30)).exit_code, 0);
+  ASSERT_TRUE(sidecar_->WaitForStderr("lost the coordinator"));
+  StartCoordinator(2);  // the same port and state directory
+  ASSERT_TRUE(Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); },
+                         absl::Seconds(60)));
+
+  Go(2, "go1");
+  auto second = clients[1]->ReadLines(1, absl::Seconds(60));
+  ASSERT_EQ(second, std::vector<std::string>{"step 2 begins"});
+  ExpectLine(clients, "step 2 ok");
   ExpectLine(clients, "done");
   for (auto& client : clients) {
     ProcessResult result = client->Wait(absl::Seconds(30));
