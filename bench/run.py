@@ -512,7 +512,12 @@ class Bench:
             kept = [r for r in json.loads(path.read_text())["records"]
                     if r.get("system") not in mine]
             records = kept + records
-        path.write_text(json.dumps({"scenario": name, "records": records}, indent=1) + "\n")
+        # Which run wrote it: a scenario run alone (--scenarios) is reported as such.
+        run = {"commit": cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+               "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+               "network_namespace": os.environ.get("COHORT_BENCH_NETNS", "host")}
+        path.write_text(json.dumps({"scenario": name, "run": run, "records": records},
+                                   indent=1) + "\n")
         log(f"wrote {path}")
 
 
