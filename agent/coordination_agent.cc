@@ -106,6 +106,9 @@ absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_
   // Values can be large: jaxlib-style programs share compiled executables through the store.
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  // A coordinator reached by a name whose address changes (its pod made again): look the
+  // name up again within a second, not gRPC's default of 30 s after the last lookup.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
   auto credentials = config_.credentials ? config_.credentials : grpc::InsecureChannelCredentials();
   channel_ = grpc::CreateCustomChannel(config_.coordinator_address, credentials, args);
   stub_ = tensorflow::CoordinationService::NewStub(channel_);

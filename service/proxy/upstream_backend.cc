@@ -32,6 +32,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const UpstreamOptions& options) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  // A coordinator pod made again comes back at a new address under the same name: look the
+  // name up again within a second, not gRPC's default of 30 s after the last lookup (the
+  // coordinator came back in under a second and the proxy found it 24 s later).
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
   auto credentials = options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
   return grpc::CreateCustomChannel(options.address, credentials, args);
 }

@@ -12,7 +12,12 @@ namespace cohort {
 
 namespace tf = tensorflow;
 
-void UpstreamBackend::OnRegistered(const TaskName& task, uint64_t incarnation) {
+void UpstreamBackend::OnRegistered(const TaskName& as_called, uint64_t incarnation) {
+  // A task that registered before the coordinator was first reached went by the name its
+  // client gave (jaxlib's name no job: the coordinator's default job). Its later calls come
+  // resolved, so it is kept under its resolved name: else it is not found among the tasks
+  // registered here, and its heartbeats are held through an outage instead of answered.
+  const TaskName task = ResolveTask(as_called.job, as_called.id).value_or(as_called);
   uint64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -69,7 +74,8 @@ void UpstreamBackend::OnTaskPollDone(const TaskName& task, uint64_t generation,
   for (auto& [waiter, poll] : polls) poll(status);
 }
 
-void UpstreamBackend::Forget(const TaskName& task) {
+void UpstreamBackend::Forget(const TaskName& as_called) {
+  const TaskName task = ResolveTask(as_called.job, as_called.id).value_or(as_called);
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(task);
   if (it == tasks_.end()) return;

@@ -19,6 +19,7 @@
 #include "service/rpc/status_translation.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
+#include "tests/support/subprocess.h"
 #include "xla/coordination_service.grpc.pb.h"
 #include "xla/distributed_runtime.grpc.pb.h"
 
@@ -431,6 +432,46 @@ TEST_F(ProxyTest, HeartbeatsAreAnsweredAndCallsHeldUntilTheCoordinatorIsBack) {
   EXPECT_EQ(value, "v");
   EXPECT_EQ(a->state(), AgentState::kConnected);
   EXPECT_GE(proxy_->backend().reissued_calls(), 1);
+}
+
+// jaxlib's tasks name no job: the proxy learns which job that is (the coordinator's default
+// job) only once it has reached the coordinator. A task that registered before then is still
+// the proxy's to answer for: its heartbeats are answered here through an outage instead of
+// being held until the coordinator is back (jaxlib gives a heartbeat half its heartbeat
+// timeout, then ends the process).
+TEST_F(ProxyTest, AnXlaTaskRegisteredBeforeTheCoordinatorWasReachedIsAnsweredForInAnOutage) {
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  ProxyOptions options;
+  options.listen = "127.0.0.1:0";
+  options.upstream.address = address;
+  proxy_ = std::make_unique<ProxyServer>(options);
+  ASSERT_TRUE(proxy_->Start().ok());
+  auto stub = xc::CoordinationService::NewStub(ProxyChannel());
+  xc::RegisterTaskRequest reg;
+  reg.set_incarnation(7);
+  reg.set_source_task_id(0);
+  xc::RegisterTaskResponse registered;
+  grpc::Status registration;
+  std::thread registering(
+      [&] { registration = stub->RegisterTask(Deadline().get(), reg, &registered); });
+  ASSERT_TRUE(Eventually([&] { return proxy_->backend().held_calls() > 0; }));
+  coordinator_ = std::make_unique<TestCoordinator>(Jobs(1), address);  // now it comes up
+  registering.join();
+  ASSERT_TRUE(registration.ok()) << registration.error_message();
+  const uint64_t incarnation = coordinator_->service().service_incarnation();
+
+  coordinator_.reset();
+  ASSERT_TRUE(proxy_->backend().AwaitLink(UpstreamBackend::Link::kDown, absl::Seconds(20)));
+  xc::HeartbeatRequest heartbeat;
+  heartbeat.mutable_incarnations()->set_task_id(0);
+  heartbeat.mutable_incarnations()->set_task_incarnation(7);
+  heartbeat.mutable_incarnations()->set_service_incarnation(incarnation);
+  heartbeat.set_incarnation(7);
+  heartbeat.set_source_task_id(0);
+  xc::HeartbeatResponse beat;
+  grpc::Status answered = stub->Heartbeat(Deadline(absl::Seconds(3)).get(), heartbeat, &beat);
+  ASSERT_TRUE(answered.ok()) << answered.error_code() << " " << answered.error_message();
+  EXPECT_EQ(beat.service_incarnation(), incarnation);
 }
 
 TEST_F(ProxyTest, ARecoverableTaskBackWithANewIncarnationGetsItsOwnErrorPoll) {
