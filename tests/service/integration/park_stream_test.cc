@@ -95,7 +95,7 @@ TEST_F(ParkStreamTest, CallsOfOneStreamAnswerInTheOrderTheyEnd) {
   absl::Notification passed;
   coordinator_->service().Barrier("b", 0, absl::Seconds(60), TaskName{"worker", 1}, {},
                                   coordinator_->service().NewWaiterId(),
-                                  [&](absl::StatusOr<int64_t> c) {
+                                  [&](const absl::StatusOr<int64_t>& c) {
                                     EXPECT_TRUE(c.ok()) << c.status();
                                     passed.Notify();
                                   });
