@@ -21,6 +21,7 @@
 #include "agent/grpc_status.h"
 #include "agent/key_watcher.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/grpc_auth.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -31,6 +32,7 @@ using Json = nlohmann::json;
 
 struct Options {
   std::string coordinator;
+  std::string auth_token_file;
   std::string timeout = "10s";
   std::string output = "table";
 };
@@ -53,8 +55,14 @@ class Client {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    channel_ =
-        grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+    std::string token;
+    if (!options_.auth_token_file.empty()) {
+      auto read = cohort::ReadAuthTokenFile(options_.auth_token_file, "--auth-token-file");
+      if (!read.ok()) return read.status();
+      token = *read;
+    }
+    channel_ = cohort::CreateChannelWithToken(options_.coordinator,
+                                              grpc::InsecureChannelCredentials(), args, token);
     // Fail fast and clearly rather than hang on an address nobody answers.
     if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout_))) {
       return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
@@ -312,6 +320,11 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", options.coordinator,
                  "coordinator gRPC address (default: $COHORT_COORDINATOR_ADDRESS or "
                  "localhost:8476)");
+  const char* token_env = std::getenv("COHORT_AUTH_TOKEN_FILE");
+  options.auth_token_file = token_env ? token_env : "";
+  app.add_option("--auth-token-file", options.auth_token_file,
+                 "file with the job's token, for a coordinator run with --auth-token-file "
+                 "(default: $COHORT_AUTH_TOKEN_FILE)");
   app.add_option("--dial-timeout", options.timeout,
                  "how long to wait for the coordinator, and for calls that answer at once")
       ->capture_default_str();

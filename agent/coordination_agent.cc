@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/grpc_status.h"
+#include "common/grpc_auth.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -110,7 +111,8 @@ absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_
   // name up again within a second, not gRPC's default of 30 s after the last lookup.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
   auto credentials = config_.credentials ? config_.credentials : grpc::InsecureChannelCredentials();
-  channel_ = grpc::CreateCustomChannel(config_.coordinator_address, credentials, args);
+  channel_ =
+      CreateChannelWithToken(config_.coordinator_address, credentials, args, config_.auth_token);
   stub_ = tensorflow::CoordinationService::NewStub(channel_);
   incarnation_ = config_.incarnation != 0 ? config_.incarnation : RandomIncarnation();
   state_ = AgentState::kDisconnected;

@@ -42,6 +42,9 @@ struct AgentConfig {
   bool poll_for_errors = true;
   // Empty: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The job's token, sent with every call (a coordinator run with --auth-token-file);
+  // empty: none.
+  std::string auth_token;
   // Told of every heartbeat's round trip and outcome, on the heartbeat thread (metrics).
   std::function<void(absl::Duration, const absl::Status&)> on_heartbeat;
   // Told of every registration attempt that failed and will be retried (its number, from 1,

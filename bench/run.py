@@ -83,6 +83,14 @@ def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
+def cmd(argv):
+    """The stripped stdout of a short command; empty when it cannot run."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -475,12 +483,6 @@ class Bench:
     # ------------------------------------------------------------ machine
 
     def machine(self):
-        def cmd(argv):
-            try:
-                return subprocess.run(argv, capture_output=True, text=True,
-                                      timeout=30).stdout.strip()
-            except (OSError, subprocess.TimeoutExpired):
-                return ""
         cpu = ""
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

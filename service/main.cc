@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/yaml_config.h"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
   std::string state_dir, state_sync = "1s";
+  std::string auth_token_file;
 
   app.add_option("--listen", server.listen, "gRPC address for every protocol")
       ->capture_default_str();
@@ -129,6 +131,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
   app.add_option("--tls-client-ca", server.tls.client_ca,
                  "PEM CA that client certificates must be signed by (mutual TLS)");
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding the job's token: every gRPC call must carry metadata "
+                 "\"authorization: Bearer <token>\" or is refused UNAUTHENTICATED (the "
+                 "sidecars attach it for the workload). /metrics, /healthz and /readyz stay "
+                 "open. Default: no token, like upstream");
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -164,6 +171,11 @@ int main(int argc, char** argv) {
   }
   auto sync = ParseDuration(state_sync, "--state-sync-interval");
   if (!sync.ok()) return Fail(sync.status());
+  if (!auth_token_file.empty()) {
+    auto token = cohort::ReadAuthTokenFile(auth_token_file, "--auth-token-file");
+    if (!token.ok()) return Fail(token.status());
+    server.auth_token = *token;
+  }
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;
   config.shutdown_barrier_timeout = *st;

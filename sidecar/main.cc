@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/yaml_config.h"
@@ -111,6 +112,10 @@ int main(int argc, char** argv) {
                  "how long the proxy holds calls while the coordinator is unreachable before "
                  "they fail UNAVAILABLE")
       ->capture_default_str();
+  std::string auth_token_file;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file with the job's token for a coordinator run with --auth-token-file: sent "
+                 "with the sidecar's calls and, through the proxy, the workload's");
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -149,6 +154,11 @@ int main(int argc, char** argv) {
     if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
       return Fail(absl::StrCat("--proxy-listen: ", s.message()));
     }
+  }
+  if (!auth_token_file.empty()) {
+    auto token = cohort::ReadAuthTokenFile(auth_token_file, "--auth-token-file");
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    options.auth_token = *token;
   }
   if (options.heartbeat_timeout < options.heartbeat_interval) {
     return Fail("--heartbeat-timeout must be at least --heartbeat-interval");

@@ -66,6 +66,7 @@ absl::Status Sidecar::Start() {
     proxy.listen = options_.proxy_listen;
     proxy.upstream.address = options_.coordinator_address;
     proxy.upstream.outage_tolerance = options_.outage_tolerance;
+    proxy.upstream.auth_token = options_.auth_token;
     proxy_ = std::make_unique<ProxyServer>(proxy);
     if (auto s = proxy_->Start(); !s.ok()) {
       proxy_.reset();
@@ -162,6 +163,7 @@ void Sidecar::SampleLoop() {
 void Sidecar::Lifecycle() {
   AgentConfig config;
   config.coordinator_address = CoordinatorEndpoint();
+  config.auth_token = options_.auth_token;
   config.job_name = options_.sidecar_job;
   config.task_id = options_.task_id;
   config.heartbeat_interval = options_.heartbeat_interval;

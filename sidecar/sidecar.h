@@ -41,6 +41,9 @@ struct SidecarOptions {
   // outage_tolerance; the sidecar's own agent then goes through it too.
   std::string proxy_listen;
   absl::Duration outage_tolerance = absl::Seconds(60);
+  // The job's token (--auth-token-file), sent with every call to the coordinator: the
+  // proxy's on the workload's behalf, and the agent's own. Empty: none.
+  std::string auth_token;
 };
 
 // The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and

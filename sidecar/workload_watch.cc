@@ -147,6 +147,15 @@ void WorkloadWatch::RunProcess() {
         close(fd);
         return;
       }
+      // Found while still the container runtime's init, before it exec'd the workload: the
+      // same process, under the workload's command line now.
+      std::string now = CommandLine(options_.proc_dir, pid);
+      if (!now.empty() && now != command) {
+        command = now;
+        spdlog::info("workload process {} now runs ({})", pid, command);
+        absl::MutexLock lock(&mu_);
+        state_ = absl::StrCat("watching process ", pid, " (", command, ")");
+      }
     }
     close(fd);
     {

@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_auth.h"
 #include "service/core/errors.h"
 #include "service/proxy/upstream_forward.h"
 #include "service/proxy/upstream_key_watch.h"
@@ -37,7 +38,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const UpstreamOptions& options) {
   // coordinator came back in under a second and the proxy found it 24 s later).
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
   auto credentials = options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
-  return grpc::CreateCustomChannel(options.address, credentials, args);
+  return CreateChannelWithToken(options.address, credentials, args, options.auth_token);
 }
 
 }  // namespace
@@ -105,6 +106,11 @@ int64_t UpstreamBackend::parked_calls() const {
   return park ? static_cast<int64_t>(park->open_calls()) : 0;
 }
 
+void UpstreamBackend::SimulateLinkLossForTest() {
+  absl::MutexLock lock(&mu_);
+  MarkDownLocked();
+}
+
 int64_t UpstreamBackend::held_calls() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(held_.size());
@@ -137,7 +143,8 @@ absl::Status UpstreamBackend::OutageError() const {
       "the coordinator at ", options_.address, " has been unreachable for ",
       absl::FormatDuration(absl::Trunc(absl::Now() - down_since_, absl::Milliseconds(1))),
       ", longer than the sidecar proxy's outage tolerance (",
-      absl::FormatDuration(options_.outage_tolerance), ")"));
+      absl::FormatDuration(options_.outage_tolerance), ")",
+      refusal_.ok() ? "" : absl::StrCat("; it refuses the proxy: ", refusal_.ToString())));
 }
 // ---- Forwarding ------------------------------------------------------------------------
 
@@ -159,10 +166,14 @@ void UpstreamBackend::Submit(const std::shared_ptr<Forward>& op, WaiterId waiter
       } else if (link_ == Link::kConnected || op->options.bypass_link) {
         issue = true;
       } else if (op->options.fail_fast) {
-        refused = link_ == Link::kDown
-                      ? OutageError()
-                      : absl::UnavailableError(absl::StrCat("the coordinator at ", options_.address,
-                                                            " has not been reached yet"));
+        refused =
+            link_ == Link::kDown
+                ? OutageError()
+                : absl::UnavailableError(absl::StrCat(
+                      "the coordinator at ", options_.address, " has not been reached yet",
+                      refusal_.ok()
+                          ? ""
+                          : absl::StrCat(" (it refuses the proxy: ", refusal_.ToString(), ")")));
       } else {
         held_.push_back(op);
       }
@@ -197,6 +208,11 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
       ++in_flight_;
       live_.insert(op);
       op->parked_on.reset();
+      if (op->park && park_ && park_->ended() && !park_->refused() && link_ == Link::kConnected) {
+        // The stream ended while the coordinator stayed reachable (a reset stream, a proxy
+        // in between): a new one, rather than an outage.
+        park_ = UpstreamPark::Open(cohort_stub_.get());
+      }
       if (op->park && park_) {
         park = park_;
         park_id = park->NextId();
@@ -245,15 +261,25 @@ void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const gr
     absl::MutexLock lock(&mu_);
     live_.erase(op);
     if (op->abandoned) return;
-    if (op->parked_on && wire.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      // A coordinator without Park: this call and every later one go unary.
+    if (op->parked_on && op->parked_on->refused()) {
+      // A coordinator that will not take a park stream (none, or a policy refuses it): this
+      // call and every later one go unary until the next reconnection tries again. The
+      // attempt does not count as sent: it never reached the service.
       if (!park_unsupported_) {
-        spdlog::warn("proxy: the coordinator at {} has no park stream ({}); waiting calls go "
-                     "as a gRPC call each",
-                     options_.address, wire.error_message());
+        spdlog::warn(
+            "proxy: the coordinator at {} refuses the park stream ({} {}); waiting "
+            "calls go as a gRPC call each",
+            options_.address, static_cast<int>(wire.error_code()), wire.error_message());
       }
       park_unsupported_ = true;
-      park_.reset();
+      if (park_ == op->parked_on) park_.reset();
+      --op->attempts;
+      again = true;
+    } else if (op->parked_on && op->parked_on != park_ && IsOutage(status) &&
+               link_ == Link::kConnected) {
+      // Its stream was replaced while the coordinator stayed reachable: send it again on the
+      // current one, no outage.
+      --op->attempts;
       again = true;
     }
   }
@@ -401,6 +427,21 @@ bool UpstreamBackend::Probe(v1::ClusterSnapshot* snapshot) {
       cohort_stub_->GetClusterSnapshot(&ctx, v1::GetClusterSnapshotRequest(), snapshot);
   absl::MutexLock lock(&mu_);
   probe_context_ = nullptr;
+  // A coordinator that answers but refuses the proxy is reached and still of no use: say
+  // why, once, and in the error callers get past the tolerance.
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    if (refusal_.ok()) {
+      spdlog::error(
+          "proxy: the coordinator at {} refuses the proxy: {} (does the sidecar's "
+          "--auth-token-file hold the job's token?)",
+          options_.address, status.error_message());
+    }
+    refusal_ =
+        absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  } else {
+    refusal_ = absl::OkStatus();
+  }
   return status.ok();
 }
 
@@ -517,9 +558,12 @@ bool UpstreamBackend::Reestablish(const v1::ClusterSnapshot& snapshot) {
     outage = was == Link::kDown ? absl::Now() - down_since_ : absl::ZeroDuration();
     link_ = Link::kConnected;
     service_incarnation_ = incarnation;
-    // A new connection, a new park stream (the last one ended with the old connection).
-    old_park = std::move(park_);
-    if (!park_unsupported_) park_ = UpstreamPark::Open(cohort_stub_.get());
+    // A park stream that ended (with the old connection) is replaced; one still open keeps
+    // its calls, which the coordinator still holds (the link went down on another call).
+    // A coordinator that refused one is asked again after an outage (it may be newer now).
+    if (was == Link::kDown) park_unsupported_ = false;
+    if (park_ && park_->ended()) old_park = std::move(park_);
+    if (!park_ && !park_unsupported_) park_ = UpstreamPark::Open(cohort_stub_.get());
     held.swap(held_);
     watches.swap(held_watches_);
     for (const auto& [name, task] : tasks_) {

@@ -37,8 +37,8 @@
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/upstream_key_watch.h"
-#include "service/proxy/upstream_park.h"
 #include "service/proxy/upstream_messages.h"
+#include "service/proxy/upstream_park.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 
 namespace cohort {
@@ -46,6 +46,9 @@ namespace cohort {
 struct UpstreamOptions {
   std::string address;                                    // the coordinator, HOST:PORT
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
+  // The job's token, sent with every call upstream (empty: none). The proxy's own clients
+  // (the pod's processes) send none: it attaches it for them.
+  std::string auth_token;
   // How long the coordinator may be unreachable before callers get UNAVAILABLE.
   absl::Duration outage_tolerance = absl::Seconds(60);
   // How often an unreachable coordinator is tried.
@@ -142,6 +145,9 @@ class UpstreamBackend final : public CoordinationBackend {
   int64_t outages() const;
   // Calls open on the park stream right now.
   int64_t parked_calls() const;
+  // For tests: the link goes down as after a call that failed for want of the coordinator,
+  // while the connection (and the park stream) stay up.
+  void SimulateLinkLossForTest();
 
  private:
   using Async = tensorflow::CoordinationService::StubInterface::async_interface;
@@ -212,6 +218,8 @@ class UpstreamBackend final : public CoordinationBackend {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::shared_ptr<Forward>> live_ ABSL_GUARDED_BY(mu_);  // attempts out
   grpc::ClientContext* probe_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The coordinator's last refusal of a probe (a wrong or missing token); OK otherwise.
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   // The park stream of the link's current connection; null before the first, or when the
   // coordinator has no Park (then every call goes unary).
   std::shared_ptr<UpstreamPark> park_ ABSL_GUARDED_BY(mu_);

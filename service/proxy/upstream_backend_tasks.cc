@@ -110,19 +110,20 @@ void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task
   *request.mutable_source_task() = ToWireTask(task);
   SendOptions options;
   options.park = true;  // it waits for every task of the job
-  Send<tf::RegisterTaskResponse>(call, &Async::RegisterTask, std::move(request),
-                                 [this, task, incarnation, done = std::move(done)](
-                                     const absl::Status& s, const tf::RegisterTaskResponse& r) {
-                                   if (s.ok()) {
-                                     {
-                                       absl::MutexLock lock(&mu_);
-                                       service_incarnation_ = r.leader_incarnation();
-                                     }
-                                     OnRegistered(task, incarnation);
-                                   }
-                                   done(s);
-                                 },
-                                 std::move(options));
+  Send<tf::RegisterTaskResponse>(
+      call, &Async::RegisterTask, std::move(request),
+      [this, task, incarnation, done = std::move(done)](const absl::Status& s,
+                                                        const tf::RegisterTaskResponse& r) {
+        if (s.ok()) {
+          {
+            absl::MutexLock lock(&mu_);
+            service_incarnation_ = r.leader_incarnation();
+          }
+          OnRegistered(task, incarnation);
+        }
+        done(s);
+      },
+      std::move(options));
 }
 
 void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,

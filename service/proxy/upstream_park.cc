@@ -52,6 +52,16 @@ void UpstreamPark::Cancel(uint64_t id) {
 
 void UpstreamPark::Shutdown() { context_.TryCancel(); }
 
+bool UpstreamPark::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+bool UpstreamPark::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
 size_t UpstreamPark::open_calls() const {
   absl::MutexLock lock(&mu_);
   return open_.size();
@@ -77,6 +87,7 @@ void UpstreamPark::OnReadDone(bool ok) {
   Done done;
   {
     absl::MutexLock lock(&mu_);
+    answered_ = true;
     if (auto it = open_.find(response_.id()); it != open_.end()) {
       done = std::move(it->second);
       open_.erase(it);
@@ -97,9 +108,12 @@ void UpstreamPark::OnDone(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     ended_ = true;
-    // Whatever ended the stream, its calls are the coordinator's no more: they are sent again
-    // once it is reached (or, from a coordinator that has no Park, as unary calls).
-    end_ = status.error_code() == grpc::StatusCode::UNIMPLEMENTED
+    // A stream refused before any answer: the coordinator will not take one (no Park, or a
+    // policy in the way); its calls go unary. Otherwise, whatever ended the stream, its calls
+    // are the coordinator's no more: they are sent again once it is reached.
+    refused_ = !answered_ && !status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+               status.error_code() != grpc::StatusCode::CANCELLED;
+    end_ = refused_
                ? status
                : grpc::Status(grpc::StatusCode::UNAVAILABLE,
                               absl::StrCat("the park stream to the coordinator ended (",

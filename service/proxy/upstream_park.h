@@ -4,7 +4,9 @@
 // so the coordinator holds one stream per pod instead of a gRPC call per waiting call.
 // A stream lives as long as the connection it was opened on: when it ends, every call open
 // on it ends UNAVAILABLE (the backend holds and re-sends them as after any outage), except
-// that a coordinator without Park ends them UNIMPLEMENTED.
+// that a stream refused before any answer (a coordinator without Park: UNIMPLEMENTED; or
+// one that refuses it: UNAUTHENTICATED, PERMISSION_DENIED, ...) ends them with that status
+// and says so in refused().
 
 #include <cstdint>
 #include <deque>
@@ -39,6 +41,11 @@ class UpstreamPark final : public grpc::ClientBidiReactor<v1::ParkRequest, v1::P
   void Shutdown();
   // Calls open right now.
   size_t open_calls() const;
+  // The stream has ended: calls sent on it now end at once.
+  bool ended() const;
+  // It ended before any answer came, with a status other than UNAVAILABLE: the coordinator
+  // will not take a park stream (the calls go unary).
+  bool refused() const;
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -59,6 +66,8 @@ class UpstreamPark final : public grpc::ClientBidiReactor<v1::ParkRequest, v1::P
   v1::ParkRequest writing_request_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // a response came
+  bool refused_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_ ABSL_GUARDED_BY(mu_);  // what calls get once ended_
 };
 

@@ -153,6 +153,16 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A stream refused before it began (the call lacks the credential).
+template <typename Reactor>
+class RefusedStream final : public Reactor {
+ public:
+  explicit RefusedStream(const absl::Status& why) {
+    this->Finish(ToGrpcStatus(why, Protocol::kCohort));
+  }
+  void OnDone() override { delete this; }
+};
+
 void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response) {
   const absl::Time now = view.taken_at;
   response->set_service_incarnation(view.service_incarnation);
@@ -192,13 +202,20 @@ void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response
 
 grpc::ServerWriteReactor<v1::WatchKeysResponse>* CohortCoordinatorService::WatchKeys(
     grpc::CallbackServerContext* ctx, const v1::WatchKeysRequest* request) {
+  if (auth_) {
+    if (absl::Status refused = auth_->Check(*ctx); !refused.ok()) {
+      if (metrics_) metrics_->Record(Protocol::kCohort, "WatchKeys", refused.code(), {});
+      return new RefusedStream<grpc::ServerWriteReactor<v1::WatchKeysResponse>>(refused);
+    }
+  }
   return new WatchKeysReactor(backend_, metrics_, ctx, *request);
 }
 
 grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
     grpc::CallbackServerContext* ctx, const v1::GetClusterSnapshotRequest*,
     v1::ClusterSnapshot* response) {
-  auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "GetClusterSnapshot", ctx);
+  auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "GetClusterSnapshot", ctx, auth_);
+  if (call->Refused()) return call;
   backend_->GetCoordinatorSnapshot(call->Context(),
                                    [call, response](absl::StatusOr<CoordinatorSnapshot> view) {
                                      if (view.ok()) FillSnapshot(*view, response);
@@ -208,7 +225,13 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::GetClusterSnapshot(
 }
 
 grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>* CohortCoordinatorService::Park(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (auth_) {
+    if (absl::Status refused = auth_->Check(*ctx); !refused.ok()) {
+      if (metrics_) metrics_->Record(Protocol::kCohort, "Park", refused.code(), {});
+      return new RefusedStream<grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>>(refused);
+    }
+  }
   return park_streams_.NewStream();
 }
 

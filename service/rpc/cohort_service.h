@@ -11,8 +11,10 @@ namespace cohort {
 // watch itself lives in the core's key-value store.
 class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackService {
  public:
-  CohortCoordinatorService(CoordinationBackend* backend, RpcMetrics* metrics)
-      : backend_(backend), metrics_(metrics), park_streams_(backend, metrics) {}
+  // `auth`: the credential every call must carry (null: none).
+  CohortCoordinatorService(CoordinationBackend* backend, RpcMetrics* metrics,
+                           const CallAuth* auth = nullptr)
+      : backend_(backend), metrics_(metrics), auth_(auth), park_streams_(backend, metrics) {}
 
   // Ends every Park stream (the server is shutting down).
   void ClosePark(const absl::Status& why) { park_streams_.CloseAll(why); }
@@ -28,6 +30,7 @@ class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackS
  private:
   CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
+  const CallAuth* const auth_;
   ParkStreams park_streams_;
 };
 

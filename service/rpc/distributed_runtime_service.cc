@@ -34,7 +34,7 @@ int32_t NodeIdOf(const std::string& bytes) {
 }  // namespace
 
 RpcCall* DistributedRuntimeService::NewCall(Ctx* ctx, const char* method) {
-  return new RpcCall(backend_, metrics_, Protocol::kDistributedRuntime, method, ctx);
+  return new RpcCall(backend_, metrics_, Protocol::kDistributedRuntime, method, ctx, auth_);
 }
 
 absl::Status DistributedRuntimeService::CheckSession(uint64_t session_id) const {
@@ -67,6 +67,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Connect(Ctx* ctx,
                                                              const xla::ConnectRequest* request,
                                                              xla::ConnectResponse* response) {
   RpcCall* call = NewCall(ctx, "Connect");
+  if (call->Refused()) return call;
   auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
   {
@@ -87,6 +88,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::EnumerateDevices(
     Ctx* ctx, const xla::EnumerateDevicesRequest* request,
     xla::EnumerateDevicesResponse* response) {
   RpcCall* call = NewCall(ctx, "EnumerateDevices");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   // node_id is field 1 in both layouts; the node's protocol version says which the rest is.
   bool new_layout = NewLayout(NodeIdOf(request->local_topology()));
@@ -118,6 +120,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx* ctx,
                                                                const xla::HeartbeatRequest* request,
                                                                xla::HeartbeatResponse*) {
   RpcCall* call = NewCall(ctx, "Heartbeat");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());
@@ -139,6 +142,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx* ctx,
                                                               const xla::ShutdownRequest* request,
                                                               xla::ShutdownResponse*) {
   RpcCall* call = NewCall(ctx, "Shutdown");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   auto task = backend_->ResolveTask("", NodeOf(ctx, request->node_id()));
   if (!task.ok()) return call->Reply(task.status());
@@ -149,6 +153,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Shutdown(Ctx* ctx,
 grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
     Ctx* ctx, const xla::KeyValueGetRequest* request, xla::KeyValueGetResponse* response) {
   RpcCall* call = NewCall(ctx, "KeyValueGet");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   std::optional<absl::Duration> timeout;
   if (request->timeout_milliseconds() > 0) {
@@ -168,6 +173,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueGet(
 grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
     Ctx* ctx, const xla::KeyValueSetRequest* request, xla::KeyValueSetResponse*) {
   RpcCall* call = NewCall(ctx, "KeyValueSet");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   backend_->InsertKeyValue(call->Context(), request->key(), request->value(),
                            /*allow_overwrite=*/true, requests::ReplyWith(call));
@@ -177,6 +183,7 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::KeyValueSet(
 grpc::ServerUnaryReactor* DistributedRuntimeService::WaitAtBarrier(
     Ctx* ctx, const xla::WaitAtBarrierRequest* request, xla::WaitAtBarrierResponse*) {
   RpcCall* call = NewCall(ctx, "WaitAtBarrier");
+  if (call->Refused()) return call;
   if (auto s = CheckSession(request->session_id()); !s.ok()) return call->Reply(s);
   auto task = backend_->ResolveTask("", request->node_id());
   if (!task.ok()) return call->Reply(task.status());

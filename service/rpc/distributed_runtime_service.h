@@ -17,8 +17,10 @@ namespace cohort {
 // address of each node, because jaxlib 0.4's Shutdown names no node.
 class DistributedRuntimeService final : public xla::DistributedRuntimeService::CallbackService {
  public:
-  DistributedRuntimeService(CoordinationBackend* backend, RpcMetrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+  // `auth`: the credential every call must carry (null: none).
+  DistributedRuntimeService(CoordinationBackend* backend, RpcMetrics* metrics,
+                            const CallAuth* auth = nullptr)
+      : backend_(backend), metrics_(metrics), auth_(auth) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* Connect(Ctx*, const xla::ConnectRequest*,
@@ -46,6 +48,7 @@ class DistributedRuntimeService final : public xla::DistributedRuntimeService::C
 
   CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
+  const CallAuth* const auth_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int32_t, int32_t> protocol_versions_ ABSL_GUARDED_BY(mu_);
   // Peer address -> the node that connected from it; -1 when several did.

@@ -93,16 +93,22 @@ class ParkStream final : public grpc::ServerBidiReactor<v1::ParkRequest, v1::Par
     }
     const char* method = MethodName(request.call_case());
     const WaiterId waiter = backend_->NewWaiterId();
+    bool duplicate = false;
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
-      if (open_.contains(id)) {
-        ReplyLocked(id, method, absl::Now(),
-                    absl::InvalidArgumentError(absl::StrCat("park call ", id, " is already open")),
-                    {});
-        return;
+      duplicate = open_.contains(id);
+      if (!duplicate) open_[id] = Open{waiter, method, absl::Now()};
+    }
+    if (duplicate) {
+      // An answer under that id would be taken for the open call's: the client is broken,
+      // and the stream ends.
+      if (metrics_) {
+        metrics_->Record(Protocol::kCohort, method, absl::StatusCode::kInvalidArgument, {});
       }
-      open_[id] = Open{waiter, method, absl::Now()};
+      Close(absl::InvalidArgumentError(
+          absl::StrCat("park call ", id, " is already open on this stream (ids must be unique)")));
+      return;
     }
     Start(request, CallContext{waiter, absl::InfiniteFuture()});
     // The stream may have closed while the call started: it was not among the calls the
@@ -160,23 +166,22 @@ class ParkStream final : public grpc::ServerBidiReactor<v1::ParkRequest, v1::Par
         }
         std::optional<absl::Duration> timeout;
         if (get.timeout_ms() > 0) timeout = absl::Milliseconds(get.timeout_ms());
-        backend_->GetKeyValue(
-            call, get.key(), timeout, [this, id, key = get.key()](absl::StatusOr<std::string> v) {
-              if (!v.ok()) return Answer(id, v.status(), {});
-              Answer(id, absl::OkStatus(), [&key, &v](v1::ParkResponse* r) {
-                auto* kv = r->mutable_get_key_value()->mutable_kv();
-                kv->set_key(key);
-                kv->set_value(std::move(*v));
-              });
-            });
+        backend_->GetKeyValue(call, get.key(), timeout,
+                              [this, id, key = get.key()](absl::StatusOr<std::string> v) {
+                                if (!v.ok()) return Answer(id, v.status(), {});
+                                Answer(id, absl::OkStatus(), [&key, &v](v1::ParkResponse* r) {
+                                  auto* kv = r->mutable_get_key_value()->mutable_kv();
+                                  kv->set_key(key);
+                                  kv->set_value(std::move(*v));
+                                });
+                              });
         return;
       }
       case v1::ParkRequest::kBarrier: {
         const auto& barrier = request.barrier();
         if (barrier.barrier_timeout_in_ms() < 0) {
-          return Answer(id,
-                        absl::InvalidArgumentError("barrier_timeout_in_ms must not be negative"),
-                        {});
+          return Answer(
+              id, absl::InvalidArgumentError("barrier_timeout_in_ms must not be negative"), {});
         }
         auto caller = Resolve(barrier.has_source_task(), barrier.source_task(), "source_task");
         if (!caller.ok()) return Answer(id, caller.status(), {});

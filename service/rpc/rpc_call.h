@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
+#include "common/grpc_auth.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
@@ -36,14 +37,24 @@ inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
 // done with it.
 class RpcCall : public grpc::ServerUnaryReactor {
  public:
+  // `auth`: the credential every call must carry (null: none).
   RpcCall(CoordinationBackend* backend, RpcMetrics* metrics, Protocol protocol, const char* method,
-          grpc::CallbackServerContext* ctx)
+          grpc::CallbackServerContext* ctx, const CallAuth* auth = nullptr)
       : backend_(backend),
         metrics_(metrics),
         protocol_(protocol),
         method_(method),
         start_(absl::Now()),
-        deadline_(ctx ? DeadlineOf(*ctx) : absl::InfiniteFuture()) {}
+        deadline_(ctx ? DeadlineOf(*ctx) : absl::InfiniteFuture()),
+        refusal_(auth && ctx ? auth->Check(*ctx) : absl::OkStatus()) {}
+
+  // True when the call lacks the credential: it has been answered UNAUTHENTICATED, and the
+  // handler returns it without looking at the request. Every handler asks first.
+  bool Refused() {
+    if (refusal_.ok()) return false;
+    Reply(refusal_);
+    return true;
+  }
 
   RpcCall* Reply(const absl::Status& status) {
     if (metrics_) metrics_->Record(protocol_, method_, status.code(), absl::Now() - start_);
@@ -74,6 +85,7 @@ class RpcCall : public grpc::ServerUnaryReactor {
   const char* const method_;
   const absl::Time start_;
   const absl::Time deadline_;
+  const absl::Status refusal_;
   std::atomic<WaiterId> waiter_{0};
 };
 

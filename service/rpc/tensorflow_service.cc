@@ -12,7 +12,7 @@ namespace cohort {
 using Ctx = grpc::CallbackServerContext;
 
 RpcCall* TensorflowCoordinationService::NewCall(Ctx* ctx, const char* method) {
-  return new RpcCall(backend_, metrics_, Protocol::kTensorflow, method, ctx);
+  return new RpcCall(backend_, metrics_, Protocol::kTensorflow, method, ctx, auth_);
 }
 
 absl::StatusOr<TaskName> TensorflowCoordinationService::Resolve(
@@ -53,6 +53,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Register(
     Ctx* ctx, const char* method, const tensorflow::RegisterTaskRequest* request,
     tensorflow::RegisterTaskResponse* response) {
   RpcCall* call = NewCall(ctx, method);
+  if (call->Refused()) return call;
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
@@ -76,6 +77,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Heartbeat(
     Ctx* ctx, const tensorflow::HeartbeatRequest* request,
     tensorflow::HeartbeatResponse* response) {
   RpcCall* call = NewCall(ctx, "Heartbeat");
+  if (call->Refused()) return call;
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
@@ -87,6 +89,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
     Ctx* ctx, const tensorflow::WaitForAllTasksRequest* request,
     tensorflow::WaitForAllTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "WaitForAllTasks");
+  if (call->Refused()) return call;
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
@@ -112,6 +115,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
     Ctx* ctx, const tensorflow::ShutdownTaskRequest* request, tensorflow::ShutdownTaskResponse*) {
   RpcCall* call = NewCall(ctx, "ShutdownTask");
+  if (call->Refused()) return call;
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   return requests::ShutdownTask(call, backend_, *task);
@@ -120,6 +124,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ShutdownTask(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ResetTask(
     Ctx* ctx, const tensorflow::ResetTaskRequest* request, tensorflow::ResetTaskResponse*) {
   RpcCall* call = NewCall(ctx, "ResetTask");
+  if (call->Refused()) return call;
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   backend_->ResetTask(call->Context(), *task, requests::ReplyWith(call));
@@ -131,6 +136,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
   // The coordinator is no agent: an error sent "to a task" here is taken as reported by the
   // task named in its payload, and propagated like ReportErrorToService.
   RpcCall* call = NewCall(ctx, method);
+  if (call->Refused()) return call;
   const auto& payload = request->error_payload();
   auto task = ResolveLegacy(payload.has_source_task(), payload.source_task(), payload.job(),
                             payload.task());
@@ -159,6 +165,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToService(
     Ctx* ctx, const tensorflow::ReportErrorToServiceRequest* request,
     tensorflow::ReportErrorToServiceResponse*) {
   RpcCall* call = NewCall(ctx, "ReportErrorToService");
+  if (call->Refused()) return call;
   auto task = ResolveLegacy(request->has_error_origin(), request->error_origin(),
                             request->source_job(), request->source_task());
   if (!task.ok()) return call->Reply(task.status());
@@ -170,6 +177,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetTaskState(
     Ctx* ctx, const tensorflow::GetTaskStateRequest* request,
     tensorflow::GetTaskStateResponse* response) {
   RpcCall* call = NewCall(ctx, "GetTaskState");
+  if (call->Refused()) return call;
   std::vector<TaskName> tasks;
   for (const auto& t : request->source_task()) {
     auto task = Resolve(t);
@@ -192,6 +200,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WatchJobState(
     Ctx* ctx, const tensorflow::WatchJobStateRequest* request,
     tensorflow::WatchJobStateResponse* response) {
   RpcCall* call = NewCall(ctx, "WatchJobState");
+  if (call->Refused()) return call;
   return requests::WatchJobState(call, backend_, request->job_name(), request->version_number(),
                                  response, &FillStateInfo);
 }
@@ -199,43 +208,55 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::WatchJobState(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::InsertKeyValue(
     Ctx* ctx, const tensorflow::InsertKeyValueRequest* request,
     tensorflow::InsertKeyValueResponse*) {
-  return requests::InsertKeyValue(NewCall(ctx, "InsertKeyValue"), backend_, *request);
+  RpcCall* call = NewCall(ctx, "InsertKeyValue");
+  if (call->Refused()) return call;
+  return requests::InsertKeyValue(call, backend_, *request);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValue(
     Ctx* ctx, const tensorflow::GetKeyValueRequest* request,
     tensorflow::GetKeyValueResponse* response) {
-  return requests::GetKeyValue(NewCall(ctx, "GetKeyValue"), backend_, *request, response);
+  RpcCall* call = NewCall(ctx, "GetKeyValue");
+  if (call->Refused()) return call;
+  return requests::GetKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::TryGetKeyValue(
     Ctx* ctx, const tensorflow::TryGetKeyValueRequest* request,
     tensorflow::TryGetKeyValueResponse* response) {
-  return requests::TryGetKeyValue(NewCall(ctx, "TryGetKeyValue"), backend_, *request, response);
+  RpcCall* call = NewCall(ctx, "TryGetKeyValue");
+  if (call->Refused()) return call;
+  return requests::TryGetKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetKeyValueDir(
     Ctx* ctx, const tensorflow::GetKeyValueDirRequest* request,
     tensorflow::GetKeyValueDirResponse* response) {
-  return requests::GetKeyValueDir(NewCall(ctx, "GetKeyValueDir"), backend_, *request, response);
+  RpcCall* call = NewCall(ctx, "GetKeyValueDir");
+  if (call->Refused()) return call;
+  return requests::GetKeyValueDir(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::DeleteKeyValue(
     Ctx* ctx, const tensorflow::DeleteKeyValueRequest* request,
     tensorflow::DeleteKeyValueResponse*) {
-  return requests::DeleteKeyValue(NewCall(ctx, "DeleteKeyValue"), backend_, *request);
+  RpcCall* call = NewCall(ctx, "DeleteKeyValue");
+  if (call->Refused()) return call;
+  return requests::DeleteKeyValue(call, backend_, *request);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::IncrementKeyValue(
     Ctx* ctx, const tensorflow::IncrementKeyValueRequest* request,
     tensorflow::IncrementKeyValueResponse* response) {
-  return requests::IncrementKeyValue(NewCall(ctx, "IncrementKeyValue"), backend_, *request,
-                                     response);
+  RpcCall* call = NewCall(ctx, "IncrementKeyValue");
+  if (call->Refused()) return call;
+  return requests::IncrementKeyValue(call, backend_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
     Ctx* ctx, const tensorflow::BarrierRequest* request, tensorflow::BarrierResponse* response) {
   RpcCall* call = NewCall(ctx, "Barrier");
+  if (call->Refused()) return call;
   auto caller = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!caller.ok()) return call->Reply(caller.status());
   std::vector<TaskName> tasks;
@@ -250,6 +271,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Barrier(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::CancelBarrier(
     Ctx* ctx, const tensorflow::CancelBarrierRequest* request, tensorflow::CancelBarrierResponse*) {
   RpcCall* call = NewCall(ctx, "CancelBarrier");
+  if (call->Refused()) return call;
   auto caller = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!caller.ok()) return call->Reply(caller.status());
   return requests::CancelBarrier(call, backend_, *request, *caller);
@@ -259,6 +281,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
     Ctx* ctx, const tensorflow::GetAliveTasksRequest* request,
     tensorflow::GetAliveTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "GetAliveTasks");
+  if (call->Refused()) return call;
   auto requester =
       Resolve(request->has_requesting_task(), request->requesting_task(), "requesting_task");
   if (!requester.ok()) return call->Reply(requester.status());
@@ -280,6 +303,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::GetAliveTasks(
 grpc::ServerUnaryReactor* TensorflowCoordinationService::PollForError(
     Ctx* ctx, const tensorflow::PollForErrorRequest* request, tensorflow::PollForErrorResponse*) {
   RpcCall* call = NewCall(ctx, "PollForError");
+  if (call->Refused()) return call;
   auto task = Resolve(request->has_source_task(), request->source_task(), "source_task");
   if (!task.ok()) return call->Reply(task.status());
   return requests::PollForError(call, backend_, *task);

@@ -11,8 +11,10 @@ namespace cohort {
 class TensorflowCoordinationService final
     : public tensorflow::CoordinationService::CallbackService {
  public:
-  TensorflowCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+  // `auth`: the credential every call must carry (null: none).
+  TensorflowCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics,
+                                const CallAuth* auth = nullptr)
+      : backend_(backend), metrics_(metrics), auth_(auth) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* RegisterTask(Ctx*, const tensorflow::RegisterTaskRequest*,
@@ -77,6 +79,7 @@ class TensorflowCoordinationService final
 
   CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
+  const CallAuth* const auth_;
 };
 
 }  // namespace cohort

@@ -23,7 +23,7 @@ void FillTaskInfo(const TaskStateInfo& info, xc::TaskInfo* out) {
 using Ctx = grpc::CallbackServerContext;
 
 RpcCall* XlaCoordinationService::NewCall(Ctx* ctx, const char* method) {
-  return new RpcCall(backend_, metrics_, Protocol::kXla, method, ctx);
+  return new RpcCall(backend_, metrics_, Protocol::kXla, method, ctx, auth_);
 }
 
 absl::Status XlaCoordinationService::Validate(const xc::Incarnations& incarnations) const {
@@ -55,6 +55,7 @@ absl::StatusOr<TaskName> XlaCoordinationService::Task(int32_t id,
 grpc::ServerUnaryReactor* XlaCoordinationService::RegisterTask(
     Ctx* ctx, const xc::RegisterTaskRequest* request, xc::RegisterTaskResponse* response) {
   RpcCall* call = NewCall(ctx, "RegisterTask");
+  if (call->Refused()) return call;
   auto task = Task(request->source_task_id());
   if (!task.ok()) return call->Reply(task.status());
   return requests::RegisterTask(call, backend_, *task, request->incarnation(),
@@ -65,6 +66,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx* ctx,
                                                             const xc::HeartbeatRequest* request,
                                                             xc::HeartbeatResponse* response) {
   RpcCall* call = NewCall(ctx, "Heartbeat");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id());
   if (!task.ok()) return call->Reply(task.status());
@@ -75,6 +77,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Heartbeat(Ctx* ctx,
 grpc::ServerUnaryReactor* XlaCoordinationService::ShutdownTask(
     Ctx* ctx, const xc::ShutdownTaskRequest* request, xc::ShutdownTaskResponse*) {
   RpcCall* call = NewCall(ctx, "ShutdownTask");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
@@ -85,6 +88,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx* ctx,
                                                              const xc::WatchTasksRequest* request,
                                                              xc::WatchTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "WatchTasks");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::WatchJobState(call, backend_, "", request->version_number(), response,
                                  &FillTaskInfo);
@@ -93,6 +97,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::WatchTasks(Ctx* ctx,
 grpc::ServerUnaryReactor* XlaCoordinationService::InsertKeyValue(
     Ctx* ctx, const xc::InsertKeyValueRequest* request, xc::InsertKeyValueResponse*) {
   RpcCall* call = NewCall(ctx, "InsertKeyValue");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::InsertKeyValue(call, backend_, *request);
 }
@@ -101,6 +106,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx* ctx,
                                                               const xc::GetKeyValueRequest* request,
                                                               xc::GetKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "GetKeyValue");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::GetKeyValue(call, backend_, *request, response);
 }
@@ -108,6 +114,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValue(Ctx* ctx,
 grpc::ServerUnaryReactor* XlaCoordinationService::TryGetKeyValue(
     Ctx* ctx, const xc::TryGetKeyValueRequest* request, xc::TryGetKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "TryGetKeyValue");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::TryGetKeyValue(call, backend_, *request, response);
 }
@@ -116,6 +123,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::IncrementKeyValue(
     Ctx* ctx, const xc::IncrementKeyValueRequest* request,
     xc::IncrementKeyValueResponse* response) {
   RpcCall* call = NewCall(ctx, "IncrementKeyValue");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::IncrementKeyValue(call, backend_, *request, response);
 }
@@ -123,6 +131,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::IncrementKeyValue(
 grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(
     Ctx* ctx, const xc::GetKeyValueDirRequest* request, xc::GetKeyValueDirResponse* response) {
   RpcCall* call = NewCall(ctx, "GetKeyValueDir");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::GetKeyValueDir(call, backend_, *request, response);
 }
@@ -130,6 +139,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetKeyValueDir(
 grpc::ServerUnaryReactor* XlaCoordinationService::DeleteKeyValue(
     Ctx* ctx, const xc::DeleteKeyValueRequest* request, xc::DeleteKeyValueResponse*) {
   RpcCall* call = NewCall(ctx, "DeleteKeyValue");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   return requests::DeleteKeyValue(call, backend_, *request);
 }
@@ -138,6 +148,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx* ctx,
                                                           const xc::BarrierRequest* request,
                                                           xc::BarrierResponse* response) {
   RpcCall* call = NewCall(ctx, "Barrier");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
@@ -153,6 +164,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::Barrier(Ctx* ctx,
 grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(
     Ctx* ctx, const xc::CancelBarrierRequest* request, xc::CancelBarrierResponse*) {
   RpcCall* call = NewCall(ctx, "CancelBarrier");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto caller = Task(request->source_task_id(), request->incarnations());
   if (!caller.ok()) return call->Reply(caller.status());
@@ -162,6 +174,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::CancelBarrier(
 grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
     Ctx* ctx, const xc::GetAliveTasksRequest* request, xc::GetAliveTasksResponse* response) {
   RpcCall* call = NewCall(ctx, "GetAliveTasks");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto requester = Task(request->requesting_task_id(), request->incarnations());
   if (!requester.ok()) return call->Reply(requester.status());
@@ -181,6 +194,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::GetAliveTasks(
 grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
     Ctx* ctx, const xc::PollForErrorRequest* request, xc::PollForErrorResponse*) {
   RpcCall* call = NewCall(ctx, "PollForError");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
@@ -190,6 +204,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::PollForError(
 grpc::ServerUnaryReactor* XlaCoordinationService::ReportErrorToService(
     Ctx* ctx, const xc::ReportErrorToServiceRequest* request, xc::ReportErrorToServiceResponse*) {
   RpcCall* call = NewCall(ctx, "ReportErrorToService");
+  if (call->Refused()) return call;
   if (auto s = Validate(request->incarnations()); !s.ok()) return call->Reply(s);
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());

@@ -11,8 +11,10 @@ namespace cohort {
 class XlaCoordinationService final
     : public xla::coordination::CoordinationService::CallbackService {
  public:
-  XlaCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+  // `auth`: the credential every call must carry (null: none).
+  XlaCoordinationService(CoordinationBackend* backend, RpcMetrics* metrics,
+                         const CallAuth* auth = nullptr)
+      : backend_(backend), metrics_(metrics), auth_(auth) {}
 
   using Ctx = grpc::CallbackServerContext;
   grpc::ServerUnaryReactor* RegisterTask(Ctx*, const xla::coordination::RegisterTaskRequest*,
@@ -59,6 +61,7 @@ class XlaCoordinationService final
 
   CoordinationBackend* const backend_;
   RpcMetrics* const metrics_;
+  const CallAuth* const auth_;
 };
 
 }  // namespace cohort

@@ -50,11 +50,13 @@ CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegist
       registry_(registry),
       options_(std::move(options)),
       rpc_metrics_(*registry),
+      auth_(options_.auth_token.empty() ? nullptr
+                                        : std::make_unique<CallAuth>(options_.auth_token)),
       backend_(service),
-      tensorflow_(&backend_, &rpc_metrics_),
-      xla_(&backend_, &rpc_metrics_),
-      distributed_runtime_(&backend_, &rpc_metrics_),
-      cohort_(&backend_, &rpc_metrics_) {}
+      tensorflow_(&backend_, &rpc_metrics_, auth_.get()),
+      xla_(&backend_, &rpc_metrics_, auth_.get()),
+      distributed_runtime_(&backend_, &rpc_metrics_, auth_.get()),
+      cohort_(&backend_, &rpc_metrics_, auth_.get()) {}
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::UnavailableError("the coordinator is shutting down"));

@@ -29,6 +29,8 @@ struct ServerOptions {
   std::string listen = "0.0.0.0:8476";
   std::string http_listen = "0.0.0.0:8477";  // empty: no HTTP endpoint
   TlsFiles tls;                              // empty cert: insecure, like upstream
+  // The job's token every gRPC call must carry (empty: none, like upstream).
+  std::string auth_token;
 };
 
 // Serves one CoordinationService on one gRPC port in every protocol, drives its timers,
@@ -51,6 +53,7 @@ class CoordinatorServer {
   MetricsRegistry* const registry_;
   const ServerOptions options_;
   RpcMetrics rpc_metrics_;
+  std::unique_ptr<CallAuth> auth_;  // null without a token
   LocalBackend backend_;
   TensorflowCoordinationService tensorflow_;
   XlaCoordinationService xla_;

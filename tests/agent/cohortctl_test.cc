@@ -1,6 +1,7 @@
 // cohortctl, the binary, against a live coordinator on loopback.
 #include <signal.h>
 
+#include <fstream>
 #include <future>
 #include <string>
 #include <vector>
@@ -197,6 +198,29 @@ TEST_F(CohortctlTest, UnreachableCoordinatorIsAClearMessageNotAHang) {
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.err,
             "cohortctl: cannot reach the coordinator at 127.0.0.1:1 within 1s (is it running?)\n");
+}
+
+TEST(CohortctlAuthTest, ACoordinatorWithATokenTakesItFromAFileAndRefusesCallsWithout) {
+  TestCoordinator coordinator(Jobs(1), "127.0.0.1:0", "tok-42");
+  std::string token_file = ::testing::TempDir() + "/cohortctl-token";
+  std::ofstream(token_file) << "tok-42\n";
+  Result with = Cohortctl({"--coordinator", coordinator.address(), "--auth-token-file", token_file,
+                           "kv", "put", "k", "v"})
+                    .Wait(kDeadline);
+  EXPECT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_EQ(*coordinator.service().TryGetKeyValue("k"), "v");
+
+  Result without =
+      Cohortctl({"--coordinator", coordinator.address(), "kv", "put", "k2", "v"}).Wait(kDeadline);
+  EXPECT_EQ(without.exit_code, 1);
+  EXPECT_NE(without.err.find("token"), std::string::npos) << without.err;
+  EXPECT_FALSE(coordinator.service().TryGetKeyValue("k2").ok());
+
+  Result unreadable = Cohortctl({"--coordinator", coordinator.address(), "--auth-token-file",
+                                 token_file + ".missing", "status"})
+                          .Wait(kDeadline);
+  EXPECT_NE(unreadable.exit_code, 0);
+  EXPECT_NE(unreadable.err.find("cannot read the token file"), std::string::npos) << unreadable.err;
 }
 
 }  // namespace

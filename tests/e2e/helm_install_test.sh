@@ -136,7 +136,7 @@ for i in 0 1 2 3; do
   fi
   if [[ "$shared" != true ]]; then
     fail "$worker has shareProcessNamespace" "'$shared'"
-  elif ! grep -Eq 'watching workload process [0-9]+ \(.*cohort-agent-example' <<<"$log"; then
+  elif ! grep -Eq 'workload process [0-9]+ (now runs )?\(.*cohort-agent-example' <<<"$log"; then
     fail "$worker's sidecar watched the workload's process" "$(grep -i workload <<<"$log" | head -5)"
   elif ! grep -Eq 'workload process [0-9]+ \(.*cohort-agent-example.*\) exited; its task is' <<<"$log"; then
     fail "$worker's sidecar saw the workload exit" "$(grep -i workload <<<"$log" | head -5)"

@@ -13,7 +13,6 @@
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
-#include "service/core/errors.h"
 #include "tests/service/core/callback_result.h"
 #include "tests/service/core/coordination_service_fixture.h"
 

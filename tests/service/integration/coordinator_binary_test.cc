@@ -175,6 +175,9 @@ TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
       {{"--job", "a=1", "--job", "b=1"}, "--default-job"},
       {{"--job", "w=1", "--log-format", "xml"}, "unknown log format"},
       {{"--job", "w=1", "--listen", "256.1.1.1:99999", "--http-listen", ""}, "cannot serve gRPC"},
+      {{"--job", "w=1", "--auth-token-file", "/no/such/token"},
+       "--auth-token-file: cannot read the token file /no/such/token"},
+      {{"--job", "w=1", "--auth-token-file", "/dev/null"}, "is empty"},
   };
   for (const Case& c : cases) {
     Process p(c.args);

@@ -1,6 +1,7 @@
 // cohort.v1.Coordinator/Park over real gRPC: waiting calls of one client on one stream,
 // answered in the order they end, each with a unary call's status; cancellation by id;
-// bad requests answered without harm; the stream's end (client or server) ends its calls.
+// bad requests answered without harm (an id already open ends the stream); the stream's end
+// (client or server) ends its calls.
 #include <memory>
 #include <string>
 #include <thread>
@@ -113,9 +114,8 @@ TEST_F(ParkStreamTest, CallsOfOneStreamAnswerInTheOrderTheyEnd) {
   EXPECT_EQ(response.get_key_value().kv().value(), "value");
 
   // An error reported by task 1 reaches task 0's poll, with its payload as in a unary call.
-  ASSERT_TRUE(coordinator_->service()
-                  .ReportError(TaskName{"worker", 1}, absl::InternalError("boom"))
-                  .ok());
+  ASSERT_TRUE(
+      coordinator_->service().ReportError(TaskName{"worker", 1}, absl::InternalError("boom")).ok());
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.id(), 1u);
   EXPECT_EQ(response.code(), grpc::StatusCode::INTERNAL);
@@ -172,12 +172,6 @@ TEST_F(ParkStreamTest, BadRequestsGetAClearErrorAndChangeNothing) {
   EXPECT_EQ(response.code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(response.message().find("names no call"), std::string::npos) << response.message();
 
-  ASSERT_TRUE(stream->Write(Get(1, "other")));  // id 1 is open
-  ASSERT_TRUE(stream->Read(&response));
-  EXPECT_EQ(response.id(), 1u);
-  EXPECT_EQ(response.code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(response.message().find("already open"), std::string::npos) << response.message();
-
   ASSERT_TRUE(stream->Write(Get(3, "k", -5)));
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.id(), 3u);
@@ -212,6 +206,21 @@ TEST_F(ParkStreamTest, BadRequestsGetAClearErrorAndChangeNothing) {
   ctx.TryCancel();
 }
 
+TEST_F(ParkStreamTest, AnIdAlreadyOpenEndsTheStream) {
+  grpc::ClientContext ctx;
+  auto stream = Open(&ctx);
+  ASSERT_TRUE(stream->Write(Get(1, "k")));
+  ASSERT_TRUE(Eventually([&] { return Parked(ParkKind::kKeyValueGet) == 1; }));
+  stream->Write(Get(1, "other"));  // an answer under id 1 could not be told apart
+  v1::ParkResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  grpc::Status end = stream->Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(end.error_message().find("already open"), std::string::npos) << end.error_message();
+  EXPECT_TRUE(Eventually([&] { return Parked(ParkKind::kKeyValueGet) == 0; }));
+  EXPECT_FALSE(coordinator_->service().TryGetKeyValue("other").ok());
+}
+
 TEST_F(ParkStreamTest, TheStreamsEndEndsItsCalls) {
   {
     grpc::ClientContext ctx;
@@ -226,9 +235,8 @@ TEST_F(ParkStreamTest, TheStreamsEndEndsItsCalls) {
     EXPECT_FALSE(stream->Read(&response));  // the answers of cancelled calls are not sent
     EXPECT_TRUE(stream->Finish().ok());
   }
-  EXPECT_TRUE(Eventually([&] {
-    return Parked(ParkKind::kPollForError) == 0 && Parked(ParkKind::kKeyValueGet) == 0;
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] { return Parked(ParkKind::kPollForError) == 0 && Parked(ParkKind::kKeyValueGet) == 0; }));
 
   {
     grpc::ClientContext ctx;

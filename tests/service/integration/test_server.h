@@ -18,7 +18,9 @@ namespace cohort::testing {
 
 class TestCoordinator {
  public:
-  explicit TestCoordinator(ServiceConfig config, std::string listen = "127.0.0.1:0")
+  // `auth_token`: the token every call must carry (--auth-token-file); empty: none.
+  explicit TestCoordinator(ServiceConfig config, std::string listen = "127.0.0.1:0",
+                           std::string auth_token = "")
       : metrics_(registry_) {
     auto service = CoordinationService::Create(std::move(config), &clock_, &metrics_);
     EXPECT_TRUE(service.ok()) << service.status();
@@ -27,6 +29,7 @@ class TestCoordinator {
     ServerOptions options;
     options.listen = std::move(listen);
     options.http_listen = "127.0.0.1:0";
+    options.auth_token = std::move(auth_token);
     server_ = std::make_unique<CoordinatorServer>(service_.get(), &registry_, options);
     auto s = server_->Start();
     EXPECT_TRUE(s.ok()) << s;

@@ -66,9 +66,9 @@ class ProxyRestartTest : public ::testing::Test {
 
   // Whether the coordinator has `task` waiting at an open barrier `id` (cohortctl status).
   bool WaitsAtBarrier(const std::string& id, const std::string& task) {
-    Subprocess ctl(std::vector<std::string>{
-        Bin("cohortctl"), "--coordinator", absl::StrCat("127.0.0.1:", coordinator_port_), "-o",
-        "json", "status"});
+    Subprocess ctl(std::vector<std::string>{Bin("cohortctl"), "--coordinator",
+                                            absl::StrCat("127.0.0.1:", coordinator_port_), "-o",
+                                            "json", "status"});
     ProcessResult result = ctl.Wait(absl::Seconds(20));
     if (result.exit_code != 0) return false;
     auto status = nlohmann::json::parse(result.out, nullptr, /*allow_exceptions=*/false);
@@ -169,15 +169,15 @@ TEST_F(ProxyRestartTest, CoordinatorStoppedWithSigtermWhileABarrierWaitsCausesNo
   Go(2, "go0");
   auto first = clients[0]->ReadLines(1, absl::Seconds(60));
   ASSERT_EQ(first, std::vector<std::string>{"step 2 begins"});
-  ASSERT_TRUE(Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); },
-                         absl::Seconds(60)));
+  ASSERT_TRUE(
+      Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); }, absl::Seconds(60)));
 
   coordinator_->Signal(SIGTERM);
   EXPECT_EQ(coordinator_->Wait(absl::Seconds(30)).exit_code, 0);
   ASSERT_TRUE(sidecar_->WaitForStderr("lost the coordinator"));
   StartCoordinator(2);  // the same port and state directory
-  ASSERT_TRUE(Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); },
-                         absl::Seconds(60)));
+  ASSERT_TRUE(
+      Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); }, absl::Seconds(60)));
 
   Go(2, "go1");
   auto second = clients[1]->ReadLines(1, absl::Seconds(60));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
 #include "agent/grpc_status.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
@@ -330,11 +331,11 @@ TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {
   std::vector<std::shared_ptr<AsyncGet>> gets;
   for (int t = 0; t < 3; ++t) {
     Got* g = got.emplace_back(std::make_unique<Got>()).get();
-    gets.push_back(agents[t]->GetKeyValueAsync(absl::StrCat("k", t),
-                                               [g](absl::StatusOr<std::string> v) {
-                                                 g->value = std::move(v);
-                                                 g->done.Notify();
-                                               }));
+    gets.push_back(
+        agents[t]->GetKeyValueAsync(absl::StrCat("k", t), [g](absl::StatusOr<std::string> v) {
+          g->value = std::move(v);
+          g->done.Notify();
+        }));
   }
   // Three error polls (the proxy's own, one per task) and three gets wait at the
   // coordinator, all of them on the proxy's one park stream.
@@ -375,6 +376,35 @@ TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {
   for (auto& thread : barrier) thread.join();
   EXPECT_EQ(passed.load(), 3);
   EXPECT_EQ(proxy_->backend().reissued_calls(), 0);
+}
+
+TEST_F(ProxyTest, ALinkLostWhileTheParkStreamStaysUpKeepsItsCallsAndSettles) {
+  Start(2);
+  std::vector<CoordinationAgent*> agents = {Agent(0), Agent(1)};
+  ConnectAll(agents);
+  absl::Notification got;
+  std::string value;
+  auto pending = agents[0]->GetKeyValueAsync("later", [&](absl::StatusOr<std::string> v) {
+    if (v.ok()) value = *v;
+    got.Notify();
+  });
+  CoordinationService& service = coordinator_->service();
+  ASSERT_TRUE(Eventually([&] { return proxy_->backend().parked_calls() == 3; }));
+
+  // A call failed as if the coordinator were gone, but the connection and the stream are
+  // fine: the proxy finds the coordinator again and keeps the stream and its calls.
+  proxy_->backend().SimulateLinkLossForTest();
+  ASSERT_TRUE(proxy_->backend().AwaitLink(UpstreamBackend::Link::kConnected, absl::Seconds(20)));
+  // Nothing happens after that: no further outage, the parked calls stay where they are
+  // (a proxy that shut the stream down would lose them and go down again, round after round).
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(proxy_->backend().outages(), 1);
+  EXPECT_EQ(proxy_->backend().parked_calls(), 3);
+  EXPECT_EQ(service.ParkedCalls(ParkKind::kPollForError), 2);
+  EXPECT_EQ(service.ParkedCalls(ParkKind::kKeyValueGet), 1);
+  ASSERT_TRUE(service.InsertKeyValue("later", "v", false).ok());
+  ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(value, "v");
 }
 
 TEST_F(ProxyTest, CallsWaitWhileTheCoordinatorIsAwayAndFailPastTheTolerance) {
