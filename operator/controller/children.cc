@@ -1,5 +1,6 @@
 #include "operator/controller/children.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -65,6 +66,19 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool fo
 
 json HandoffMount() { return {{"name", "cohort-handoff"}, {"mountPath", kHandoffDir}}; }
 
+json TokenMount() { return {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}; }
+
+// Readable by whatever user the container runs as (the sidecar's is the pod template's, and a
+// secret volume's files belong to root unless the pod has an fsGroup): only the containers
+// that mount it see it, and the workload's containers do not.
+json TokenVolume(const api::CoordinatedJob& job) {
+  return {{"name", kTokenVolume},
+          {"secret",
+           {{"secretName", TokenSecretName(job)},
+            {"items", json::array({{{"key", kTokenKey}, {"path", kTokenKey}}})},
+            {"defaultMode", 0444}}}};
+}
+
 std::string WorkloadProcessPattern(const json& pod_template) {
   const std::string annotated = pod_template.value(
       json::json_pointer("/metadata/annotations/cohort.dev~1workload-process"), std::string());
@@ -74,11 +88,11 @@ std::string WorkloadProcessPattern(const json& pod_template) {
 
 json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
                       const OperatorSettings& settings) {
-  json args = json::array({"--handoff-dir", kHandoffDir, "--http-listen",
-                           absl::StrCat("0.0.0.0:", kSidecarHttpPort), "--heartbeat-timeout",
-                           job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
-                           settings.workload_liveness, "--proxy-listen", kSidecarProxyAddress,
-                           "--outage-tolerance", job.spec.coordinator.outage_tolerance});
+  json args = json::array(
+      {"--handoff-dir", kHandoffDir, "--http-listen", absl::StrCat("0.0.0.0:", kSidecarHttpPort),
+       "--heartbeat-timeout", job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
+       settings.workload_liveness, "--proxy-listen", kSidecarProxyAddress, "--outage-tolerance",
+       job.spec.coordinator.outage_tolerance, "--auth-token-file", kTokenFile});
   if (settings.workload_liveness == "process") {
     args.push_back("--workload-process");
     args.push_back(WorkloadProcessPattern(job.spec.pod_template));
@@ -102,7 +116,7 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
       {"ports",
        json::array(
            {{{"name", "metrics"}, {"containerPort", kSidecarHttpPort}, {"protocol", "TCP"}}})},
-      {"volumeMounts", json::array({HandoffMount()})},
+      {"volumeMounts", json::array({HandoffMount(), TokenMount()})},
       {"startupProbe",
        {{"httpGet", {{"path", "/healthz"}, {"port", kSidecarHttpPort}}},
         {"periodSeconds", 1},
@@ -133,6 +147,9 @@ std::string CoordinatorAddress(const api::CoordinatedJob& job) {
 std::string CoordinatorStateClaimName(const api::CoordinatedJob& job) {
   return absl::StrCat(job.name, "-coordinator-state");
 }
+std::string TokenSecretName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-token");
+}
 
 json OwnerReference(const api::CoordinatedJob& job) {
   return {{"apiVersion", api::kApiVersion},
@@ -154,7 +171,8 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
       job.spec.replicas, "\"]\n", "auxiliary-job: [\"sidecar=", job.spec.replicas, "\"]\n",
       "default-job: ", workload, "\n", "heartbeat-timeout: ", c.heartbeat_timeout, "\n",
       "register-timeout: ", c.register_timeout, "\n",
-      "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n");
+      "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n",
+      "auth-token-file: ", kTokenFile, "\n");
   if (c.state.volume != api::StateVolume::kNone) {
     absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
   }
@@ -162,6 +180,23 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
           {"kind", "ConfigMap"},
           {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
           {"data", {{"coordinator.yaml", config}}}};
+}
+
+json TokenSecret(const api::CoordinatedJob& job, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", Metadata(job, TokenSecretName(job), Labels(job, ""))},
+          {"type", "Opaque"},
+          {"immutable", true},
+          {"data", {{kTokenKey, absl::Base64Escape(token)}}}};
+}
+
+std::string TokenOf(const json& secret) {
+  std::string token;
+  const std::string encoded =
+      secret.value(json::json_pointer(absl::StrCat("/data/", kTokenKey)), std::string());
+  if (!absl::Base64Unescape(encoded, &token)) return "";
+  return token;
 }
 
 json CoordinatorService(const api::CoordinatedJob& job) {
@@ -256,6 +291,8 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
       volumes.push_back({{"name", "state"}, {"emptyDir", {{"sizeLimit", state.size}}}});
     }
   }
+  mounts.push_back(TokenMount());  // the config's auth-token-file
+  volumes.push_back(TokenVolume(job));
   json container = {
       {"name", "coordinator"},
       {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
@@ -338,6 +375,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   spec["initContainers"] = init;
   json volumes = spec.value("volumes", json::array());
   volumes.push_back({{"name", "cohort-handoff"}, {"emptyDir", json::object()}});
+  volumes.push_back(TokenVolume(job));  // the sidecar's alone
   spec["volumes"] = volumes;
 
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};

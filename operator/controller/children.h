@@ -1,7 +1,8 @@
-// What the operator creates for a CoordinatedJob: the coordinator's ConfigMap, Pod, Service
-// and (state on a PersistentVolumeClaim) its claim, the workers' headless Service, and worker
-// Pods with the sidecar injected and the env contract of DESIGN.md. Pure functions of the job
-// and the operator's settings.
+// What the operator creates for a CoordinatedJob: the job's token Secret, the coordinator's
+// ConfigMap, Pod, Service and (state on a PersistentVolumeClaim) its claim, the workers'
+// headless Service, and worker Pods with the sidecar injected and the env contract of
+// DESIGN.md. Pure functions of the job and the operator's settings (and, for the Secret, of
+// a token made elsewhere).
 #ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 #define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 
@@ -35,6 +36,12 @@ inline constexpr char kJaxUnusedServiceAddress[] = "127.0.0.1:18476";
 inline constexpr int kTensorflowPort = 2222;
 // Where the coordinator keeps its durable state (--state-dir), when the job keeps one.
 inline constexpr char kCoordinatorStateDir[] = "/var/lib/cohort/state";
+// The job's token (--auth-token-file of the coordinator and every sidecar): a Secret per job,
+// its key, and where the coordinator's and the sidecars' containers mount it.
+inline constexpr char kTokenKey[] = "token";
+inline constexpr char kTokenVolume[] = "cohort-token";
+inline constexpr char kTokenDir[] = "/var/run/secrets/cohort";
+inline constexpr char kTokenFile[] = "/var/run/secrets/cohort/token";
 // The coordinator image's user; the pod's fsGroup, so that it can write its state volume.
 inline constexpr int kCoordinatorUser = 65532;
 // Requests and limits of a coordinator whose job sets none: small, and equal, so that the
@@ -60,9 +67,15 @@ std::string WorkerPodName(const api::CoordinatedJob& job, int index);
 std::string CoordinatorAddress(const api::CoordinatedJob& job);
 // "<job>-coordinator-state": the coordinator's PersistentVolumeClaim.
 std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
+// "<job>-token": the Secret with the job's token.
+std::string TokenSecretName(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
 json CoordinatorConfigMap(const api::CoordinatedJob& job);
+// The job's token Secret (immutable: the token never changes while the Secret lives).
+json TokenSecret(const api::CoordinatedJob& job, const std::string& token);
+// The token a TokenSecret holds ("" if it holds none).
+std::string TokenOf(const json& secret);
 json CoordinatorService(const api::CoordinatedJob& job);
 // Only for spec.coordinator.state.volume PersistentVolumeClaim.
 json CoordinatorStateClaim(const api::CoordinatedJob& job);

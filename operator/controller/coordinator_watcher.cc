@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/grpc_auth.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort::controller {
@@ -15,6 +16,7 @@ struct CoordinatorWatcher::Follow {
   std::string key;
   std::string address;
   int restart = 0;
+  std::string token;
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   std::mutex mu;
@@ -53,13 +55,17 @@ CoordinatorWatcher::CoordinatorWatcher(absl::Duration interval,
 
 CoordinatorWatcher::~CoordinatorWatcher() { StopAll(); }
 
-void CoordinatorWatcher::Watch(const std::string& key, const std::string& address, int restart) {
+void CoordinatorWatcher::Watch(const std::string& key, const std::string& address, int restart,
+                               const std::string& token) {
   std::shared_ptr<Follow> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = follows_.find(key);
     if (it != follows_.end()) {
-      if (it->second->address == address && it->second->restart == restart) return;
+      if (it->second->address == address && it->second->restart == restart &&
+          it->second->token == token) {
+        return;
+      }
       old = it->second;
       follows_.erase(it);
     }
@@ -67,6 +73,7 @@ void CoordinatorWatcher::Watch(const std::string& key, const std::string& addres
     follow->key = key;
     follow->address = address;
     follow->restart = restart;
+    follow->token = token;
     follows_[key] = follow;
     follow->thread = std::thread([this, follow] { Run(follow); });
   }
@@ -131,7 +138,8 @@ void CoordinatorWatcher::StopAll() {
 }
 
 void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
-  auto channel = grpc::CreateChannel(follow->address, grpc::InsecureChannelCredentials());
+  auto channel = CreateChannelWithToken(follow->address, grpc::InsecureChannelCredentials(),
+                                        grpc::ChannelArguments(), follow->token);
   auto stub = cohort::v1::Coordinator::NewStub(channel);
   bool said_unreachable = false;
   while (!follow->stop) {

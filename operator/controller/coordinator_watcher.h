@@ -2,7 +2,8 @@
 // so the operator learns of a task in error (a sidecar's report, a missed heartbeat) from
 // the coordinator itself, within one poll interval, instead of waiting for pods to exit.
 // One thread per watched coordinator; a change that matters (tasks registered, tasks in
-// error) calls `on_change` with the job's key.
+// error) calls `on_change` with the job's key. Each call carries the job's token (the
+// coordinator refuses calls without it).
 #ifndef COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
 #define COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
 
@@ -28,9 +29,11 @@ class CoordinatorWatcher {
   CoordinatorWatcher(const CoordinatorWatcher&) = delete;
   CoordinatorWatcher& operator=(const CoordinatorWatcher&) = delete;
 
-  // Follows the coordinator of job `key`'s gang `restart` at `address` (host:port). A watch
-  // of the same key at another address or gang is replaced.
-  void Watch(const std::string& key, const std::string& address, int restart);
+  // Follows the coordinator of job `key`'s gang `restart` at `address` (host:port), calling
+  // with `token` ("" for none). A watch of the same key at another address, gang or token is
+  // replaced.
+  void Watch(const std::string& key, const std::string& address, int restart,
+             const std::string& token);
   void Unwatch(const std::string& key);
   // The latest snapshot of that gang's coordinator; nullopt before the first answer.
   std::optional<CoordinatorView> View(const std::string& key, int restart) const;

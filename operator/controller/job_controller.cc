@@ -1,7 +1,12 @@
 #include "operator/controller/job_controller.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
 #include <future>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -25,7 +30,22 @@ const kube::Resource& ResourceFor(const json& object) {
   if (kind == "Service") return kube::kServices;
   if (kind == "ConfigMap") return kube::kConfigMaps;
   if (kind == "PersistentVolumeClaim") return kube::kPersistentVolumeClaims;
+  if (kind == "Secret") return kube::kSecrets;
   return kube::kPods;
+}
+
+// A job's token: 32 bytes from the kernel's CSPRNG, as hex text (a header value carries it
+// as is).
+absl::StatusOr<std::string> NewJobToken() {
+  char bytes[32];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+    filled += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
 
 std::string Summarize(const std::vector<std::string>& names) {
@@ -60,7 +80,7 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   for (const char* result : {"success", "error", "conflict"})
     reconcile_total_->WithLabels({result});
   for (const char* resource :
-       {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims"}) {
+       {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims", "secrets"}) {
     watch_restarts_->WithLabels({resource});
   }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
@@ -94,6 +114,9 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
                                                   child_handlers("configmaps"));
   claims_ = std::make_unique<kube::Informer>(client_, kube::kPersistentVolumeClaims, child_options,
                                              child_handlers("persistentvolumeclaims"));
+  // Only the operator's own (the label selector): the tokens it made.
+  secrets_ = std::make_unique<kube::Informer>(client_, kube::kSecrets, child_options,
+                                              child_handlers("secrets"));
 }
 
 JobController::~JobController() { Stop(); }
@@ -104,18 +127,20 @@ void JobController::EnqueueOwner(const json& child) {
 }
 
 bool JobController::StartAndSync(const std::atomic<bool>& stop) {
-  for (auto* informer :
-       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
+                         claims_.get(), secrets_.get()}) {
     informer->Start();
   }
-  for (auto* informer :
-       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
+                         claims_.get(), secrets_.get()}) {
     if (!informer->WaitForSync(stop)) return false;
   }
   synced_ = true;
-  spdlog::info("caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps, {} claims",
-               jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size(),
-               claims_->Size());
+  spdlog::info(
+      "caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps, {} claims, {} "
+      "secrets",
+      jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size(), claims_->Size(),
+      secrets_->Size());
   return true;
 }
 
@@ -153,8 +178,8 @@ void JobController::StopWorkers() { queue_.ShutDown(); }
 void JobController::Stop() {
   queue_.ShutDown();
   watcher_.StopAll();
-  for (auto* informer :
-       {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), claims_.get()}) {
+  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
+                         claims_.get(), secrets_.get()}) {
     if (informer) informer->Stop();
   }
 }
@@ -179,6 +204,17 @@ absl::Status JobController::Reconcile(const std::string& key) {
   observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
   observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
   observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
+  // The token made when the job was first seen (or after its Secret was deleted), never
+  // another while the Secret lives: an operator restarted finds it here.
+  std::string token;
+  if (auto secret = secrets_->Get(ns, TokenSecretName(*job))) {
+    observed.token_secret = true;
+    token = TokenOf(*secret);
+  } else {
+    auto fresh = NewJobToken();
+    if (!fresh.ok()) return fresh.status();
+    observed.fresh_token = *fresh;
+  }
   if (auto claim = claims_->Get(ns, CoordinatorStateClaimName(*job))) {
     observed.coordinator_state_claim = true;
     observed.coordinator_state_claim_terminating =
@@ -196,7 +232,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
     const std::string host = coordinator->pod_ip.find(':') == std::string::npos
                                  ? coordinator->pod_ip
                                  : absl::StrCat("[", coordinator->pod_ip, "]");
-    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang);
+    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, token);
     observed.coordinator = watcher_.View(key, gang);
   } else {
     watcher_.Unwatch(key);
@@ -323,6 +359,8 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           services_->Upsert(created);
         } else if (kind == "PersistentVolumeClaim") {
           claims_->Upsert(created);
+        } else if (kind == "Secret") {
+          secrets_->Upsert(created);
         } else {
           config_maps_->Upsert(created);
         }

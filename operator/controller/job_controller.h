@@ -1,7 +1,8 @@
-// The reconcile loop: informers for CoordinatedJobs and their pods, services, config maps
-// and persistent volume claims feed a work queue of job keys; each reconcile gathers what exists,
-// asks PlanJob what should, writes the status first (conditional on resourceVersion, so two
-// decisions can never both count a restart), then creates and deletes children and records Events.
+// The reconcile loop: informers for CoordinatedJobs and their pods, services, config maps,
+// persistent volume claims and token secrets feed a work queue of job keys; each reconcile gathers
+// what exists, asks PlanJob what should, writes the status first (conditional on resourceVersion,
+// so two decisions can never both count a restart), then creates and deletes children and records
+// Events.
 #ifndef COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 #define COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 
@@ -63,7 +64,7 @@ class JobController {
   Options options_;
   WorkQueue queue_;
   CoordinatorWatcher watcher_;
-  std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_;
+  std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_, secrets_;
   std::atomic<bool> synced_{false};
   std::vector<std::thread> threads_;
 

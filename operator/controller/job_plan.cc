@@ -469,8 +469,9 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     return std::move(P.plan);
   }
 
-  // ---- Create what is missing: services and config, the coordinator, then (once it is
-  // ready, so workers find it) the workers.
+  // ---- Create what is missing: the token, services and config, the coordinator, then (once
+  // it is ready, so workers find it) the workers.
+  if (!observed.token_secret) P.plan.create.push_back(TokenSecret(job, observed.fresh_token));
   if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job));
   if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
   if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));

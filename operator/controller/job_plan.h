@@ -64,6 +64,10 @@ struct CoordinatorView {
 
 struct Observed {
   std::vector<ObservedPod> pods;
+  // The job's token Secret exists. When it does not, the plan creates it holding
+  // `fresh_token`, a random token the controller made (the plan has no randomness of its own).
+  bool token_secret = false;
+  std::string fresh_token;
   bool coordinator_config_map = false;
   bool coordinator_service = false;
   bool workers_service = false;

@@ -34,6 +34,7 @@ struct Resource {
 inline const Resource kPods{"/api/v1", "pods", "Pod", true};
 inline const Resource kServices{"/api/v1", "services", "Service", true};
 inline const Resource kConfigMaps{"/api/v1", "configmaps", "ConfigMap", true};
+inline const Resource kSecrets{"/api/v1", "secrets", "Secret", true};
 inline const Resource kPersistentVolumeClaims{"/api/v1", "persistentvolumeclaims",
                                               "PersistentVolumeClaim", true};
 inline const Resource kEvents{"/api/v1", "events", "Event", true};

@@ -29,6 +29,7 @@ EXPECTED_RULES = sorted([
     ("", "services", ("create", "get", "list", "watch")),
     ("", "configmaps", ("create", "get", "list", "watch")),
     ("", "persistentvolumeclaims", ("create", "get", "list", "watch")),
+    ("", "secrets", ("create", "get", "list", "watch")),
     ("", "events", ("create",)),
 ])
 

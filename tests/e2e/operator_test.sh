@@ -6,7 +6,9 @@
 # restarts the gang; an operator restarted mid-job creates no duplicate pods and keeps the
 # status right; suspend and resume; the deadline; an invalid job is refused by the API
 # server; a coordinator killed or (state on a claim) deleted restarts without the gang and
-# keeps its keys; two operators elect one leader and the standby takes over.
+# keeps its keys; two operators elect one leader and the standby takes over. Every job has a
+# token (Secret <job>-token): the coordinator refuses a call without it, and the operator's
+# own calls carry it, after a restart too.
 # Brings the cluster up if it is not (and down again at the end if it did).
 set -uo pipefail
 
@@ -112,6 +114,12 @@ $extra
 YAML
 }
 
+# token_file JOB: the job's token, from its Secret, in a file for cohortctl --auth-token-file.
+token_file() {
+  k get secret "$1-token" -o jsonpath='{.data.token}' | base64 -d >"$WORK/$1.token" &&
+    [[ -s "$WORK/$1.token" ]] && echo "$WORK/$1.token"
+}
+
 pod_uids() { k get pods -l "cohort.dev/job=$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
 
 if ! "$LC" status >/dev/null 2>&1; then
@@ -154,7 +162,7 @@ if wait_for quickstart '{.status.phase}' Succeeded 90; then
   else
     fail "Events" "$events"
   fi
-  owners=$(k get pods,services,configmaps -l cohort.dev/job=quickstart -o jsonpath='{range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {end}')
+  owners=$(k get pods,services,configmaps,secrets -l cohort.dev/job=quickstart -o jsonpath='{range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {end}')
   if [[ -n "$owners" && "$(tr ' ' '\n' <<<"$owners" | sort -u | xargs)" == "CoordinatedJob/true" ]]; then
     pass "every child is owned by its CoordinatedJob"
   else
@@ -252,12 +260,28 @@ else
   fail "crashy: the job fails"
 fi
 
-# ---- 5. A task in error at the coordinator (here reported through cohortctl, as a sidecar
-# reports a GPU fault) restarts the gang; the operator learns it from the coordinator.
+# ---- 5. The job's token: the coordinator refuses a call without it (cohortctl exits 1
+# naming the token) and answers one with it. Then a task in error at the coordinator (here
+# reported through cohortctl, as a sidecar reports a GPU fault) restarts the gang; the
+# operator learns it from the coordinator, so its calls carry the token too. (The workers
+# registering at all, through their sidecars, is the sidecars' token at work.)
 job taskerror 2 30
 if wait_for taskerror '{.status.phase}' Running 60 && wait_for taskerror '{.status.tasks.registered}' 2 30; then
   ip=$(k get pod taskerror-coordinator -o jsonpath='{.status.podIP}')
-  if out=$("$BIN/cohortctl" --coordinator "$ip:8476" report-error --task sidecar/1 "injected: GPU 0 fell off the bus" 2>&1); then
+  token=$(token_file taskerror) || fail "taskerror: the Secret taskerror-token holds a token"
+  "$BIN/cohortctl" --coordinator "$ip:8476" tasks >/dev/null 2>"$WORK/anonymous.err"
+  rc=$?
+  if [[ $rc == 1 ]] && grep -q token "$WORK/anonymous.err"; then
+    pass "the coordinator refuses a call without the job's token ($(head -c 120 "$WORK/anonymous.err"))"
+  else
+    fail "taskerror: an anonymous call" "exit $rc: $(cat "$WORK/anonymous.err")"
+  fi
+  if out=$("$BIN/cohortctl" --coordinator "$ip:8476" --auth-token-file "$token" tasks 2>&1); then
+    pass "the coordinator answers a call with the token of the Secret taskerror-token"
+  else
+    fail "taskerror: a call with the token" "$out"
+  fi
+  if out=$("$BIN/cohortctl" --coordinator "$ip:8476" --auth-token-file "$token" report-error --task sidecar/1 "injected: GPU 0 fell off the bus" 2>&1); then
     if wait_for taskerror '{.status.restarts}' 1 30; then
       msg=$(field taskerror '{.status.conditions[?(@.type=="Restarting")].reason}: {.status.conditions[?(@.type=="Restarting")].message}')
       if [[ "$msg" == TaskError:*"GPU 0 fell off the bus"* ]]; then
@@ -295,10 +319,12 @@ else
   fail "coordloss: the job runs"
 fi
 
-# ---- 7. The operator restarted mid-job: no duplicate pods, status stays right.
-job survive 3 16
-if wait_for survive '{.status.phase}' Running 60; then
+# ---- 7. The operator restarted mid-job: no duplicate pods, status stays right, the job's
+# token stays (the same Secret) and the new operator's calls to the coordinator carry it.
+job survive 3 30
+if wait_for survive '{.status.phase}' Running 60 && wait_for survive '{.status.tasks.registered}' 3 30; then
   before=$(pod_uids survive)
+  secret_before=$(k get secret survive-token -o jsonpath='{.metadata.uid} {.data.token}')
   kill -KILL "$OP"
   wait "$OP" 2>/dev/null
   start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:18093
@@ -317,6 +343,18 @@ if wait_for survive '{.status.phase}' Running 60; then
     pass "an operator restarted mid-job adopts the running pods (same 4 pods, same UIDs)"
   else
     fail "survive: pods changed" "before '$before' after '$after' ($count pods)"
+  fi
+  secret_after=$(k get secret survive-token -o jsonpath='{.metadata.uid} {.data.token}')
+  if [[ -n "$secret_before" && "$secret_before" == "$secret_after" ]]; then
+    pass "the restarted operator keeps the job's Secret survive-token (same UID, same token)"
+  else
+    fail "survive: the token Secret changed"
+  fi
+  # Without the token its snapshots would be refused and registered would stay 0.
+  if wait_for survive '{.status.tasks.registered}' 3 15; then
+    pass "the restarted operator reads the coordinator with the token from the Secret (3 registered)"
+  else
+    fail "survive: the restarted operator sees the coordinator's tasks"
   fi
   if wait_for survive '{.status.phase}' Succeeded 90 && [[ "$(field survive '{.status.restarts}')" == 0 ]]; then
     pass "the job still succeeds with restarts 0"
@@ -391,7 +429,10 @@ YAML
 }
 coordinator_field() { k get pod "$1-coordinator" -o jsonpath="$2" 2>/dev/null; }
 coordinator_ready() { [[ "$(coordinator_field "$1" '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
-ctl() { "$BIN/cohortctl" --coordinator "$(coordinator_field "$1" '{.status.podIP}'):8476" "${@:2}"; }
+ctl() {
+  "$BIN/cohortctl" --coordinator "$(coordinator_field "$1" '{.status.podIP}'):8476" \
+    --auth-token-file "$(token_file "$1")" "${@:2}"
+}
 # coordinator_pid JOB: the coordinator's process, the child of its container's init, whose
 # PID the pod runner keeps in the container's directory.
 coordinator_pid() {

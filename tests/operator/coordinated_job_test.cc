@@ -344,8 +344,75 @@ TEST(ChildrenTest, ACoordinatorWithoutStateHasNoVolumeForItAndNeverRestarts) {
   ASSERT_TRUE(job.ok());
   const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Never");
-  EXPECT_EQ(spec["volumes"].size(), 1u);
-  EXPECT_EQ(spec["containers"][0]["volumeMounts"].size(), 1u);
+  std::vector<std::string> volumes, mounts;
+  for (const auto& v : spec["volumes"]) volumes.push_back(v["name"]);
+  for (const auto& m : spec["containers"][0]["volumeMounts"]) mounts.push_back(m["name"]);
+  EXPECT_EQ(volumes, (std::vector<std::string>{"config", "cohort-token"}));
+  EXPECT_EQ(mounts, (std::vector<std::string>{"config", "cohort-token"}));
+}
+
+TEST(ChildrenTest, TheTokenSecretBelongsToTheJobAndHoldsItsToken) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const json secret = controller::TokenSecret(*job, "0123abcd");
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["metadata"]["name"], "train-token");
+  EXPECT_EQ(secret["metadata"]["namespace"], "ml");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"], json::array({controller::OwnerReference(*job)}));
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(secret["metadata"]["labels"]["app.kubernetes.io/managed-by"], "cohort-operator");
+  EXPECT_EQ(secret["metadata"]["labels"]["cohort.dev/job"], "train");
+  EXPECT_EQ(secret["immutable"], true);
+  EXPECT_EQ(secret["data"], (json{{"token", "MDEyM2FiY2Q="}}));  // base64 of the token
+  EXPECT_EQ(controller::TokenOf(secret), "0123abcd");
+  EXPECT_EQ(controller::TokenOf(json::object()), "");
+}
+
+json Named(const json& list, const std::string& name) {
+  for (const auto& item : list) {
+    if (item.value("name", "") == name) return item;
+  }
+  return nullptr;
+}
+
+const json kTokenVolume = json::parse(R"({"name": "cohort-token",
+    "secret": {"secretName": "train-token", "items": [{"key": "token", "path": "token"}],
+               "defaultMode": 292}})");  // 0444
+const json kTokenMount = json::parse(
+    R"({"name": "cohort-token", "mountPath": "/var/run/secrets/cohort", "readOnly": true})");
+
+TEST(ChildrenTest, TheCoordinatorReadsTheJobsTokenFromItsSecret) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const std::string config =
+      controller::CoordinatorConfigMap(*job)["data"]["coordinator.yaml"].get<std::string>();
+  EXPECT_NE(config.find("auth-token-file: /var/run/secrets/cohort/token\n"), std::string::npos)
+      << config;
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
+  EXPECT_EQ(Named(spec["volumes"], "cohort-token"), kTokenVolume);
+  EXPECT_EQ(Named(spec["containers"][0]["volumeMounts"], "cohort-token"), kTokenMount);
+}
+
+TEST(ChildrenTest, OnlyTheSidecarOfAWorkerGetsTheToken) {
+  json object = Minimal();
+  object["spec"]["template"]["spec"]["containers"].push_back({{"name", "helper"}, {"image", "h"}});
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  const json spec = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{})["spec"];
+  EXPECT_EQ(Named(spec["volumes"], "cohort-token"), kTokenVolume);
+  const json& sidecar = spec["initContainers"].back();
+  EXPECT_EQ(Named(sidecar["volumeMounts"], "cohort-token"), kTokenMount);
+  std::vector<std::string> args = sidecar["args"];
+  auto it = std::find(args.begin(), args.end(), "--auth-token-file");
+  ASSERT_NE(it, args.end());
+  ASSERT_NE(it + 1, args.end());
+  EXPECT_EQ(*(it + 1), "/var/run/secrets/cohort/token");
+  // The workload's containers call their sidecar's proxy, which adds the token.
+  ASSERT_EQ(spec["containers"].size(), 2u);
+  for (const auto& container : spec["containers"]) {
+    EXPECT_TRUE(Named(container["volumeMounts"], "cohort-token").is_null()) << container["name"];
+    EXPECT_EQ(container.dump().find("token"), std::string::npos) << container.dump();
+  }
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ ObservedPod Exited(int index, int code, absl::Time at = kNow - absl::Seconds(5),
 Observed Everything(std::vector<ObservedPod> pods) {
   Observed o;
   o.pods = std::move(pods);
-  o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  o.token_secret = o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
   o.now = kNow;
   return o;
 }
@@ -120,13 +120,16 @@ std::vector<std::string> EventReasons(const Plan& plan) {
   return out;
 }
 
-TEST(JobPlanTest, NewJobCreatesConfigServicesAndCoordinatorButNoWorkersYet) {
+TEST(JobPlanTest, NewJobCreatesTokenConfigServicesAndCoordinatorButNoWorkersYet) {
   Observed o;
   o.now = kNow;
+  o.fresh_token = "f00d";
   Plan plan = PlanJob(Job(), o, Settings());
   EXPECT_EQ(Names(plan.create),
-            (std::vector<std::string>{"ConfigMap/train-coordinator", "Service/train-coordinator",
-                                      "Service/train-workers", "Pod/train-coordinator"}));
+            (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",
+                                      "Service/train-coordinator", "Service/train-workers",
+                                      "Pod/train-coordinator"}));
+  EXPECT_EQ(TokenOf(plan.create[0]), "f00d");
   EXPECT_EQ(plan.status.phase, phase::kPending);
   EXPECT_EQ(plan.status.tasks.total, 3);
   EXPECT_EQ(plan.status.coordinator_address, "train-coordinator.ml.svc:8476");
@@ -134,6 +137,24 @@ TEST(JobPlanTest, NewJobCreatesConfigServicesAndCoordinatorButNoWorkersYet) {
   EXPECT_EQ(plan.status.observed_generation, 2);
   ASSERT_EQ(plan.events.size(), 1u);
   EXPECT_EQ(plan.events[0].reason, "Pending");
+}
+
+TEST(JobPlanTest, AJobsTokenSecretIsKeptOnceItExistsAndMadeAgainIfDeleted) {
+  // An operator restarted mid-job, or a gang restart: the Secret is there, nothing new is made
+  // whatever fresh token the controller offers.
+  Observed kept = Everything({Coordinator(), Worker(0), Worker(1), Worker(2)});
+  kept.fresh_token = "unused";
+  Plan plan = PlanJob(Job(3, phase::kRunning), kept, Settings());
+  EXPECT_TRUE(plan.create.empty()) << ::testing::PrintToString(Names(plan.create));
+  Plan restart = PlanJob(Job(3, phase::kRestarting, 1), kept, Settings());
+  for (const auto& name : Names(restart.create)) EXPECT_NE(name, "Secret/train-token");
+
+  Observed deleted = kept;
+  deleted.token_secret = false;
+  deleted.fresh_token = "beef";
+  Plan again = PlanJob(Job(3, phase::kRunning), deleted, Settings());
+  ASSERT_EQ(Names(again.create), (std::vector<std::string>{"Secret/train-token"}));
+  EXPECT_EQ(TokenOf(again.create[0]), "beef");
 }
 
 TEST(JobPlanTest, WorkersAreCreatedOnceTheCoordinatorIsReady) {
@@ -634,12 +655,13 @@ TEST(JobPlanTest, ANewJobWithItsStateOnAClaimCreatesTheClaimBeforeTheCoordinator
   o.now = kNow;
   Plan plan = PlanJob(WithState(Job(), api::StateVolume::kPersistentVolumeClaim), o, Settings());
   EXPECT_EQ(Names(plan.create),
-            (std::vector<std::string>{
-                "ConfigMap/train-coordinator", "Service/train-coordinator", "Service/train-workers",
-                "PersistentVolumeClaim/train-coordinator-state", "Pod/train-coordinator"}));
+            (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",
+                                      "Service/train-coordinator", "Service/train-workers",
+                                      "PersistentVolumeClaim/train-coordinator-state",
+                                      "Pod/train-coordinator"}));
 
   o.coordinator_state_claim = o.coordinator_state_claim_terminating = true;
-  o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  o.token_secret = o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
   Plan held = PlanJob(WithState(Job(), api::StateVolume::kPersistentVolumeClaim), o, Settings());
   EXPECT_TRUE(held.create.empty());  // not on a claim that is going away
 }
