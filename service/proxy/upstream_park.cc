@@ -15,6 +15,10 @@ std::shared_ptr<UpstreamPark> UpstreamPark::Open(v1::Coordinator::Stub* stub) {
     park->self_ = park;
   }
   stub->async()->Park(&park->context_, park.get());
+  // Writes start from outside the reactions (any thread sending a call): the hold keeps
+  // gRPC from destroying the call while one may still start; it goes once the read fails
+  // (the stream is over), and no write starts after that.
+  park->AddHold();
   park->StartRead(&park->response_);
   park->StartCall();
   return park;
@@ -30,9 +34,10 @@ void UpstreamPark::Send(uint64_t id, v1::ParkRequest request, Done done) {
   {
     absl::MutexLock lock(&mu_);
     if (!ended_) {
+      // Once the stream is over (writes closed) the call is not sent; OnDone ends it.
       request.set_id(id);
       open_[id] = std::move(done);
-      queue_.push_back(std::move(request));
+      if (!writes_closed_) queue_.push_back(std::move(request));
       WriteNextLocked();
       return;
     }
@@ -43,7 +48,7 @@ void UpstreamPark::Send(uint64_t id, v1::ParkRequest request, Done done) {
 
 void UpstreamPark::Cancel(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  if (ended_ || !open_.contains(id)) return;
+  if (ended_ || writes_closed_ || !open_.contains(id)) return;
   v1::ParkRequest& request = queue_.emplace_back();
   request.set_id(id);
   request.set_cancel(true);
@@ -68,7 +73,7 @@ size_t UpstreamPark::open_calls() const {
 }
 
 void UpstreamPark::WriteNextLocked() {
-  if (writing_ || queue_.empty() || ended_) return;
+  if (writing_ || queue_.empty() || ended_ || writes_closed_) return;
   writing_request_ = std::move(queue_.front());
   queue_.pop_front();
   writing_ = true;
@@ -83,7 +88,16 @@ void UpstreamPark::OnWriteDone(bool ok) {
 }
 
 void UpstreamPark::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream ended; OnDone follows
+  if (!ok) {
+    // The stream is over; OnDone follows once the hold is gone. No write starts from now on.
+    {
+      absl::MutexLock lock(&mu_);
+      writes_closed_ = true;
+      queue_.clear();
+    }
+    RemoveHold();
+    return;
+  }
   Done done;
   {
     absl::MutexLock lock(&mu_);

@@ -66,7 +66,8 @@ class UpstreamPark final : public grpc::ClientBidiReactor<v1::ParkRequest, v1::P
   v1::ParkRequest writing_request_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // a response came
+  bool writes_closed_ ABSL_GUARDED_BY(mu_) = false;  // the read failed: the stream is over
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;       // a response came
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_ ABSL_GUARDED_BY(mu_);  // what calls get once ended_
 };
