@@ -74,7 +74,30 @@ class AuthTest : public ::testing::Test {
     return out;
   }
 
+  // Both workers, as agents of `address` sending `token` (empty: none), connected.
+  void ConnectWorkers(const std::string& address, const std::string& token) {
+    for (int i = 0; i < 2; ++i) {
+      agents_[i] = std::make_unique<CoordinationAgent>();
+      AgentConfig config;
+      config.coordinator_address = address;
+      config.auth_token = token;
+      config.job_name = "worker";
+      config.task_id = i;
+      ASSERT_TRUE(agents_[i]->Initialize(config).ok());
+    }
+    std::thread other([&] { EXPECT_TRUE(agents_[1]->Connect().ok()); });
+    EXPECT_TRUE(agents_[0]->Connect().ok());
+    other.join();
+  }
+
+  void TearDown() override {
+    for (auto& agent : agents_) {
+      if (agent) agent->CancelPendingCalls();
+    }
+  }
+
   TestCoordinator coordinator_;
+  std::unique_ptr<CoordinationAgent> agents_[2];
 };
 
 TEST_F(AuthTest, EveryMethodOfEveryProtocolRefusesACallWithoutTheToken) {
@@ -147,22 +170,9 @@ TEST_F(AuthTest, CallsWithTheTokenWorkAndHttpStaysOpen) {
   EXPECT_EQ(*coordinator_.service().TryGetKeyValue("k"), "v");
 
   // Two agents with the token register and share a key.
-  std::unique_ptr<CoordinationAgent> agents[2];
-  for (int i = 0; i < 2; ++i) {
-    agents[i] = std::make_unique<CoordinationAgent>();
-    AgentConfig config;
-    config.coordinator_address = coordinator_.address();
-    config.auth_token = kToken;
-    config.job_name = "worker";
-    config.task_id = i;
-    ASSERT_TRUE(agents[i]->Initialize(config).ok());
-  }
-  std::thread other([&] { EXPECT_TRUE(agents[1]->Connect().ok()); });
-  ASSERT_TRUE(agents[0]->Connect().ok());
-  other.join();
-  ASSERT_TRUE(agents[0]->InsertKeyValue("shared", "x").ok());
-  EXPECT_EQ(*agents[1]->GetKeyValue("shared"), "x");
-  for (auto& agent : agents) agent->CancelPendingCalls();
+  ConnectWorkers(coordinator_.address(), kToken);
+  ASSERT_TRUE(agents_[0]->InsertKeyValue("shared", "x").ok());
+  EXPECT_EQ(*agents_[1]->GetKeyValue("shared"), "x");
 
   for (const char* path : {"/metrics", "/healthz", "/readyz"}) {
     int code = 0;
@@ -180,21 +190,10 @@ TEST_F(AuthTest, TheSidecarProxyAttachesTheTokenForClientsThatHaveNone) {
   ASSERT_TRUE(proxy.Start().ok());
   ASSERT_TRUE(proxy.backend().AwaitLink(UpstreamBackend::Link::kConnected, absl::Seconds(20)));
   // An unmodified client (no token) behind the proxy.
-  std::unique_ptr<CoordinationAgent> agents[2];
-  for (int i = 0; i < 2; ++i) {
-    agents[i] = std::make_unique<CoordinationAgent>();
-    AgentConfig config;
-    config.coordinator_address = absl::StrCat("127.0.0.1:", proxy.port());
-    config.job_name = "worker";
-    config.task_id = i;
-    ASSERT_TRUE(agents[i]->Initialize(config).ok());
-  }
-  std::thread other([&] { EXPECT_TRUE(agents[1]->Connect().ok()); });
-  ASSERT_TRUE(agents[0]->Connect().ok());
-  other.join();
-  ASSERT_TRUE(agents[0]->InsertKeyValue("through", "proxy").ok());
+  ConnectWorkers(absl::StrCat("127.0.0.1:", proxy.port()), /*token=*/"");
+  ASSERT_TRUE(agents_[0]->InsertKeyValue("through", "proxy").ok());
   EXPECT_EQ(*coordinator_.service().TryGetKeyValue("through"), "proxy");
-  for (auto& agent : agents) agent->CancelPendingCalls();
+  for (auto& agent : agents_) agent->CancelPendingCalls();
 }
 
 TEST_F(AuthTest, AProxyWithAWrongTokenGetsNothingThrough) {
