@@ -22,6 +22,9 @@ VENV_DIR = Path(os.environ.get("COMPAT_VENV_DIR", REPO_ROOT / ".venv"))
 CLIENTS_DIR = VENV_DIR / "clients"
 WORKER = COMPAT_DIR / "worker.py"
 
+sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
+from free_port import free_port  # noqa: E402  (shared with the e2e tests)
+
 
 def cohort_binary(name):
     bin_dir = Path(os.environ.get("COHORT_BIN_DIR", "build/bin"))
@@ -33,12 +36,6 @@ def cohort_binary(name):
 def coordinator_binary():
     return cohort_binary("cohort-coordinator")
 
-
-def free_port():
-    """A port nothing listens on right now (for servers that cannot bind port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def version_tuple(text):

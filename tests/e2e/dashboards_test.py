@@ -48,6 +48,9 @@ GPUS = os.path.join(ROOT, "tests", "sidecar", "gpu", "testdata", "eight_gpus.jso
 KUBECTL = os.path.join(ROOT, "build", "tools", "bin", "kubectl")
 KUBECONFIG = os.environ.get("KUBECONFIG",
                             os.path.join(ROOT, "build", "local-cluster", "kubeconfig"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from free_port import free_port  # noqa: E402  (shared with the compat suite)
+
 PROMETHEUS = os.environ.get("PROMETHEUS", shutil.which("prometheus") or "/usr/bin/prometheus")
 
 NAMESPACE = f"dash-test-{os.getpid()}"
@@ -64,11 +67,6 @@ GRAFANA_INTERVALS = {"__rate_interval": "2m", "__interval": "15s", "__range": "1
 def log(msg):
     print(msg, flush=True)
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5):

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -52,6 +54,11 @@ tf::CoordinatedTask Worker(int id) {
   return task;
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 bool Accepting(const std::string& address) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
@@ -77,11 +84,12 @@ class ChaosTest : public ::testing::Test {
                                    std::to_string(kSidecars), "--log-level", "warn"},
           std::map<std::string, std::string>{}, absl::StrCat(dir_, "/sidecar-", s, ".log")));
     }
-    for (const std::string& proxy : proxies_) {
+    for (int s = 0; s < kSidecars; ++s) {
       absl::Time deadline = absl::Now() + absl::Seconds(30);
-      while (!Accepting(proxy) && absl::Now() < deadline) {
+      while (!Accepting(proxies_[s]) && absl::Now() < deadline) {
       }
-      ASSERT_TRUE(Accepting(proxy)) << proxy;
+      ASSERT_TRUE(Accepting(proxies_[s])) << proxies_[s] << ", sidecar " << s << "'s log:\n"
+                                          << ReadFile(absl::StrCat(dir_, "/sidecar-", s, ".log"));
     }
   }
 
