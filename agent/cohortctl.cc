@@ -530,12 +530,13 @@ int main(int argc, char** argv) {
     return Check(client.tf().CancelBarrier(client.Context().get(), request, &response));
   }
   if (report->parsed()) {
-    tensorflow::ReportErrorToServiceRequest request;
+    // Reported about the task, not by it: the task need not be registered.
+    tensorflow::ReportErrorToTaskRequest request;
     request.set_error_code(static_cast<int>(absl::StatusCode::kInternal));
     request.set_error_message(message);
-    *request.mutable_error_origin() = *task;
-    tensorflow::ReportErrorToServiceResponse response;
-    return Check(client.tf().ReportErrorToService(client.Context().get(), request, &response));
+    *request.mutable_error_payload()->mutable_source_task() = *task;
+    tensorflow::ReportErrorToTaskResponse response;
+    return Check(client.tf().ReportErrorToTask(client.Context().get(), request, &response));
   }
   return kUsage;
 }

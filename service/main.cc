@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   cohort::ServerOptions server;
   std::vector<std::string> jobs, aux_jobs, recoverable;
   std::string default_job, heartbeat = "100s", reg = "5m", shutdown = "5m";
+  std::string barrier_retention = "1h";
   std::string log_format = "text", log_level = "info";
   bool register_barrier = true;
   cohort::ServiceConfig config;
@@ -114,6 +115,21 @@ int main(int argc, char** argv) {
                  "blocking calls one task may have waiting")
       ->capture_default_str();
   app.add_option("--max-parked-calls", config.parked.max_total, "blocking calls waiting in all")
+      ->capture_default_str();
+  app.add_option("--max-parked-calls-without-task", config.parked.max_without_task_per_kind,
+                 "blocking calls of one kind that name no task (blocking gets, key watches) "
+                 "waiting at once; 0: --max-parked-calls-per-task times the tasks of all jobs")
+      ->capture_default_str();
+  app.add_option("--max-barrier-id-bytes", config.barriers.max_id_bytes, "longest barrier id")
+      ->capture_default_str();
+  app.add_option("--max-open-barriers", config.barriers.max_open, "barriers open at once")
+      ->capture_default_str();
+  app.add_option("--max-finished-barriers", config.barriers.max_finished,
+                 "finished barriers kept to answer repeated calls")
+      ->capture_default_str();
+  app.add_option("--finished-barrier-retention", barrier_retention,
+                 "how long a finished barrier is kept to answer repeated calls (a retry, a "
+                 "sidecar's re-send after an outage); then its id starts afresh")
       ->capture_default_str();
   app.add_option("--service-incarnation", incarnation,
                  "fixed service incarnation (default random, or the one saved in --state-dir). "
@@ -166,7 +182,8 @@ int main(int argc, char** argv) {
   auto hb = ParseDuration(heartbeat, "--heartbeat-timeout");
   auto rt = ParseDuration(reg, "--register-timeout");
   auto st = ParseDuration(shutdown, "--shutdown-barrier-timeout");
-  for (const auto* d : {&hb, &rt, &st}) {
+  auto br = ParseDuration(barrier_retention, "--finished-barrier-retention");
+  for (const auto* d : {&hb, &rt, &st, &br}) {
     if (!d->ok()) return Fail(d->status());
   }
   auto sync = ParseDuration(state_sync, "--state-sync-interval");
@@ -179,6 +196,7 @@ int main(int argc, char** argv) {
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;
   config.shutdown_barrier_timeout = *st;
+  config.barriers.finished_retention = *br;
 
   // Signals are taken by sigwait below; every thread started later inherits the mask.
   sigset_t signals;

@@ -76,7 +76,7 @@ class CoordinationBackend {
   virtual void ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) = 0;
   virtual void ResetTask(const CallContext& call, const TaskName& task, StatusDone done) = 0;
   virtual void ReportError(const CallContext& call, const TaskName& source,
-                           const absl::Status& error, StatusDone done) = 0;
+                           const absl::Status& error, ErrorReporter by, StatusDone done) = 0;
   virtual void PollForError(const CallContext& call, const TaskName& task, StatusDone done) = 0;
   // The error propagated to every task (OK while there is none).
   virtual void PropagatedError(const CallContext& call, StatusDone done) = 0;

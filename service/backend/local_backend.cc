@@ -28,8 +28,8 @@ void LocalBackend::ResetTask(const CallContext&, const TaskName& task, StatusDon
 }
 
 void LocalBackend::ReportError(const CallContext&, const TaskName& source,
-                               const absl::Status& error, StatusDone done) {
-  done(service_->ReportError(source, error));
+                               const absl::Status& error, ErrorReporter by, StatusDone done) {
+  done(service_->ReportError(source, error, by));
 }
 
 void LocalBackend::PollForError(const CallContext& call, const TaskName& task, StatusDone done) {

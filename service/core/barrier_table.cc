@@ -21,6 +21,8 @@ struct BarrierTable::Instance {
   TimerQueue::TimerId timer = 0;
   bool done = false;
   absl::Status result;
+  uint64_t finished_sequence = 0;  // in BarrierTable::finished_ while done and kept
+  absl::Time finished_at;
 };
 
 namespace {
@@ -43,9 +45,59 @@ absl::Status BarrierStatus(absl::Status status, const std::string& id, int64_t c
 
 }  // namespace
 
+absl::Status CheckBarrierId(const std::string& id, const BarrierLimits& limits) {
+  if (id.empty()) return absl::InvalidArgumentError("barrier id must not be empty");
+  if (id.size() > limits.max_id_bytes) {
+    size_t shown = 64;
+    while (shown > 0 && (static_cast<unsigned char>(id[shown]) & 0xC0) == 0x80) --shown;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "barrier id is ", id.size(), " bytes, more than the coordinator's limit of ",
+        limits.max_id_bytes, " (--max-barrier-id-bytes); it starts \"", id.substr(0, shown), "\""));
+  }
+  return absl::OkStatus();
+}
+
 BarrierTable::BarrierTable(const Clock* clock, ParkedCallRegistry* parked, TimerQueue* timers,
-                           BarrierObserver* observer)
-    : clock_(clock), parked_(parked), timers_(timers), observer_(observer) {}
+                           BarrierObserver* observer, BarrierLimits limits)
+    : clock_(clock), parked_(parked), timers_(timers), observer_(observer), limits_(limits) {}
+
+void BarrierTable::RememberFinishedLocked(Instance& barrier) {
+  barrier.finished_sequence = ++finish_sequence_;
+  barrier.finished_at = clock_->Now();
+  finished_.emplace(barrier.finished_sequence, barrier.id);
+}
+
+void BarrierTable::UnrememberLocked(Instance& barrier) {
+  if (barrier.finished_sequence) finished_.erase(barrier.finished_sequence);
+  barrier.finished_sequence = 0;
+}
+
+void BarrierTable::ForgetFinishedLocked() {
+  const absl::Time cutoff = clock_->Now() - limits_.finished_retention;
+  while (!finished_.empty()) {
+    auto oldest = finished_.begin();
+    auto it = barriers_.find(oldest->second);
+    if (finished_.size() <= limits_.max_finished && it != barriers_.end() &&
+        it->second->finished_at > cutoff) {
+      break;
+    }
+    if (it != barriers_.end()) {
+      barriers_.erase(it);
+      if (journal_) journal_->BarrierForgotten(oldest->second);
+    }
+    finished_.erase(oldest);
+  }
+}
+
+size_t BarrierTable::NumOpen() const {
+  absl::MutexLock lock(&mu_);
+  return barriers_.size() - finished_.size();
+}
+
+size_t BarrierTable::NumFinished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_.size();
+}
 
 std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierArrival& arrival) {
   auto barrier = std::make_shared<Instance>();
@@ -55,7 +107,9 @@ std::shared_ptr<BarrierTable::Instance> BarrierTable::StartLocked(const BarrierA
   barrier->deadline = barrier->started + arrival.timeout;
   barrier->timeout = arrival.timeout;
   barrier->participants = arrival.participants;
-  barriers_[arrival.id] = barrier;
+  std::shared_ptr<Instance>& slot = barriers_[arrival.id];
+  if (slot) UnrememberLocked(*slot);
+  slot = barrier;
   if (journal_) {
     DurableBarrier record;
     record.id = arrival.id;
@@ -76,6 +130,7 @@ std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(
     Instance& barrier, const absl::Status& result) {
   barrier.done = true;
   barrier.result = result.ok() ? result : BarrierStatus(result, barrier.id, barrier.counter);
+  RememberFinishedLocked(barrier);
   if (journal_) journal_->BarrierDone(barrier.id, barrier.counter, barrier.result);
   if (barrier.timer) timers_->Cancel(barrier.timer);
   absl::Duration open_for = clock_->Now() - barrier.started;
@@ -111,10 +166,15 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
   bool parked = false;
   {
     absl::MutexLock lock(&mu_);
+    ForgetFinishedLocked();
     auto it = barriers_.find(arrival.id);
     std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
 
-    int64_t expected = !barrier ? 0 : barrier->done ? barrier->counter + 1 : barrier->counter;
+    // An id the table does not know (new, or forgotten) starts at the instance its caller names.
+    int64_t expected = !barrier        ? arrival.counter
+                       : barrier->done ? barrier->counter + 1
+                                       : barrier->counter;
+    const bool starts = !barrier || barrier->done;
     if (barrier && barrier->done && arrival.counter == barrier->counter) {
       // A repeated call for an instance that is over: its cached result.
       answer = barrier->result.ok() ? absl::StatusOr<int64_t>(barrier->counter)
@@ -127,12 +187,17 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
                            expected, ": the tasks disagree on how often this barrier was used")),
           arrival.id, barrier ? barrier->counter : 0);
       answer = mismatch;
-      if (barrier && !barrier->done) {
+      if (!barrier->done) {
         finished = PassLocked(*barrier, mismatch);
         answer = barrier->result;
       }
+    } else if (starts && barriers_.size() - finished_.size() >= limits_.max_open) {
+      answer = absl::ResourceExhaustedError(absl::StrCat(
+          "barrier \"", arrival.id, "\" cannot start: ", limits_.max_open,
+          " barriers are open, the coordinator's limit (--max-open-barriers); retry after some "
+          "of them passed"));
     } else {
-      if (!barrier || barrier->done) {
+      if (starts) {
         barrier = StartLocked(arrival);
         started = true;
       }
@@ -192,6 +257,7 @@ bool BarrierTable::Arrive(const BarrierArrival& arrival, WaiterId waiter, const 
         }
       }
     }
+    ForgetFinishedLocked();
   }
   for (auto& earlier : duplicates) {
     earlier->Finish(absl::CancelledError(
@@ -222,6 +288,7 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
   absl::Status cancelled;
   {
     absl::MutexLock lock(&mu_);
+    ForgetFinishedLocked();
     auto it = barriers_.find(id);
     std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
     if (barrier && barrier->done && barrier->counter >= counter) {
@@ -230,11 +297,16 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
                        barrier->result.ok() ? "passed" : "failed", "; nothing to cancel"));
     }
     // Only the open instance, or the next one to open, can be cancelled.
-    int64_t expected = !barrier ? 0 : barrier->done ? barrier->counter + 1 : barrier->counter;
+    int64_t expected = !barrier ? counter : barrier->done ? barrier->counter + 1 : barrier->counter;
     if (counter != expected) {
       return absl::FailedPreconditionError(absl::StrCat("barrier \"", id,
                                                         "\" cannot cancel instance ", counter,
                                                         ": the next instance is ", expected));
+    }
+    if ((!barrier || barrier->done) && barriers_.size() - finished_.size() >= limits_.max_open) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("barrier \"", id, "\" cannot be cancelled ahead: ", limits_.max_open,
+                       " barriers are open, the coordinator's limit (--max-open-barriers)"));
     }
     if (!barrier || barrier->done) {
       // Cancelled before anyone arrived: later callers of this instance are told so.
@@ -246,6 +318,7 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
         absl::StrCat("barrier \"", id, "\" was cancelled by ", caller.ToString()));
     finished = PassLocked(*barrier, cancelled);
     cancelled = barrier->result;
+    ForgetFinishedLocked();
   }
   FinishCalls(finished, cancelled);
   return absl::OkStatus();
@@ -271,6 +344,7 @@ void BarrierTable::OnTimeout(const std::string& id, int64_t counter) {
             absl::FormatDuration(barrier.deadline - barrier.started), " with ", missing.size(),
             " of ", barrier.participants->size(), " tasks missing: ", TaskList(missing))));
     error = barrier.result;
+    ForgetFinishedLocked();  // `barrier` may go with it
   }
   FinishCalls(finished, error);
 }
@@ -286,6 +360,7 @@ void BarrierTable::FailTask(const TaskName& task, const absl::Status& error) {
                                             task.ToString(), " failed: ", error.message())));
       failed.emplace_back(std::move(calls), barrier->result);
     }
+    ForgetFinishedLocked();
   }
   for (auto& [calls, status] : failed) FinishCalls(calls, status);
 }
@@ -299,6 +374,7 @@ void BarrierTable::FailAll(const absl::Status& error) {
       auto calls = PassLocked(*barrier, error);
       failed.emplace_back(std::move(calls), barrier->result);
     }
+    ForgetFinishedLocked();
   }
   for (auto& [calls, status] : failed) FinishCalls(calls, status);
 }
@@ -332,7 +408,10 @@ void BarrierTable::Restore(const std::vector<DurableBarrier>& barriers) {
       barrier->timer =
           timers_->Schedule(barrier->deadline, [this, id, counter] { OnTimeout(id, counter); });
     }
-    barriers_[record.id] = std::move(barrier);
+    std::shared_ptr<Instance>& slot = barriers_[record.id];
+    if (slot) UnrememberLocked(*slot);
+    slot = std::move(barrier);
+    if (slot->done) RememberFinishedLocked(*slot);
   }
 }
 

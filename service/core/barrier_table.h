@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -39,6 +40,22 @@ struct BarrierSnapshot {
   std::vector<TaskName> missing;
 };
 
+// Bounds on what callers can make the table hold. A finished instance is kept to answer
+// repeated calls (a retry whose answer was lost, a proxy's re-send after an outage) for
+// `finished_retention`, or until `max_finished` newer instances finished, whichever comes
+// first; then its id is forgotten, and the id's next caller starts it afresh at the instance
+// it names.
+struct BarrierLimits {
+  size_t max_id_bytes = 1024;
+  size_t max_open = 10000;
+  size_t max_finished = 10000;
+  absl::Duration finished_retention = absl::Hours(1);
+};
+
+// INVALID_ARGUMENT naming the limit when `id` is empty or longer than the limit; the error
+// quotes only the id's start.
+absl::Status CheckBarrierId(const std::string& id, const BarrierLimits& limits);
+
 // What a barrier did, for metrics and logs.
 class BarrierObserver {
  public:
@@ -58,7 +75,7 @@ class BarrierTable {
   using TaskHealth = std::function<absl::Status(const TaskName&)>;
 
   BarrierTable(const Clock* clock, ParkedCallRegistry* parked, TimerQueue* timers,
-               BarrierObserver* observer);
+               BarrierObserver* observer, BarrierLimits limits = {});
 
   // Participants' health is checked when an instance starts; later failures arrive through
   // FailTask. Returns true when this call started a new instance.
@@ -70,6 +87,9 @@ class BarrierTable {
   void FailAll(const absl::Status& error);
 
   std::vector<BarrierSnapshot> OpenBarriers() const;
+  // Instances open now, and finished ones still kept for repeated calls.
+  size_t NumOpen() const;
+  size_t NumFinished() const;
 
   // Durability: every change is told to `journal` (null: none) before any caller hears of
   // it. `workload` is the service's default participant list, recorded by reference.
@@ -90,16 +110,24 @@ class BarrierTable {
   void FinishCalls(std::vector<std::shared_ptr<Call>>& calls, const absl::StatusOr<int64_t>& r);
   void OnTimeout(const std::string& id, int64_t counter);
   void RemoveWaiter(const std::string& id, WaiterId waiter);
+  // Forgets finished instances past the retention or over the count, oldest first.
+  void ForgetFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberFinishedLocked(Instance& barrier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnrememberLocked(Instance& barrier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   ParkedCallRegistry* const parked_;
   TimerQueue* const timers_;
   BarrierObserver* const observer_;
+  const BarrierLimits limits_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Instance>> barriers_ ABSL_GUARDED_BY(mu_);
   StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::shared_ptr<const std::vector<TaskName>> workload_ ABSL_GUARDED_BY(mu_);
+  // Finished instances in the order they finished: sequence number to id.
+  absl::btree_map<uint64_t, std::string> finished_ ABSL_GUARDED_BY(mu_);
+  uint64_t finish_sequence_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cohort

@@ -57,6 +57,18 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create
   return service;
 }
 
+namespace {
+// Calls that name no task share a pool per kind, sized by the job unless the config says.
+ParkLimits WithTaskCount(ParkLimits limits, const std::vector<JobConfig>& jobs) {
+  if (limits.max_without_task_per_kind == 0) {
+    int64_t tasks = 0;
+    for (const JobConfig& job : jobs) tasks += job.num_tasks;
+    limits.max_without_task_per_kind = std::max<int64_t>(1, tasks) * limits.max_per_task;
+  }
+  return limits;
+}
+}  // namespace
+
 CoordinationService::CoordinationService(ServiceConfig config, const Clock* clock,
                                          ServiceObserver* observer, uint64_t service_incarnation,
                                          StateJournal* journal)
@@ -66,9 +78,9 @@ CoordinationService::CoordinationService(ServiceConfig config, const Clock* cloc
       service_incarnation_(service_incarnation),
       jobs_(config_.jobs, config_.default_job),
       journal_(journal),
-      parked_(config_.parked),
+      parked_(WithTaskCount(config_.parked, config_.jobs)),
       key_values_(config_.key_value, &parked_, &timers_),
-      barriers_(clock, &parked_, &timers_, observer),
+      barriers_(clock, &parked_, &timers_, observer, config_.barriers),
       heartbeats_(config_.heartbeat_timeout),
       tasks_(jobs_),
       register_barrier_(&timers_, config_.register_timeout, [this] { OnRegisterTimeout(); }),
@@ -361,7 +373,8 @@ absl::Status CoordinationService::PropagatedError() const {
   return first_error_;
 }
 
-absl::Status CoordinationService::ReportError(const TaskName& source, const absl::Status& error) {
+absl::Status CoordinationService::ReportError(const TaskName& source, const absl::Status& error,
+                                              ErrorReporter by) {
   if (error.ok()) {
     return ServiceError(absl::InvalidArgumentError(
         absl::StrCat(source.ToString(), " reported an error with code OK; nothing to report")));
@@ -371,8 +384,27 @@ absl::Status CoordinationService::ReportError(const TaskName& source, const absl
     WriteLock lock(this);
     auto task = tasks_.Get(source);
     if (!task.ok()) return task.status();
-    absl::Status reported(
-        error.code(), absl::StrCat("error reported by ", source.ToString(), ": ", error.message()));
+    // As upstream: a task reports its own errors while registered. Errors about a task
+    // reported by someone else (ReportErrorToTask, cohortctl) need no registration.
+    if (by == ErrorReporter::kTheTask && (*task)->state == TaskState::kDisconnected &&
+        !heartbeats_.InGrace(**task, clock_->Now())) {
+      return ServiceError(absl::FailedPreconditionError(absl::StrCat(
+          source.ToString(), " reported an error but is not registered; register first")));
+    }
+    // Cut rather than refused: a task in trouble must still be heard. The cut text is what
+    // every task and the state log get.
+    absl::string_view text = error.message();
+    std::string cut;
+    if (text.size() > kMaxReportedErrorBytes) {
+      size_t keep = kMaxReportedErrorBytes;
+      while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+      cut = absl::StrCat(" [", text.size() - keep, " more bytes cut by the coordinator]");
+      spdlog::warn("{} reported an error of {} bytes; kept the first {}", source.ToString(),
+                   text.size(), keep);
+      text = text.substr(0, keep);
+    }
+    absl::Status reported(error.code(),
+                          absl::StrCat("error reported by ", source.ToString(), ": ", text, cut));
     SetErrorLocked(**task, reported, /*reported_by_task=*/true, fx);
   }
   Apply(fx);

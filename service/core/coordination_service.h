@@ -29,6 +29,9 @@
 
 namespace cohort {
 
+// A reported error's message beyond this many bytes is cut (and says so).
+inline constexpr size_t kMaxReportedErrorBytes = 16384;
+
 // What the service did, for metrics. Every method may be called from any thread.
 class ServiceObserver : public BarrierObserver {
  public:
@@ -80,7 +83,10 @@ class CoordinationService {
   absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const;
   void ShutdownTask(const TaskName& task, WaiterId waiter, StatusDone done);
   absl::Status ResetTask(const TaskName& task);
-  absl::Status ReportError(const TaskName& source, const absl::Status& error);
+  // `by`: the task itself, which must be registered (as upstream), or someone else (an
+  // operator's tool, another task's ReportErrorToTask), who may report any known task.
+  absl::Status ReportError(const TaskName& source, const absl::Status& error,
+                           ErrorReporter by = ErrorReporter::kSomeoneElse);
   void PollForError(const TaskName& task, WaiterId waiter, StatusDone done);
   absl::StatusOr<std::vector<TaskStateInfo>> GetTaskStates(
       const std::vector<TaskName>& tasks) const;
@@ -117,6 +123,8 @@ class CoordinationService {
   KeyValueStore::Stats KeyValueStats() const;
 
   std::vector<BarrierSnapshot> OpenBarriers() const { return barriers_.OpenBarriers(); }
+  // Finished barriers still kept to answer repeated calls (BarrierLimits).
+  size_t FinishedBarriersKept() const { return barriers_.NumFinished(); }
   int64_t ParkedCalls(ParkKind kind) const { return parked_.Count(kind); }
   std::vector<TaskStateInfo> AllTasks() const;
   bool IsAuxiliary(const std::string& job) const { return jobs_.IsAuxiliary(job); }

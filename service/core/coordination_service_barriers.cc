@@ -272,10 +272,18 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
     if (stopped_) {
       return done(ServiceError(absl::UnavailableError("the coordination service is stopping")));
     }
-    if (id.empty()) {
-      return done(ServiceError(absl::InvalidArgumentError("barrier id must not be empty")));
+    if (auto bad = CheckBarrierId(id, config_.barriers); !bad.ok()) {
+      return done(ServiceError(bad));
     }
-    if (!tasks_.Find(caller)) return done(tasks_.Get(caller).status());
+    const TaskRecord* task = tasks_.Find(caller);
+    if (!task) return done(tasks_.Get(caller).status());
+    // A task that is not registered has no say in the job's barriers (a restarted
+    // coordinator still hears the tasks it restored, within their grace period).
+    if (task->state == TaskState::kDisconnected && !heartbeats_.InGrace(*task, clock_->Now())) {
+      return done(ServiceError(
+          absl::FailedPreconditionError(absl::StrCat(caller.ToString(), " called barrier \"", id,
+                                                     "\" but is not registered; register first"))));
+    }
     // The default list is the service's own; only a caller's list needs checking.
     for (const TaskName& t : explicit_tasks ? *arrival.participants : std::vector<TaskName>{}) {
       if (!tasks_.Find(t)) {
@@ -301,6 +309,7 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
 
 absl::Status CoordinationService::CancelBarrier(const std::string& id, int64_t counter,
                                                 const TaskName& caller) {
+  if (auto bad = CheckBarrierId(id, config_.barriers); !bad.ok()) return ServiceError(bad);
   {
     absl::ReaderMutexLock lock(&mu_);
     if (!tasks_.Find(caller)) return tasks_.Get(caller).status();

@@ -97,6 +97,8 @@ class StateJournal {
   virtual void BarrierStarted(const DurableBarrier& barrier) = 0;
   virtual void BarrierArrived(const std::string& id, int64_t counter, const TaskName& task) = 0;
   virtual void BarrierDone(const std::string& id, int64_t counter, const absl::Status& result) = 0;
+  // A finished barrier's id is forgotten (BarrierLimits): its next caller starts it afresh.
+  virtual void BarrierForgotten(const std::string& id) = 0;
 };
 
 }  // namespace cohort

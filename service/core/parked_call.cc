@@ -46,6 +46,14 @@ absl::Status ParkedCallRegistry::Add(const std::shared_ptr<ParkedCall>& call) {
                        " parked calls (limit --max-parked-calls-per-task)"));
     }
     ++n;
+  } else if (limits_.max_without_task_per_kind > 0) {
+    int64_t& n = without_task_[static_cast<int>(call->kind())];
+    if (n >= limits_.max_without_task_per_kind) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator already holds ", n, " ", ParkKindName(call->kind()),
+          " calls that name no task (limit --max-parked-calls-without-task); retry later"));
+    }
+    ++n;
   }
   counts_[static_cast<int>(call->kind())].fetch_add(1);
   calls_.emplace(call->id(), call);
@@ -58,6 +66,8 @@ void ParkedCallRegistry::ForgetLocked(ParkedCall& call) {
   if (call.owner()) {
     auto it = per_task_.find(*call.owner());
     if (it != per_task_.end() && --it->second == 0) per_task_.erase(it);
+  } else if (limits_.max_without_task_per_kind > 0) {
+    --without_task_[static_cast<int>(call.kind())];
   }
   calls_.erase(call.id());
 }

@@ -88,6 +88,9 @@ inline void RemoveParkedCall(std::vector<std::shared_ptr<ParkedCall>>* calls, Wa
 struct ParkLimits {
   int max_per_task = 64;
   int64_t max_total = 1 << 20;
+  // Calls of one kind that name no task (a blocking get, a key watch) waiting at once. The
+  // service sets 0 to max_per_task times its tasks.
+  int64_t max_without_task_per_kind = 0;
 };
 
 class ParkedCallRegistry {
@@ -123,6 +126,7 @@ class ParkedCallRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<WaiterId, std::shared_ptr<ParkedCall>> calls_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TaskName, int> per_task_ ABSL_GUARDED_BY(mu_);
+  std::array<int64_t, kNumParkKinds> without_task_ ABSL_GUARDED_BY(mu_){};
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status stop_status_ ABSL_GUARDED_BY(mu_);
 };

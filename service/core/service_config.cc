@@ -17,6 +17,11 @@ absl::Status ValidateConfig(const ServiceConfig& config) {
       return absl::InvalidArgumentError(
           absl::StrCat("job \"", job.name, "\" has ", job.num_tasks, " tasks; need at least 1"));
     }
+    if (job.num_tasks > kMaxTasksPerJob) {
+      return absl::InvalidArgumentError(absl::StrCat("job \"", job.name, "\" has ", job.num_tasks,
+                                                     " tasks; at most ", kMaxTasksPerJob,
+                                                     " tasks per job are supported"));
+    }
     if (seen[job.name]++) {
       return absl::InvalidArgumentError(absl::StrCat("job \"", job.name, "\" is declared twice"));
     }
@@ -42,6 +47,13 @@ absl::Status ValidateConfig(const ServiceConfig& config) {
   }
   if (config.shutdown_barrier_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("shutdown barrier timeout must not be negative");
+  }
+  if (config.barriers.max_id_bytes == 0 || config.barriers.max_open == 0) {
+    return absl::InvalidArgumentError(
+        "--max-barrier-id-bytes and --max-open-barriers must be at least 1");
+  }
+  if (config.barriers.finished_retention < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--finished-barrier-retention must not be negative");
   }
   return absl::OkStatus();
 }

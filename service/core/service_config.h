@@ -6,10 +6,15 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "service/core/barrier_table.h"
 #include "service/core/key_value_store.h"
 #include "service/core/parked_call.h"
 
 namespace cohort {
+
+// A job's tasks are named in memory, in state records and in errors: far above any real
+// job, low enough that a typo in --job cannot take the coordinator's memory.
+inline constexpr int32_t kMaxTasksPerJob = 1 << 17;
 
 struct JobConfig {
   std::string name;
@@ -33,6 +38,7 @@ struct ServiceConfig {
   bool register_barrier = true;
   KeyValueLimits key_value;
   ParkLimits parked;
+  BarrierLimits barriers;
   // Zero picks a random one. Set it to keep the incarnation across coordinator restarts.
   uint64_t service_incarnation = 0;
 };

@@ -10,6 +10,9 @@
 
 namespace cohort {
 
+// Who reports a task's error: the task itself, or someone else about it.
+enum class ErrorReporter { kTheTask, kSomeoneElse };
+
 // A task of a job: what every protocol's task identity is translated to.
 struct TaskName {
   std::string job;

@@ -210,7 +210,17 @@ void UpstreamBackend::ResetTask(const CallContext& call, const TaskName& task, S
 }
 
 void UpstreamBackend::ReportError(const CallContext& call, const TaskName& source,
-                                  const absl::Status& error, StatusDone done) {
+                                  const absl::Status& error, ErrorReporter by, StatusDone done) {
+  if (by == ErrorReporter::kSomeoneElse) {
+    tf::ReportErrorToTaskRequest request;
+    request.set_error_code(static_cast<int32_t>(error.code()));
+    request.set_error_message(std::string(error.message()));
+    *request.mutable_error_payload()->mutable_source_task() = ToWireTask(source);
+    Send<tf::ReportErrorToTaskResponse>(
+        call, &Async::ReportErrorToTask, std::move(request),
+        [done](const absl::Status& s, const tf::ReportErrorToTaskResponse&) { done(s); });
+    return;
+  }
   tf::ReportErrorToServiceRequest request;
   request.set_error_code(static_cast<int32_t>(error.code()));
   request.set_error_message(std::string(error.message()));

@@ -206,9 +206,10 @@ inline grpc::ServerUnaryReactor* PollForError(RpcCall* call, CoordinationBackend
 
 inline grpc::ServerUnaryReactor* ReportError(RpcCall* call, CoordinationBackend* backend,
                                              const TaskName& source, int32_t code,
-                                             const std::string& message) {
+                                             const std::string& message, ErrorReporter by) {
   backend->ReportError(call->Context(), source,
-                       absl::Status(static_cast<absl::StatusCode>(code), message), ReplyWith(call));
+                       absl::Status(static_cast<absl::StatusCode>(code), message), by,
+                       ReplyWith(call));
   return call;
 }
 

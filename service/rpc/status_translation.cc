@@ -14,7 +14,26 @@ namespace {
 
 constexpr char kMismatchPayload[] = "cohort.dev/service-mismatch";
 
+// Bytes gRPC sends as themselves in the grpc-message trailer; any other is sent as %XX.
+bool SentAsIs(unsigned char c) { return c >= 0x20 && c <= 0x7E && c != '%'; }
+
 }  // namespace
+
+std::string CutMessage(absl::string_view text) {
+  size_t sent = 0, cut = 0;
+  while (cut < text.size()) {
+    // Whole UTF-8 sequences only: a lead byte and its continuation bytes.
+    size_t end = cut + 1;
+    while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+    size_t cost = 0;
+    for (size_t i = cut; i < end; ++i)
+      cost += SentAsIs(static_cast<unsigned char>(text[i])) ? 1 : 3;
+    if (sent + cost > kMaxErrorMessageBytes) break;
+    sent += cost;
+    cut = end;
+  }
+  return std::string(text.substr(0, cut));
+}
 
 const char* ProtocolName(Protocol protocol) {
   switch (protocol) {
@@ -60,7 +79,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
   }
   if (auto barrier = GetBarrierError(status)) {
     tensorflow::BarrierError error;  // same fields in both protocols
-    error.set_barrier_id(barrier->barrier_id);
+    // An id too long for the trailers is left out, so the client still gets the error.
+    if (barrier->barrier_id.size() <= kMaxPayloadBarrierIdBytes) {
+      error.set_barrier_id(barrier->barrier_id);
+    }
     error.set_counter(barrier->counter);
     payloads[kBarrierErrorKey] = error.SerializeAsString();
   }
@@ -72,14 +94,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
     }
     payloads[kServiceMismatchKey] = error.SerializeAsString();
   }
-  absl::string_view text = status.message();
-  if (text.size() > kMaxErrorMessageBytes) {
-    size_t cut = kMaxErrorMessageBytes;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut);
-  }
-  std::string message(text);
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message,
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), CutMessage(status.message()),
                       container.SerializeAsString());
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace cohort {
@@ -16,8 +18,14 @@ inline constexpr char kCoordinationErrorKey[] =
 inline constexpr char kBarrierErrorKey[] = "type.googleapis.com/tensorflow.BarrierError";
 inline constexpr char kServiceMismatchKey[] = "type.googleapis.com/tensorflow.ServiceMismatchError";
 
-// Clients' own servers cut messages at this length; so do we.
+// Clients' own servers cut messages at this length; so do we, counted as sent (gRPC sends a
+// byte outside printable ASCII as three), so that the status fits the client's metadata limit
+// (8 KiB by default) with its payloads, and the client sees the real error.
 inline constexpr size_t kMaxErrorMessageBytes = 3072;
+inline constexpr size_t kMaxPayloadBarrierIdBytes = 1024;
+
+// `text` cut at whole UTF-8 sequences to at most kMaxErrorMessageBytes as sent.
+std::string CutMessage(absl::string_view text);
 
 // The one place where a core status becomes a gRPC status. Every error is marked as the
 // service's own (a CoordinationServiceError payload, in the protocol's message type), and

@@ -146,7 +146,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportToTask(
   }
   if (!task.ok()) return call->Reply(task.status());
   return requests::ReportError(call, backend_, *task, request->error_code(),
-                               request->error_message());
+                               request->error_message(), ErrorReporter::kSomeoneElse);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToTask(
@@ -170,7 +170,7 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToService(
                             request->source_job(), request->source_task());
   if (!task.ok()) return call->Reply(task.status());
   return requests::ReportError(call, backend_, *task, request->error_code(),
-                               request->error_message());
+                               request->error_message(), ErrorReporter::kTheTask);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetTaskState(

@@ -209,7 +209,7 @@ grpc::ServerUnaryReactor* XlaCoordinationService::ReportErrorToService(
   auto task = Task(request->source_task_id(), request->incarnations());
   if (!task.ok()) return call->Reply(task.status());
   return requests::ReportError(call, backend_, *task, request->error_code(),
-                               request->error_message());
+                               request->error_message(), ErrorReporter::kTheTask);
 }
 
 }  // namespace cohort

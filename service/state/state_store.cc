@@ -352,6 +352,9 @@ class Replay {
         (*found)->result = FromProto(r.result());
         return absl::OkStatus();
       }
+      case pb::Record::kBarrierForgotten:
+        barriers_.erase(record.barrier_forgotten().id());
+        return absl::OkStatus();
       case pb::Record::kBarrier: {
         const pb::BarrierInstance& r = record.barrier();
         DurableBarrier barrier = Started(r.start());
@@ -867,6 +870,12 @@ void StateStore::BarrierDone(const std::string& id, int64_t counter, const absl:
   record.mutable_barrier_done()->set_id(id);
   record.mutable_barrier_done()->set_counter(counter);
   ToProto(result, record.mutable_barrier_done()->mutable_result());
+  Append(record);
+}
+
+void StateStore::BarrierForgotten(const std::string& id) {
+  pb::Record record;
+  record.mutable_barrier_forgotten()->set_id(id);
   Append(record);
 }
 

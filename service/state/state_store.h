@@ -93,6 +93,7 @@ class StateStore final : public StateJournal {
   void BarrierStarted(const DurableBarrier& barrier) override;
   void BarrierArrived(const std::string& id, int64_t counter, const TaskName& task) override;
   void BarrierDone(const std::string& id, int64_t counter, const absl::Status& result) override;
+  void BarrierForgotten(const std::string& id) override;
 
  private:
   StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);

@@ -45,6 +45,7 @@ ServiceConfig Config() {
   config.heartbeat_timeout = absl::Seconds(100);
   config.register_timeout = absl::Seconds(60);
   config.shutdown_barrier_timeout = absl::Seconds(30);
+  config.barriers.max_finished = 3;  // small, so that tests see ids forgotten
   return config;
 }
 
@@ -278,6 +279,12 @@ TEST_F(StateStoreTest, EveryAcknowledgedChangeSurvivesACrash) {
   ASSERT_TRUE(late.fired());
   ASSERT_TRUE(service_->CancelBarrier("never", 0, kW1).ok());
   ExpectSurvivesCrash("a barrier timed out and one cancelled");
+  for (const std::string id : {"more-1", "more-2"}) {
+    auto a = Barrier(id, 0, kW0, {kW0});
+    ASSERT_TRUE(a.value().ok()) << a.value().status();
+  }
+  ASSERT_EQ(service_->FinishedBarriersKept(), 3u);
+  ExpectSurvivesCrash("the oldest finished barriers forgotten");
 
   // A device exchange.
   std::vector<ValueResult<std::vector<std::string>>> devices(3);
