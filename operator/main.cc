@@ -7,11 +7,14 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/http_server.h"
 #include "common/logging.h"
@@ -40,6 +43,22 @@ bool ParseDuration(const std::string& text, absl::Duration* out) {
   return absl::ParseDuration(text, out) && *out >= absl::ZeroDuration();
 }
 
+// "key=value,key=value" -> labels; false (with `error` set) on anything else.
+bool ParseLabels(const std::string& text, std::map<std::string, std::string>* out,
+                 std::string* error) {
+  for (absl::string_view pair : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    kv.first = std::string(absl::StripAsciiWhitespace(kv.first));
+    kv.second = std::string(absl::StripAsciiWhitespace(kv.second));
+    if (kv.first.empty() || pair.find('=') == absl::string_view::npos) {
+      *error = absl::StrCat("\"", pair, "\" is not key=value");
+      return false;
+    }
+    (*out)[kv.first] = kv.second;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +82,11 @@ int main(int argc, char** argv) {
   cohort::controller::OperatorSettings settings;
   std::string failure_settle = "1s", coordinator_poll = "500ms";
   int workers = 4;
+  std::string operator_namespace = Env("POD_NAMESPACE");
+  std::string operator_pod_labels =
+      "app.kubernetes.io/part-of=cohort,app.kubernetes.io/component=operator";
+  std::string metrics_namespace;
+  bool metrics_namespace_given = false;
   std::string log_format = "text", log_level = "info";
 
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: see above)");
@@ -102,6 +126,27 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator-poll", coordinator_poll,
                  "how often each running job's coordinator is asked for its cluster snapshot")
       ->capture_default_str();
+  app.add_option("--network-policy", settings.network_policy,
+                 "give every job a NetworkPolicy that lets only its own pods, the operator's "
+                 "pods (the coordinator's gRPC port) and --metrics-namespace (the metrics "
+                 "ports) reach its pods (true or false; false deletes those made before)")
+      ->capture_default_str();
+  app.add_option("--operator-namespace", operator_namespace,
+                 "the namespace of the operator's pods, which the NetworkPolicy lets reach "
+                 "each coordinator's gRPC port ($POD_NAMESPACE; empty: no operator pod)")
+      ->capture_default_str();
+  app.add_option("--operator-pod-labels", operator_pod_labels,
+                 "the labels of the operator's pods, key=value,... (empty: every pod of "
+                 "--operator-namespace)")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+      "--metrics-namespace",
+      [&](const std::string& v) {
+        metrics_namespace = v;
+        metrics_namespace_given = true;
+      },
+      "the namespace whose pods (Prometheus) the NetworkPolicy lets reach the coordinators' "
+      "HTTP port and the sidecars' (default: --operator-namespace; empty: none)");
   app.add_option("--workers", workers, "jobs reconciled in parallel")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -134,6 +179,11 @@ int main(int argc, char** argv) {
   }
   if (poll < absl::Milliseconds(10)) return Fail("--coordinator-poll must be at least 10ms");
   settings.failure_settle = settle;
+  settings.operator_namespace = operator_namespace;
+  settings.metrics_namespace = metrics_namespace_given ? metrics_namespace : operator_namespace;
+  if (std::string error; !ParseLabels(operator_pod_labels, &settings.operator_pod_labels, &error)) {
+    return Fail(absl::StrCat("--operator-pod-labels: ", error));
+  }
 
   // Signals are taken by one thread; everything else checks `stop`. Blocked before any
   // thread starts (cpprestsdk starts its pool with the first client), so all inherit it.
@@ -149,6 +199,20 @@ int main(int argc, char** argv) {
   spdlog::info("cohort-operator {}: API server {} ({}), {}", kVersion, config->server,
                config->source,
                namespace_name.empty() ? "all namespaces" : "namespace " + namespace_name);
+
+  if (settings.network_policy) {
+    spdlog::info(
+        "job NetworkPolicies: the coordinator's gRPC port open to {}, the metrics ports to {}",
+        settings.operator_namespace.empty()
+            ? "the job's pods only (no --operator-namespace: this operator's own polls come "
+              "from outside the cluster's pods)"
+            : absl::StrCat("the job's pods and pods ", operator_pod_labels, " in namespace ",
+                           settings.operator_namespace),
+        settings.metrics_namespace.empty() ? "no namespace (--metrics-namespace is empty)"
+                                           : "namespace " + settings.metrics_namespace);
+  } else {
+    spdlog::info("job NetworkPolicies: off (--network-policy=false)");
+  }
 
   cohort::MetricsRegistry metrics;
   metrics

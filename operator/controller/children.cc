@@ -68,9 +68,9 @@ json HandoffMount() { return {{"name", "cohort-handoff"}, {"mountPath", kHandoff
 
 json TokenMount() { return {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}; }
 
-// Readable by whatever user the container runs as (the sidecar's is the pod template's, and a
-// secret volume's files belong to root unless the pod has an fsGroup): only the containers
-// that mount it see it, and the workload's containers do not.
+// Readable by the coordinator's and the sidecar's user (a secret volume's files belong to root
+// unless the pod has an fsGroup, and a worker pod's fsGroup is the template's to choose): only
+// the containers that mount it see it, and the workload's containers do not.
 json TokenVolume(const api::CoordinatedJob& job) {
   return {{"name", kTokenVolume},
           {"secret",
@@ -121,10 +121,17 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
        {{"httpGet", {{"path", "/healthz"}, {"port", kSidecarHttpPort}}},
         {"periodSeconds", 1},
         {"failureThreshold", 60}}},
+      // The restricted Pod Security Standard, whatever the workload's template says: the
+      // sidecar reads its workload's command line in /proc and waits on its pidfd, which
+      // needs no privilege, and writes only the hand-off volume.
       {"securityContext",
        {{"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
-        {"capabilities", {{"drop", json::array({"ALL"})}}}}},
+        {"runAsNonRoot", true},
+        {"runAsUser", kSidecarUser},
+        {"runAsGroup", kSidecarUser},
+        {"capabilities", {{"drop", json::array({"ALL"})}}},
+        {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
   if (!job.spec.sidecar.resources.empty()) container["resources"] = job.spec.sidecar.resources;
   return container;
@@ -149,6 +156,9 @@ std::string CoordinatorStateClaimName(const api::CoordinatedJob& job) {
 }
 std::string TokenSecretName(const api::CoordinatedJob& job) {
   return absl::StrCat(job.name, "-token");
+}
+std::string NetworkPolicyName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-isolation");
 }
 
 json OwnerReference(const api::CoordinatedJob& job) {
@@ -211,6 +221,39 @@ json CoordinatorService(const api::CoordinatedJob& job) {
                                    {{"name", "http"},
                                     {"port", kCoordinatorHttpPort},
                                     {"targetPort", kCoordinatorHttpPort}}})}}}};
+}
+
+json NetworkPolicy(const api::CoordinatedJob& job, const OperatorSettings& settings) {
+  // Every field as the API server stores it (protocols given, policyTypes given), so that
+  // the operator's comparison with what it reads back sees no difference that is not one.
+  const json job_pods = {{"matchLabels", {{kManagedByLabel, kManagedBy}, {kJobLabel, job.name}}}};
+  const auto tcp = [](int port) { return json{{"protocol", "TCP"}, {"port", port}}; };
+  json ingress = json::array({{{"from", json::array({{{"podSelector", job_pods}}})}}});
+  if (!settings.operator_namespace.empty()) {
+    // No labels: every pod of the operator's namespace (the API server stores `{}` for that).
+    json operator_pods = json::object();
+    for (const auto& [k, v] : settings.operator_pod_labels) operator_pods["matchLabels"][k] = v;
+    ingress.push_back(
+        {{"from",
+          json::array({{{"namespaceSelector",
+                         {{"matchLabels", {{kNamespaceNameLabel, settings.operator_namespace}}}}},
+                        {"podSelector", operator_pods}}})},
+         {"ports", json::array({tcp(kCoordinatorGrpcPort)})}});
+  }
+  if (!settings.metrics_namespace.empty()) {
+    ingress.push_back(
+        {{"from", json::array({{{"namespaceSelector",
+                                 {{"matchLabels",
+                                   {{kNamespaceNameLabel, settings.metrics_namespace}}}}}}})},
+         {"ports", json::array({tcp(kCoordinatorHttpPort), tcp(kSidecarHttpPort)})}});
+  }
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata", Metadata(job, NetworkPolicyName(job), Labels(job, ""))},
+          {"spec",
+           {{"podSelector", job_pods},
+            {"policyTypes", json::array({"Ingress"})},
+            {"ingress", ingress}}}};
 }
 
 json WorkersService(const api::CoordinatedJob& job) {

@@ -1,11 +1,12 @@
-// What the operator creates for a CoordinatedJob: the job's token Secret, the coordinator's
-// ConfigMap, Pod, Service and (state on a PersistentVolumeClaim) its claim, the workers'
-// headless Service, and worker Pods with the sidecar injected and the env contract of
-// DESIGN.md. Pure functions of the job and the operator's settings (and, for the Secret, of
-// a token made elsewhere).
+// What the operator creates for a CoordinatedJob: the job's token Secret, its NetworkPolicy,
+// the coordinator's ConfigMap, Pod, Service and (state on a PersistentVolumeClaim) its claim,
+// the workers' headless Service, and worker Pods with the sidecar injected and the env
+// contract of DESIGN.md. Pure functions of the job and the operator's settings (and, for the
+// Secret, of a token made elsewhere).
 #ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 #define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -42,8 +43,12 @@ inline constexpr char kTokenKey[] = "token";
 inline constexpr char kTokenVolume[] = "cohort-token";
 inline constexpr char kTokenDir[] = "/var/run/secrets/cohort";
 inline constexpr char kTokenFile[] = "/var/run/secrets/cohort/token";
-// The coordinator image's user; the pod's fsGroup, so that it can write its state volume.
+// The coordinator's and sidecar's images' user (and group); the coordinator pod's fsGroup, so
+// that it can write its state volume.
 inline constexpr int kCoordinatorUser = 65532;
+inline constexpr int kSidecarUser = 65532;
+// The label every namespace carries with its own name (set by the API server).
+inline constexpr char kNamespaceNameLabel[] = "kubernetes.io/metadata.name";
 // Requests and limits of a coordinator whose job sets none: small, and equal, so that the
 // pod is Guaranteed (the last to be evicted).
 inline constexpr char kCoordinatorDefaultCpu[] = "500m";
@@ -58,6 +63,17 @@ struct OperatorSettings {
   // After the first sign of a failure, how long to wait for the rest of the gang's exits
   // before deciding between restart and failure (see PlanJob).
   absl::Duration failure_settle = absl::Seconds(1);
+  // The job's NetworkPolicy (see NetworkPolicy below); false: none, and the operator deletes
+  // those it made before.
+  bool network_policy = true;
+  // Where the operator's own pods run, and their labels: the only pods besides the job's that
+  // reach its coordinator's gRPC port. An empty namespace (the operator runs outside the
+  // cluster) leaves that rule out.
+  std::string operator_namespace;
+  std::map<std::string, std::string> operator_pod_labels;
+  // The namespace whose pods may scrape the coordinator's and the sidecars' metrics ports
+  // (Prometheus). Empty: none.
+  std::string metrics_namespace;
 };
 
 std::string CoordinatorName(const api::CoordinatedJob& job);     // Pod, Service, ConfigMap
@@ -69,6 +85,8 @@ std::string CoordinatorAddress(const api::CoordinatedJob& job);
 std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
 // "<job>-token": the Secret with the job's token.
 std::string TokenSecretName(const api::CoordinatedJob& job);
+// "<job>-isolation": the job's NetworkPolicy.
+std::string NetworkPolicyName(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
 json CoordinatorConfigMap(const api::CoordinatedJob& job);
@@ -77,6 +95,12 @@ json TokenSecret(const api::CoordinatedJob& job, const std::string& token);
 // The token a TokenSecret holds ("" if it holds none).
 std::string TokenOf(const json& secret);
 json CoordinatorService(const api::CoordinatedJob& job);
+// The job's NetworkPolicy (ingress only) over every pod of the job (the coordinator and the
+// workers): the job's own pods reach each other on every port (the workers' collectives, the
+// sidecars' calls to the coordinator); the operator's pods reach the coordinator's gRPC port;
+// the metrics namespace's pods reach the coordinator's HTTP port and the sidecars' (metrics,
+// /v1/alive). Nothing else gets in. Egress is not restricted.
+json NetworkPolicy(const api::CoordinatedJob& job, const OperatorSettings& settings);
 // Only for spec.coordinator.state.volume PersistentVolumeClaim.
 json CoordinatorStateClaim(const api::CoordinatedJob& job);
 // The coordinator's resources: the job's, with requests and limits made equal where only one

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -31,6 +32,7 @@ const kube::Resource& ResourceFor(const json& object) {
   if (kind == "ConfigMap") return kube::kConfigMaps;
   if (kind == "PersistentVolumeClaim") return kube::kPersistentVolumeClaims;
   if (kind == "Secret") return kube::kSecrets;
+  if (kind == "NetworkPolicy") return kube::kNetworkPolicies;
   return kube::kPods;
 }
 
@@ -79,8 +81,8 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   // Every series exists from the start, so rates and dashboards see 0 rather than nothing.
   for (const char* result : {"success", "error", "conflict"})
     reconcile_total_->WithLabels({result});
-  for (const char* resource :
-       {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims", "secrets"}) {
+  for (const char* resource : {"coordinatedjobs", "pods", "services", "configmaps",
+                               "persistentvolumeclaims", "secrets", "networkpolicies"}) {
     watch_restarts_->WithLabels({resource});
   }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
@@ -117,6 +119,9 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   // Only the operator's own (the label selector): the tokens it made.
   secrets_ = std::make_unique<kube::Informer>(client_, kube::kSecrets, child_options,
                                               child_handlers("secrets"));
+  // Watched even with --network-policy=false, so that the policies made before are deleted.
+  network_policies_ = std::make_unique<kube::Informer>(
+      client_, kube::kNetworkPolicies, child_options, child_handlers("networkpolicies"));
 }
 
 JobController::~JobController() { Stop(); }
@@ -128,19 +133,19 @@ void JobController::EnqueueOwner(const json& child) {
 
 bool JobController::StartAndSync(const std::atomic<bool>& stop) {
   for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get()}) {
+                         claims_.get(), secrets_.get(), network_policies_.get()}) {
     informer->Start();
   }
   for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get()}) {
+                         claims_.get(), secrets_.get(), network_policies_.get()}) {
     if (!informer->WaitForSync(stop)) return false;
   }
   synced_ = true;
   spdlog::info(
       "caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps, {} claims, {} "
-      "secrets",
+      "secrets, {} network policies",
       jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size(), claims_->Size(),
-      secrets_->Size());
+      secrets_->Size(), network_policies_->Size());
   return true;
 }
 
@@ -179,7 +184,7 @@ void JobController::Stop() {
   queue_.ShutDown();
   watcher_.StopAll();
   for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get()}) {
+                         claims_.get(), secrets_.get(), network_policies_.get()}) {
     if (informer) informer->Stop();
   }
 }
@@ -204,6 +209,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
   observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
   observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
   observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
+  observed.network_policy = network_policies_->Get(ns, NetworkPolicyName(*job));
   // The token made when the job was first seen (or after its Secret was deleted), never
   // another while the Secret lives: an operator restarted finds it here.
   std::string token;
@@ -333,6 +339,28 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     spdlog::info("CoordinatedJob {}: deleting {} pod(s): {}", key, plan.delete_pods.size(),
                  Summarize(plan.delete_pods));
   }
+  if (plan.delete_network_policy) {
+    absl::Status s =
+        client_->Delete(kube::kNetworkPolicies, job.namespace_name, NetworkPolicyName(job));
+    if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
+    if (s.ok()) {
+      spdlog::info("CoordinatedJob {}: deleted NetworkPolicy {} (--network-policy=false)", key,
+                   NetworkPolicyName(job));
+    }
+  }
+  for (const auto& object : plan.update) {
+    auto result =
+        client_->Replace(ResourceFor(object), job.namespace_name, kube::Name(object), object);
+    if (!result.ok()) {
+      if (first_error.ok()) first_error = result.status();
+      continue;
+    }
+    json updated = *result;
+    updated["kind"] = object.value("kind", "");
+    if (updated["kind"] == "NetworkPolicy") network_policies_->Upsert(updated);
+    spdlog::warn("CoordinatedJob {}: {} {} differed from the operator's; wrote it back", key,
+                 object.value("kind", ""), kube::Name(object));
+  }
 
   std::vector<std::string> created_pods;
   std::string invalid;
@@ -361,10 +389,16 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           claims_->Upsert(created);
         } else if (kind == "Secret") {
           secrets_->Upsert(created);
+        } else if (kind == "NetworkPolicy") {
+          network_policies_->Upsert(created);
         } else {
           config_maps_->Upsert(created);
         }
-      } else if (absl::IsInvalidArgument(result.status())) {
+      } else if (absl::IsInvalidArgument(result.status()) ||
+                 // The namespace's Pod Security level refuses the pod the template makes: no
+                 // retry will change that either.
+                 (absl::IsPermissionDenied(result.status()) &&
+                  absl::StrContains(result.status().message(), "violates PodSecurity"))) {
         if (invalid.empty()) {
           invalid = absl::StrCat("the API server refused ", object->value("kind", ""), " ",
                                  kube::Name(*object), ": ", result.status().message());

@@ -1,8 +1,8 @@
 // The reconcile loop: informers for CoordinatedJobs and their pods, services, config maps,
-// persistent volume claims and token secrets feed a work queue of job keys; each reconcile gathers
-// what exists, asks PlanJob what should, writes the status first (conditional on resourceVersion,
-// so two decisions can never both count a restart), then creates and deletes children and records
-// Events.
+// persistent volume claims, token secrets and network policies feed a work queue of job keys;
+// each reconcile gathers what exists, asks PlanJob what should, writes the status first
+// (conditional on resourceVersion, so two decisions can never both count a restart), then
+// creates, updates and deletes children and records Events.
 #ifndef COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 #define COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 
@@ -64,7 +64,8 @@ class JobController {
   Options options_;
   WorkQueue queue_;
   CoordinatorWatcher watcher_;
-  std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_, secrets_;
+  std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_, secrets_,
+      network_policies_;
   std::atomic<bool> synced_{false};
   std::vector<std::thread> threads_;
 

@@ -469,9 +469,28 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     return std::move(P.plan);
   }
 
-  // ---- Create what is missing: the token, services and config, the coordinator, then (once
-  // it is ready, so workers find it) the workers.
+  // ---- Create what is missing: the token, the NetworkPolicy, services and config, the
+  // coordinator (once the policy exists, so that no pod of the job runs unprotected), then
+  // (once it is ready, so workers find it) the workers.
   if (!observed.token_secret) P.plan.create.push_back(TokenSecret(job, observed.fresh_token));
+  bool policy_in_place = true;
+  if (settings.network_policy) {
+    json want = NetworkPolicy(job, settings);
+    if (!observed.network_policy) {
+      P.plan.create.push_back(std::move(want));
+      policy_in_place = false;
+    } else if (observed.network_policy->value("spec", json()) != want["spec"]) {
+      // Changed by someone, or made under other settings (a chart upgrade): put ours back.
+      want["metadata"]["resourceVersion"] =
+          observed.network_policy->value("/metadata/resourceVersion"_json_pointer, std::string());
+      P.plan.update.push_back(std::move(want));
+      P.Event("Warning", "NetworkPolicyRestored",
+              absl::StrCat("NetworkPolicy ", NetworkPolicyName(job),
+                           " differed from the operator's; its spec is written back"));
+    }
+  } else if (observed.network_policy) {
+    P.plan.delete_network_policy = true;
+  }
   if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job));
   if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
   if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
@@ -482,7 +501,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     P.plan.delete_pods.push_back(coordinator->name);  // evicted: make room for the new one
   }
   // A claim being deleted is not used; the next one gets the pod.
-  if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating) {
+  if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating &&
+      policy_in_place) {
     P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings));
   }
   if (coordinator && coordinator->ready) {
@@ -508,9 +528,12 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     P.Condition(kConditionReady, true, "AllWorkersReady",
                 absl::StrCat("all ", replicas, " workers are ready"));
   } else {
-    const std::string waiting = !coordinator || !coordinator->ready
-                                    ? "waiting for the coordinator pod to be ready"
-                                    : absl::StrCat(ready, " of ", replicas, " workers are ready");
+    const std::string waiting =
+        !policy_in_place && !coordinator
+            ? absl::StrCat("waiting for the NetworkPolicy ", NetworkPolicyName(job))
+        : !coordinator || !coordinator->ready
+            ? "waiting for the coordinator pod to be ready"
+            : absl::StrCat(ready, " of ", replicas, " workers are ready");
     P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
   }
   return std::move(P.plan);

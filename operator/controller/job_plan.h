@@ -68,6 +68,8 @@ struct Observed {
   // `fresh_token`, a random token the controller made (the plan has no randomness of its own).
   bool token_secret = false;
   std::string fresh_token;
+  // The job's NetworkPolicy as the API server has it (absent: there is none).
+  std::optional<nlohmann::json> network_policy;
   bool coordinator_config_map = false;
   bool coordinator_service = false;
   bool workers_service = false;
@@ -89,7 +91,12 @@ struct PlannedEvent {
 
 struct Plan {
   std::vector<nlohmann::json> create;  // in this order
+  // Objects to write back whole (PUT, conditional on their resourceVersion): a NetworkPolicy
+  // whose spec someone changed.
+  std::vector<nlohmann::json> update;
   std::vector<std::string> delete_pods;
+  // The job's NetworkPolicy, made by an operator that now runs with --network-policy=false.
+  bool delete_network_policy = false;
   bool delete_job = false;  // ttlSecondsAfterFinished has passed
   api::JobStatus status;
   std::vector<PlannedEvent> events;

@@ -37,6 +37,8 @@ inline const Resource kConfigMaps{"/api/v1", "configmaps", "ConfigMap", true};
 inline const Resource kSecrets{"/api/v1", "secrets", "Secret", true};
 inline const Resource kPersistentVolumeClaims{"/api/v1", "persistentvolumeclaims",
                                               "PersistentVolumeClaim", true};
+inline const Resource kNetworkPolicies{"/apis/networking.k8s.io/v1", "networkpolicies",
+                                       "NetworkPolicy", true};
 inline const Resource kEvents{"/api/v1", "events", "Event", true};
 inline const Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease", true};
 inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",

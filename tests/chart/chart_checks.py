@@ -31,6 +31,7 @@ EXPECTED_RULES = sorted([
     ("", "persistentvolumeclaims", ("create", "get", "list", "watch")),
     ("", "secrets", ("create", "get", "list", "watch")),
     ("", "events", ("create",)),
+    ("networking.k8s.io", "networkpolicies", ("create", "delete", "get", "list", "update", "watch")),
 ])
 
 failures = 0
@@ -115,6 +116,22 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
     ]
     if leader:
         want_args += ["--leader-election-namespace=$(POD_NAMESPACE)", f"--leader-election-id={lease}"]
+    network_policy = set_name != "minimal"
+    want_args.append(f"--network-policy={'true' if network_policy else 'false'}")
+    if network_policy:
+        metrics_ns = "monitoring" if set_name == "isolation" else release_ns
+        want_args += ["--operator-namespace=$(POD_NAMESPACE)", f"--metrics-namespace={metrics_ns}"]
+        # The labels the jobs' NetworkPolicies select the operator by: its pods carry them.
+        flag = [a for a in args if a.startswith("--operator-pod-labels=")]
+        labels = dict(kv.split("=", 1) for kv in flag[0].split("=", 1)[1].split(",")) if flag else {}
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        report(labels and all(pod_labels.get(k) == v for k, v in labels.items())
+               and set(labels) >= {"app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                   "app.kubernetes.io/component"},
+               f"[{set_name}] --operator-pod-labels names the operator pods' selector labels", flag)
+    else:
+        report(not any(a.startswith(("--operator-namespace", "--operator-pod-labels", "--metrics-namespace"))
+                       for a in args), f"[{set_name}] no NetworkPolicy flags when it is off", args)
     if watch_ns:
         want_args.append(f"--namespace={watch_ns}")
     if set_name == "custom":
@@ -228,6 +245,44 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
                             tuple(r.get("resourceNames", []))) for r in le[0]["rules"])
             report(rules == [(("leases",), ("create",), ()), (("leases",), ("get", "update"), (lease,))],
                    f"[{set_name}] leases: create, and get/update of {lease} only", rules)
+
+    # -- The ValidatingAdmissionPolicy: off unless asked for.
+    vaps = by_kind.get("ValidatingAdmissionPolicy", [])
+    vapbs = by_kind.get("ValidatingAdmissionPolicyBinding", [])
+    if set_name != "isolation":
+        report(not vaps and not vapbs, f"[{set_name}] no admission policy (off by default)")
+    else:
+        report(len(vaps) == 1 and len(vapbs) == 1, f"[{set_name}] one ValidatingAdmissionPolicy and its binding",
+               (len(vaps), len(vapbs)))
+        if vaps and vapbs:
+            vap, vapb = vaps[0], vapbs[0]
+            name = f"{release_ns}-{expect['prefix']}-operator"
+            report(vap["metadata"]["name"] == name and vapb["spec"]["policyName"] == name,
+                   f"[{set_name}] {name}: named after the release namespace, bound by name",
+                   (vap["metadata"]["name"], vapb["spec"].get("policyName")))
+            rules = vap["spec"]["matchConstraints"]["resourceRules"]
+            report([(r["apiGroups"], r["resources"], sorted(r["operations"])) for r in rules]
+                   == [(["cohort.dev"], ["coordinatedjobs"], ["CREATE", "UPDATE"])]
+                   and vap["spec"]["failurePolicy"] == "Fail",
+                   f"[{set_name}] it checks CoordinatedJobs on create and update (not their status), failing closed",
+                   rules)
+            messages = " ".join(v["message"] for v in vap["spec"]["validations"])
+            # The values in isolation.yaml: host namespaces allowed, the rest not.
+            wanted = ["admissionPolicy.allowPrivileged", "admissionPolicy.allowHostPath",
+                      "admissionPolicy.allowHostPorts", "admissionPolicy.allowRunAsRoot",
+                      "admissionPolicy.allowedCapabilities", "admissionPolicy.allowedServiceAccounts"]
+            report(all(w in messages for w in wanted) and "allowHostNamespaces" not in messages
+                   and len(vap["spec"]["validations"]) == len(wanted),
+                   f"[{set_name}] one validation per privilege not allowed, none for one allowed (host namespaces)",
+                   messages)
+            variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+            report(variables.get("allowedCapabilities") == '["NET_BIND_SERVICE"]'
+                   and variables.get("allowedServiceAccounts") == '["trainer","tuner"]',
+                   f"[{set_name}] the allowed lists are CEL list literals of the values", variables)
+            report(vapb["spec"]["validationActions"] == ["Deny"]
+                   and vapb["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": {"cohort.dev/tenant": "true"}},
+                   f"[{set_name}] the binding denies, in the namespaces of admissionPolicy.namespaceSelector",
+                   vapb["spec"])
 
     # -- Monitoring and dashboards.
     cms = [o for o in by_kind.get("ConfigMap", []) if "-dashboard-" in o["metadata"]["name"]]

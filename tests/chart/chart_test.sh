@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Helm chart (charts/cohort): helm lint; helm template with the value sets in
 # tests/chart/values/ (defaults, monitoring on, one watched namespace, custom images and
-# resources, bring-your-own RBAC), each checked object by object (tests/chart/chart_checks.py)
+# resources, bring-your-own RBAC, isolation: the admission policy), each checked object by object (tests/chart/chart_checks.py)
 # and applied to the local cluster's kube-apiserver with a server-side dry run, under the
 # restricted Pod Security Standard; bad values refused by the schema; and monitoring on a
 # cluster without the Prometheus Operator CRDs failing with a clear message. Needs the
@@ -38,7 +38,7 @@ if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
 fi
 
 # -- Lint.
-for set in "" "--set dashboards.enabled=true" "--set watchNamespace=team-a"; do
+for set in "" "--set dashboards.enabled=true" "--set watchNamespace=team-a" "--set admissionPolicy.enabled=true"; do
   if out=$("$HELM" lint --strict "$CHART" $set 2>&1); then
     pass "helm lint --strict ${set:-(defaults)}"
   else
@@ -64,6 +64,9 @@ refused "an unknown log level" "/operator/logLevel" --set operator.logLevel=loud
 refused "a negative replica count" "/replicaCount" --set replicaCount=-1
 refused "a malformed scrape interval" "/monitoring/interval" --set monitoring.interval=often
 refused "an invalid namespace name" "/watchNamespace" --set watchNamespace=Team_A
+refused "an unknown validation action" "/admissionPolicy/validationActions" \
+  --set admissionPolicy.enabled=true --set 'admissionPolicy.validationActions={Block}'
+refused "an invalid metrics namespace" "/networkPolicy/metricsNamespace" --set networkPolicy.metricsNamespace=Mon_1
 
 # -- Monitoring without the monitoring.coreos.com/v1 API: a clear error, not "no matches
 # for kind ServiceMonitor" half-way through an install.

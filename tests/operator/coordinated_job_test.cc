@@ -415,5 +415,109 @@ TEST(ChildrenTest, OnlyTheSidecarOfAWorkerGetsTheToken) {
   }
 }
 
+// The restricted Pod Security Standard for a container: what PodSecurity admission checks,
+// container by container, when the pod sets nothing (the worker pod's level is the template's).
+void ExpectRestricted(const json& container) {
+  const json& sc = container["securityContext"];
+  SCOPED_TRACE(container["name"].get<std::string>());
+  EXPECT_EQ(sc["runAsNonRoot"], true);
+  ASSERT_TRUE(sc["runAsUser"].is_number_integer());
+  EXPECT_NE(sc["runAsUser"].get<int>(), 0);
+  EXPECT_EQ(sc["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(sc["capabilities"], json::parse(R"({"drop": ["ALL"]})"));
+  EXPECT_EQ(sc["seccompProfile"], json::parse(R"({"type": "RuntimeDefault"})"));
+  EXPECT_FALSE(sc.contains("privileged"));
+}
+
+TEST(ChildrenTest, TheSidecarAndTheCoordinatorPassTheRestrictedPodSecurityStandard) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const json worker = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{})["spec"];
+  const json& sidecar = worker["initContainers"].back();
+  ASSERT_EQ(sidecar["name"], "cohort-sidecar");
+  ExpectRestricted(sidecar);
+  EXPECT_EQ(sidecar["securityContext"]["runAsUser"], 65532);
+  EXPECT_EQ(sidecar["securityContext"]["runAsGroup"], 65532);
+  EXPECT_EQ(sidecar["securityContext"]["readOnlyRootFilesystem"], true);
+  for (const char* state : {"EmptyDir", "None", "PersistentVolumeClaim"}) {
+    json object = Minimal();
+    object["spec"]["coordinator"]["state"] = {{"volume", state}};
+    auto with_state = ParseCoordinatedJob(object);
+    ASSERT_TRUE(with_state.ok());
+    const json spec = controller::CoordinatorPod(*with_state, 0, kStarted, {})["spec"];
+    ASSERT_EQ(spec["containers"].size(), 1u);
+    ExpectRestricted(spec["containers"][0]);
+    EXPECT_FALSE(spec.contains("initContainers"));
+    // No host namespace, and only the volume types the standard allows.
+    for (const char* host : {"hostNetwork", "hostPID", "hostIPC"})
+      EXPECT_FALSE(spec.contains(host));
+    for (const auto& v : spec["volumes"]) {
+      EXPECT_TRUE(v.contains("configMap") || v.contains("secret") || v.contains("emptyDir") ||
+                  v.contains("persistentVolumeClaim"))
+          << v.dump();
+    }
+  }
+  // The operator adds no volume of another type to a worker pod either.
+  for (const auto& v : worker["volumes"]) {
+    EXPECT_TRUE(v.contains("secret") || v.contains("emptyDir")) << v.dump();
+  }
+}
+
+TEST(ChildrenTest, TheNetworkPolicyLetsInTheJobsPodsTheOperatorAndTheMetricsNamespace) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  controller::OperatorSettings settings;
+  settings.operator_namespace = "cohort-system";
+  settings.operator_pod_labels = {{"app.kubernetes.io/name", "cohort"},
+                                  {"app.kubernetes.io/component", "operator"}};
+  settings.metrics_namespace = "monitoring";
+  const json policy = controller::NetworkPolicy(*job, settings);
+  EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(policy["kind"], "NetworkPolicy");
+  EXPECT_EQ(policy["metadata"]["name"], "train-isolation");
+  EXPECT_EQ(policy["metadata"]["namespace"], "ml");
+  EXPECT_EQ(policy["metadata"]["ownerReferences"], json::array({controller::OwnerReference(*job)}));
+  EXPECT_EQ(policy["metadata"]["labels"]["app.kubernetes.io/managed-by"], "cohort-operator");
+  EXPECT_EQ(policy["metadata"]["labels"]["cohort.dev/job"], "train");
+  EXPECT_EQ(policy["spec"], json::parse(R"({
+    "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "cohort-operator",
+                                    "cohort.dev/job": "train"}},
+    "policyTypes": ["Ingress"],
+    "ingress": [
+      {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "cohort-operator",
+                                                 "cohort.dev/job": "train"}}}]},
+      {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cohort-system"}},
+                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "cohort",
+                                                 "app.kubernetes.io/component": "operator"}}}],
+       "ports": [{"protocol": "TCP", "port": 8476}]},
+      {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+       "ports": [{"protocol": "TCP", "port": 8477}, {"protocol": "TCP", "port": 9477}]}
+    ]})"));
+  // The pods it selects: every pod the operator makes for the job, coordinator and workers.
+  const json selector = policy["spec"]["podSelector"]["matchLabels"];
+  for (const json& pod : {controller::CoordinatorPod(*job, 0, kStarted, settings),
+                          controller::WorkerPod(*job, 1, 0, settings)}) {
+    for (const auto& [k, v] : selector.items()) {
+      EXPECT_EQ(pod["metadata"]["labels"][k], v) << pod["metadata"]["name"] << " " << k;
+    }
+  }
+}
+
+TEST(ChildrenTest, TheNetworkPolicyLeavesOutTheRulesWhoseNamespaceIsNotKnown) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  controller::OperatorSettings outside;  // an operator outside the cluster, no metrics
+  json ingress = controller::NetworkPolicy(*job, outside)["spec"]["ingress"];
+  ASSERT_EQ(ingress.size(), 1u) << ingress.dump();
+  EXPECT_FALSE(ingress[0].contains("ports"));  // the job's own pods, every port
+
+  controller::OperatorSettings unlabelled;
+  unlabelled.operator_namespace = "ops";
+  ingress = controller::NetworkPolicy(*job, unlabelled)["spec"]["ingress"];
+  ASSERT_EQ(ingress.size(), 2u) << ingress.dump();
+  // No labels: every pod of that namespace, written as the API server stores it.
+  EXPECT_EQ(ingress[1]["from"][0]["podSelector"], json::object());
+}
+
 }  // namespace
 }  // namespace cohort::api

@@ -66,10 +66,14 @@ ObservedPod Exited(int index, int code, absl::Time at = kNow - absl::Seconds(5),
   return p;
 }
 
+OperatorSettings Settings() { return OperatorSettings{}; }
+
 Observed Everything(std::vector<ObservedPod> pods) {
   Observed o;
   o.pods = std::move(pods);
   o.token_secret = o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  o.network_policy = NetworkPolicy(Job(), Settings());  // as the API server returns it
+  (*o.network_policy)["metadata"]["resourceVersion"] = "7";
   o.now = kNow;
   return o;
 }
@@ -89,8 +93,6 @@ std::vector<std::string> Sorted(std::vector<std::string> v) {
 const api::Condition* Cond(const Plan& plan, const char* type) {
   return api::FindCondition(plan.status.conditions, type);
 }
-
-OperatorSettings Settings() { return OperatorSettings{}; }
 
 api::CoordinatedJob WithState(api::CoordinatedJob job, api::StateVolume volume) {
   job.spec.coordinator.state.volume = volume;
@@ -120,16 +122,23 @@ std::vector<std::string> EventReasons(const Plan& plan) {
   return out;
 }
 
-TEST(JobPlanTest, NewJobCreatesTokenConfigServicesAndCoordinatorButNoWorkersYet) {
+TEST(JobPlanTest, NewJobCreatesTokenPolicyConfigServicesThenTheCoordinatorButNoWorkersYet) {
   Observed o;
   o.now = kNow;
   o.fresh_token = "f00d";
   Plan plan = PlanJob(Job(), o, Settings());
+  // No pod before the job's NetworkPolicy exists.
   EXPECT_EQ(Names(plan.create),
-            (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",
-                                      "Service/train-coordinator", "Service/train-workers",
-                                      "Pod/train-coordinator"}));
+            (std::vector<std::string>{"Secret/train-token", "NetworkPolicy/train-isolation",
+                                      "ConfigMap/train-coordinator", "Service/train-coordinator",
+                                      "Service/train-workers"}));
   EXPECT_EQ(TokenOf(plan.create[0]), "f00d");
+  EXPECT_EQ(plan.create[1], NetworkPolicy(Job(), Settings()));
+  EXPECT_EQ(Cond(plan, kConditionReady)->message, "waiting for the NetworkPolicy train-isolation");
+  // Once it does, the coordinator.
+  Observed next = Everything({});
+  Plan then = PlanJob(Job(3, phase::kPending), next, Settings());
+  EXPECT_EQ(Names(then.create), (std::vector<std::string>{"Pod/train-coordinator"}));
   EXPECT_EQ(plan.status.phase, phase::kPending);
   EXPECT_EQ(plan.status.tasks.total, 3);
   EXPECT_EQ(plan.status.coordinator_address, "train-coordinator.ml.svc:8476");
@@ -155,6 +164,56 @@ TEST(JobPlanTest, AJobsTokenSecretIsKeptOnceItExistsAndMadeAgainIfDeleted) {
   Plan again = PlanJob(Job(3, phase::kRunning), deleted, Settings());
   ASSERT_EQ(Names(again.create), (std::vector<std::string>{"Secret/train-token"}));
   EXPECT_EQ(TokenOf(again.create[0]), "beef");
+}
+
+TEST(JobPlanTest, ANetworkPolicyChangedBySomeoneIsWrittenBack) {
+  Observed changed = Everything({Coordinator(), Worker(0), Worker(1), Worker(2)});
+  (*changed.network_policy)["spec"]["ingress"].push_back(json::object());  // "allow everything"
+  Plan plan = PlanJob(Job(3, phase::kRunning), changed, Settings());
+  ASSERT_EQ(plan.update.size(), 1u);
+  json want = NetworkPolicy(Job(), Settings());
+  want["metadata"]["resourceVersion"] = "7";  // conditional on the version it read
+  EXPECT_EQ(plan.update[0], want);
+  EXPECT_TRUE(plan.create.empty()) << ::testing::PrintToString(Names(plan.create));
+  EXPECT_FALSE(plan.delete_network_policy);
+  ASSERT_EQ(EventReasons(plan), (std::vector<std::string>{"NetworkPolicyRestored"}));
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].message,
+            "NetworkPolicy train-isolation differed from the operator's; its spec is written back");
+
+  // Labels or annotations someone added are no reason to write it.
+  Observed labelled = Everything({Coordinator(), Worker(0), Worker(1), Worker(2)});
+  (*labelled.network_policy)["metadata"]["labels"]["team"] = "ml";
+  EXPECT_TRUE(PlanJob(Job(3, phase::kRunning), labelled, Settings()).update.empty());
+}
+
+TEST(JobPlanTest, WithoutNetworkPoliciesNoneIsMadeAndTheOldOneIsDeleted) {
+  OperatorSettings off;
+  off.network_policy = false;
+  Observed o;
+  o.now = kNow;
+  o.fresh_token = "f00d";
+  Plan fresh = PlanJob(Job(), o, off);
+  EXPECT_EQ(Names(fresh.create),
+            (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",
+                                      "Service/train-coordinator", "Service/train-workers",
+                                      "Pod/train-coordinator"}));
+  EXPECT_FALSE(fresh.delete_network_policy);
+
+  Plan old = PlanJob(Job(3, phase::kRunning),
+                     Everything({Coordinator(), Worker(0), Worker(1), Worker(2)}), off);
+  EXPECT_TRUE(old.delete_network_policy);
+  EXPECT_TRUE(old.create.empty());
+  EXPECT_TRUE(old.update.empty());
+}
+
+TEST(JobPlanTest, NewOperatorSettingsReachTheNetworkPolicyOfARunningJob) {
+  OperatorSettings moved;
+  moved.metrics_namespace = "prometheus";
+  Plan plan = PlanJob(Job(3, phase::kRunning),
+                      Everything({Coordinator(), Worker(0), Worker(1), Worker(2)}), moved);
+  ASSERT_EQ(plan.update.size(), 1u);
+  EXPECT_EQ(plan.update[0]["spec"], NetworkPolicy(Job(), moved)["spec"]);
 }
 
 TEST(JobPlanTest, WorkersAreCreatedOnceTheCoordinatorIsReady) {
@@ -653,6 +712,7 @@ TEST(JobPlanTest, ALostCoordinatorWhoseClaimIsGoneTooRestartsTheGang) {
 TEST(JobPlanTest, ANewJobWithItsStateOnAClaimCreatesTheClaimBeforeTheCoordinator) {
   Observed o;
   o.now = kNow;
+  o.network_policy = NetworkPolicy(Job(), Settings());
   Plan plan = PlanJob(WithState(Job(), api::StateVolume::kPersistentVolumeClaim), o, Settings());
   EXPECT_EQ(Names(plan.create),
             (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",

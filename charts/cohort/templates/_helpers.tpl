@@ -45,6 +45,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The operator pods' selector labels as key=value,... (--operator-pod-labels). */}}
+{{- define "cohort.operatorPodLabelList" -}}
+{{- $pairs := list }}
+{{- range $k, $v := include "cohort.operatorSelectorLabels" . | fromYaml }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* Cluster-scoped objects: one per release, so the release namespace is in the name. */}}
+{{- define "cohort.clusterScopedName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "cohort.operatorName" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "cohort.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "cohort.operatorName" .) .Values.serviceAccount.name }}
