@@ -54,6 +54,11 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
   }
   for (const auto& entry : root) {
     CLI::ConfigItem item;
+    if (!entry.first.IsScalar()) {
+      throw CLI::ConversionError(
+          "config", "the config file's keys must be option names, not lists or mappings (line " +
+                        std::to_string(entry.first.Mark().line + 1) + ")");
+    }
     item.name = OptionName(entry.first.as<std::string>());
     const YAML::Node& value = entry.second;
     if (value.IsSequence()) {

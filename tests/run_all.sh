@@ -10,7 +10,7 @@
 #   format        clang-format and gofmt
 #   unit          ctest, RelWithDebInfo
 #   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer
-#   fuzz-smoke    every libFuzzer target for 20 s (make fuzz runs them longer)
+#   fuzz-smoke    every libFuzzer target for 10 s (make fuzz runs them 10^7 times in all)
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards

@@ -1,25 +1,45 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang, ASan and UBSan into build-fuzz/, and
-# runs each for SECONDS (default 300; `make fuzz`), or 20 s each for `make fuzz-smoke` (in
-# make test). Each target starts from its checked-in seeds (tests/fuzz/corpus/<target>) plus
-# what earlier runs found (build-fuzz/corpus/<target>); a crash leaves its input in
-# build-fuzz/crashes/<target>/ and fails the run. Ends with "fuzz: N passed, N failed".
-#
-#   tools/fuzz.sh [SECONDS]
+# runs each one:
+#   tools/fuzz.sh          (make fuzz) a fixed number of executions per target, from the
+#                          table below: at least 10^7 in all
+#   tools/fuzz.sh smoke    (make fuzz-smoke, in make test) 10 s per target, a minute in all
+#   tools/fuzz.sh SECONDS  SECONDS per target
+# Each target starts from its checked-in seeds (tests/fuzz/corpus/<target>) plus what earlier
+# runs found (build-fuzz/corpus/<target>); a crash leaves its input in
+# build-fuzz/crashes/<target>/ and fails the run. Prints each target's executions, and ends
+# with "fuzz: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-300}
+mode=${1:-runs}
 build=${FUZZ_BUILD:-build-fuzz}
-if ! [[ $secs =~ ^[0-9]+$ ]] || ((secs == 0)); then
-  echo "tools/fuzz.sh: SECONDS must be a positive whole number, not \"$secs\"" >&2
+# Executions per target for `make fuzz`. The RPC target drives a real gRPC server per call
+# (hundreds of inputs a second); the decoders run tens of thousands a second.
+declare -A RUNS=(
+  [rpc_handlers_fuzzer]=300000
+  [state_files_fuzzer]=1000000
+  [coordinated_job_fuzzer]=4000000
+  [config_files_fuzzer]=1000000
+  [key_paths_fuzzer]=4000000
+)
+if [[ $mode == smoke ]]; then
+  limit=(-max_total_time=10)
+elif [[ $mode =~ ^[1-9][0-9]*$ ]]; then
+  limit=(-max_total_time="$mode")
+elif [[ $mode != runs ]]; then
+  echo "tools/fuzz.sh: give nothing (a fixed number of runs), \"smoke\" or SECONDS, not \"$mode\"" >&2
   exit 2
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_FUZZ=ON >/dev/null
 targets=()
 for source in tests/fuzz/*_fuzzer.cc; do targets+=("$(basename "$source" .cc)"); done
+for name in "${targets[@]}"; do
+  [[ -n ${RUNS[$name]:-} ]] || { echo "tools/fuzz.sh: $name has no entry in RUNS" >&2; exit 2; }
+done
 ninja -C "$build" -j "${NINJA_JOBS:-$(nproc)}" "${targets[@]}"
 
+total_runs=0
 passed=0
 failed=0
 for name in "${targets[@]}"; do
@@ -29,16 +49,20 @@ for name in "${targets[@]}"; do
   mkdir -p "$corpus" "$crashes"
   seeds=()
   [[ -d tests/fuzz/corpus/$name ]] && seeds=("tests/fuzz/corpus/$name")
-  echo "fuzz: $name for ${secs}s"
-  if "$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if [[ $mode == runs ]]; then limit=(-runs="${RUNS[$name]}"); fi
+  echo "fuzz: $name (${limit[*]})"
+  if "$target" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes" "$corpus" "${seeds[@]}" >"$build/$name.log" 2>&1; then
     passed=$((passed + 1))
-    grep -E '^stat::number_of_executed_units|^Done [0-9]+ runs' "$build/$name.log" | tail -1
+    runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$build/$name.log" | tail -1)
+    total_runs=$((total_runs + ${runs:-0}))
+    echo "fuzz: $name: ${runs:-?} executions, no crash"
   else
     failed=$((failed + 1))
     echo "fuzz: $name FAILED; the input is in $crashes, the log in $build/$name.log:"
     grep -E -A30 'ERROR|runtime error|deadly signal|Timeout' "$build/$name.log" | head -60
   fi
 done
+echo "fuzz: $total_runs executions in all"
 echo "fuzz: $passed passed, $failed failed"
 ((failed == 0))

@@ -14,12 +14,29 @@ namespace {
 using json = nlohmann::json;
 namespace phase = api::phase;
 
+// Field `key` of `object`; null when `object` is no object or lacks it.
+const json& Field(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+std::string Text(const json& v, std::string fallback = "") {
+  return v.is_string() ? v.get<std::string>() : std::move(fallback);
+}
+int64_t Int(const json& v, int64_t fallback) {
+  return v.is_number_integer() ? v.get<int64_t>() : fallback;
+}
+// The elements of an array; none for anything else.
+const json& Items(const json& v) {
+  static const json kEmpty = json::array();
+  return v.is_array() ? v : kEmpty;
+}
+
 int IntLabel(const json& labels, const char* key) {
   int v = -1;
-  auto it = labels.find(key);
-  if (it == labels.end() || !it->is_string() || !absl::SimpleAtoi(it->get<std::string>(), &v)) {
-    return -1;
-  }
+  const json& label = Field(labels, key);
+  if (!label.is_string() || !absl::SimpleAtoi(label.get<std::string>(), &v)) return -1;
   return v;
 }
 
@@ -152,56 +169,58 @@ std::string CoordinatorView::TaskError::Describe() const {
 }
 
 ObservedPod ObservePod(const json& pod) {
+  // The API server hands out well-formed pods, but nothing here trusts a shape: a field of
+  // an unexpected type reads as absent, never as an exception.
   ObservedPod p;
-  const json metadata = pod.value("metadata", json::object());
-  p.name = metadata.value("name", "");
-  p.uid = metadata.value("uid", "");
-  const json labels = metadata.value("labels", json::object());
-  p.role = labels.value(kRoleLabel, "");
+  const json& metadata = Field(pod, "metadata");
+  p.name = Text(Field(metadata, "name"));
+  p.uid = Text(Field(metadata, "uid"));
+  const json& labels = Field(metadata, "labels");
+  p.role = Text(Field(labels, kRoleLabel));
   p.index = IntLabel(labels, kIndexLabel);
   p.restart = IntLabel(labels, kRestartLabel);
-  p.terminating =
-      metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
-  if (p.terminating && metadata["deletionTimestamp"].is_string()) {
+  const json& deletion = Field(metadata, "deletionTimestamp");
+  p.terminating = !deletion.is_null();
+  if (deletion.is_string()) {
     // The API server sets deletionTimestamp to the request's time plus the grace period.
-    std::optional<absl::Time> deadline =
-        api::ParseRfc3339(metadata["deletionTimestamp"].get<std::string>());
-    const json grace = metadata.value("deletionGracePeriodSeconds", json());
+    std::optional<absl::Time> deadline = api::ParseRfc3339(deletion.get<std::string>());
+    const json& grace = Field(metadata, "deletionGracePeriodSeconds");
     if (deadline && grace.is_number_integer()) {
       p.deletion_requested_at = *deadline - absl::Seconds(grace.get<int64_t>());
     }
   }
-  const json status = pod.value("status", json::object());
-  p.phase = status.value("phase", "");
-  p.pod_ip = status.value("podIP", "");
-  for (const auto& c : status.value("conditions", json::array())) {
-    if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
+  const json& status = Field(pod, "status");
+  p.phase = Text(Field(status, "phase"));
+  p.pod_ip = Text(Field(status, "podIP"));
+  for (const auto& c : Items(Field(status, "conditions"))) {
+    if (Text(Field(c, "type")) == "Ready") p.ready = Text(Field(c, "status")) == "True";
   }
   // Kubernetes' default restartPolicy is Always.
-  p.restarts_in_place = pod.value("/spec/restartPolicy"_json_pointer, "Always") == "Always";
+  const json& policy = Field(Field(pod, "spec"), "restartPolicy");
+  p.restarts_in_place = !policy.is_string() || policy.get<std::string>() == "Always";
   // The workload: the coordinator's container, or a worker's first container.
   std::string workload;
-  const json containers = pod.value("/spec/containers"_json_pointer, json::array());
-  if (!containers.empty()) workload = containers[0].value("name", "");
-  for (const auto& cs : status.value("containerStatuses", json::array())) {
-    if (cs.value("name", "") != workload) continue;
-    p.restart_count = cs.value("restartCount", 0);
-    const json terminated = cs.value("/state/terminated"_json_pointer, json());
-    const json last = cs.value("/lastState/terminated"_json_pointer, json());
+  const json& containers = Field(Field(pod, "spec"), "containers");
+  if (containers.is_array() && !containers.empty()) workload = Text(Field(containers[0], "name"));
+  for (const auto& cs : Items(Field(status, "containerStatuses"))) {
+    if (Text(Field(cs, "name")) != workload) continue;
+    p.restart_count = static_cast<int>(Int(Field(cs, "restartCount"), 0));
+    const json& terminated = Field(Field(cs, "state"), "terminated");
+    const json& last = Field(Field(cs, "lastState"), "terminated");
     if (p.restarts_in_place) {
       // Between a crash and its restart the state is terminated (then waiting, with the exit
       // as the last state); either way the container starts again.
       const json& exit = terminated.is_object() ? terminated : last;
-      if (exit.is_object()) p.last_exit_at = api::ParseRfc3339(exit.value("finishedAt", ""));
+      if (exit.is_object()) p.last_exit_at = api::ParseRfc3339(Text(Field(exit, "finishedAt")));
     } else if (terminated.is_object()) {
-      p.exit_code = terminated.value("exitCode", -1);
-      p.finished_at = api::ParseRfc3339(terminated.value("finishedAt", ""));
-      p.reason = terminated.value("reason", "");
+      p.exit_code = static_cast<int>(Int(Field(terminated, "exitCode"), -1));
+      p.finished_at = api::ParseRfc3339(Text(Field(terminated, "finishedAt")));
+      p.reason = Text(Field(terminated, "reason"));
     }
   }
   if (!p.exit_code && p.phase == "Failed") {
     p.exit_code = -1;
-    p.reason = status.value("reason", status.value("message", ""));
+    p.reason = Text(Field(status, "reason"), Text(Field(status, "message")));
   }
   if (!p.exit_code && p.phase == "Succeeded") p.exit_code = 0;
   return p;

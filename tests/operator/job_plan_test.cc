@@ -795,6 +795,23 @@ TEST(JobPlanTest, WithoutAStateVolumeACoordinatorExitStillRestartsTheGang) {
   EXPECT_EQ(plan.status.coordinator_restarts, 0);
 }
 
+TEST(ObservePodTest, FieldsOfUnexpectedTypesReadAsAbsentAndThrowNothing) {
+  // The coordinated_job fuzzer's first find: a number where an object was read threw.
+  for (const char* text : {"5", "[]", R"({"metadata": 5, "status": "x"})",
+                           R"({"metadata": {"name": 7, "labels": [1], "deletionTimestamp": 3},
+            "spec": {"restartPolicy": 1, "containers": [7]},
+            "status": {"phase": 3, "conditions": [1, {"type": 2}],
+                       "containerStatuses": [{"name": 5}, 4]}})"}) {
+    SCOPED_TRACE(text);
+    ObservedPod p;
+    EXPECT_NO_THROW(p = ObservePod(json::parse(text)));
+    EXPECT_EQ(p.name, "");
+    EXPECT_EQ(p.phase, "");
+    EXPECT_EQ(p.index, -1);
+    EXPECT_FALSE(p.exit_code.has_value());
+  }
+}
+
 TEST(ObservePodTest, ACoordinatorThatRestartsInPlaceHasNoExitButItsLastExitTime) {
   json pod = json::parse(R"({
     "metadata": {"name": "train-coordinator", "uid": "c1",

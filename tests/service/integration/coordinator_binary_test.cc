@@ -163,6 +163,9 @@ TEST(CoordinatorBinaryTest, YamlConfigIsReadAndFlagsOverrideIt) {
 }
 
 TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
+  // A config file whose key is a mapping (the fuzzer's first find: it threw out of main).
+  const std::string complex_key = absl::StrCat(::testing::TempDir(), "/complex-key.yaml");
+  std::ofstream(complex_key) << "? {job: worker=1}\n: 3\n";
   struct Case {
     std::vector<std::string> args;
     std::string message;
@@ -178,6 +181,10 @@ TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
       {{"--job", "w=1", "--auth-token-file", "/no/such/token"},
        "--auth-token-file: cannot read the token file /no/such/token"},
       {{"--job", "w=1", "--auth-token-file", "/dev/null"}, "is empty"},
+      {{"--config", complex_key}, "keys must be option names, not lists or mappings (line 1)"},
+      {{"--job", "w=131073"}, "at most 131072 tasks per job"},
+      {{"--job", "w=1", "--max-barrier-id-bytes", "0"}, "must be at least 1"},
+      {{"--job", "w=1", "--finished-barrier-retention", "soon"}, "is not a duration"},
   };
   for (const Case& c : cases) {
     Process p(c.args);
