@@ -10,6 +10,7 @@
 #   format        clang-format and gofmt
 #   unit          ctest, RelWithDebInfo
 #   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer
+#   tsan          ctest under ThreadSanitizer
 #   fuzz-smoke    every libFuzzer target for 10 s (make fuzz runs them 10^7 times in all)
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor
@@ -18,9 +19,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
-STAGES=(build programs format unit asan fuzz-smoke compat bench-smoke e2e docker)
+STAGES=(build programs format unit asan tsan fuzz-smoke compat bench-smoke e2e docker)
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
-  [unit]=unit-test [asan]=asan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [bench-smoke]=bench-smoke
+  [unit]=unit-test [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [bench-smoke]=bench-smoke
   [e2e]=e2e-test [docker]=docker-test)
 declare -A RESULT PASSED FAILED SECS
 total_passed=0

@@ -57,7 +57,6 @@ UpstreamKeyWatch::UpstreamKeyWatch(WaiterId waiter, std::string key, int64_t sta
                                    std::function<void()> on_end, KeyValueLimits limits)
     : waiter_(waiter),
       key_(std::move(key)),
-      start_revision_(start_revision),
       notify_(std::move(notify)),
       hold_(std::move(hold)),
       on_end_(std::move(on_end)),

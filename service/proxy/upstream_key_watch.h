@@ -43,7 +43,6 @@ class UpstreamKeyWatch : public std::enable_shared_from_this<UpstreamKeyWatch> {
 
   const WaiterId waiter_;
   const std::string key_;
-  const int64_t start_revision_;
   const std::function<void()> notify_;
   const Hold hold_;
   const std::function<void()> on_end_;
