@@ -1,6 +1,7 @@
 #include "common/http_server.h"
 
 #include <microhttpd.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -191,6 +192,9 @@ struct HttpServerCallbacks {
     const size_t question = state->raw_uri.find('?');
     if (question != std::string::npos) request.query = state->raw_uri.substr(question + 1);
     request.body = std::move(state->body);
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    request.from_loopback = info != nullptr && IsLoopbackAddress(info->client_addr);
     return Queue(connection, static_cast<const HttpServer*>(cls)->Dispatch(request));
   }
 
@@ -200,6 +204,20 @@ struct HttpServerCallbacks {
     *req_cls = nullptr;
   }
 };
+
+bool IsLoopbackAddress(const sockaddr* address) {
+  if (address == nullptr) return false;
+  if (address->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(address);
+    return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (address->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
 
 HttpServer::HttpServer() = default;
 

@@ -1,6 +1,8 @@
 #ifndef COHORT_COMMON_HTTP_SERVER_H_
 #define COHORT_COMMON_HTTP_SERVER_H_
 
+#include <sys/socket.h>
+
 #include <functional>
 #include <map>
 #include <shared_mutex>
@@ -17,7 +19,13 @@ struct HttpRequest {
   std::string path;   // Percent-decoded, without the query string.
   std::string query;  // Raw (still percent-encoded) text after '?', or empty.
   std::string body;
+  // The client connected from a loopback address (127.0.0.0/8, ::1, or either mapped into
+  // the other family): a process of the same host or pod.
+  bool from_loopback = false;
 };
+
+// Whether `address` (AF_INET or AF_INET6) is a loopback address; false for anything else.
+bool IsLoopbackAddress(const sockaddr* address);
 
 struct HttpResponse {
   int status = 200;

@@ -110,6 +110,13 @@ absl::Status Sidecar::Start() {
     if (request.method != "POST" && request.method != "PUT") {
       return HttpResponse{405, "text/plain", "POST /v1/alive\n"};
     }
+    // Only the pod's own processes may say the workload lives: anyone else who reaches
+    // the port could keep a dead workload "alive".
+    if (!request.from_loopback) {
+      return HttpResponse{403, "text/plain",
+                          "POST /v1/alive is served to the pod's own processes only: call it "
+                          "on 127.0.0.1\n"};
+    }
     workload_->Ping();
     return HttpResponse{204, "text/plain", ""};
   });

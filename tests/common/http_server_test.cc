@@ -112,6 +112,39 @@ TEST(HttpServerTest, PassesMethodPathAndRawQuery) {
   EXPECT_EQ(BodyOf(Get(server.port(), "/echo?a=1&b=x%20y")), "GET /echo ?a=1&b=x%20y []");
 }
 
+TEST(HttpServerTest, TellsHandlersWhetherTheClientIsOnLoopback) {
+  HttpServer server;
+  server.Handle("/who", [](const HttpRequest& request) {
+    return HttpResponse{200, "text/plain", request.from_loopback ? "loopback" : "remote"};
+  });
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  EXPECT_EQ(BodyOf(Get(server.port(), "/who")), "loopback");
+}
+
+TEST(HttpServerTest, LoopbackAddressesAreThoseOf127And1AndTheirMappedForms) {
+  auto v4 = [](const char* text) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    EXPECT_EQ(inet_pton(AF_INET, text, &a.sin_addr), 1) << text;
+    return IsLoopbackAddress(reinterpret_cast<const sockaddr*>(&a));
+  };
+  auto v6 = [](const char* text) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    EXPECT_EQ(inet_pton(AF_INET6, text, &a.sin6_addr), 1) << text;
+    return IsLoopbackAddress(reinterpret_cast<const sockaddr*>(&a));
+  };
+  EXPECT_TRUE(v4("127.0.0.1"));
+  EXPECT_TRUE(v4("127.9.8.7"));
+  EXPECT_FALSE(v4("10.0.0.7"));
+  EXPECT_FALSE(v4("128.0.0.1"));
+  EXPECT_TRUE(v6("::1"));
+  EXPECT_TRUE(v6("::ffff:127.0.0.1"));
+  EXPECT_FALSE(v6("::ffff:10.0.0.7"));
+  EXPECT_FALSE(v6("fe80::1"));
+  EXPECT_FALSE(IsLoopbackAddress(nullptr));
+}
+
 TEST(HttpServerTest, UnknownPathIs404) {
   HttpServer server;
   server.Handle("/metrics", Echo);

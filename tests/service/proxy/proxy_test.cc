@@ -170,6 +170,43 @@ TEST_F(ProxyTest, AnErrorReportedByOneTaskReachesTheOtherWithItsSource) {
   EXPECT_EQ(source->task_id, 0);
 }
 
+TEST_F(ProxyTest, ReportsAboutATaskAndByATaskReachTheCoordinatorAsSuch) {
+  Start(2);
+  auto stub = tf::CoordinationService::NewStub(ProxyChannel());
+  auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return c;
+  };
+  // Worker 1 never registered: it may not report its own error (as upstream)...
+  tf::ReportErrorToServiceRequest own;
+  own.set_error_code(13);
+  own.set_error_message("mine");
+  own.mutable_error_origin()->set_job_name("worker");
+  own.mutable_error_origin()->set_task_id(1);
+  tf::ReportErrorToServiceResponse own_response;
+  grpc::Status refused = stub->ReportErrorToService(ctx().get(), own, &own_response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << refused.error_message();
+  auto state_of_worker_1 = [&] {
+    auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 1}});
+    EXPECT_TRUE(states.ok());
+    return states.ok() ? states->front().state : TaskState::kDisconnected;
+  };
+  EXPECT_EQ(state_of_worker_1(), TaskState::kDisconnected);
+
+  // ...but an error reported about it by someone else goes through the proxy as such.
+  tf::ReportErrorToTaskRequest about;
+  about.set_error_code(13);
+  about.set_error_message("node lost");
+  about.mutable_error_payload()->mutable_source_task()->set_job_name("worker");
+  about.mutable_error_payload()->mutable_source_task()->set_task_id(1);
+  tf::ReportErrorToTaskResponse about_response;
+  grpc::Status taken = stub->ReportErrorToTask(ctx().get(), about, &about_response);
+  ASSERT_TRUE(taken.ok()) << taken.error_message();
+  EXPECT_EQ(state_of_worker_1(), TaskState::kError);
+}
+
 TEST_F(ProxyTest, XlaProtocolIsForwardedWithTheCoordinatorsIncarnation) {
   Start(1);
   auto stub = xc::CoordinationService::NewStub(ProxyChannel());
