@@ -5,9 +5,6 @@
 //     CLI11 into an app with options of each kind (single, repeatable, flag).
 // Whatever the bytes: a clear error (a status, or CLI11's ParseError) and no crash, no
 // other exception escaping, no out-of-bounds read.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -19,31 +16,21 @@
 #include "common/yaml_config.h"
 #include "operator/kube/kube_config.h"
 #include "spdlog/spdlog.h"
+#include "tests/fuzz/fuzz_files.h"
 
 namespace {
 
-std::string* dir = nullptr;
-
-void WriteFile(const std::string& path, const uint8_t* data, size_t size) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  ::close(fd);
-}
+using cohort::fuzz::ScratchDir;
+using cohort::fuzz::WriteFile;
 
 void Kubeconfig(const uint8_t* data, size_t size) {
-  const std::string path = *dir + "/kubeconfig";
+  const std::string path = ScratchDir() + "/kubeconfig";
   WriteFile(path, data, size);
   (void)cohort::kube::LoadKubeconfig(path);
 }
 
 void ConfigFile(const uint8_t* data, size_t size) {
-  const std::string path = *dir + "/config.yaml";
+  const std::string path = ScratchDir() + "/config.yaml";
   WriteFile(path, data, size);
   CLI::App app;
   cohort::AddYamlConfigOption(app);
@@ -73,12 +60,11 @@ void ConfigFile(const uint8_t* data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (!dir) {
+  static bool quiet = [] {
     spdlog::set_level(spdlog::level::off);
-    char pattern[] = "/tmp/cohort-config-fuzz-XXXXXX";
-    if (!mkdtemp(pattern)) std::abort();
-    dir = new std::string(pattern);
-  }
+    return true;
+  }();
+  (void)quiet;
   if (size == 0) return 0;
   if (data[0] % 2 == 0) {
     Kubeconfig(data + 1, size - 1);

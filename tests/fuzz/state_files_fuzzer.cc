@@ -16,22 +16,13 @@
 #include "service/core/coordination_service.h"
 #include "service/state/state_store.h"
 #include "spdlog/spdlog.h"
+#include "tests/fuzz/fuzz_files.h"
 
 namespace {
 
 std::string* dir = nullptr;
 
-void WriteFile(const std::string& path, const uint8_t* data, size_t size) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  ::close(fd);
-}
+using cohort::fuzz::WriteFile;
 
 cohort::ServiceConfig Config() {
   cohort::ServiceConfig config;
