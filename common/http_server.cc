@@ -1,7 +1,7 @@
 #include "common/http_server.h"
 
-#include <microhttpd.h>
 #include <arpa/inet.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

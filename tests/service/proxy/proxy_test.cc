@@ -186,8 +186,7 @@ TEST_F(ProxyTest, ReportsAboutATaskAndByATaskReachTheCoordinatorAsSuch) {
   own.mutable_error_origin()->set_task_id(1);
   tf::ReportErrorToServiceResponse own_response;
   grpc::Status refused = stub->ReportErrorToService(ctx().get(), own, &own_response);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
-      << refused.error_message();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
   auto state_of_worker_1 = [&] {
     auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 1}});
     EXPECT_TRUE(states.ok());
