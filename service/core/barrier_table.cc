@@ -48,7 +48,7 @@ absl::Status BarrierStatus(absl::Status status, const std::string& id, int64_t c
 absl::Status CheckBarrierId(const std::string& id, const BarrierLimits& limits) {
   if (id.empty()) return absl::InvalidArgumentError("barrier id must not be empty");
   if (id.size() > limits.max_id_bytes) {
-    size_t shown = 64;
+    size_t shown = std::min<size_t>(64, id.size());
     while (shown > 0 && (static_cast<unsigned char>(id[shown]) & 0xC0) == 0x80) --shown;
     return absl::InvalidArgumentError(absl::StrCat(
         "barrier id is ", id.size(), " bytes, more than the coordinator's limit of ",

@@ -48,12 +48,15 @@ absl::Status ValidateConfig(const ServiceConfig& config) {
   if (config.shutdown_barrier_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("shutdown barrier timeout must not be negative");
   }
-  if (config.barriers.max_id_bytes == 0 || config.barriers.max_open == 0) {
+  if (config.barriers.max_id_bytes == 0 || config.barriers.max_open == 0 ||
+      config.barriers.max_finished == 0) {
     return absl::InvalidArgumentError(
-        "--max-barrier-id-bytes and --max-open-barriers must be at least 1");
+        "--max-barrier-id-bytes, --max-open-barriers and --max-finished-barriers must be at "
+        "least 1");
   }
-  if (config.barriers.finished_retention < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--finished-barrier-retention must not be negative");
+  if (config.barriers.finished_retention <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--finished-barrier-retention must be positive: a repeated call needs the result kept");
   }
   return absl::OkStatus();
 }

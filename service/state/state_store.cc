@@ -341,13 +341,14 @@ class Replay {
         const pb::BarrierArrived& r = record.barrier_arrived();
         auto found = Instance(r.id(), r.counter());
         if (!found.ok()) return found.status();
-        (*found)->arrived.push_back(FromProto(r.task()));
+        if (*found) (*found)->arrived.push_back(FromProto(r.task()));
         return absl::OkStatus();
       }
       case pb::Record::kBarrierDone: {
         const pb::BarrierDone& r = record.barrier_done();
         auto found = Instance(r.id(), r.counter());
         if (!found.ok()) return found.status();
+        if (!*found) return absl::OkStatus();
         (*found)->done = true;
         (*found)->result = FromProto(r.result());
         return absl::OkStatus();
@@ -405,8 +406,12 @@ class Replay {
     barrier.timeout = TimeoutFromProto(r.timeout_ms());
     return barrier;
   }
+  // The instance a record is about; null when the state already holds a later instance of
+  // the id: a snapshot is captured after its log was switched, so the log's first records
+  // may be about instances the snapshot has already moved past (they are in it).
   absl::StatusOr<DurableBarrier*> Instance(const std::string& id, int64_t counter) {
     auto it = barriers_.find(id);
+    if (it != barriers_.end() && it->second.counter > counter) return nullptr;
     if (it == barriers_.end() || it->second.counter != counter) {
       return absl::DataLossError(absl::StrCat("a record of barrier \"", id, "\" instance ", counter,
                                               " comes before that instance started"));

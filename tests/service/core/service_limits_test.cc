@@ -80,6 +80,27 @@ TEST_F(LimitsTest, ABarrierIdOverTheLimitIsRefusedQuotingOnlyItsStartAndStartsNo
   Pass(std::string(100, 'y'));
 }
 
+TEST_F(LimitsTest, AnIdJustOverASmallLimitIsQuotedWhole) {
+  StartWith({.max_id_bytes = 16});
+  const std::string id(40, 'z');
+
+  BarrierResult refused = Arrive(id, kW0);
+
+  ASSERT_TRUE(refused.fired());
+  EXPECT_EQ(refused.value().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.value().status().message(), "starts \"" + id + "\""))
+      << refused.value().status();
+}
+
+TEST_F(LimitsTest, FinishedBarriersMustBeKeptForSomeTime) {
+  ServiceConfig config = Config();
+  config.barriers.max_finished = 0;
+  EXPECT_EQ(ValidateConfig(config).code(), absl::StatusCode::kInvalidArgument);
+  config = Config();
+  config.barriers.finished_retention = absl::ZeroDuration();
+  EXPECT_TRUE(absl::StrContains(ValidateConfig(config).message(), "must be positive"));
+}
+
 TEST_F(LimitsTest, BarriersOverTheOpenLimitAreRefusedUntilOnePasses) {
   StartWith({.max_open = 2});
   BarrierResult a = Arrive("a", kW0), b = Arrive("b", kW0);
