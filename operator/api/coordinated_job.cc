@@ -264,7 +264,22 @@ bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code) {
   return exit_code >= 128 || exit_code < 0;  // < 0: no exit code (pod lost, evicted)
 }
 
+namespace {
+absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object);
+}  // namespace
+
+// The API server checks a CoordinatedJob against the CRD's schema, but nothing here relies
+// on that: a field of an unexpected type is a clear error, never an exception.
 absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
+  try {
+    return ParseCoordinatedJobOrThrow(object);
+  } catch (const json::exception& e) {
+    return Invalid("object", std::string("a field has an unexpected type: ") + e.what());
+  }
+}
+
+namespace {
+absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   if (!object.is_object()) return Invalid("object", "not a JSON object");
   CoordinatedJob job;
   job.object = object;
@@ -402,6 +417,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object) {
   }
   return job;
 }
+}  // namespace
 
 json StatusToJson(const JobStatus& st) {
   json out = json::object();

@@ -55,6 +55,17 @@ TEST(CoordinatedJobTest, ReadsTheCoordinatorsStateAndPodTemplate) {
   EXPECT_EQ(job->spec.coordinator.pod_template["spec"]["priorityClassName"], "high");
 }
 
+TEST(CoordinatedJobTest, FieldsOfUnexpectedTypesAreAClearErrorNotAnException) {
+  // The coordinated_job fuzzer's find: metadata that is a number threw out of the parser.
+  for (const char* text :
+       {R"({"metadata": 5})", R"({"metadata": {"name": "a", "generation": "x"}})"}) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<CoordinatedJob> job;
+    EXPECT_NO_THROW(job = ParseCoordinatedJob(json::parse(text)));
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["spec"]["replicas"] = 0; }, "spec.replicas"},
