@@ -101,7 +101,8 @@ class ChildProcess {
   pid_t pid_ = -1;
 };
 
-// A loopback port for a server started next; each call gives another (this process's range).
+// A loopback port nothing listens on, for a server started next: below the ephemeral range,
+// never the same twice in this process.
 int NextPort();
 
 // Polls `condition` every 20 ms until it holds (true) or `seconds` pass (false).
