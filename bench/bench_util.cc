@@ -1,23 +1,19 @@
 #include "bench/bench_util.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iterator>
-#include <mutex>
-#include <random>
-#include <set>
 #include <sstream>
 #include <thread>
+
+#include "tests/support/free_port.h"
 
 extern char** environ;
 
@@ -49,35 +45,9 @@ void ChildProcess::Kill(int signal) {
 }
 
 int NextPort() {
-  // Below the kernel's ephemeral range, so that no outgoing connection takes the port before
-  // the server binds it; bindable now; never the same twice in this process.
-  static std::mutex mu;
-  static std::set<int> given;
-  static std::mt19937 random(static_cast<unsigned>(getpid()) * 7919u +
-                             static_cast<unsigned>(time(nullptr)));
-  int low = 32768;
-  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (fscanf(f, "%d", &low) != 1) low = 32768;
-    fclose(f);
-  }
-  const int first = 12000, last = std::max(first + 1000, low) - 1;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = first + static_cast<int>(random() % static_cast<unsigned>(last - first + 1));
-    if (given.count(port)) continue;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (free) {
-      given.insert(port);
-      return port;
-    }
-  }
-  return first + static_cast<int>(random() % 1000);  // the server's bind error will say why
+  const int port = cohort::testing::PickFreePort();
+  // No port at all: the server's bind error will say why.
+  return port != 0 ? port : 12000;
 }
 
 bool WaitFor(const std::function<bool()>& condition, double seconds) {

@@ -3,7 +3,7 @@
 The port comes from below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so
 an outgoing connection of this or another test cannot take it between this call and the
 server's bind, and one process never gets the same port twice. The C++ tests' FreePort in
-subprocess.h follows the same rule.
+subprocess.h and the benchmarks (free_port.h) follow the same rule; so does bench/run.py, which imports this.
 """
 
 import os

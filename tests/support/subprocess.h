@@ -3,11 +3,9 @@
 // it, and collect its exit status. Also a free loopback port and an HTTP GET through curl.
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,15 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <mutex>
-#include <random>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/support/free_port.h"
 
 extern char** environ;
 
@@ -181,40 +177,12 @@ class Subprocess {
   std::string err_;
 };
 
-// A loopback port nobody listens on right now.
-// A loopback port nothing listens on, for servers that cannot bind port 0. It comes from
-// below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so an outgoing
-// connection of this or another test cannot take it between this call and the server's
-// bind, and it is never handed out twice by one process.
+// A loopback port nothing listens on, for servers that cannot bind port 0 (the rule is in
+// free_port.h); a test without one fails.
 inline int FreePort() {
-  static std::mutex mu;
-  static std::set<int> given;
-  static std::mt19937 random(static_cast<unsigned>(getpid()) * 7919u +
-                             static_cast<unsigned>(absl::ToUnixNanos(absl::Now())));
-  int low = 32768;
-  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (fscanf(f, "%d", &low) != 1) low = 32768;
-    fclose(f);
-  }
-  const int first = 12000, last = std::max(first + 1000, low) - 1;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = first + static_cast<int>(random() % static_cast<unsigned>(last - first + 1));
-    if (given.count(port)) continue;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (free) {
-      given.insert(port);
-      return port;
-    }
-  }
-  ADD_FAILURE() << "no free loopback port below " << low;
-  return 0;
+  const int port = cohort::testing::PickFreePort();
+  if (port == 0) ADD_FAILURE() << "no free loopback port below the ephemeral range";
+  return port;
 }
 
 // Output of a shell command; `status` gets its exit code.

@@ -1,8 +1,5 @@
 // The cohort-coordinator binary as users run it: flags, YAML config, TLS, SIGTERM.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +19,7 @@
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
+#include "tests/support/free_port.h"
 
 namespace cohort::testing {
 namespace {
@@ -30,22 +28,8 @@ namespace tf = tensorflow;
 
 std::string Bin() { return COHORT_BIN_DIR "/cohort-coordinator"; }
 
-// A port the kernel just handed out on loopback, released for the coordinator to take.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+// A loopback port for the coordinator to take (below the ephemeral range: free_port.h).
+int FreePort() { return PickFreePort(); }
 
 // A running coordinator process, stopped by its pid.
 class Process {
