@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/crash_report.h"
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -62,6 +63,7 @@ bool ParseLabels(const std::string& text, std::map<std::string, std::string>* ou
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::InstallCrashReport(argv[0]);
   CLI::App app{
       "cohort-operator: runs CoordinatedJobs (cohort.dev/v1alpha1) on Kubernetes. For each job\n"
       "it creates a coordinator pod and service and the worker pods with cohort-sidecar\n"

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -54,6 +55,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::InstallCrashReport(argv[0]);
   CLI::App app{
       "cohort-coordinator: a standalone coordination service for distributed training.\n"
       "Speaks tensorflow.CoordinationService (TensorFlow, jaxlib <= 0.9),\n"

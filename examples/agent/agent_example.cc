@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
+#include "common/crash_report.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -40,6 +41,7 @@ int Fail(const std::string& what, const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::InstallCrashReport(argv[0]);
   CLI::App app{
       "cohort-agent-example: a workload task on the cohort agent. It connects, publishes its\n"
       "address, watches demo/config, passes one barrier per step and shuts down.",
@@ -103,6 +105,15 @@ int main(int argc, char** argv) {
   }
   auto peers = agent.GetKeyValueDir("demo/peers");
   if (!peers.ok()) return Fail("read peers", peers.status());
+  // Past the barrier every task has published its address.
+  if (peers->size() != static_cast<size_t>(num_tasks)) {
+    std::string found;
+    for (const auto& [key, value] : *peers) absl::StrAppend(&found, " ", key, "=", value);
+    return Fail("read peers",
+                absl::InternalError(absl::StrCat("demo/peers holds ", peers->size(),
+                                                 " addresses after the barrier, not ", num_tasks,
+                                                 ":", found.empty() ? " none" : found)));
+  }
   Say(absl::StrCat("found ", peers->size(), " peers, e.g. ", peers->front().first, " -> ",
                    peers->front().second));
 

@@ -120,6 +120,17 @@ token_file() {
     [[ -s "$WORK/$1.token" ]] && echo "$WORK/$1.token"
 }
 
+# job_logs JOB: the last lines each container of the job's pods wrote, every gang's (the
+# pod runner keeps the logs of deleted pods), to tell why a job did what it did.
+job_logs() {
+  local f
+  for f in "$ROOT/build/local-cluster/logs/pods/${NS}_$1-"*/*/*.log; do
+    [[ -f "$f" ]] || continue
+    echo "  ---- ${f#"$ROOT/build/local-cluster/logs/pods/"} (last 15 lines)"
+    tail -n 15 "$f" | sed 's/^/  /'
+  done
+}
+
 pod_uids() { k get pods -l "cohort.dev/job=$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
 
 if ! "$LC" status >/dev/null 2>&1; then
@@ -185,6 +196,7 @@ if wait_for kill '{.status.phase}' Running 60 && wait_for kill '{.status.tasks.r
         pass "a worker SIGKILLed mid-run restarts the gang, which succeeds (restarts 1)"
       else
         fail "kill: restarts" "$got"
+        job_logs kill
       fi
       reason=$(k get events --field-selector involvedObject.name=kill,reason=GangRestart -o jsonpath='{.items[0].message}')
       if [[ "$reason" == *"worker 2 exited with code 137 (signal 9)"* ]]; then
@@ -194,6 +206,7 @@ if wait_for kill '{.status.phase}' Running 60 && wait_for kill '{.status.tasks.r
       fi
     else
       fail "kill: the job succeeds after the restart"
+      job_logs kill
     fi
   else
     fail "kill: found the workload process of kill-worker-2"

@@ -1,0 +1,11 @@
+#pragma once
+
+namespace cohort {
+
+// Makes a crash explain itself: on SIGSEGV, SIGABRT (a failed check, an uncaught exception),
+// SIGBUS, SIGILL, SIGFPE or SIGTRAP the process writes the signal and a symbolized stack to
+// stderr, then dies of the same signal, so its exit status is unchanged. SIGTERM keeps its
+// default: programs handle it themselves or stop quietly. Call first thing in main.
+void InstallCrashReport(const char* argv0);
+
+}  // namespace cohort
