@@ -21,7 +21,9 @@
 #include "agent/grpc_status.h"
 #include "agent/key_watcher.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/crash_report.h"
 #include "common/grpc_auth.h"
+#include "common/grpc_tls.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -35,6 +37,7 @@ struct Options {
   std::string auth_token_file;
   std::string timeout = "10s";
   std::string output = "table";
+  cohort::ClientTls tls;
 };
 
 // Exit codes: 1 the coordinator said no (or the value is absent), 2 bad usage,
@@ -61,13 +64,26 @@ class Client {
       if (!read.ok()) return read.status();
       token = *read;
     }
-    channel_ = cohort::CreateChannelWithToken(options_.coordinator,
-                                              grpc::InsecureChannelCredentials(), args, token);
+    auto credentials = cohort::ClientCredentials(options_.tls, &args);
+    if (!credentials.ok()) return credentials.status();
+    channel_ = cohort::CreateChannelWithToken(options_.coordinator, *credentials, args, token);
     // Fail fast and clearly rather than hang on an address nobody answers.
     if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout_))) {
+      std::string why = "is it running?";
+      if (options_.tls.enabled()) {
+        // Why a TLS handshake failed is only told to a call.
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+        tensorflow::GetTaskStateRequest request;
+        tensorflow::GetTaskStateResponse response;
+        grpc::Status probe = tensorflow::CoordinationService::NewStub(channel_)->GetTaskState(
+            &context, request, &response);
+        why = absl::StrCat("is it running, and does it take TLS with these certificates? ",
+                           probe.error_message());
+      }
       return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
                                                  options_.coordinator, " within ", options_.timeout,
-                                                 " (is it running?)"));
+                                                 " (", why, ")"));
     }
     tf_ = tensorflow::CoordinationService::NewStub(channel_);
     cohort_ = cohort::v1::Coordinator::NewStub(channel_);
@@ -300,6 +316,7 @@ int Watch(Client& client, const std::string& key, int64_t revision) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::InstallCrashReport(argv[0]);
   CLI::App app{
       "cohortctl: inspect and drive a cohort coordinator.\n\n"
       "Examples:\n"
@@ -325,6 +342,7 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", options.auth_token_file,
                  "file with the job's token, for a coordinator run with --auth-token-file "
                  "(default: $COHORT_AUTH_TOKEN_FILE)");
+  cohort::AddClientTlsFlags(app, &options.tls);
   app.add_option("--dial-timeout", options.timeout,
                  "how long to wait for the coordinator, and for calls that answer at once")
       ->capture_default_str();

@@ -110,6 +110,7 @@ absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_
   // A coordinator reached by a name whose address changes (its pod made again): look the
   // name up again within a second, not gRPC's default of 30 s after the last lookup.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
+  if (!config_.tls_server_name.empty()) args.SetSslTargetNameOverride(config_.tls_server_name);
   auto credentials = config_.credentials ? config_.credentials : grpc::InsecureChannelCredentials();
   channel_ =
       CreateChannelWithToken(config_.coordinator_address, credentials, args, config_.auth_token);

@@ -40,8 +40,10 @@ struct AgentConfig {
   absl::Duration shutdown_timeout = absl::Minutes(5);
   // Keep a PollForError call parked, so errors of other tasks arrive at once.
   bool poll_for_errors = true;
-  // Empty: insecure.
+  // Empty: insecure (see ClientCredentials in common/grpc_tls.h for TLS).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS, the name the coordinator's certificate must carry (empty: the address's host).
+  std::string tls_server_name;
   // The job's token, sent with every call (a coordinator run with --auth-token-file);
   // empty: none.
   std::string auth_token;

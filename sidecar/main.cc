@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/crash_report.h"
 #include "common/grpc_auth.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/yaml_config.h"
@@ -37,6 +39,7 @@ bool ParseDuration(const std::string& text, absl::Duration* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::InstallCrashReport(argv[0]);
   CLI::App app{
       "cohort-sidecar: runs in every worker pod next to the workload. It registers the pod with\n"
       "the coordinator (in the auxiliary sidecar job), publishes the node's GPUs and hands rank\n"
@@ -116,6 +119,8 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "file with the job's token for a coordinator run with --auth-token-file: sent "
                  "with the sidecar's calls and, through the proxy, the workload's");
+  cohort::ClientTls tls;
+  cohort::AddClientTlsFlags(app, &tls);
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -160,6 +165,13 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(std::string(token.status().message()));
     options.auth_token = *token;
   }
+  grpc::ChannelArguments unused;
+  auto credentials = cohort::ClientCredentials(tls, &unused);
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  if (tls.enabled()) {
+    options.coordinator_credentials = *credentials;
+    options.tls_server_name = tls.server_name;
+  }
   if (options.heartbeat_timeout < options.heartbeat_interval) {
     return Fail("--heartbeat-timeout must be at least --heartbeat-interval");
   }
@@ -197,6 +209,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   cohort::MetricsRegistry registry;
+  spdlog::info("TLS to the coordinator: {}",
+               !tls.enabled()     ? "off (plain gRPC; see --tls-ca)"
+               : tls.cert.empty() ? "on, verifying it, without a client certificate"
+                                  : "mutual, with the client certificate " + tls.cert);
   cohort::Sidecar sidecar(options, &registry);
   if (auto s = sidecar.Start(); !s.ok()) return Fail(std::string(s.message()));
   int sig = 0;

@@ -67,6 +67,8 @@ absl::Status Sidecar::Start() {
     proxy.upstream.address = options_.coordinator_address;
     proxy.upstream.outage_tolerance = options_.outage_tolerance;
     proxy.upstream.auth_token = options_.auth_token;
+    proxy.upstream.credentials = options_.coordinator_credentials;
+    proxy.upstream.tls_server_name = options_.tls_server_name;
     proxy_ = std::make_unique<ProxyServer>(proxy);
     if (auto s = proxy_->Start(); !s.ok()) {
       proxy_.reset();
@@ -171,6 +173,10 @@ void Sidecar::Lifecycle() {
   AgentConfig config;
   config.coordinator_address = CoordinatorEndpoint();
   config.auth_token = options_.auth_token;
+  if (!proxy_) {
+    config.credentials = options_.coordinator_credentials;
+    config.tls_server_name = options_.tls_server_name;
+  }
   config.job_name = options_.sidecar_job;
   config.task_id = options_.task_id;
   config.heartbeat_interval = options_.heartbeat_interval;

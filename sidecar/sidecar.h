@@ -44,6 +44,10 @@ struct SidecarOptions {
   // The job's token (--auth-token-file), sent with every call to the coordinator: the
   // proxy's on the workload's behalf, and the agent's own. Empty: none.
   std::string auth_token;
+  // TLS to the coordinator (--tls-*): null is plain. The proxy's upstream uses it, and so
+  // does the agent when there is no proxy (through the proxy it talks over loopback).
+  std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
+  std::string tls_server_name;
 };
 
 // The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and

@@ -37,6 +37,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const UpstreamOptions& options) {
   // name up again within a second, not gRPC's default of 30 s after the last lookup (the
   // coordinator came back in under a second and the proxy found it 24 s later).
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   auto credentials = options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
   return CreateChannelWithToken(options.address, credentials, args, options.auth_token);
 }

@@ -46,6 +46,7 @@ namespace cohort {
 struct UpstreamOptions {
   std::string address;                                    // the coordinator, HOST:PORT
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
+  std::string tls_server_name;  // the name in the coordinator's certificate (empty: its host)
   // The job's token, sent with every call upstream (empty: none). The proxy's own clients
   // (the pod's processes) send none: it attaches it for them.
   std::string auth_token;

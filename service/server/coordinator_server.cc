@@ -1,48 +1,9 @@
 #include "service/server/coordinator_server.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsFiles& tls) {
-  if (tls.cert.empty() && tls.key.empty()) {
-    if (!tls.client_ca.empty()) {
-      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
-    }
-    return grpc::InsecureServerCredentials();
-  }
-  if (tls.cert.empty() || tls.key.empty()) {
-    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
-  }
-  auto cert = ReadFile(tls.cert, "TLS certificate");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(tls.key, "TLS key");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!tls.client_ca.empty()) {
-    auto ca = ReadFile(tls.client_ca, "TLS client CA");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(options);
-}
-
-}  // namespace
 
 CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegistry* registry,
                                      ServerOptions options)
@@ -63,7 +24,7 @@ CoordinatorServer::~CoordinatorServer() {
 }
 
 absl::Status CoordinatorServer::Start() {
-  auto creds = Credentials(options_.tls);
+  auto creds = ServerCredentials(options_.tls);
   if (!creds.ok()) return creds.status();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, *creds, &grpc_port_);

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_tls.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -18,12 +19,6 @@
 #include "service/rpc/xla_service.h"
 
 namespace cohort {
-
-struct TlsFiles {
-  std::string cert;       // PEM server certificate chain
-  std::string key;        // PEM private key
-  std::string client_ca;  // when set, clients must present a certificate signed by it
-};
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:8476";
