@@ -133,6 +133,13 @@ int main(int argc, char** argv) {
                  "pods (the coordinator's gRPC port) and --metrics-namespace (the metrics "
                  "ports) reach its pods (true or false; false deletes those made before)")
       ->capture_default_str();
+  app.add_option("--job-tls", settings.job_tls,
+                 "operator: give every new job certificates of its own (a CA, the "
+                 "coordinator's, the sidecars') in its Secret, and run its coordinator with "
+                 "mutual TLS; none: plain gRPC, guarded by the job's token. A job keeps what "
+                 "its Secret was made with")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "operator"}));
   app.add_option("--operator-namespace", operator_namespace,
                  "the namespace of the operator's pods, which the NetworkPolicy lets reach "
                  "each coordinator's gRPC port ($POD_NAMESPACE; empty: no operator pod)")
@@ -215,6 +222,11 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("job NetworkPolicies: off (--network-policy=false)");
   }
+
+  spdlog::info("job TLS: {}",
+               settings.job_tls == "operator"
+                   ? "mutual TLS with certificates this operator issues per job"
+                   : "off (--job-tls=none): plain gRPC, guarded by each job's token");
 
   cohort::MetricsRegistry metrics;
   metrics

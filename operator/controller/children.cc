@@ -68,15 +68,22 @@ json HandoffMount() { return {{"name", "cohort-handoff"}, {"mountPath", kHandoff
 
 json TokenMount() { return {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}; }
 
+std::string SecretFile(const char* key) { return absl::StrCat(kTokenDir, "/", key); }
+
 // Readable by the coordinator's and the sidecar's user (a secret volume's files belong to root
 // unless the pod has an fsGroup, and a worker pod's fsGroup is the template's to choose): only
-// the containers that mount it see it, and the workload's containers do not.
-json TokenVolume(const api::CoordinatedJob& job) {
-  return {{"name", kTokenVolume},
-          {"secret",
-           {{"secretName", TokenSecretName(job)},
-            {"items", json::array({{{"key", kTokenKey}, {"path", kTokenKey}}})},
-            {"defaultMode", 0444}}}};
+// the containers that mount it see it, and the workload's containers do not. With TLS the
+// coordinator gets its certificate and key, a sidecar the client's, both the job's CA.
+json TokenVolume(const api::CoordinatedJob& job, bool coordinator, bool tls) {
+  std::vector<const char*> keys = {kTokenKey};
+  if (tls && coordinator)
+    keys.insert(keys.end(), {kCaCertKey, kCoordinatorCertKey, kCoordinatorKeyKey});
+  if (tls && !coordinator) keys.insert(keys.end(), {kCaCertKey, kClientCertKey, kClientKeyKey});
+  json items = json::array();
+  for (const char* key : keys) items.push_back({{"key", key}, {"path", key}});
+  return {
+      {"name", kTokenVolume},
+      {"secret", {{"secretName", TokenSecretName(job)}, {"items", items}, {"defaultMode", 0444}}}};
 }
 
 std::string WorkloadProcessPattern(const json& pod_template) {
@@ -87,7 +94,7 @@ std::string WorkloadProcessPattern(const json& pod_template) {
 }
 
 json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
-                      const OperatorSettings& settings) {
+                      const OperatorSettings& settings, bool tls) {
   json args = json::array(
       {"--handoff-dir", kHandoffDir, "--http-listen", absl::StrCat("0.0.0.0:", kSidecarHttpPort),
        "--heartbeat-timeout", job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
@@ -107,6 +114,13 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
     args.push_back(absl::StrJoin(xids, ","));
   }
   if (job.spec.sidecar.dcgm_metrics) args.push_back("--dcgm-metrics");
+  if (tls) {
+    for (const std::string& arg :
+         {std::string("--tls-ca"), SecretFile(kCaCertKey), std::string("--tls-cert"),
+          SecretFile(kClientCertKey), std::string("--tls-key"), SecretFile(kClientKeyKey)}) {
+      args.push_back(arg);
+    }
+  }
   json container = {
       {"name", kSidecarContainer},
       {"image", job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image},
@@ -151,6 +165,14 @@ std::string WorkerPodName(const api::CoordinatedJob& job, int index) {
 std::string CoordinatorAddress(const api::CoordinatedJob& job) {
   return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc:", kCoordinatorGrpcPort);
 }
+std::vector<std::string> CoordinatorDnsNames(const api::CoordinatedJob& job) {
+  const std::string name = CoordinatorName(job);
+  return {name, absl::StrCat(name, ".", job.namespace_name), CoordinatorServerName(job),
+          absl::StrCat(CoordinatorServerName(job), ".cluster.local")};
+}
+std::string CoordinatorServerName(const api::CoordinatedJob& job) {
+  return absl::StrCat(CoordinatorName(job), ".", job.namespace_name, ".svc");
+}
 std::string CoordinatorStateClaimName(const api::CoordinatedJob& job) {
   return absl::StrCat(job.name, "-coordinator-state");
 }
@@ -170,7 +192,7 @@ json OwnerReference(const api::CoordinatedJob& job) {
           {"blockOwnerDeletion", true}};
 }
 
-json CoordinatorConfigMap(const api::CoordinatedJob& job) {
+json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls) {
   const auto& c = job.spec.coordinator;
   const std::string workload = api::WorkloadJobName(job.spec.framework);
   // Read by cohort-coordinator --config; keys are its flags.
@@ -186,19 +208,48 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job) {
   if (c.state.volume != api::StateVolume::kNone) {
     absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
   }
+  if (tls) {
+    absl::StrAppend(&config, "tls-cert: ", SecretFile(kCoordinatorCertKey), "\n",
+                    "tls-key: ", SecretFile(kCoordinatorKeyKey), "\n",
+                    "tls-client-ca: ", SecretFile(kCaCertKey), "\n");
+  }
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
           {"data", {{"coordinator.yaml", config}}}};
 }
 
-json TokenSecret(const api::CoordinatedJob& job, const std::string& token) {
+json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
+                 const JobCertificates* certificates) {
+  json data = {{kTokenKey, absl::Base64Escape(token)}};
+  if (certificates) {
+    data[kCaCertKey] = absl::Base64Escape(certificates->ca_cert);
+    data[kCoordinatorCertKey] = absl::Base64Escape(certificates->coordinator_cert);
+    data[kCoordinatorKeyKey] = absl::Base64Escape(certificates->coordinator_key);
+    data[kClientCertKey] = absl::Base64Escape(certificates->client_cert);
+    data[kClientKeyKey] = absl::Base64Escape(certificates->client_key);
+  }
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"metadata", Metadata(job, TokenSecretName(job), Labels(job, ""))},
           {"type", "Opaque"},
           {"immutable", true},
-          {"data", {{kTokenKey, absl::Base64Escape(token)}}}};
+          {"data", data}};
+}
+
+std::optional<JobCertificates> CertificatesOf(const json& secret) {
+  JobCertificates out;
+  for (auto [key, field] :
+       {std::pair{kCaCertKey, &out.ca_cert}, std::pair{kCoordinatorCertKey, &out.coordinator_cert},
+        std::pair{kCoordinatorKeyKey, &out.coordinator_key},
+        std::pair{kClientCertKey, &out.client_cert}, std::pair{kClientKeyKey, &out.client_key}}) {
+    const json& value = secret.value("data", json::object()).value(key, json());
+    if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), field) ||
+        field->empty()) {
+      return std::nullopt;
+    }
+  }
+  return out;
 }
 
 std::string TokenOf(const json& secret) {
@@ -304,7 +355,7 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart) {
 }
 
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings) {
+                    const OperatorSettings& settings, bool tls) {
   const auto& state = job.spec.coordinator.state;
   const bool keeps_state = state.volume != api::StateVolume::kNone;
   const json& own = job.spec.coordinator.pod_template;
@@ -334,8 +385,8 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
       volumes.push_back({{"name", "state"}, {"emptyDir", {{"sizeLimit", state.size}}}});
     }
   }
-  mounts.push_back(TokenMount());  // the config's auth-token-file
-  volumes.push_back(TokenVolume(job));
+  mounts.push_back(TokenMount());  // the config's auth-token-file (and TLS files)
+  volumes.push_back(TokenVolume(job, /*coordinator=*/true, tls));
   json container = {
       {"name", "coordinator"},
       {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
@@ -387,7 +438,7 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings) {
+               const OperatorSettings& settings, bool tls) {
   const json& tmpl = job.spec.pod_template;
   json metadata = tmpl.value("metadata", json::object());
   json labels = metadata.value("labels", json::object());
@@ -414,11 +465,11 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
     container["volumeMounts"] = mounts;
   }
   json init = spec.value("initContainers", json::array());
-  init.push_back(SidecarContainer(job, index, restart, settings));
+  init.push_back(SidecarContainer(job, index, restart, settings, tls));
   spec["initContainers"] = init;
   json volumes = spec.value("volumes", json::array());
   volumes.push_back({{"name", "cohort-handoff"}, {"emptyDir", json::object()}});
-  volumes.push_back(TokenVolume(job));  // the sidecar's alone
+  volumes.push_back(TokenVolume(job, /*coordinator=*/false, tls));  // the sidecar's alone
   spec["volumes"] = volumes;
 
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};

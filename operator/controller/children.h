@@ -7,11 +7,14 @@
 #define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
+#include "operator/controller/certificates.h"
 
 namespace cohort::controller {
 
@@ -43,6 +46,14 @@ inline constexpr char kTokenKey[] = "token";
 inline constexpr char kTokenVolume[] = "cohort-token";
 inline constexpr char kTokenDir[] = "/var/run/secrets/cohort";
 inline constexpr char kTokenFile[] = "/var/run/secrets/cohort/token";
+// With --job-tls=operator the same Secret holds the job's certificates (certificates.h), and
+// each container mounts what it needs next to the token: the coordinator its own certificate,
+// the sidecars the client one, both the job's CA.
+inline constexpr char kCaCertKey[] = "ca.crt";
+inline constexpr char kCoordinatorCertKey[] = "coordinator.crt";
+inline constexpr char kCoordinatorKeyKey[] = "coordinator.key";
+inline constexpr char kClientCertKey[] = "client.crt";
+inline constexpr char kClientKeyKey[] = "client.key";
 // The coordinator's and sidecar's images' user (and group); the coordinator pod's fsGroup, so
 // that it can write its state volume.
 inline constexpr int kCoordinatorUser = 65532;
@@ -74,6 +85,10 @@ struct OperatorSettings {
   // The namespace whose pods may scrape the coordinator's and the sidecars' metrics ports
   // (Prometheus). Empty: none.
   std::string metrics_namespace;
+  // "operator": every new job gets certificates of its own (certificates.h) and runs its
+  // coordinator with mutual TLS; "none": plain gRPC (the token still guards it). A job keeps
+  // what its Secret was made with.
+  std::string job_tls = "none";
 };
 
 std::string CoordinatorName(const api::CoordinatedJob& job);     // Pod, Service, ConfigMap
@@ -81,6 +96,10 @@ std::string WorkersServiceName(const api::CoordinatedJob& job);  // headless
 std::string WorkerPodName(const api::CoordinatedJob& job, int index);
 // "<job>-coordinator.<namespace>.svc:8476"
 std::string CoordinatorAddress(const api::CoordinatedJob& job);
+// The names in the coordinator's certificate: "<job>-coordinator" with ".<ns>", ".<ns>.svc"
+// and ".<ns>.svc.cluster.local"; the third is what its clients verify.
+std::vector<std::string> CoordinatorDnsNames(const api::CoordinatedJob& job);
+std::string CoordinatorServerName(const api::CoordinatedJob& job);
 // "<job>-coordinator-state": the coordinator's PersistentVolumeClaim.
 std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
 // "<job>-token": the Secret with the job's token.
@@ -89,11 +108,16 @@ std::string TokenSecretName(const api::CoordinatedJob& job);
 std::string NetworkPolicyName(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
-json CoordinatorConfigMap(const api::CoordinatedJob& job);
-// The job's token Secret (immutable: the token never changes while the Secret lives).
-json TokenSecret(const api::CoordinatedJob& job, const std::string& token);
+// With `tls`, the coordinator serves mutual TLS with the job's certificates.
+json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls = false);
+// The job's token Secret (immutable: the token never changes while the Secret lives), with
+// the job's certificates when given.
+json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
+                 const JobCertificates* certificates = nullptr);
 // The token a TokenSecret holds ("" if it holds none).
 std::string TokenOf(const json& secret);
+// The certificates a TokenSecret holds (none: made without TLS, or incomplete).
+std::optional<JobCertificates> CertificatesOf(const json& secret);
 json CoordinatorService(const api::CoordinatedJob& job);
 // The job's NetworkPolicy (ingress only) over every pod of the job (the coordinator and the
 // workers): the job's own pods reach each other on every port (the workers' collectives, the
@@ -116,10 +140,12 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart);
 // workers' scheduling fields (node selector, tolerations, affinity, priority class, image pull
 // secrets, scheduler), which spec.coordinator.podTemplate overrides; with a state volume it
 // restarts in place (restartPolicy Always) and keeps its state in CoordinatorStateSubPath.
+// `tls`: the job's Secret holds certificates (CertificatesOf), which the coordinator and the
+// sidecars mount and use.
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings);
+                    const OperatorSettings& settings, bool tls = false);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings);
+               const OperatorSettings& settings, bool tls = false);
 
 }  // namespace cohort::controller
 

@@ -16,7 +16,7 @@ struct CoordinatorWatcher::Follow {
   std::string key;
   std::string address;
   int restart = 0;
-  std::string token;
+  CoordinatorCredentials credentials;
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   std::mutex mu;
@@ -56,14 +56,14 @@ CoordinatorWatcher::CoordinatorWatcher(absl::Duration interval,
 CoordinatorWatcher::~CoordinatorWatcher() { StopAll(); }
 
 void CoordinatorWatcher::Watch(const std::string& key, const std::string& address, int restart,
-                               const std::string& token) {
+                               const CoordinatorCredentials& credentials) {
   std::shared_ptr<Follow> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = follows_.find(key);
     if (it != follows_.end()) {
       if (it->second->address == address && it->second->restart == restart &&
-          it->second->token == token) {
+          it->second->credentials == credentials) {
         return;
       }
       old = it->second;
@@ -73,7 +73,7 @@ void CoordinatorWatcher::Watch(const std::string& key, const std::string& addres
     follow->key = key;
     follow->address = address;
     follow->restart = restart;
-    follow->token = token;
+    follow->credentials = credentials;
     follows_[key] = follow;
     follow->thread = std::thread([this, follow] { Run(follow); });
   }
@@ -138,8 +138,19 @@ void CoordinatorWatcher::StopAll() {
 }
 
 void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
-  auto channel = CreateChannelWithToken(follow->address, grpc::InsecureChannelCredentials(),
-                                        grpc::ChannelArguments(), follow->token);
+  grpc::ChannelArguments args;
+  std::shared_ptr<grpc::ChannelCredentials> transport = grpc::InsecureChannelCredentials();
+  if (const auto& tls = follow->credentials.tls) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = tls->ca_cert;
+    options.pem_cert_chain = tls->client_cert;
+    options.pem_private_key = tls->client_key;
+    transport = grpc::SslCredentials(options);
+    // Dialled at the pod's IP; the certificate names the Service.
+    args.SetSslTargetNameOverride(follow->credentials.server_name);
+  }
+  auto channel =
+      CreateChannelWithToken(follow->address, transport, args, follow->credentials.token);
   auto stub = cohort::v1::Coordinator::NewStub(channel);
   bool said_unreachable = false;
   while (!follow->stop) {

@@ -3,7 +3,8 @@
 // the coordinator itself, within one poll interval, instead of waiting for pods to exit.
 // One thread per watched coordinator; a change that matters (tasks registered, tasks in
 // error) calls `on_change` with the job's key. Each call carries the job's token (the
-// coordinator refuses calls without it).
+// coordinator refuses calls without it) and, for a job with TLS, goes over mutual TLS with the
+// job's client certificate.
 #ifndef COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
 #define COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
 
@@ -22,6 +23,19 @@
 
 namespace cohort::controller {
 
+// What the operator presents to a job's coordinator.
+struct CoordinatorCredentials {
+  std::string token;                   // "" for none
+  std::optional<JobCertificates> tls;  // the job's, when it runs with TLS
+  std::string server_name;             // the name its certificate carries
+  bool operator==(const CoordinatorCredentials& o) const {
+    return token == o.token && server_name == o.server_name &&
+           tls.has_value() == o.tls.has_value() &&
+           (!tls || (tls->ca_cert == o.tls->ca_cert && tls->client_cert == o.tls->client_cert &&
+                     tls->client_key == o.tls->client_key));
+  }
+};
+
 class CoordinatorWatcher {
  public:
   CoordinatorWatcher(absl::Duration interval, std::function<void(const std::string&)> on_change);
@@ -30,10 +44,10 @@ class CoordinatorWatcher {
   CoordinatorWatcher& operator=(const CoordinatorWatcher&) = delete;
 
   // Follows the coordinator of job `key`'s gang `restart` at `address` (host:port), calling
-  // with `token` ("" for none). A watch of the same key at another address, gang or token is
+  // with `credentials`. A watch of the same key at another address, gang or credentials is
   // replaced.
   void Watch(const std::string& key, const std::string& address, int restart,
-             const std::string& token);
+             const CoordinatorCredentials& credentials);
   void Unwatch(const std::string& key);
   // The latest snapshot of that gang's coordinator; nullopt before the first answer.
   std::optional<CoordinatorView> View(const std::string& key, int restart) const;

@@ -212,14 +212,26 @@ absl::Status JobController::Reconcile(const std::string& key) {
   observed.network_policy = network_policies_->Get(ns, NetworkPolicyName(*job));
   // The token made when the job was first seen (or after its Secret was deleted), never
   // another while the Secret lives: an operator restarted finds it here.
-  std::string token;
+  CoordinatorCredentials credentials;
+  credentials.server_name = CoordinatorServerName(*job);
   if (auto secret = secrets_->Get(ns, TokenSecretName(*job))) {
     observed.token_secret = true;
-    token = TokenOf(*secret);
+    credentials.token = TokenOf(*secret);
+    credentials.tls = CertificatesOf(*secret);
+    observed.token_secret_tls = credentials.tls.has_value();
   } else {
     auto fresh = NewJobToken();
     if (!fresh.ok()) return fresh.status();
     observed.fresh_token = *fresh;
+    if (options_.settings.job_tls == "operator") {
+      CertificateRequest request;
+      request.job = absl::StrCat(ns, "/", name);
+      request.dns_names = CoordinatorDnsNames(*job);
+      request.now = observed.now;
+      auto issued = IssueJobCertificates(request);
+      if (!issued.ok()) return issued.status();
+      observed.fresh_certificates = std::move(*issued);
+    }
   }
   if (auto claim = claims_->Get(ns, CoordinatorStateClaimName(*job))) {
     observed.coordinator_state_claim = true;
@@ -238,7 +250,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
     const std::string host = coordinator->pod_ip.find(':') == std::string::npos
                                  ? coordinator->pod_ip
                                  : absl::StrCat("[", coordinator->pod_ip, "]");
-    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, token);
+    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, credentials);
     observed.coordinator = watcher_.View(key, gang);
   } else {
     watcher_.Unwatch(key);

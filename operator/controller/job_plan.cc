@@ -491,7 +491,13 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   // ---- Create what is missing: the token, the NetworkPolicy, services and config, the
   // coordinator (once the policy exists, so that no pod of the job runs unprotected), then
   // (once it is ready, so workers find it) the workers.
-  if (!observed.token_secret) P.plan.create.push_back(TokenSecret(job, observed.fresh_token));
+  const bool tls =
+      observed.token_secret ? observed.token_secret_tls : observed.fresh_certificates.has_value();
+  if (!observed.token_secret) {
+    P.plan.create.push_back(
+        TokenSecret(job, observed.fresh_token,
+                    observed.fresh_certificates ? &*observed.fresh_certificates : nullptr));
+  }
   bool policy_in_place = true;
   if (settings.network_policy) {
     json want = NetworkPolicy(job, settings);
@@ -510,7 +516,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   } else if (observed.network_policy) {
     P.plan.delete_network_policy = true;
   }
-  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job));
+  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job, tls));
   if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
   if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
   if (on_claim && !observed.coordinator_state_claim) {
@@ -522,12 +528,12 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   // A claim being deleted is not used; the next one gets the pod.
   if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating &&
       policy_in_place) {
-    P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings));
+    P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings, tls));
   }
   if (coordinator && coordinator->ready) {
     for (int i = 0; i < replicas; ++i) {
       if (!by_name.count(WorkerPodName(job, i))) {
-        P.plan.create.push_back(WorkerPod(job, i, gang, settings));
+        P.plan.create.push_back(WorkerPod(job, i, gang, settings, tls));
       }
     }
   }

@@ -68,6 +68,10 @@ struct Observed {
   // `fresh_token`, a random token the controller made (the plan has no randomness of its own).
   bool token_secret = false;
   std::string fresh_token;
+  // TLS for the job (children.h, OperatorSettings::job_tls): the existing Secret holds the
+  // job's certificates, or the controller made `fresh_certificates` for a Secret to create.
+  bool token_secret_tls = false;
+  std::optional<JobCertificates> fresh_certificates;
   // The job's NetworkPolicy as the API server has it (absent: there is none).
   std::optional<nlohmann::json> network_policy;
   bool coordinator_config_map = false;

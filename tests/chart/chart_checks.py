@@ -116,6 +116,7 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
     ]
     if leader:
         want_args += ["--leader-election-namespace=$(POD_NAMESPACE)", f"--leader-election-id={lease}"]
+    want_args.append(f"--job-tls={'none' if set_name == 'minimal' else 'operator'}")
     network_policy = set_name != "minimal"
     want_args.append(f"--network-policy={'true' if network_policy else 'false'}")
     if network_policy:

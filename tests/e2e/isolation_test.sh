@@ -356,6 +356,50 @@ if until_true 60 running && policy_is sleeper; then
   [[ "$selected" == "pod/sleeper-coordinator pod/sleeper-worker-0" ]] &&
     pass "its pod selector selects every pod of the job, coordinator and workers ($selected)" ||
     fail "the policy's pod selector" "selects '$selected'"
+  # Mutual TLS (the chart's jobTls.mode: operator): the job's Secret holds its certificates,
+  # its coordinator requires a client certificate of the job's CA, and its sidecar presents
+  # one. From this machine, at the coordinator pod's IP, as the operator dials it.
+  keys=$(k get secret sleeper-token -o json | python3 -c 'import json,sys; print(" ".join(sorted(json.load(sys.stdin)["data"])))')
+  [[ "$keys" == "ca.crt client.crt client.key coordinator.crt coordinator.key token" ]] &&
+    pass "the job's Secret holds its token and its certificates ($keys)" || fail "the job's Secret's keys" "'$keys'"
+  k get configmap sleeper-coordinator -o jsonpath='{.data.coordinator\.yaml}' | grep -q '^tls-client-ca: /var/run/secrets/cohort/ca.crt$' &&
+    pass "its coordinator is configured for mutual TLS (tls-client-ca)" ||
+    fail "the coordinator's ConfigMap asks for client certificates" "$(k get configmap sleeper-coordinator -o jsonpath='{.data.coordinator\.yaml}')"
+  for job in sleeper quickstart; do
+    mkdir -p "$WORK/$job"
+    for key in token ca.crt client.crt client.key; do
+      k get secret "$job-token" -o jsonpath="{.data.${key//./\\.}}" | base64 -d >"$WORK/$job/$key"
+    done
+  done
+  ip=$(k get pod sleeper-coordinator -o jsonpath='{.status.podIP}')
+  ctl() {  # ctl CERTS-OF-JOB [TLS flags...] -- cohortctl with sleeper's token at its coordinator
+    local certs=$1
+    shift
+    "$ROOT/build/bin/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s \
+      --auth-token-file "$WORK/sleeper/token" --tls-server-name "sleeper-coordinator.$NS.svc" "$@" 2>&1
+  }
+  mine=(--tls-ca "$WORK/sleeper/ca.crt" --tls-cert "$WORK/sleeper/client.crt" --tls-key "$WORK/sleeper/client.key")
+  sidecar_in() { out=$(ctl sleeper "${mine[@]}" tasks) && grep -Eq 'sidecar.*CONNECTED' <<<"$out"; }
+  if until_true 30 sidecar_in; then
+    pass "with the job's client certificate cohortctl is served, and the sidecar registered over mutual TLS"
+  else
+    fail "cohortctl with the job's certificate sees the sidecar" "$out"
+  fi
+  out=$(ctl sleeper --tls-ca "$WORK/sleeper/ca.crt" tasks); code=$?
+  [[ $code == 3 ]] && pass "without a client certificate the token alone is refused (exit 3)" ||
+    fail "a client without a certificate is refused" "exit $code: $out"
+  out=$(ctl quickstart --tls-ca "$WORK/sleeper/ca.crt" --tls-cert "$WORK/quickstart/client.crt" \
+    --tls-key "$WORK/quickstart/client.key" tasks); code=$?
+  [[ $code == 3 ]] && pass "another job's client certificate is refused (exit 3): ${out:0:200}" ||
+    fail "another job's certificate is refused" "exit $code: $out"
+  out=$("$ROOT/build/bin/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s \
+    --auth-token-file "$WORK/sleeper/token" tasks 2>&1); code=$?
+  [[ $code == 3 ]] && pass "plain gRPC is refused (exit 3)" || fail "plain gRPC is refused" "exit $code: $out"
+  out=$(ctl sleeper --tls-ca "$WORK/quickstart/ca.crt" --tls-cert "$WORK/sleeper/client.crt" \
+    --tls-key "$WORK/sleeper/client.key" tasks); code=$?
+  [[ $code == 3 ]] && pass "a client that trusts another job's CA does not talk to this coordinator (exit 3)" ||
+    fail "the coordinator is verified against the job's CA" "exit $code: $out"
+
   k patch networkpolicy sleeper-isolation --type json \
     -p '[{"op": "add", "path": "/spec/ingress/-", "value": {}}]' >/dev/null
   restored() { policy_is sleeper && [[ "$(k get networkpolicy sleeper-isolation -o jsonpath='{.metadata.generation}')" == 3 ]]; }

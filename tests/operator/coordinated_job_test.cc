@@ -404,6 +404,84 @@ TEST(ChildrenTest, TheCoordinatorReadsTheJobsTokenFromItsSecret) {
   EXPECT_EQ(Named(spec["containers"][0]["volumeMounts"], "cohort-token"), kTokenMount);
 }
 
+controller::JobCertificates FakeCertificates() {
+  return {"-----BEGIN CERTIFICATE-----ca", "-----BEGIN CERTIFICATE-----coordinator",
+          "-----BEGIN PRIVATE KEY-----coordinator", "-----BEGIN CERTIFICATE-----client",
+          "-----BEGIN PRIVATE KEY-----client"};
+}
+
+std::vector<std::string> VolumeKeys(const json& volume) {
+  std::vector<std::string> keys;
+  for (const auto& item : volume["secret"]["items"]) keys.push_back(item["key"]);
+  return keys;
+}
+
+TEST(ChildrenTest, WithTlsTheSecretHoldsTheJobsCertificatesToo) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const controller::JobCertificates certs = FakeCertificates();
+  const json secret = controller::TokenSecret(*job, "0123abcd", &certs);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : secret["data"].items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"ca.crt", "client.crt", "client.key", "coordinator.crt",
+                                            "coordinator.key", "token"}));
+  auto back = controller::CertificatesOf(secret);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->coordinator_key, certs.coordinator_key);
+  EXPECT_EQ(back->client_cert, certs.client_cert);
+  EXPECT_EQ(controller::TokenOf(secret), "0123abcd");
+  // A Secret made without TLS, or missing a part, holds no certificates.
+  EXPECT_FALSE(controller::CertificatesOf(controller::TokenSecret(*job, "0123abcd")));
+  json partial = secret;
+  partial["data"].erase("client.key");
+  EXPECT_FALSE(controller::CertificatesOf(partial));
+}
+
+TEST(ChildrenTest, WithTlsTheCoordinatorServesMutualTlsWithItsOwnKeyOnly) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const std::string config =
+      controller::CoordinatorConfigMap(*job, /*tls=*/true)["data"]["coordinator.yaml"]
+          .get<std::string>();
+  EXPECT_NE(config.find("tls-cert: /var/run/secrets/cohort/coordinator.crt\n"
+                        "tls-key: /var/run/secrets/cohort/coordinator.key\n"
+                        "tls-client-ca: /var/run/secrets/cohort/ca.crt\n"),
+            std::string::npos)
+      << config;
+  const std::string plain =
+      controller::CoordinatorConfigMap(*job)["data"]["coordinator.yaml"].get<std::string>();
+  EXPECT_EQ(plain.find("tls-"), std::string::npos) << plain;
+  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {}, /*tls=*/true)["spec"];
+  EXPECT_EQ(VolumeKeys(Named(spec["volumes"], "cohort-token")),
+            (std::vector<std::string>{"token", "ca.crt", "coordinator.crt", "coordinator.key"}));
+  EXPECT_EQ(controller::CoordinatorDnsNames(*job),
+            (std::vector<std::string>{"train-coordinator", "train-coordinator.ml",
+                                      "train-coordinator.ml.svc",
+                                      "train-coordinator.ml.svc.cluster.local"}));
+  // What the sidecars dial is a name in the certificate.
+  EXPECT_EQ(controller::CoordinatorAddress(*job),
+            controller::CoordinatorServerName(*job) + ":8476");
+}
+
+TEST(ChildrenTest, WithTlsTheSidecarPresentsTheClientCertificate) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const json spec =
+      controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{}, /*tls=*/true)["spec"];
+  EXPECT_EQ(VolumeKeys(Named(spec["volumes"], "cohort-token")),
+            (std::vector<std::string>{"token", "ca.crt", "client.crt", "client.key"}));
+  const json args = spec["initContainers"].back()["args"];
+  std::string joined;
+  for (const auto& a : args) joined += a.get<std::string>() + " ";
+  EXPECT_NE(joined.find("--tls-ca /var/run/secrets/cohort/ca.crt --tls-cert "
+                        "/var/run/secrets/cohort/client.crt --tls-key "
+                        "/var/run/secrets/cohort/client.key"),
+            std::string::npos)
+      << joined;
+  const json plain = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{})["spec"];
+  EXPECT_EQ(plain["initContainers"].back()["args"].dump().find("--tls"), std::string::npos);
+}
+
 TEST(ChildrenTest, OnlyTheSidecarOfAWorkerGetsTheToken) {
   json object = Minimal();
   object["spec"]["template"]["spec"]["containers"].push_back({{"name", "helper"}, {"image", "h"}});

@@ -166,6 +166,39 @@ TEST(JobPlanTest, AJobsTokenSecretIsKeptOnceItExistsAndMadeAgainIfDeleted) {
   EXPECT_EQ(TokenOf(again.create[0]), "beef");
 }
 
+TEST(JobPlanTest, AJobRunsWithTlsWhenItsSecretWasMadeWithCertificates) {
+  JobCertificates certs{"-----BEGIN CERTIFICATE-----ca", "-----BEGIN CERTIFICATE-----c",
+                        "-----BEGIN PRIVATE KEY-----c", "-----BEGIN CERTIFICATE-----l",
+                        "-----BEGIN PRIVATE KEY-----l"};
+  OperatorSettings off = Settings();
+  off.network_policy = false;  // the coordinator pod in the first plan
+  Observed o;
+  o.now = kNow;
+  o.fresh_token = "f00d";
+  o.fresh_certificates = certs;
+  Plan plan = PlanJob(Job(), o, off);
+  ASSERT_EQ(Names(plan.create),
+            (std::vector<std::string>{"Secret/train-token", "ConfigMap/train-coordinator",
+                                      "Service/train-coordinator", "Service/train-workers",
+                                      "Pod/train-coordinator"}));
+  EXPECT_EQ(CertificatesOf(plan.create[0])->ca_cert, certs.ca_cert);
+  EXPECT_NE(plan.create[1]["data"]["coordinator.yaml"].get<std::string>().find("tls-client-ca"),
+            std::string::npos);
+  EXPECT_EQ(plan.create[4], CoordinatorPod(Job(), 0, kNow, off, /*tls=*/true));
+
+  // Later passes follow the Secret, whatever the controller offers.
+  Observed with_tls = Everything({Coordinator()});
+  with_tls.token_secret_tls = true;
+  Plan workers = PlanJob(Job(3, phase::kPending), with_tls, Settings());
+  ASSERT_FALSE(workers.create.empty());
+  EXPECT_EQ(workers.create[0], WorkerPod(Job(), 0, 0, Settings(), /*tls=*/true));
+  Observed without = Everything({Coordinator()});
+  without.fresh_certificates = certs;  // not used: the Secret exists, made without TLS
+  Plan plain = PlanJob(Job(3, phase::kPending), without, Settings());
+  ASSERT_FALSE(plain.create.empty());
+  EXPECT_EQ(plain.create[0], WorkerPod(Job(), 0, 0, Settings()));
+}
+
 TEST(JobPlanTest, ANetworkPolicyChangedBySomeoneIsWrittenBack) {
   Observed changed = Everything({Coordinator(), Worker(0), Worker(1), Worker(2)});
   (*changed.network_policy)["spec"]["ingress"].push_back(json::object());  // "allow everything"

@@ -1,0 +1,119 @@
+// The operator's polls of a job's coordinator over mutual TLS, with certificates the operator
+// issued: a coordinator program run as the operator configures it (its certificate, the job's
+// CA for clients, the job's token), a task registered over TLS, and the watcher seeing it with
+// the job's client certificate, and seeing nothing with another job's or with none.
+#include "operator/controller/coordinator_watcher.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "agent/coordination_agent.h"
+#include "gtest/gtest.h"
+#include "operator/controller/certificates.h"
+#include "tests/support/eventually.h"
+#include "tests/support/subprocess.h"
+
+namespace cohort::controller {
+namespace {
+
+constexpr char kServerName[] = "train-coordinator.ml.svc";
+constexpr char kToken[] = "0123456789abcdef";
+
+JobCertificates Issue() {
+  CertificateRequest request;
+  request.job = "ml/train";
+  request.dns_names = {kServerName};
+  request.now = absl::Now();
+  auto certs = IssueJobCertificates(request);
+  EXPECT_TRUE(certs.ok()) << certs.status();
+  return certs.ok() ? *certs : JobCertificates{};
+}
+
+using ::cohort::testing::Eventually;
+using ::cohort::testing::FreePort;
+using ::cohort::testing::Subprocess;
+
+void Write(const std::string& path, const std::string& content) { std::ofstream(path) << content; }
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class CoordinatorWatcherTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    certs_ = Issue();
+    dir_ = absl::StrCat(::testing::TempDir(), "/watcher-tls-", getpid());
+    mkdir(dir_.c_str(), 0700);
+    Write(dir_ + "/ca.crt", certs_.ca_cert);
+    Write(dir_ + "/coordinator.crt", certs_.coordinator_cert);
+    Write(dir_ + "/coordinator.key", certs_.coordinator_key);
+    Write(dir_ + "/token", kToken);
+    port_ = FreePort();
+    log_ = dir_ + "/coordinator.log";
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{std::string(COHORT_BIN_DIR) + "/cohort-coordinator", "--listen",
+                                 absl::StrCat("127.0.0.1:", port_), "--http-listen", "", "--job",
+                                 "worker=1", "--tls-cert", dir_ + "/coordinator.crt", "--tls-key",
+                                 dir_ + "/coordinator.key", "--tls-client-ca", dir_ + "/ca.crt",
+                                 "--auth-token-file", dir_ + "/token"},
+        std::map<std::string, std::string>{}, log_);
+  }
+
+  std::string Address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  JobCertificates certs_;
+  std::string dir_, log_;
+  int port_ = 0;
+  std::unique_ptr<Subprocess> coordinator_;
+};
+
+TEST_F(CoordinatorWatcherTlsTest, TheJobsClientCertificateSeesTheTasksAndOthersSeeNothing) {
+  // A task of the job, over mutual TLS with the job's client certificate.
+  AgentConfig config;
+  config.coordinator_address = Address();
+  config.job_name = "worker";
+  config.task_id = 0;
+  config.auth_token = kToken;
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = certs_.ca_cert;
+  options.pem_cert_chain = certs_.client_cert;
+  options.pem_private_key = certs_.client_key;
+  config.credentials = grpc::SslCredentials(options);
+  config.tls_server_name = kServerName;
+  CoordinationAgent agent;
+  ASSERT_TRUE(agent.Initialize(config, [](const absl::Status&) {}).ok());
+  absl::Status connected = agent.Connect();
+  ASSERT_TRUE(connected.ok()) << connected << "\ncoordinator: " << ReadFileOrEmpty(log_);
+
+  std::atomic<int> changes{0};
+  CoordinatorWatcher watcher(absl::Milliseconds(100), [&](const std::string&) { ++changes; });
+  const JobCertificates stranger = Issue();
+  watcher.Watch("ml/train", Address(), 0, {kToken, certs_, kServerName});
+  watcher.Watch("ml/stranger", Address(), 0, {kToken, stranger, kServerName});
+  watcher.Watch("ml/plain", Address(), 0, {kToken, std::nullopt, ""});
+  ASSERT_TRUE(Eventually([&] {
+    auto view = watcher.View("ml/train", 0);
+    return view && view->registered == 1;
+  })) << ReadFileOrEmpty(log_);
+  EXPECT_GE(changes.load(), 1);
+  // Polls that the coordinator refused for two seconds (twenty polls) learned nothing.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_FALSE(watcher.View("ml/stranger", 0).has_value());
+  EXPECT_FALSE(watcher.View("ml/plain", 0).has_value());
+  watcher.StopAll();
+  EXPECT_TRUE(agent.Shutdown().ok());
+}
+
+}  // namespace
+}  // namespace cohort::controller
