@@ -1,6 +1,9 @@
 #include "operator/api/coordinated_job.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +46,34 @@ std::string Str(const json& o, const char* key, const std::string& fallback = ""
   return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
+// A whole number at `key` within [min, max]: `fallback` when the key is absent or null,
+// nullopt when it holds anything else (a fraction, a number out of range, a string). Never a
+// conversion of a float or an out-of-range number (the fuzzer found 1e126 as a generation).
+std::optional<int64_t> Whole(const json& o, const char* key, int64_t fallback,
+                             int64_t min = std::numeric_limits<int64_t>::min(),
+                             int64_t max = std::numeric_limits<int64_t>::max()) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return fallback;
+  int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return std::nullopt;
+    }
+    v = static_cast<int64_t>(it->get<uint64_t>());
+  } else if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+  } else {
+    return std::nullopt;
+  }
+  if (v < min || v > max) return std::nullopt;
+  return v;
+}
+
+// A count the API server keeps (metadata, status): 0 when absent or not a count.
+int Count(const json& o, const char* key) {
+  return static_cast<int>(Whole(o, key, 0, 0, std::numeric_limits<int>::max()).value_or(0));
+}
+
 absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
                                            const std::string& field) {
   std::vector<int> out;
@@ -50,10 +81,10 @@ absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
   if (it == o.end() || it->is_null()) return out;
   if (!it->is_array()) return Invalid(field, "must be a list of exit codes");
   for (const auto& v : *it) {
-    if (!v.is_number_integer() || v.get<int>() < 1 || v.get<int>() > 255) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 255) {
       return Invalid(field, absl::StrCat(v.dump(), " is not an exit code from 1 to 255"));
     }
-    out.push_back(v.get<int>());
+    out.push_back(static_cast<int>(v.get<int64_t>()));
   }
   return out;
 }
@@ -287,7 +318,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   job.name = Str(metadata, "name");
   job.namespace_name = Str(metadata, "namespace");
   job.uid = Str(metadata, "uid");
-  job.generation = metadata.value("generation", int64_t{0});
+  job.generation = Whole(metadata, "generation", 0, 0).value_or(0);
   job.resource_version = Str(metadata, "resourceVersion");
   if (auto s = CheckName(job.name); !s.ok()) return s;
 
@@ -340,20 +371,24 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   if (health.contains("ignoredXids") && health["ignoredXids"].is_array()) {
     std::vector<int> xids;
     for (const auto& x : health["ignoredXids"]) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+          x.get<int64_t>() > std::numeric_limits<int>::max()) {
         return Invalid("spec.sidecar.gpuHealth.ignoredXids", "XIDs are whole numbers");
       }
-      xids.push_back(x.get<int>());
+      xids.push_back(static_cast<int>(x.get<int64_t>()));
     }
     s.sidecar.ignored_xids = xids;
   }
   s.sidecar.dcgm_metrics = health.value("dcgmMetrics", false);
 
   const json failure = spec.value("failurePolicy", json::object());
-  s.failure_policy.max_restarts = failure.value("maxRestarts", 3);
-  if (s.failure_policy.max_restarts < 0) {
-    return Invalid("spec.failurePolicy.maxRestarts", "must not be negative");
+  const std::optional<int64_t> max_restarts = Whole(failure, "maxRestarts", 3);
+  if (!max_restarts || *max_restarts < 0 || *max_restarts > std::numeric_limits<int>::max()) {
+    return Invalid("spec.failurePolicy.maxRestarts", max_restarts && *max_restarts < 0
+                                                         ? "must not be negative"
+                                                         : "must be a whole number");
   }
+  s.failure_policy.max_restarts = static_cast<int>(*max_restarts);
   auto retryable =
       ExitCodes(failure, "retryableExitCodes", "spec.failurePolicy.retryableExitCodes");
   if (!retryable.ok()) return retryable.status();
@@ -378,33 +413,38 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     return Invalid("spec.successPolicy",
                    absl::StrCat("\"", success, "\" is not AllWorkers or Worker0"));
   }
-  if (spec.contains("activeDeadlineSeconds") && spec["activeDeadlineSeconds"].is_number()) {
-    s.active_deadline_seconds = spec["activeDeadlineSeconds"].get<int64_t>();
+  if (spec.contains("activeDeadlineSeconds") && !spec["activeDeadlineSeconds"].is_null()) {
+    const auto seconds = Whole(spec, "activeDeadlineSeconds", 0, 1);
+    if (!seconds) return Invalid("spec.activeDeadlineSeconds", "must be a whole number above 0");
+    s.active_deadline_seconds = *seconds;
   }
-  if (spec.contains("ttlSecondsAfterFinished") && spec["ttlSecondsAfterFinished"].is_number()) {
-    s.ttl_seconds_after_finished = spec["ttlSecondsAfterFinished"].get<int>();
+  if (spec.contains("ttlSecondsAfterFinished") && !spec["ttlSecondsAfterFinished"].is_null()) {
+    const auto seconds =
+        Whole(spec, "ttlSecondsAfterFinished", 0, 0, std::numeric_limits<int>::max());
+    if (!seconds) return Invalid("spec.ttlSecondsAfterFinished", "must be a whole number");
+    s.ttl_seconds_after_finished = static_cast<int>(*seconds);
   }
   s.suspend = spec.value("suspend", false);
 
   const json status = object.value("status", json::object());
   JobStatus& st = job.status;
   st.phase = Str(status, "phase");
-  st.restarts = status.value("restarts", 0);
-  st.coordinator_restarts = status.value("coordinatorRestarts", 0);
+  st.restarts = Count(status, "restarts");
+  st.coordinator_restarts = Count(status, "coordinatorRestarts");
   const json coordinator_pod = status.value("coordinatorPod", json::object());
   st.coordinator_pod.uid = Str(coordinator_pod, "uid");
-  st.coordinator_pod.container_restarts = coordinator_pod.value("containerRestarts", 0);
+  st.coordinator_pod.container_restarts = Count(coordinator_pod, "containerRestarts");
   st.coordinator_pod.last_restart_time = ParseRfc3339(Str(coordinator_pod, "lastRestartTime"));
   const json tasks = status.value("tasks", json::object());
-  st.tasks.total = tasks.value("total", 0);
-  st.tasks.registered = tasks.value("registered", 0);
-  st.tasks.ready = tasks.value("ready", 0);
-  st.tasks.succeeded = tasks.value("succeeded", 0);
-  st.tasks.failed = tasks.value("failed", 0);
+  st.tasks.total = Count(tasks, "total");
+  st.tasks.registered = Count(tasks, "registered");
+  st.tasks.ready = Count(tasks, "ready");
+  st.tasks.succeeded = Count(tasks, "succeeded");
+  st.tasks.failed = Count(tasks, "failed");
   st.coordinator_address = Str(status, "coordinatorAddress");
   st.start_time = ParseRfc3339(Str(status, "startTime"));
   st.completion_time = ParseRfc3339(Str(status, "completionTime"));
-  st.observed_generation = status.value("observedGeneration", int64_t{0});
+  st.observed_generation = Whole(status, "observedGeneration", 0, 0).value_or(0);
   for (const auto& c : status.value("conditions", json::array())) {
     Condition cond;
     cond.type = Str(c, "type");

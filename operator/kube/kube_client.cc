@@ -274,10 +274,17 @@ absl::Status KubeClient::Watch(const Resource& r, const std::string& ns, const L
       if (event.is_discarded() || !event.is_object()) {
         return absl::InternalError(absl::StrCat("watch ", path, ": an event that is not JSON"));
       }
-      WatchEvent e{event.value("type", ""), std::move(event["object"])};
+      // Read without conversions that could throw or overflow: whatever a watch sends.
+      const json& type = event["type"];
+      WatchEvent e{type.is_string() ? type.get<std::string>() : "", std::move(event["object"])};
       if (e.type == "ERROR") {
-        int code = e.object.value("code", 500);
-        return StatusFromResponse(code == 0 ? 500 : code, e.object.dump());
+        int code = 500;
+        if (e.object.is_object() && e.object.contains("code") &&
+            e.object["code"].is_number_integer()) {
+          const int64_t given = e.object["code"].get<int64_t>();
+          if (given >= 100 && given <= 599) code = static_cast<int>(given);
+        }
+        return StatusFromResponse(code, e.object.dump());
       }
       on_event(e);
     }

@@ -62,7 +62,13 @@ bool LeaderElector::TryAcquireOrRenew() {
     observed_record_ = record;
     observed_at_ = now;
   }
-  const int held_for_s = spec.value("leaseDurationSeconds", duration_s);
+  // The API server's schema makes it an int32; read it without a conversion that could fail.
+  const json& held_for =
+      spec.contains("leaseDurationSeconds") ? spec["leaseDurationSeconds"] : json();
+  const int held_for_s = held_for.is_number_integer() && held_for.get<int64_t>() > 0 &&
+                                 held_for.get<int64_t>() <= 86400 * 365
+                             ? static_cast<int>(held_for.get<int64_t>())
+                             : duration_s;
   const bool expired = now >= observed_at_ + absl::Seconds(held_for_s);
   if (!holder.empty() && holder != options_.identity && !expired) {
     taken_by_other_ = true;
@@ -71,7 +77,9 @@ bool LeaderElector::TryAcquireOrRenew() {
 
   if (holder != options_.identity) {
     spec["acquireTime"] = FormatMicroTime(now);
-    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+    const json& transitions = spec["leaseTransitions"];
+    const int64_t before = transitions.is_number_integer() ? transitions.get<int64_t>() : 0;
+    spec["leaseTransitions"] = before >= 0 && before < (int64_t{1} << 31) - 1 ? before + 1 : 1;
   }
   spec["holderIdentity"] = options_.identity;
   spec["leaseDurationSeconds"] = duration_s;

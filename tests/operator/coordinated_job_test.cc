@@ -66,6 +66,25 @@ TEST(CoordinatedJobTest, FieldsOfUnexpectedTypesAreAClearErrorNotAnException) {
   }
 }
 
+TEST(CoordinatedJobTest, CountsTheApiServerKeepsAreReadOnlyWhenTheyAreWholeNumbers) {
+  // The coordinated_job fuzzer's find: a generation of 1e126 was converted to an integer
+  // (undefined behaviour). Metadata and status come from the API server; anything but a
+  // whole number there reads as 0.
+  json object = Minimal();
+  object["metadata"]["generation"] = 1e126;
+  object["status"] = {{"restarts", 1e300},
+                      {"observedGeneration", 18446744073709551615ULL},
+                      {"tasks", {{"total", -3}, {"ready", 2.5}, {"registered", 4}}}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->generation, 0);
+  EXPECT_EQ(job->status.restarts, 0);
+  EXPECT_EQ(job->status.observed_generation, 0);
+  EXPECT_EQ(job->status.tasks.total, 0);
+  EXPECT_EQ(job->status.tasks.ready, 0);
+  EXPECT_EQ(job->status.tasks.registered, 4);
+}
+
 TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["spec"]["replicas"] = 0; }, "spec.replicas"},
@@ -112,6 +131,21 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
        "spec.coordinator.podTemplate.metadata.name: only labels and annotations"},
       {[](json& j) { j["spec"]["coordinator"]["resources"]["requests"] = "1 cpu"; },
        "spec.coordinator.resources.requests"},
+      // Numbers that are not whole, or do not fit: named, never converted.
+      {[](json& j) { j["spec"]["activeDeadlineSeconds"] = 1.5; }, "spec.activeDeadlineSeconds"},
+      {[](json& j) { j["spec"]["activeDeadlineSeconds"] = 1e300; }, "spec.activeDeadlineSeconds"},
+      {[](json& j) { j["spec"]["activeDeadlineSeconds"] = 0; }, "spec.activeDeadlineSeconds"},
+      {[](json& j) { j["spec"]["ttlSecondsAfterFinished"] = 1e12; },
+       "spec.ttlSecondsAfterFinished"},
+      {[](json& j) { j["spec"]["failurePolicy"]["maxRestarts"] = 1e300; },
+       "spec.failurePolicy.maxRestarts: must be a whole number"},
+      {[](json& j) { j["spec"]["failurePolicy"]["maxRestarts"] = -1; },
+       "spec.failurePolicy.maxRestarts: must not be negative"},
+      // 2^32 + 1 is no exit code 1.
+      {[](json& j) { j["spec"]["failurePolicy"]["retryableExitCodes"] = {4294967297LL}; },
+       "4294967297 is not an exit code"},
+      {[](json& j) { j["spec"]["sidecar"]["gpuHealth"]["ignoredXids"] = {4294967375LL}; },
+       "spec.sidecar.gpuHealth.ignoredXids"},
   };
   for (const auto& [mutate, expected] : cases) {
     json object = Minimal();
