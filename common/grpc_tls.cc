@@ -1,15 +1,25 @@
 #include "common/grpc_tls.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace cohort {
 namespace {
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
+using grpc::experimental::FileWatcherCertificateProvider;
+
+// Read once at the start, so that a wrong path or a file that is not PEM is a clear error
+// now rather than a failed handshake later; gRPC's provider reads the files itself.
+absl::Status CheckPem(const std::string& path, const std::string& flag) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", flag, " file ", path));
   std::stringstream ss;
@@ -18,8 +28,42 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " file ", path, " holds no PEM block (\"-----BEGIN ...\")"));
   }
-  return ss.str();
+  return absl::OkStatus();
 }
+
+absl::StatusOr<unsigned int> RefreshSeconds(const std::string& text, const std::string& flag) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::Seconds(1) ||
+      d > absl::Seconds(std::numeric_limits<int>::max()) || d != absl::Trunc(d, absl::Seconds(1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " \"", text, "\" is not a whole number of seconds, at least 1s"));
+  }
+  return static_cast<unsigned int>(absl::ToInt64Seconds(d));
+}
+
+// Completes a handshake only with a client whose certificate (already verified against the
+// client CA by the TLS stack) carries the job's name: with a CA shared by many jobs (a
+// cert-manager issuer), another job's client certificate is signed by the same CA.
+class ClientNameVerifier : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit ClientNameVerifier(std::string name) : name_(std::move(name)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> /*callback*/, grpc::Status* sync_status) override {
+    bool named = request->common_name() == name_;
+    for (const auto& dns : request->dns_names()) named = named || dns == name_;
+    for (const auto& uri : request->uri_names()) named = named || uri == name_;
+    *sync_status = named ? grpc::Status::OK
+                         : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                        "the client certificate does not carry the name " + name_ +
+                                            " (--tls-client-name)");
+    return true;  // decided now
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest* /*request*/) override {}
+
+ private:
+  const std::string name_;
+};
 
 }  // namespace
 
@@ -28,24 +72,40 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
     if (!tls.client_ca.empty()) {
       return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
     }
+    if (!tls.client_name.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-name needs --tls-cert, --tls-key and "
+          "--tls-client-ca");
+    }
     return grpc::InsecureServerCredentials();
   }
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
   }
-  auto cert = ReadPem(tls.cert, "--tls-cert");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPem(tls.key, "--tls-key");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!tls.client_ca.empty()) {
-    auto ca = ReadPem(tls.client_ca, "--tls-client-ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  if (!tls.client_name.empty() && tls.client_ca.empty()) {
+    return absl::InvalidArgumentError("--tls-client-name needs --tls-client-ca");
   }
-  return grpc::SslServerCredentials(options);
+  if (auto s = CheckPem(tls.cert, "--tls-cert"); !s.ok()) return s;
+  if (auto s = CheckPem(tls.key, "--tls-key"); !s.ok()) return s;
+  if (!tls.client_ca.empty()) {
+    if (auto s = CheckPem(tls.client_ca, "--tls-client-ca"); !s.ok()) return s;
+  }
+  auto refresh = RefreshSeconds(tls.refresh, "--tls-refresh");
+  if (!refresh.ok()) return refresh.status();
+  auto provider =
+      std::make_shared<FileWatcherCertificateProvider>(tls.key, tls.cert, tls.client_ca, *refresh);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!tls.client_ca.empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  if (!tls.client_name.empty()) {
+    options.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<ClientNameVerifier>(
+            tls.client_name));
+  }
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 void AddClientTlsFlags(CLI::App& app, ClientTls* tls, const std::string& prefix) {
@@ -59,6 +119,10 @@ void AddClientTlsFlags(CLI::App& app, ClientTls* tls, const std::string& prefix)
   app.add_option("--" + prefix + "tls-server-name", tls->server_name,
                  "the name the coordinator's certificate must carry (default: the address's "
                  "host)");
+  app.add_option("--" + prefix + "tls-refresh", tls->refresh,
+                 "how often the three files are read again, so that a renewed certificate "
+                 "is used from the next connection on")
+      ->capture_default_str();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
@@ -75,22 +139,27 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
     return absl::InvalidArgumentError(
         absl::StrCat("a client certificate needs both ", flag, "cert and ", flag, "key"));
   }
-  grpc::SslCredentialsOptions options;
   if (!tls.ca.empty()) {
-    auto ca = ReadPem(tls.ca, flag + "ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    if (auto s = CheckPem(tls.ca, flag + "ca"); !s.ok()) return s;
   }
   if (!tls.cert.empty()) {
-    auto cert = ReadPem(tls.cert, flag + "cert");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem(tls.key, flag + "key");
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
+    if (auto s = CheckPem(tls.cert, flag + "cert"); !s.ok()) return s;
+    if (auto s = CheckPem(tls.key, flag + "key"); !s.ok()) return s;
   }
+  auto refresh = RefreshSeconds(tls.refresh, flag + "refresh");
+  if (!refresh.ok()) return refresh.status();
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  // Without a CA of its own the client trusts the system's roots (gRPC's default when no
+  // root certificate is watched).
+  options.set_certificate_provider(
+      std::make_shared<FileWatcherCertificateProvider>(tls.key, tls.cert, tls.ca, *refresh));
+  if (!tls.ca.empty()) options.watch_root_certs();
+  if (!tls.cert.empty()) options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_certificate_verifier(
+      std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
   if (!tls.server_name.empty()) args->SetSslTargetNameOverride(tls.server_name);
-  return grpc::SslCredentials(options);
+  return grpc::experimental::TlsCredentials(options);
 }
 
 }  // namespace cohort

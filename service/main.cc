@@ -149,6 +149,13 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
   app.add_option("--tls-client-ca", server.tls.client_ca,
                  "PEM CA that client certificates must be signed by (mutual TLS)");
+  app.add_option("--tls-client-name", server.tls.client_name,
+                 "with --tls-client-ca: the name (DNS name or common name) every client "
+                 "certificate must carry, for a CA that signs other jobs' certificates too");
+  app.add_option("--tls-refresh", server.tls.refresh,
+                 "how often the TLS files are read again, so that a renewed certificate is "
+                 "served from the next connection on")
+      ->capture_default_str();
   app.add_option("--auth-token-file", auth_token_file,
                  "file holding the job's token: every gRPC call must carry metadata "
                  "\"authorization: Bearer <token>\" or is refused UNAUTHENTICATED (the "

@@ -5,8 +5,11 @@
 # pod is deleted mid-run (made again on the same claim). Each time the job must end
 # Succeeded with status.restarts 0, coordinatorRestarts 1, the same worker pods and no
 # worker container restarted: the workers talk to the coordinator through their sidecars,
-# which ride out the outage. JAX comes from the compat suite's venv (.venv, made by
-# tests/compat/run.sh, which make test runs first).
+# which ride out the outage. The job runs as a cluster admin would run it: its namespace
+# enforces restricted Pod Security and the operator issues the job its token and mutual-TLS
+# certificates (--job-tls=operator), so the sidecars ride out the outage over TLS. JAX comes
+# from the compat suite's venv (.venv, made by tests/compat/run.sh, which make test runs
+# first).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -73,7 +76,7 @@ sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
 grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "jax restart test: the example's command changed"; exit 1; }
 
 "$BIN/cohort-operator" --leader-elect=false --http-listen 127.0.0.1:0 \
-  --failure-settle 1s --coordinator-poll 200ms >"$WORK/operator.log" 2>&1 &
+  --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator.log" 2>&1 &
 OPERATOR_PID=$!
 
 # The coordinator's process: the child of its container's init, whose PID the pod runner
@@ -110,12 +113,21 @@ run_case() {
   local ns="jax-restart-$1-$$" how=$2 before after pid old got i
   NAMESPACES+=("$ns")
   "$KUBECTL" create namespace "$ns" >/dev/null
+  "$KUBECTL" label namespace "$ns" pod-security.kubernetes.io/enforce=restricted >/dev/null
   "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
   if ! until_true 300 mid_run "$ns"; then
     fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
     return
   fi
   before=$(workers "$ns")
+  # Mutual TLS is on: the job's Secret holds its certificates, the coordinator serves them and
+  # every sidecar dials it over TLS.
+  if [[ -n "$("$KUBECTL" -n "$ns" get secret jax-cpu-token -o jsonpath='{.data.ca\.crt}')" ]] &&
+    "$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep -q "TLS to the coordinator: mutual"; then
+    pass "$how: the job runs in a restricted namespace over mutual TLS"
+  else
+    fail "$how: the job's certificates and its sidecar's TLS" "$("$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep TLS)"
+  fi
   if [[ $how == kill ]]; then
     pid=$(coordinator_pid "$ns")
     if [[ -z "$pid" ]] || ! kill -KILL "$pid"; then

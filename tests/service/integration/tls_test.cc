@@ -1,8 +1,10 @@
 // Mutual TLS between the programs and the coordinator, as users run them: a coordinator
 // that requires client certificates of its CA (--tls-client-ca), cohortctl and the sidecar
 // presenting theirs (--tls-ca, --tls-cert, --tls-key), and strangers refused: no
-// certificate, one of another CA, and a client that does not trust the coordinator.
-// Certificates come from the openssl command, as an admin's would.
+// certificate, one of another CA, one of the same CA without the job's name
+// (--tls-client-name), and a client that does not trust the coordinator. Certificates
+// renewed in place are used without a restart. Certificates come from the openssl command,
+// as an admin's (or cert-manager's) would.
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -52,6 +54,12 @@ class TlsTest : public ::testing::Test {
           "subjectAltName=DNS:train-coordinator.ml.svc,DNS:localhost,IP:127.0.0.1");
     Issue("client", "ca", "worker-0", "");
     Issue("stranger", "other-ca", "worker-0", "");
+    // Clients of a CA shared by two jobs: one carries this job's name, one another job's.
+    Issue("named-client", "ca", "worker-0", "subjectAltName=DNS:train.ml.client.cohort.dev");
+    Issue("other-job-client", "ca", "worker-0", "subjectAltName=DNS:eval.ml.client.cohort.dev");
+    // The stranger's CA's coordinator and client: what a renewal by another CA brings.
+    Issue("renewed-coordinator", "other-ca", "cohort-coordinator",
+          "subjectAltName=DNS:localhost,IP:127.0.0.1");
   }
   static void TearDownTestSuite() {
     int status;
@@ -77,15 +85,26 @@ class TlsTest : public ::testing::Test {
   }
 
   void SetUp() override {
+    Start({"--tls-cert", Path("coordinator.crt"), "--tls-key", Path("coordinator.key"),
+           "--tls-client-ca", Path("ca.crt")});
+  }
+
+  // (Re)starts the coordinator on a new port with `tls` flags.
+  void Start(const std::vector<std::string>& tls) {
+    coordinator_.reset();
     port_ = FreePort();
     log_ = Path(absl::StrCat("coordinator-", port_, ".log"));
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{Bin("cohort-coordinator"), "--listen",
-                                 absl::StrCat("127.0.0.1:", port_), "--http-listen", "", "--job",
-                                 "worker=1", "--auxiliary-job", "sidecar=1", "--tls-cert",
-                                 Path("coordinator.crt"), "--tls-key", Path("coordinator.key"),
-                                 "--tls-client-ca", Path("ca.crt")},
-        std::map<std::string, std::string>{}, log_);
+    std::vector<std::string> argv = {Bin("cohort-coordinator"),
+                                     "--listen",
+                                     absl::StrCat("127.0.0.1:", port_),
+                                     "--http-listen",
+                                     "",
+                                     "--job",
+                                     "worker=1",
+                                     "--auxiliary-job",
+                                     "sidecar=1"};
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    coordinator_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
     ASSERT_TRUE(Eventually([&] { return ReadFile(log_).find("serving") != std::string::npos; }))
         << ReadFile(log_);
   }
@@ -154,6 +173,50 @@ TEST_F(TlsTest, StrangersAreRefusedAndChangeNothing) {
   EXPECT_EQ(get.out, "");
 }
 
+// With a CA that signs other jobs' certificates too (a cert-manager issuer), the coordinator
+// serves only clients whose certificate carries its job's name.
+TEST_F(TlsTest, TheClientNameKeepsOtherJobsOfTheSameCaOut) {
+  Start({"--tls-cert", Path("coordinator.crt"), "--tls-key", Path("coordinator.key"),
+         "--tls-client-ca", Path("ca.crt"), "--tls-client-name", "train.ml.client.cohort.dev"});
+  ProcessResult put = Ctl(Client("named-client"), {"kv", "put", "k", "named"});
+  ASSERT_EQ(put.exit_code, 0) << put.err << "\ncoordinator: " << ReadFile(log_);
+  for (const char* refused : {"other-job-client", "client"}) {
+    ProcessResult other = Ctl(Client(refused), {"kv", "put", "k", refused});
+    EXPECT_EQ(other.exit_code, 3) << refused << ": " << other.err;
+  }
+  ProcessResult get = Ctl(Client("named-client"), {"kv", "get", "k"});
+  EXPECT_EQ(get.out, "named") << get.err;
+}
+
+// cert-manager (or an admin) rewrites the files in place: the coordinator serves the new
+// certificate, and trusts the new client CA, within --tls-refresh, without a restart; the
+// clients read theirs again the same way.
+TEST_F(TlsTest, ARenewedCertificateIsUsedWithoutARestart) {
+  const std::string live = Path(absl::StrCat("live-", getpid()));
+  Shell(absl::StrCat("mkdir -p ", live, " && cp ", Path("coordinator.crt"), " ",
+                     Path("coordinator.key"), " ", Path("ca.crt"), " ", live));
+  Start({"--tls-cert", live + "/coordinator.crt", "--tls-key", live + "/coordinator.key",
+         "--tls-client-ca", live + "/ca.crt", "--tls-refresh", "1s"});
+  ProcessResult before = Ctl(Client("client"), {"kv", "put", "k", "before"});
+  ASSERT_EQ(before.exit_code, 0) << before.err << "\ncoordinator: " << ReadFile(log_);
+  // Renewed by another CA (the harder case: a new CA, not only a new leaf).
+  Shell(absl::StrCat("cp ", Path("renewed-coordinator.crt"), " ", live, "/coordinator.crt && cp ",
+                     Path("renewed-coordinator.key"), " ", live, "/coordinator.key && cp ",
+                     Path("other-ca.crt"), " ", live, "/ca.crt"));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Ctl(Client("stranger", "other-ca"), {"kv", "put", "after", "yes"}).exit_code == 0;
+      },
+      absl::Seconds(20)))
+      << ReadFile(log_);
+  // The old certificates no longer get in, and the coordinator never stopped.
+  ProcessResult old = Ctl(Client("client"), {"kv", "put", "old", "yes"});
+  EXPECT_EQ(old.exit_code, 3) << old.err;
+  ProcessResult get = Ctl(Client("stranger", "other-ca"), {"kv", "get", "k"});
+  EXPECT_EQ(get.out, "before") << get.err;
+  EXPECT_EQ(ReadFile(log_).find("serving"), ReadFile(log_).rfind("serving")) << ReadFile(log_);
+}
+
 TEST_F(TlsTest, BadTlsFlagsAreClearErrors) {
   ProcessResult half =
       Ctl({"--tls-ca", Path("ca.crt"), "--tls-cert", Path("client.crt")}, {"kv", "get", "k"});
@@ -166,6 +229,34 @@ TEST_F(TlsTest, BadTlsFlagsAreClearErrors) {
   ProcessResult garbage = Ctl({"--tls-ca", Path("garbage.crt")}, {"kv", "get", "k"});
   EXPECT_EQ(garbage.exit_code, 2) << garbage.err;
   EXPECT_NE(garbage.err.find("holds no PEM block"), std::string::npos) << garbage.err;
+  std::vector<std::string> refresh = Client("client");
+  refresh.insert(refresh.end(), {"--tls-refresh", "500ms"});
+  ProcessResult fraction = Ctl(refresh, {"kv", "get", "k"});
+  EXPECT_EQ(fraction.exit_code, 2) << fraction.err;
+  EXPECT_NE(fraction.err.find("--tls-refresh \"500ms\" is not a whole number of seconds"),
+            std::string::npos)
+      << fraction.err;
+  // The coordinator's own: a client name without a client CA, and a bad refresh.
+  for (const auto& [flags, message] :
+       {std::pair{std::vector<std::string>{"--tls-cert", Path("coordinator.crt"), "--tls-key",
+                                           Path("coordinator.key"), "--tls-client-name", "x"},
+                  "--tls-client-name needs --tls-client-ca"},
+        std::pair{std::vector<std::string>{"--tls-cert", Path("coordinator.crt"), "--tls-key",
+                                           Path("coordinator.key"), "--tls-refresh", "0s"},
+                  "--tls-refresh \"0s\" is not a whole number of seconds, at least 1s"}}) {
+    std::vector<std::string> argv = {Bin("cohort-coordinator"),
+                                     "--listen",
+                                     absl::StrCat("127.0.0.1:", FreePort()),
+                                     "--http-listen",
+                                     "",
+                                     "--job",
+                                     "worker=1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    Subprocess coordinator(argv);
+    ProcessResult result = coordinator.Wait(absl::Seconds(30));
+    EXPECT_EQ(result.exit_code, 2) << result.err;
+    EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+  }
 }
 
 // The sidecar reaches the coordinator over mutual TLS; the workload in its pod talks plain
