@@ -136,10 +136,16 @@ int main(int argc, char** argv) {
   app.add_option("--job-tls", settings.job_tls,
                  "operator: give every new job certificates of its own (a CA, the "
                  "coordinator's, the sidecars') in its Secret, and run its coordinator with "
-                 "mutual TLS; none: plain gRPC, guarded by the job's token. A job keeps what "
+                 "mutual TLS; cert-manager: the same with two cert-manager Certificates per "
+                 "job from --job-tls-issuer (renewed by cert-manager, read again by the "
+                 "programs); none: plain gRPC, guarded by the job's token. A job keeps what "
                  "its Secret was made with")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "operator"}));
+      ->check(CLI::IsMember({"none", "operator", "cert-manager"}));
+  app.add_option("--job-tls-issuer", settings.job_tls_issuer,
+                 "with --job-tls=cert-manager: the issuer of every job's certificates, "
+                 "ClusterIssuer/<name> or Issuer/<name> (in the job's namespace). It must "
+                 "fill ca.crt (a CA or Vault issuer, not ACME)");
   app.add_option("--operator-namespace", operator_namespace,
                  "the namespace of the operator's pods, which the NetworkPolicy lets reach "
                  "each coordinator's gRPC port ($POD_NAMESPACE; empty: no operator pod)")
@@ -172,6 +178,19 @@ int main(int argc, char** argv) {
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (auto s = cohort::SetUpLogging("operator", log_format, log_level); !s.ok()) {
     return Fail(std::string(s.message()));
+  }
+  if (settings.job_tls == "cert-manager") {
+    const auto slash = settings.job_tls_issuer.find('/');
+    const std::string kind = settings.job_tls_issuer.substr(0, slash);
+    if (slash == std::string::npos || (kind != "ClusterIssuer" && kind != "Issuer") ||
+        slash + 1 == settings.job_tls_issuer.size()) {
+      return Fail(
+          absl::StrCat("--job-tls=cert-manager needs --job-tls-issuer "
+                       "ClusterIssuer/<name> or Issuer/<name>, not \"",
+                       settings.job_tls_issuer, "\""));
+    }
+  } else if (!settings.job_tls_issuer.empty()) {
+    return Fail("--job-tls-issuer is for --job-tls=cert-manager");
   }
   absl::Duration lease, renew, retry, settle, poll;
   for (auto [text, out, flag] : {std::tuple{&lease_duration, &lease, "--lease-duration"},
@@ -226,6 +245,9 @@ int main(int argc, char** argv) {
   spdlog::info("job TLS: {}",
                settings.job_tls == "operator"
                    ? "mutual TLS with certificates this operator issues per job"
+               : settings.job_tls == "cert-manager"
+                   ? absl::StrCat("mutual TLS with certificates cert-manager issues per job from ",
+                                  settings.job_tls_issuer)
                    : "off (--job-tls=none): plain gRPC, guarded by each job's token");
 
   cohort::MetricsRegistry metrics;

@@ -73,17 +73,42 @@ std::string SecretFile(const char* key) { return absl::StrCat(kTokenDir, "/", ke
 // Readable by the coordinator's and the sidecar's user (a secret volume's files belong to root
 // unless the pod has an fsGroup, and a worker pod's fsGroup is the template's to choose): only
 // the containers that mount it see it, and the workload's containers do not. With TLS the
-// coordinator gets its certificate and key, a sidecar the client's, both the job's CA.
-json TokenVolume(const api::CoordinatedJob& job, bool coordinator, bool tls) {
-  std::vector<const char*> keys = {kTokenKey};
-  if (tls && coordinator)
-    keys.insert(keys.end(), {kCaCertKey, kCoordinatorCertKey, kCoordinatorKeyKey});
-  if (tls && !coordinator) keys.insert(keys.end(), {kCaCertKey, kClientCertKey, kClientKeyKey});
-  json items = json::array();
-  for (const char* key : keys) items.push_back({{"key", key}, {"path", key}});
-  return {
-      {"name", kTokenVolume},
-      {"secret", {{"secretName", TokenSecretName(job)}, {"items", items}, {"defaultMode", 0444}}}};
+// coordinator gets its certificate and key, a sidecar the client's, both the job's CA: from
+// the token Secret, or from cert-manager's Secret projected next to the token under the same
+// names (a projected volume follows its Secrets: a renewal reaches the files).
+json TokenVolume(const api::CoordinatedJob& job, bool coordinator, JobTls tls) {
+  const auto items = [](const std::vector<std::pair<const char*, const char*>>& keys) {
+    json out = json::array();
+    for (const auto& [key, path] : keys) out.push_back({{"key", key}, {"path", path}});
+    return out;
+  };
+  if (tls == JobTls::kCertManager) {
+    const json issued =
+        items({{kCertManagerCaKey, kCaCertKey},
+               {kCertManagerCertKey, coordinator ? kCoordinatorCertKey : kClientCertKey},
+               {kCertManagerKeyKey, coordinator ? kCoordinatorKeyKey : kClientKeyKey}});
+    return {
+        {"name", kTokenVolume},
+        {"projected",
+         {{"defaultMode", 0444},
+          {"sources",
+           json::array(
+               {{{"secret",
+                  {{"name", TokenSecretName(job)}, {"items", items({{kTokenKey, kTokenKey}})}}}},
+                {{"secret",
+                  {{"name", coordinator ? CoordinatorTlsName(job) : ClientTlsName(job)},
+                   {"items", issued}}}}})}}}};
+  }
+  std::vector<std::pair<const char*, const char*>> keys = {{kTokenKey, kTokenKey}};
+  if (tls == JobTls::kOperator) {
+    for (const char* key : {kCaCertKey, coordinator ? kCoordinatorCertKey : kClientCertKey,
+                            coordinator ? kCoordinatorKeyKey : kClientKeyKey}) {
+      keys.emplace_back(key, key);
+    }
+  }
+  return {{"name", kTokenVolume},
+          {"secret",
+           {{"secretName", TokenSecretName(job)}, {"items", items(keys)}, {"defaultMode", 0444}}}};
 }
 
 std::string WorkloadProcessPattern(const json& pod_template) {
@@ -94,7 +119,7 @@ std::string WorkloadProcessPattern(const json& pod_template) {
 }
 
 json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
-                      const OperatorSettings& settings, bool tls) {
+                      const OperatorSettings& settings, JobTls tls) {
   json args = json::array(
       {"--handoff-dir", kHandoffDir, "--http-listen", absl::StrCat("0.0.0.0:", kSidecarHttpPort),
        "--heartbeat-timeout", job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
@@ -114,7 +139,7 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
     args.push_back(absl::StrJoin(xids, ","));
   }
   if (job.spec.sidecar.dcgm_metrics) args.push_back("--dcgm-metrics");
-  if (tls) {
+  if (tls != JobTls::kNone) {
     for (const std::string& arg :
          {std::string("--tls-ca"), SecretFile(kCaCertKey), std::string("--tls-cert"),
           SecretFile(kClientCertKey), std::string("--tls-key"), SecretFile(kClientKeyKey)}) {
@@ -182,6 +207,21 @@ std::string TokenSecretName(const api::CoordinatedJob& job) {
 std::string NetworkPolicyName(const api::CoordinatedJob& job) {
   return absl::StrCat(job.name, "-isolation");
 }
+std::string CoordinatorTlsName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-coordinator-tls");
+}
+std::string ClientTlsName(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, "-client-tls");
+}
+std::string ClientIdentity(const api::CoordinatedJob& job) {
+  return absl::StrCat(job.name, ".", job.namespace_name, ".client.cohort.dev");
+}
+
+JobTls NewJobTls(const OperatorSettings& settings) {
+  if (settings.job_tls == "operator") return JobTls::kOperator;
+  if (settings.job_tls == "cert-manager") return JobTls::kCertManager;
+  return JobTls::kNone;
+}
 
 json OwnerReference(const api::CoordinatedJob& job) {
   return {{"apiVersion", api::kApiVersion},
@@ -192,7 +232,7 @@ json OwnerReference(const api::CoordinatedJob& job) {
           {"blockOwnerDeletion", true}};
 }
 
-json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls) {
+json CoordinatorConfigMap(const api::CoordinatedJob& job, JobTls tls) {
   const auto& c = job.spec.coordinator;
   const std::string workload = api::WorkloadJobName(job.spec.framework);
   // Read by cohort-coordinator --config; keys are its flags.
@@ -208,10 +248,13 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls) {
   if (c.state.volume != api::StateVolume::kNone) {
     absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
   }
-  if (tls) {
+  if (tls != JobTls::kNone) {
     absl::StrAppend(&config, "tls-cert: ", SecretFile(kCoordinatorCertKey), "\n",
                     "tls-key: ", SecretFile(kCoordinatorKeyKey), "\n",
                     "tls-client-ca: ", SecretFile(kCaCertKey), "\n");
+  }
+  if (tls == JobTls::kCertManager) {
+    absl::StrAppend(&config, "tls-client-name: ", ClientIdentity(job), "\n");
   }
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
@@ -220,7 +263,7 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls) {
 }
 
 json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
-                 const JobCertificates* certificates) {
+                 const JobCertificates* certificates, JobTls tls) {
   json data = {{kTokenKey, absl::Base64Escape(token)}};
   if (certificates) {
     data[kCaCertKey] = absl::Base64Escape(certificates->ca_cert);
@@ -229,12 +272,10 @@ json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
     data[kClientCertKey] = absl::Base64Escape(certificates->client_cert);
     data[kClientKeyKey] = absl::Base64Escape(certificates->client_key);
   }
-  return {{"apiVersion", "v1"},
-          {"kind", "Secret"},
-          {"metadata", Metadata(job, TokenSecretName(job), Labels(job, ""))},
-          {"type", "Opaque"},
-          {"immutable", true},
-          {"data", data}};
+  json metadata = Metadata(job, TokenSecretName(job), Labels(job, ""));
+  if (tls == JobTls::kCertManager) metadata["annotations"] = {{kTlsModeAnnotation, "cert-manager"}};
+  return {{"apiVersion", "v1"}, {"kind", "Secret"},  {"metadata", metadata},
+          {"type", "Opaque"},   {"immutable", true}, {"data", data}};
 }
 
 std::optional<JobCertificates> CertificatesOf(const json& secret) {
@@ -243,6 +284,58 @@ std::optional<JobCertificates> CertificatesOf(const json& secret) {
        {std::pair{kCaCertKey, &out.ca_cert}, std::pair{kCoordinatorCertKey, &out.coordinator_cert},
         std::pair{kCoordinatorKeyKey, &out.coordinator_key},
         std::pair{kClientCertKey, &out.client_cert}, std::pair{kClientKeyKey, &out.client_key}}) {
+    const json& value = secret.value("data", json::object()).value(key, json());
+    if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), field) ||
+        field->empty()) {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+JobTls TlsModeOf(const json& secret) {
+  if (CertificatesOf(secret)) return JobTls::kOperator;
+  const std::string annotated = secret.value(
+      json::json_pointer(absl::StrCat("/metadata/annotations/", "cohort.dev~1tls")), std::string());
+  return annotated == "cert-manager" ? JobTls::kCertManager : JobTls::kNone;
+}
+
+std::vector<json> CertManagerCertificates(const api::CoordinatedJob& job,
+                                          const OperatorSettings& settings) {
+  const auto slash = settings.job_tls_issuer.find('/');
+  const json issuer = {
+      {"group", "cert-manager.io"},
+      {"kind", settings.job_tls_issuer.substr(0, slash)},
+      {"name",
+       slash == std::string::npos ? std::string() : settings.job_tls_issuer.substr(slash + 1)}};
+  const auto certificate = [&](const std::string& name, json spec) {
+    spec["secretName"] = name;
+    spec["issuerRef"] = issuer;
+    // A fresh key at every renewal; cert-manager's Secret is one of the job's children, so
+    // that the operator's cache (its label selector) sees it.
+    spec["privateKey"] = {{"algorithm", "ECDSA"}, {"size", 256}, {"rotationPolicy", "Always"}};
+    spec["secretTemplate"] = {{"labels", Labels(job, "")}};
+    return json{{"apiVersion", "cert-manager.io/v1"},
+                {"kind", "Certificate"},
+                {"metadata", Metadata(job, name, Labels(job, ""))},
+                {"spec", std::move(spec)}};
+  };
+  const std::vector<std::string> dns = CoordinatorDnsNames(job);
+  return {certificate(CoordinatorTlsName(job),
+                      {{"commonName", CoordinatorServerName(job)},
+                       {"dnsNames", dns},
+                       {"usages", json::array({"digital signature", "server auth"})}}),
+          certificate(ClientTlsName(job),
+                      {{"commonName", ClientIdentity(job)},
+                       {"dnsNames", json::array({ClientIdentity(job)})},
+                       {"usages", json::array({"digital signature", "client auth"})}})};
+}
+
+std::optional<IssuedCertificate> IssuedOf(const json& secret) {
+  IssuedCertificate out;
+  for (auto [key, field] :
+       {std::pair{kCertManagerCaKey, &out.ca}, std::pair{kCertManagerCertKey, &out.cert},
+        std::pair{kCertManagerKeyKey, &out.key}}) {
     const json& value = secret.value("data", json::object()).value(key, json());
     if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), field) ||
         field->empty()) {
@@ -355,7 +448,7 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart) {
 }
 
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings, bool tls) {
+                    const OperatorSettings& settings, JobTls tls) {
   const auto& state = job.spec.coordinator.state;
   const bool keeps_state = state.volume != api::StateVolume::kNone;
   const json& own = job.spec.coordinator.pod_template;
@@ -438,7 +531,7 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings, bool tls) {
+               const OperatorSettings& settings, JobTls tls) {
   const json& tmpl = job.spec.pod_template;
   json metadata = tmpl.value("metadata", json::object());
   json labels = metadata.value("labels", json::object());

@@ -54,6 +54,22 @@ inline constexpr char kCoordinatorCertKey[] = "coordinator.crt";
 inline constexpr char kCoordinatorKeyKey[] = "coordinator.key";
 inline constexpr char kClientCertKey[] = "client.crt";
 inline constexpr char kClientKeyKey[] = "client.key";
+// With --job-tls=cert-manager the certificates come from two cert-manager Certificates per
+// job, each issued into a Secret of its own (keys below, cert-manager's); the containers
+// mount them under the names above, so that the programs' flags are the same in both modes.
+// The token Secret carries this annotation, which is how a job remembers its mode.
+inline constexpr char kTlsModeAnnotation[] = "cohort.dev/tls";
+inline constexpr char kCertManagerCertKey[] = "tls.crt";
+inline constexpr char kCertManagerKeyKey[] = "tls.key";
+inline constexpr char kCertManagerCaKey[] = "ca.crt";
+
+// How a job's coordinator and sidecars talk (OperatorSettings::job_tls, fixed per job when its
+// token Secret is made).
+enum class JobTls {
+  kNone,         // plain gRPC, guarded by the token
+  kOperator,     // mutual TLS with certificates the operator issued (in the token Secret)
+  kCertManager,  // mutual TLS with certificates cert-manager issues (and renews)
+};
 // The coordinator's and sidecar's images' user (and group); the coordinator pod's fsGroup, so
 // that it can write its state volume.
 inline constexpr int kCoordinatorUser = 65532;
@@ -86,10 +102,17 @@ struct OperatorSettings {
   // (Prometheus). Empty: none.
   std::string metrics_namespace;
   // "operator": every new job gets certificates of its own (certificates.h) and runs its
-  // coordinator with mutual TLS; "none": plain gRPC (the token still guards it). A job keeps
-  // what its Secret was made with.
+  // coordinator with mutual TLS; "cert-manager": the same, with certificates that
+  // cert-manager issues from `job_tls_issuer`; "none": plain gRPC (the token still guards it).
+  // A job keeps what its Secret was made with.
   std::string job_tls = "none";
+  // With job_tls "cert-manager": the issuer, "Issuer/<name>" (in the job's namespace) or
+  // "ClusterIssuer/<name>".
+  std::string job_tls_issuer;
 };
+
+// The mode `job_tls` names for new jobs.
+JobTls NewJobTls(const OperatorSettings& settings);
 
 std::string CoordinatorName(const api::CoordinatedJob& job);     // Pod, Service, ConfigMap
 std::string WorkersServiceName(const api::CoordinatedJob& job);  // headless
@@ -106,18 +129,41 @@ std::string CoordinatorStateClaimName(const api::CoordinatedJob& job);
 std::string TokenSecretName(const api::CoordinatedJob& job);
 // "<job>-isolation": the job's NetworkPolicy.
 std::string NetworkPolicyName(const api::CoordinatedJob& job);
+// With cert-manager: "<job>-coordinator-tls" and "<job>-client-tls", each the name of a
+// Certificate and of the Secret cert-manager issues it into.
+std::string CoordinatorTlsName(const api::CoordinatedJob& job);
+std::string ClientTlsName(const api::CoordinatedJob& job);
+// "<job>.<namespace>.client.cohort.dev": the name the job's client certificate carries and
+// its coordinator requires (--tls-client-name), since a shared issuer signs other jobs'
+// client certificates too.
+std::string ClientIdentity(const api::CoordinatedJob& job);
 
 json OwnerReference(const api::CoordinatedJob& job);
-// With `tls`, the coordinator serves mutual TLS with the job's certificates.
-json CoordinatorConfigMap(const api::CoordinatedJob& job, bool tls = false);
+// With TLS, the coordinator serves mutual TLS with the job's certificates (and, with
+// cert-manager's, requires ClientIdentity in its clients' certificates).
+json CoordinatorConfigMap(const api::CoordinatedJob& job, JobTls tls = JobTls::kNone);
 // The job's token Secret (immutable: the token never changes while the Secret lives), with
-// the job's certificates when given.
+// the job's certificates when given, and its TLS mode when that is cert-manager.
 json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
-                 const JobCertificates* certificates = nullptr);
+                 const JobCertificates* certificates = nullptr, JobTls tls = JobTls::kNone);
 // The token a TokenSecret holds ("" if it holds none).
 std::string TokenOf(const json& secret);
 // The certificates a TokenSecret holds (none: made without TLS, or incomplete).
 std::optional<JobCertificates> CertificatesOf(const json& secret);
+// The mode a TokenSecret was made with.
+JobTls TlsModeOf(const json& secret);
+// The two cert-manager Certificates of a job (the coordinator's, serverAuth for
+// CoordinatorDnsNames; the clients', clientAuth for ClientIdentity), issued by
+// settings.job_tls_issuer into Secrets labelled as the job's children. P-256 keys, made anew
+// at every renewal.
+std::vector<json> CertManagerCertificates(const api::CoordinatedJob& job,
+                                          const OperatorSettings& settings);
+// What a Secret cert-manager issued holds: the CA, the certificate and its key (for the
+// client Secret: what the operator dials the coordinator with). None while any is missing.
+struct IssuedCertificate {
+  std::string ca, cert, key;
+};
+std::optional<IssuedCertificate> IssuedOf(const json& secret);
 json CoordinatorService(const api::CoordinatedJob& job);
 // The job's NetworkPolicy (ingress only) over every pod of the job (the coordinator and the
 // workers): the job's own pods reach each other on every port (the workers' collectives, the
@@ -140,12 +186,12 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart);
 // workers' scheduling fields (node selector, tolerations, affinity, priority class, image pull
 // secrets, scheduler), which spec.coordinator.podTemplate overrides; with a state volume it
 // restarts in place (restartPolicy Always) and keeps its state in CoordinatorStateSubPath.
-// `tls`: the job's Secret holds certificates (CertificatesOf), which the coordinator and the
-// sidecars mount and use.
+// `tls`: where the job's certificates are (the token Secret, or cert-manager's Secrets
+// projected next to the token), which the coordinator and the sidecars mount and use.
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings, bool tls = false);
+                    const OperatorSettings& settings, JobTls tls = JobTls::kNone);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings, bool tls = false);
+               const OperatorSettings& settings, JobTls tls = JobTls::kNone);
 
 }  // namespace cohort::controller
 

@@ -33,6 +33,7 @@ const kube::Resource& ResourceFor(const json& object) {
   if (kind == "PersistentVolumeClaim") return kube::kPersistentVolumeClaims;
   if (kind == "Secret") return kube::kSecrets;
   if (kind == "NetworkPolicy") return kube::kNetworkPolicies;
+  if (kind == "Certificate") return kube::kCertificates;
   return kube::kPods;
 }
 
@@ -217,8 +218,24 @@ absl::Status JobController::Reconcile(const std::string& key) {
   if (auto secret = secrets_->Get(ns, TokenSecretName(*job))) {
     observed.token_secret = true;
     credentials.token = TokenOf(*secret);
-    credentials.tls = CertificatesOf(*secret);
-    observed.token_secret_tls = credentials.tls.has_value();
+    observed.token_secret_tls = TlsModeOf(*secret);
+    if (observed.token_secret_tls == JobTls::kOperator) {
+      credentials.tls = CertificatesOf(*secret);
+    } else if (observed.token_secret_tls == JobTls::kCertManager) {
+      // cert-manager's Secrets (labelled as the job's children, so cached here). The client
+      // one is what the operator dials with; a renewal changes it, and the watcher dials again.
+      auto server = secrets_->Get(ns, CoordinatorTlsName(*job));
+      auto client = secrets_->Get(ns, ClientTlsName(*job));
+      auto issued = client ? IssuedOf(*client) : std::nullopt;
+      observed.certificates_issued = server && IssuedOf(*server) && issued;
+      if (observed.certificates_issued) {
+        JobCertificates tls;
+        tls.ca_cert = issued->ca;
+        tls.client_cert = issued->cert;
+        tls.client_key = issued->key;
+        credentials.tls = std::move(tls);
+      }
+    }
   } else {
     auto fresh = NewJobToken();
     if (!fresh.ok()) return fresh.status();
@@ -403,6 +420,8 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           secrets_->Upsert(created);
         } else if (kind == "NetworkPolicy") {
           network_policies_->Upsert(created);
+        } else if (kind == "Certificate") {
+          // Not cached: cert-manager's Secret, once issued, is what the plan looks at.
         } else {
           config_maps_->Upsert(created);
         }
@@ -417,6 +436,13 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
         }
       } else if (!absl::IsAlreadyExists(result.status()) && first_error.ok()) {
         first_error = result.status();
+        if (object->value("kind", "") == "Certificate" && absl::IsNotFound(first_error)) {
+          first_error = absl::FailedPreconditionError(absl::StrCat(
+              "cannot create Certificate ", kube::Name(*object),
+              ": cert-manager's API (cert-manager.io/v1 certificates) is not served here; "
+              "install cert-manager or run the operator with --job-tls=operator (",
+              result.status().message(), ")"));
+        }
       }
     }
   }

@@ -491,12 +491,22 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   // ---- Create what is missing: the token, the NetworkPolicy, services and config, the
   // coordinator (once the policy exists, so that no pod of the job runs unprotected), then
   // (once it is ready, so workers find it) the workers.
-  const bool tls =
-      observed.token_secret ? observed.token_secret_tls : observed.fresh_certificates.has_value();
+  JobTls tls = observed.token_secret_tls;
   if (!observed.token_secret) {
+    tls = NewJobTls(settings);
+    if (tls == JobTls::kOperator && !observed.fresh_certificates) tls = JobTls::kNone;
     P.plan.create.push_back(
         TokenSecret(job, observed.fresh_token,
-                    observed.fresh_certificates ? &*observed.fresh_certificates : nullptr));
+                    tls == JobTls::kOperator ? &*observed.fresh_certificates : nullptr, tls));
+  }
+  // cert-manager's certificates: asked for (again, harmlessly, while they are not issued:
+  // creating one that exists changes nothing), and waited for.
+  const bool certificates_ready = tls != JobTls::kCertManager || observed.certificates_issued;
+  if (!certificates_ready) {
+    for (json& certificate : CertManagerCertificates(job, settings)) {
+      P.plan.create.push_back(std::move(certificate));
+    }
+    P.Requeue(absl::Seconds(5));
   }
   bool policy_in_place = true;
   if (settings.network_policy) {
@@ -527,7 +537,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   }
   // A claim being deleted is not used; the next one gets the pod.
   if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating &&
-      policy_in_place) {
+      policy_in_place && certificates_ready) {
     P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings, tls));
   }
   if (coordinator && coordinator->ready) {
@@ -556,6 +566,10 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     const std::string waiting =
         !policy_in_place && !coordinator
             ? absl::StrCat("waiting for the NetworkPolicy ", NetworkPolicyName(job))
+        : !certificates_ready && !coordinator
+            ? absl::StrCat("waiting for cert-manager to issue Secrets ", CoordinatorTlsName(job),
+                           " and ", ClientTlsName(job), " (Certificates of the same names, from ",
+                           settings.job_tls_issuer, ")")
         : !coordinator || !coordinator->ready
             ? "waiting for the coordinator pod to be ready"
             : absl::StrCat(ready, " of ", replicas, " workers are ready");

@@ -68,10 +68,15 @@ struct Observed {
   // `fresh_token`, a random token the controller made (the plan has no randomness of its own).
   bool token_secret = false;
   std::string fresh_token;
-  // TLS for the job (children.h, OperatorSettings::job_tls): the existing Secret holds the
-  // job's certificates, or the controller made `fresh_certificates` for a Secret to create.
-  bool token_secret_tls = false;
+  // TLS for the job (children.h, OperatorSettings::job_tls): what the existing Secret was made
+  // with (TlsModeOf); for a Secret to create, the settings' mode, with the certificates the
+  // controller made in `fresh_certificates` when that mode is the operator's.
+  JobTls token_secret_tls = JobTls::kNone;
   std::optional<JobCertificates> fresh_certificates;
+  // With cert-manager: both of the job's Secrets (CoordinatorTlsName, ClientTlsName) hold a
+  // CA, a certificate and a key. Until then the plan asks for the Certificates and starts no
+  // pod.
+  bool certificates_issued = false;
   // The job's NetworkPolicy as the API server has it (absent: there is none).
   std::optional<nlohmann::json> network_policy;
   bool coordinator_config_map = false;

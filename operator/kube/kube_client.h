@@ -41,6 +41,9 @@ inline const Resource kNetworkPolicies{"/apis/networking.k8s.io/v1", "networkpol
                                        "NetworkPolicy", true};
 inline const Resource kEvents{"/api/v1", "events", "Event", true};
 inline const Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease", true};
+// cert-manager's (--job-tls=cert-manager): created, never watched.
+inline const Resource kCertificates{"/apis/cert-manager.io/v1", "certificates", "Certificate",
+                                    true};
 inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",
                                        "CoordinatedJob", true};
 

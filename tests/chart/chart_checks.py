@@ -116,7 +116,12 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
     ]
     if leader:
         want_args += ["--leader-election-namespace=$(POD_NAMESPACE)", f"--leader-election-id={lease}"]
-    want_args.append(f"--job-tls={'none' if set_name == 'minimal' else 'operator'}")
+    if set_name == "custom":
+        want_args += ["--job-tls=cert-manager", "--job-tls-issuer=ClusterIssuer/cohort-ca"]
+    else:
+        want_args.append(f"--job-tls={'none' if set_name == 'minimal' else 'operator'}")
+        report(not any(a.startswith("--job-tls-issuer") for a in args),
+               f"[{set_name}] no --job-tls-issuer without cert-manager", args)
     network_policy = set_name != "minimal"
     want_args.append(f"--network-policy={'true' if network_policy else 'false'}")
     if network_policy:
@@ -228,7 +233,10 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
                        f"[{set_name}] the Role is in the watched namespace {watch_ns}",
                        role["metadata"].get("namespace"))
             got = rules_of(role)
-            report(got == EXPECTED_RULES, f"[{set_name}] {kind} grants exactly the operator's API use",
+            # With cert-manager's certificates the operator creates Certificates, nothing more.
+            want = sorted(EXPECTED_RULES + [("cert-manager.io", "certificates", ("create",))]) \
+                if set_name == "custom" else EXPECTED_RULES
+            report(got == want, f"[{set_name}] {kind} grants exactly the operator's API use",
                    f"got {got}")
             wild = [r for r in role.get("rules", []) if "*" in r.get("verbs", []) + r.get("resources", []) + r.get("apiGroups", [])]
             report(not wild, f"[{set_name}] no wildcards in RBAC", wild)

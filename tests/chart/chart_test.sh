@@ -66,7 +66,10 @@ refused "a malformed scrape interval" "/monitoring/interval" --set monitoring.in
 refused "an invalid namespace name" "/watchNamespace" --set watchNamespace=Team_A
 refused "an unknown validation action" "/admissionPolicy/validationActions" \
   --set admissionPolicy.enabled=true --set 'admissionPolicy.validationActions={Block}'
-refused "an unknown job TLS mode" "/jobTls/mode" --set jobTls.mode=cert-manager
+refused "an unknown job TLS mode" "/jobTls/mode" --set jobTls.mode=vault
+refused "cert-manager without an issuer" "/jobTls/issuerRef/name" --set jobTls.mode=cert-manager
+refused "an unknown issuer kind" "/jobTls/issuerRef/kind" --set jobTls.mode=cert-manager \
+  --set jobTls.issuerRef.name=ca --set jobTls.issuerRef.kind=AcmeIssuer
 refused "an invalid metrics namespace" "/networkPolicy/metricsNamespace" --set networkPolicy.metricsNamespace=Mon_1
 
 # -- Monitoring without the monitoring.coreos.com/v1 API: a clear error, not "no matches

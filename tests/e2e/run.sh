@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every end-to-end test on the local cluster, in order, on one cluster: the smoke test (it
 # starts and stops a cluster of its own), then one cluster up for the CRD, operator, JAX
-# example with its coordinator crashing, Helm chart, helm install, isolation and dashboard
-# tests, and down again at the end whatever happened.
+# example with its coordinator crashing, Helm chart, helm install, isolation, cert-manager
+# certificates and dashboard tests, and down again at the end whatever happened.
 # Runs every test even after a failure; exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +31,7 @@ run bash tests/e2e/jax_restart_test.sh
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh
 run bash tests/e2e/isolation_test.sh
+run bash tests/e2e/cert_manager_test.sh
 run bash tests/e2e/dashboards_test.sh
 if ((${#failed[@]})); then
   printf 'e2e: FAILED: %s\n' "${failed[@]}"

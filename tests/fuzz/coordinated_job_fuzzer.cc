@@ -1,5 +1,6 @@
 // libFuzzer target: a CoordinatedJob as the operator reads it from the API server (JSON
-// bytes), decoded, planned and rendered into the objects the operator would create; the same
+// bytes), decoded, planned and rendered into the objects the operator would create (in each
+// TLS mode, cert-manager's Certificates included); the same
 // bytes read as an observed pod. Whatever the bytes: a clear error or a job whose plan and
 // children are built without a crash, an exception escaping, or an out-of-bounds read.
 #include <cstddef>
@@ -32,18 +33,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto job = api::ParseCoordinatedJob(object);
   if (!job.ok()) return 0;
   controller::OperatorSettings settings;
+  settings.job_tls_issuer = "ClusterIssuer/cohort-ca";
   const absl::Time now = absl::FromUnixSeconds(1'790'000'000);
-  controller::CoordinatorConfigMap(*job).dump();
   controller::CoordinatorService(*job).dump();
   controller::WorkersService(*job).dump();
-  controller::CoordinatorPod(*job, 0, now, settings).dump();
-  for (int i = 0; i < job->spec.replicas && i < 4; ++i) {
-    controller::WorkerPod(*job, i, 0, settings).dump();
+  // Every TLS mode's children: plain, the operator's certificates, cert-manager's.
+  for (auto tls : {controller::JobTls::kNone, controller::JobTls::kOperator,
+                   controller::JobTls::kCertManager}) {
+    controller::CoordinatorConfigMap(*job, tls).dump();
+    controller::CoordinatorPod(*job, 0, now, settings, tls).dump();
+    for (int i = 0; i < job->spec.replicas && i < 4; ++i) {
+      controller::WorkerPod(*job, i, 0, settings, tls).dump();
+    }
   }
-  controller::Observed observed;
-  observed.now = now;
-  observed.fresh_token = "00";
-  controller::PlanJob(*job, observed, settings);
+  for (const auto& certificate : controller::CertManagerCertificates(*job, settings)) {
+    certificate.dump();
+  }
+  for (const char* mode : {"none", "cert-manager"}) {
+    settings.job_tls = mode;
+    controller::Observed observed;
+    observed.now = now;
+    observed.fresh_token = "00";
+    controller::PlanJob(*job, observed, settings);
+  }
   api::StatusToJson(job->status).dump();
   return 0;
 }

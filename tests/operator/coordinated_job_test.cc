@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "operator/controller/children.h"
 
 namespace cohort::api {
@@ -474,9 +476,9 @@ TEST(ChildrenTest, WithTlsTheSecretHoldsTheJobsCertificatesToo) {
 TEST(ChildrenTest, WithTlsTheCoordinatorServesMutualTlsWithItsOwnKeyOnly) {
   auto job = ParseCoordinatedJob(Minimal());
   ASSERT_TRUE(job.ok());
-  const std::string config =
-      controller::CoordinatorConfigMap(*job, /*tls=*/true)["data"]["coordinator.yaml"]
-          .get<std::string>();
+  const std::string config = controller::CoordinatorConfigMap(
+                                 *job, controller::JobTls::kOperator)["data"]["coordinator.yaml"]
+                                 .get<std::string>();
   EXPECT_NE(config.find("tls-cert: /var/run/secrets/cohort/coordinator.crt\n"
                         "tls-key: /var/run/secrets/cohort/coordinator.key\n"
                         "tls-client-ca: /var/run/secrets/cohort/ca.crt\n"),
@@ -485,7 +487,8 @@ TEST(ChildrenTest, WithTlsTheCoordinatorServesMutualTlsWithItsOwnKeyOnly) {
   const std::string plain =
       controller::CoordinatorConfigMap(*job)["data"]["coordinator.yaml"].get<std::string>();
   EXPECT_EQ(plain.find("tls-"), std::string::npos) << plain;
-  const json spec = controller::CoordinatorPod(*job, 0, kStarted, {}, /*tls=*/true)["spec"];
+  const json spec =
+      controller::CoordinatorPod(*job, 0, kStarted, {}, controller::JobTls::kOperator)["spec"];
   EXPECT_EQ(VolumeKeys(Named(spec["volumes"], "cohort-token")),
             (std::vector<std::string>{"token", "ca.crt", "coordinator.crt", "coordinator.key"}));
   EXPECT_EQ(controller::CoordinatorDnsNames(*job),
@@ -500,8 +503,8 @@ TEST(ChildrenTest, WithTlsTheCoordinatorServesMutualTlsWithItsOwnKeyOnly) {
 TEST(ChildrenTest, WithTlsTheSidecarPresentsTheClientCertificate) {
   auto job = ParseCoordinatedJob(Minimal());
   ASSERT_TRUE(job.ok());
-  const json spec =
-      controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{}, /*tls=*/true)["spec"];
+  const json spec = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{},
+                                          controller::JobTls::kOperator)["spec"];
   EXPECT_EQ(VolumeKeys(Named(spec["volumes"], "cohort-token")),
             (std::vector<std::string>{"token", "ca.crt", "client.crt", "client.key"}));
   const json args = spec["initContainers"].back()["args"];
@@ -514,6 +517,98 @@ TEST(ChildrenTest, WithTlsTheSidecarPresentsTheClientCertificate) {
       << joined;
   const json plain = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{})["spec"];
   EXPECT_EQ(plain["initContainers"].back()["args"].dump().find("--tls"), std::string::npos);
+}
+
+TEST(ChildrenTest, WithCertManagerTheJobAsksForTwoCertificatesOfTheIssuer) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  controller::OperatorSettings settings;
+  settings.job_tls = "cert-manager";
+  settings.job_tls_issuer = "ClusterIssuer/cohort-ca";
+  const std::vector<json> certificates = controller::CertManagerCertificates(*job, settings);
+  ASSERT_EQ(certificates.size(), 2u);
+  const json& server = certificates[0];
+  const json& client = certificates[1];
+  EXPECT_EQ(server["apiVersion"], "cert-manager.io/v1");
+  EXPECT_EQ(server["kind"], "Certificate");
+  EXPECT_EQ(server["metadata"]["name"], "train-coordinator-tls");
+  EXPECT_EQ(server["metadata"]["ownerReferences"][0]["uid"], job->uid);
+  EXPECT_EQ(server["spec"]["secretName"], "train-coordinator-tls");
+  EXPECT_EQ(server["spec"]["issuerRef"],
+            json({{"group", "cert-manager.io"}, {"kind", "ClusterIssuer"}, {"name", "cohort-ca"}}));
+  EXPECT_EQ(server["spec"]["dnsNames"], json(controller::CoordinatorDnsNames(*job)));
+  EXPECT_EQ(server["spec"]["usages"], json({"digital signature", "server auth"}));
+  EXPECT_EQ(client["metadata"]["name"], "train-client-tls");
+  EXPECT_EQ(client["spec"]["dnsNames"], json({"train.ml.client.cohort.dev"}));
+  EXPECT_EQ(client["spec"]["usages"], json({"digital signature", "client auth"}));
+  for (const json& c : certificates) {
+    EXPECT_EQ(c["spec"]["privateKey"]["rotationPolicy"], "Always");
+    // cert-manager's Secret carries the job's labels: the operator's cache sees it.
+    EXPECT_EQ(c["spec"]["secretTemplate"]["labels"]["cohort.dev/job"], "train");
+    EXPECT_EQ(c["spec"]["secretTemplate"]["labels"]["app.kubernetes.io/managed-by"],
+              "cohort-operator");
+  }
+  // The token Secret remembers the mode; the coordinator requires the job's client name.
+  const json secret =
+      controller::TokenSecret(*job, "0123abcd", nullptr, controller::JobTls::kCertManager);
+  EXPECT_EQ(controller::TlsModeOf(secret), controller::JobTls::kCertManager);
+  EXPECT_EQ(controller::TlsModeOf(controller::TokenSecret(*job, "0123abcd")),
+            controller::JobTls::kNone);
+  const controller::JobCertificates certs = FakeCertificates();
+  EXPECT_EQ(controller::TlsModeOf(controller::TokenSecret(*job, "0123abcd", &certs)),
+            controller::JobTls::kOperator);
+  const std::string config = controller::CoordinatorConfigMap(
+                                 *job, controller::JobTls::kCertManager)["data"]["coordinator.yaml"]
+                                 .get<std::string>();
+  EXPECT_NE(config.find("tls-client-ca: /var/run/secrets/cohort/ca.crt\n"
+                        "tls-client-name: train.ml.client.cohort.dev\n"),
+            std::string::npos)
+      << config;
+}
+
+TEST(ChildrenTest, WithCertManagerItsSecretsAreProjectedUnderTheSameNames) {
+  auto job = ParseCoordinatedJob(Minimal());
+  ASSERT_TRUE(job.ok());
+  const auto sources = [](const json& spec) {
+    std::vector<std::string> out;
+    const json volume = Named(spec["volumes"], "cohort-token");
+    for (const json& source : volume["projected"]["sources"]) {
+      for (const json& item : source["secret"]["items"]) {
+        out.push_back(absl::StrCat(source["secret"]["name"].get<std::string>(), ":",
+                                   item["key"].get<std::string>(), ">",
+                                   item["path"].get<std::string>()));
+      }
+    }
+    return out;
+  };
+  const json coordinator =
+      controller::CoordinatorPod(*job, 0, kStarted, {}, controller::JobTls::kCertManager)["spec"];
+  EXPECT_EQ(
+      sources(coordinator),
+      (std::vector<std::string>{"train-token:token>token", "train-coordinator-tls:ca.crt>ca.crt",
+                                "train-coordinator-tls:tls.crt>coordinator.crt",
+                                "train-coordinator-tls:tls.key>coordinator.key"}));
+  const json worker = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{},
+                                            controller::JobTls::kCertManager)["spec"];
+  EXPECT_EQ(sources(worker),
+            (std::vector<std::string>{"train-token:token>token", "train-client-tls:ca.crt>ca.crt",
+                                      "train-client-tls:tls.crt>client.crt",
+                                      "train-client-tls:tls.key>client.key"}));
+  // The sidecar's flags are those of the operator's mode.
+  EXPECT_EQ(worker["initContainers"].back()["args"],
+            controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{},
+                                  controller::JobTls::kOperator)["spec"]["initContainers"]
+                .back()["args"]);
+  // What cert-manager issued, read back; a Secret missing its CA is not issued yet.
+  json issued = {{"data",
+                  {{"ca.crt", absl::Base64Escape("CA")},
+                   {"tls.crt", absl::Base64Escape("CERT")},
+                   {"tls.key", absl::Base64Escape("KEY")}}}};
+  auto read = controller::IssuedOf(issued);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->ca + read->cert + read->key, "CACERTKEY");
+  issued["data"].erase("ca.crt");
+  EXPECT_FALSE(controller::IssuedOf(issued));
 }
 
 TEST(ChildrenTest, OnlyTheSidecarOfAWorkerGetsTheToken) {

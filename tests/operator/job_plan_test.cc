@@ -172,6 +172,7 @@ TEST(JobPlanTest, AJobRunsWithTlsWhenItsSecretWasMadeWithCertificates) {
                         "-----BEGIN PRIVATE KEY-----l"};
   OperatorSettings off = Settings();
   off.network_policy = false;  // the coordinator pod in the first plan
+  off.job_tls = "operator";
   Observed o;
   o.now = kNow;
   o.fresh_token = "f00d";
@@ -184,19 +185,67 @@ TEST(JobPlanTest, AJobRunsWithTlsWhenItsSecretWasMadeWithCertificates) {
   EXPECT_EQ(CertificatesOf(plan.create[0])->ca_cert, certs.ca_cert);
   EXPECT_NE(plan.create[1]["data"]["coordinator.yaml"].get<std::string>().find("tls-client-ca"),
             std::string::npos);
-  EXPECT_EQ(plan.create[4], CoordinatorPod(Job(), 0, kNow, off, /*tls=*/true));
+  EXPECT_EQ(plan.create[4], CoordinatorPod(Job(), 0, kNow, off, JobTls::kOperator));
 
   // Later passes follow the Secret, whatever the controller offers.
   Observed with_tls = Everything({Coordinator()});
-  with_tls.token_secret_tls = true;
+  with_tls.token_secret_tls = JobTls::kOperator;
   Plan workers = PlanJob(Job(3, phase::kPending), with_tls, Settings());
   ASSERT_FALSE(workers.create.empty());
-  EXPECT_EQ(workers.create[0], WorkerPod(Job(), 0, 0, Settings(), /*tls=*/true));
+  EXPECT_EQ(workers.create[0], WorkerPod(Job(), 0, 0, Settings(), JobTls::kOperator));
   Observed without = Everything({Coordinator()});
   without.fresh_certificates = certs;  // not used: the Secret exists, made without TLS
   Plan plain = PlanJob(Job(3, phase::kPending), without, Settings());
   ASSERT_FALSE(plain.create.empty());
   EXPECT_EQ(plain.create[0], WorkerPod(Job(), 0, 0, Settings()));
+}
+
+TEST(JobPlanTest, WithCertManagerNoPodStartsBeforeItsCertificatesAreIssued) {
+  OperatorSettings settings = Settings();
+  settings.network_policy = false;  // else the policy comes first
+  settings.job_tls = "cert-manager";
+  settings.job_tls_issuer = "ClusterIssuer/cohort-ca";
+  Observed o;
+  o.now = kNow;
+  o.fresh_token = "f00d";
+  Plan plan = PlanJob(Job(), o, settings);
+  ASSERT_EQ(Names(plan.create),
+            (std::vector<std::string>{"Secret/train-token", "Certificate/train-coordinator-tls",
+                                      "Certificate/train-client-tls", "ConfigMap/train-coordinator",
+                                      "Service/train-coordinator", "Service/train-workers"}));
+  EXPECT_EQ(TlsModeOf(plan.create[0]), JobTls::kCertManager);
+  EXPECT_FALSE(CertificatesOf(plan.create[0]));  // the Secret holds the token only
+  EXPECT_NE(plan.create[3]["data"]["coordinator.yaml"].get<std::string>().find(
+                "tls-client-name: train.ml.client.cohort.dev\n"),
+            std::string::npos);
+  ASSERT_TRUE(plan.requeue_after);
+  const api::Condition* ready = Cond(plan, "Ready");
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->message,
+            "waiting for cert-manager to issue Secrets train-coordinator-tls and "
+            "train-client-tls (Certificates of the same names, from ClusterIssuer/cohort-ca)");
+
+  // The Secret exists, cert-manager has not issued yet: still no pod; the Certificates are
+  // asked for again (an existing one is left as it is).
+  Observed waiting = o;
+  waiting.token_secret = true;
+  waiting.token_secret_tls = JobTls::kCertManager;
+  waiting.coordinator_config_map = waiting.coordinator_service = waiting.workers_service = true;
+  Plan still = PlanJob(Job(), waiting, settings);
+  EXPECT_EQ(Names(still.create), (std::vector<std::string>{"Certificate/train-coordinator-tls",
+                                                           "Certificate/train-client-tls"}));
+  // Issued: the coordinator starts, with cert-manager's Secrets projected next to the token.
+  Observed issued = waiting;
+  issued.certificates_issued = true;
+  Plan go = PlanJob(Job(), issued, settings);
+  ASSERT_EQ(Names(go.create), (std::vector<std::string>{"Pod/train-coordinator"}));
+  EXPECT_EQ(go.create[0], CoordinatorPod(Job(), 0, kNow, settings, JobTls::kCertManager));
+  // A job made under another mode keeps it: the operator's switch to cert-manager changes
+  // no running job.
+  Observed plain = Everything({Coordinator()});
+  Plan workers = PlanJob(Job(3, phase::kPending), plain, settings);
+  ASSERT_FALSE(workers.create.empty());
+  EXPECT_EQ(workers.create[0], WorkerPod(Job(), 0, 0, settings));
 }
 
 TEST(JobPlanTest, ANetworkPolicyChangedBySomeoneIsWrittenBack) {
