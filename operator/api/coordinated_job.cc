@@ -15,6 +15,42 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
+// The API server checks the pods the operator creates, not the template inside a
+// CoordinatedJob (the CRD keeps it as it is given). The fields the operator adds to must have
+// the types it adds to, or the job is refused, naming the field.
+absl::Status CheckTemplateShape(const json& tmpl) {
+  if (!tmpl.is_object()) return Invalid("spec.template", "must be a pod template (an object)");
+  const auto want = [](const json& parent, const char* key, bool list,
+                       const std::string& path) -> absl::Status {
+    if (!parent.contains(key)) return absl::OkStatus();
+    const json& value = parent[key];
+    if (list ? value.is_array() : value.is_object()) return absl::OkStatus();
+    return Invalid(path + key, list ? "must be a list" : "must be an object");
+  };
+  for (auto [key, list] : {std::pair{"metadata", false}, std::pair{"spec", false}}) {
+    if (auto s = want(tmpl, key, list, "spec.template."); !s.ok()) return s;
+  }
+  const json metadata = tmpl.value("metadata", json::object());
+  for (const char* key : {"labels", "annotations"}) {
+    if (auto s = want(metadata, key, false, "spec.template.metadata."); !s.ok()) return s;
+  }
+  const json spec = tmpl.value("spec", json::object());
+  for (const char* key : {"containers", "initContainers", "volumes"}) {
+    if (auto s = want(spec, key, true, "spec.template.spec."); !s.ok()) return s;
+  }
+  for (const char* list : {"containers", "initContainers"}) {
+    const json containers = spec.value(list, json::array());
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const std::string path = absl::StrCat("spec.template.spec.", list, "[", i, "]");
+      if (!containers[i].is_object()) return Invalid(path, "must be a container (an object)");
+      for (const char* key : {"env", "volumeMounts"}) {
+        if (auto s = want(containers[i], key, true, path + "."); !s.ok()) return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A DNS-1035 label short enough that "<name>-worker-16383" still is a valid hostname.
 constexpr size_t kMaxNameLength = 42;
 
@@ -345,6 +381,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   }
 
   s.pod_template = spec.value("template", json::object());
+  if (auto shape = CheckTemplateShape(s.pod_template); !shape.ok()) return shape;
   const json containers = s.pod_template.value("/spec/containers"_json_pointer, json::array());
   if (!containers.is_array() || containers.empty()) {
     return Invalid("spec.template.spec.containers", "the workload needs at least one container");

@@ -68,6 +68,39 @@ TEST(CoordinatedJobTest, FieldsOfUnexpectedTypesAreAClearErrorNotAnException) {
   }
 }
 
+TEST(CoordinatedJobTest, TemplateFieldsTheOperatorAddsToMustHaveTheirTypes) {
+  // The coordinated_job fuzzer's find: a container's volumeMounts that was an object threw
+  // out of WorkerPod (the operator would have died on such a job). The API server does not
+  // check the template inside a CoordinatedJob; the parser names the field instead.
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["spec"]["template"] = json::array(); }, "spec.template: must be a pod"},
+      {[](json& j) { j["spec"]["template"]["metadata"] = 3; }, "spec.template.metadata: must be"},
+      {[](json& j) { j["spec"]["template"]["metadata"]["labels"] = "a"; },
+       "spec.template.metadata.labels: must be an object"},
+      {[](json& j) { j["spec"]["template"]["spec"]["volumes"] = json::object(); },
+       "spec.template.spec.volumes: must be a list"},
+      {[](json& j) { j["spec"]["template"]["spec"]["initContainers"] = "x"; },
+       "spec.template.spec.initContainers: must be a list"},
+      {[](json& j) {
+         j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = {{"a", 1}};
+       },
+       "spec.template.spec.containers[0].volumeMounts: must be a list"},
+      {[](json& j) { j["spec"]["template"]["spec"]["containers"][0]["env"] = 7; },
+       "spec.template.spec.containers[0].env: must be a list"},
+      {[](json& j) { j["spec"]["template"]["spec"]["containers"].push_back(4); },
+       "spec.template.spec.containers[1]: must be a container"},
+  };
+  for (const auto& [mutate, want] : cases) {
+    json object = Minimal();
+    mutate(object);
+    absl::StatusOr<CoordinatedJob> job;
+    ASSERT_NO_THROW(job = ParseCoordinatedJob(object));
+    ASSERT_FALSE(job.ok()) << want;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(job.status().message()).find(want), std::string::npos) << job.status();
+  }
+}
+
 TEST(CoordinatedJobTest, CountsTheApiServerKeepsAreReadOnlyWhenTheyAreWholeNumbers) {
   // The coordinated_job fuzzer's find: a generation of 1e126 was converted to an integer
   // (undefined behaviour). Metadata and status come from the API server; anything but a
