@@ -49,6 +49,14 @@ const char* AgentStateName(AgentState state) {
   return "UNKNOWN";
 }
 
+// gRPC callbacks below capture their call's state by plain pointer, never by shared_ptr: the
+// state holds a ClientContext, which holds a reference to the channel, and a callback's
+// captures are destroyed on gRPC's thread after it returns, possibly after the agent let go
+// of the channel. Dropping a channel's last reference on gRPC's own thread destroys the
+// completion queue that thread is polling (a use after free ThreadSanitizer found, at
+// shutdown). The agent owns the state and frees it from its own threads, or, for a get, from
+// the callback while the agent still holds the channel.
+
 // The parked PollForError call of one connection.
 struct CoordinationAgent::ErrorPoll {
   grpc::ClientContext context;
@@ -352,7 +360,7 @@ void CoordinationAgent::StartErrorPoll() {
   }
   *poll->request.mutable_source_task() = OwnTaskProto();
   stub_->async()->PollForError(&poll->context, &poll->request, &poll->response,
-                               [this, poll](const grpc::Status& status) {
+                               [this, poll = poll.get()](const grpc::Status& status) {
                                  OnPollDone(FromGrpcStatus(status));
                                  absl::MutexLock lock(&mu_);
                                  poll->done = true;
@@ -523,7 +531,7 @@ std::shared_ptr<AsyncGet> CoordinationAgent::GetKeyValueAsync(const std::string&
     pending_gets_.insert(get);
   }
   stub_->async()->GetKeyValue(&get->context, &get->request, &get->response,
-                              [this, get](const grpc::Status& grpc_status) {
+                              [this, get = get.get()](const grpc::Status& grpc_status) {
                                 absl::Status status = FromGrpcStatus(grpc_status);
                                 ValueCallback done = std::move(get->done);
                                 if (status.ok()) {
@@ -532,7 +540,14 @@ std::shared_ptr<AsyncGet> CoordinationAgent::GetKeyValueAsync(const std::string&
                                   done(status);
                                 }
                                 absl::MutexLock lock(&mu_);
-                                pending_gets_.erase(get);
+                                // The agent's reference; the caller may hold another.
+                                for (auto it = pending_gets_.begin(); it != pending_gets_.end();
+                                     ++it) {
+                                  if (it->get() == get) {
+                                    pending_gets_.erase(it);
+                                    break;
+                                  }
+                                }
                               });
   return get;
 }
