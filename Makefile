@@ -50,18 +50,20 @@ asan-test: deps nvml-header
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --no-tests=error --timeout 900
 
-# The unit tests again under ThreadSanitizer (clang; a build of its own): the core, the durable
-# state, the HTTP server and metrics, NVML discovery and the operator, each with its threads.
-# Debian's gRPC is not built for TSan, so the order in which it hands a call between threads
-# is invisible to TSan: the tests that run a gRPC server or client are left
-# out until a TSan-built gRPC is (docs/security.md, "ThreadSanitizer"). tests/tsan.supp and
-# tests/tsan/absl_sync_annotations.cc say what the system libraries need and why.
-TSAN_TESTS = core_test|state_store_test|common_test|gpu_test|operator_test
+# Every unit and integration test again under ThreadSanitizer (clang; a build of its own),
+# the programs the integration tests start included. abseil and gRPC are built with TSan first
+# (tools/build-tsan-deps.sh, once per build-tsan/: Debian's are not instrumented, and TSan must
+# see how gRPC hands a call between its threads and what abseil's Mutex orders).
+# tests/tsan.supp says what the other system libraries need and why.
+TSAN_TESTS = tsan_race_canary|core_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
+TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example
 tsan-test: deps nvml-header
+	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_BUILD)/deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include \
-	  -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON >/dev/null
-	ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS))
+	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -Dabsl_DIR=$(CURDIR)/$(TSAN_BUILD)/deps/absl/lib/cmake/absl \
+	  -DCOHORT_TSAN_GRPC=$(CURDIR)/$(TSAN_BUILD)/deps/grpc/lib \
+	  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON >/dev/null
+	ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS)) $(TSAN_PROGRAMS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ctest --output-on-failure --no-tests=error --timeout 900 -L '^($(TSAN_TESTS))$$'
 
