@@ -25,6 +25,9 @@ TEST_PACKAGES=(
   # The benchmarks' key-value anchor (bench/, and its smoke test in make test): the server,
   # and etcdctl, which the harness uses to probe it.
   etcd-server etcd-client
+  # ThreadSanitizer's abseil and gRPC, built from Debian's source archives
+  # (tools/build-tsan-deps.sh): Debian's patches to abseil, and its .debian.tar.xz.
+  patch xz-utils
 )
 
 want=("${BUILD_PACKAGES[@]}")
