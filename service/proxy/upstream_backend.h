@@ -191,7 +191,7 @@ class UpstreamBackend final : public CoordinationBackend {
   void StartTaskPoll(const TaskName& task, uint64_t generation);
   void OnTaskPollDone(const TaskName& task, uint64_t generation, const absl::Status& status);
   void ForwardHeartbeat(const TaskName& task, uint64_t incarnation);
-  void Forget(const TaskName& task);
+  void Forget(const TaskName& task, const absl::Status& why);
 
   const UpstreamOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -74,13 +74,23 @@ void UpstreamBackend::OnTaskPollDone(const TaskName& task, uint64_t generation,
   for (auto& [waiter, poll] : polls) poll(status);
 }
 
-void UpstreamBackend::Forget(const TaskName& as_called) {
+void UpstreamBackend::Forget(const TaskName& as_called, const absl::Status& why) {
   const TaskName task = ResolveTask(as_called.job, as_called.id).value_or(as_called);
-  absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(task);
-  if (it == tasks_.end()) return;
-  it->second->left = true;
-  if (!it->second->poll_running) tasks_.erase(it);
+  std::vector<std::pair<WaiterId, StatusDone>> polls;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(task);
+    if (it == tasks_.end()) return;
+    it->second->left = true;
+    // The task's clients' polls end now with `why`, as the coordinator ends the task's own
+    // (the same words): waiting for the proxy's poll to be answered is waiting for nothing
+    // when that poll reached the coordinator only after the shutdown (it is parked there,
+    // for a task that has left).
+    polls.swap(it->second->polls);
+    for (const auto& [waiter, poll] : polls) local_polls_.erase(waiter);
+    if (!it->second->poll_running) tasks_.erase(it);
+  }
+  for (auto& [waiter, poll] : polls) poll(why);
 }
 
 void UpstreamBackend::ForwardHeartbeat(const TaskName& task, uint64_t incarnation) {
@@ -192,7 +202,7 @@ void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task
   Send<tf::ShutdownTaskResponse>(
       call, &Async::ShutdownTask, std::move(request),
       [this, task, done = std::move(done)](const absl::Status& s, const tf::ShutdownTaskResponse&) {
-        if (s.ok()) Forget(task);
+        if (s.ok()) Forget(task, absl::CancelledError(absl::StrCat(task.ToString(), " shut down")));
         done(s);
       },
       std::move(options));
@@ -204,7 +214,7 @@ void UpstreamBackend::ResetTask(const CallContext& call, const TaskName& task, S
   Send<tf::ResetTaskResponse>(
       call, &Async::ResetTask, std::move(request),
       [this, task, done = std::move(done)](const absl::Status& s, const tf::ResetTaskResponse&) {
-        if (s.ok()) Forget(task);
+        if (s.ok()) Forget(task, absl::CancelledError(absl::StrCat(task.ToString(), " was reset")));
         done(s);
       });
 }
