@@ -353,7 +353,9 @@ void CoordinationAgent::StartErrorPoll() {
   std::shared_ptr<ErrorPoll> poll;
   {
     absl::MutexLock lock(&mu_);
-    if (!background_running_ || state_ != AgentState::kConnected) return;
+    // Not while leaving: the coordinator has ended (or is ending) this task's poll, and a new
+    // one, sent after the task left, would wait for nothing.
+    if (!background_running_ || leaving_ || state_ != AgentState::kConnected) return;
     if (poll_ && !poll_->done) return;
     poll = std::make_shared<ErrorPoll>();
     poll_ = poll;
