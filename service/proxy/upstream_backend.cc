@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_auth.h"
+#include "common/grpc_channel.h"
 #include "service/core/errors.h"
 #include "service/proxy/upstream_forward.h"
 #include "service/proxy/upstream_key_watch.h"
@@ -68,6 +69,29 @@ UpstreamBackend::UpstreamBackend(UpstreamOptions options)
 
 UpstreamBackend::~UpstreamBackend() {
   Stop(absl::UnavailableError("the sidecar proxy is shutting down"));
+  // Every call is over; what still holds one (a context holds the channel) goes now, and
+  // the channel last, from this thread (common/grpc_channel.h says why).
+  std::vector<std::shared_ptr<Forward>> forwards;
+  std::vector<std::shared_ptr<UpstreamKeyWatch>> watches;
+  std::shared_ptr<UpstreamPark> park;
+  {
+    absl::MutexLock lock(&mu_);
+    forwards.swap(held_);
+    for (auto& [waiter, forward] : forwards_) forwards.push_back(std::move(forward));
+    for (auto& [key, forward] : shared_) forwards.push_back(std::move(forward));
+    forwards.insert(forwards.end(), live_.begin(), live_.end());
+    forwards_.clear();
+    shared_.clear();
+    live_.clear();
+    watches.swap(held_watches_);
+    park = std::move(park_);
+  }
+  forwards.clear();
+  watches.clear();
+  park.reset();
+  stub_.reset();
+  cohort_stub_.reset();
+  ReleaseChannel(&channel_);
 }
 
 void UpstreamBackend::Start() {
