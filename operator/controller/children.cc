@@ -8,6 +8,21 @@
 namespace cohort::controller {
 namespace {
 
+// Decodes each key of a Secret's data into its string; false when one is missing, not base64
+// or empty.
+bool ReadSecretKeys(const json& secret,
+                    std::initializer_list<std::pair<const char*, std::string*>> keys) {
+  const json data = secret.value("data", json::object());
+  for (const auto& [key, out] : keys) {
+    const json& value = data.value(key, json());
+    if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), out) ||
+        out->empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 json Labels(const api::CoordinatedJob& job, const std::string& role) {
   json labels = {
       {kManagedByLabel, kManagedBy}, {"app.kubernetes.io/name", "cohort"}, {kJobLabel, job.name}};
@@ -280,24 +295,23 @@ json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
 
 std::optional<JobCertificates> CertificatesOf(const json& secret) {
   JobCertificates out;
-  for (auto [key, field] :
-       {std::pair{kCaCertKey, &out.ca_cert}, std::pair{kCoordinatorCertKey, &out.coordinator_cert},
-        std::pair{kCoordinatorKeyKey, &out.coordinator_key},
-        std::pair{kClientCertKey, &out.client_cert}, std::pair{kClientKeyKey, &out.client_key}}) {
-    const json& value = secret.value("data", json::object()).value(key, json());
-    if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), field) ||
-        field->empty()) {
-      return std::nullopt;
-    }
+  if (!ReadSecretKeys(secret, {{kCaCertKey, &out.ca_cert},
+                               {kCoordinatorCertKey, &out.coordinator_cert},
+                               {kCoordinatorKeyKey, &out.coordinator_key},
+                               {kClientCertKey, &out.client_cert},
+                               {kClientKeyKey, &out.client_key}})) {
+    return std::nullopt;
   }
   return out;
 }
 
 JobTls TlsModeOf(const json& secret) {
   if (CertificatesOf(secret)) return JobTls::kOperator;
-  const std::string annotated = secret.value(
-      json::json_pointer(absl::StrCat("/metadata/annotations/", "cohort.dev~1tls")), std::string());
-  return annotated == "cert-manager" ? JobTls::kCertManager : JobTls::kNone;
+  const json annotations =
+      secret.value(json::json_pointer("/metadata/annotations"), json::object());
+  return annotations.is_object() && annotations.value(kTlsModeAnnotation, "") == "cert-manager"
+             ? JobTls::kCertManager
+             : JobTls::kNone;
 }
 
 std::vector<json> CertManagerCertificates(const api::CoordinatedJob& job,
@@ -333,14 +347,10 @@ std::vector<json> CertManagerCertificates(const api::CoordinatedJob& job,
 
 std::optional<IssuedCertificate> IssuedOf(const json& secret) {
   IssuedCertificate out;
-  for (auto [key, field] :
-       {std::pair{kCertManagerCaKey, &out.ca}, std::pair{kCertManagerCertKey, &out.cert},
-        std::pair{kCertManagerKeyKey, &out.key}}) {
-    const json& value = secret.value("data", json::object()).value(key, json());
-    if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), field) ||
-        field->empty()) {
-      return std::nullopt;
-    }
+  if (!ReadSecretKeys(secret, {{kCertManagerCaKey, &out.ca},
+                               {kCertManagerCertKey, &out.cert},
+                               {kCertManagerKeyKey, &out.key}})) {
+    return std::nullopt;
   }
   return out;
 }
