@@ -55,7 +55,7 @@ asan-test: deps nvml-header
 # (tools/build-tsan-deps.sh, once per build-tsan/: Debian's are not instrumented, and TSan must
 # see how gRPC hands a call between its threads and what abseil's Mutex orders).
 # tests/tsan.supp says what the other system libraries need and why.
-TSAN_TESTS = tsan_race_canary|core_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
+TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
 TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example
 tsan-test: deps nvml-header
 	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_BUILD)/deps

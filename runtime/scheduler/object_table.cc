@@ -1,0 +1,136 @@
+#include "runtime/scheduler/object_table.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace cohort::runtime {
+
+ObjectId ObjectTable::Create(OperationId producer, WorkerId put_by) {
+  ObjectId id = next_id_++;
+  ObjectRecord& record = objects_[id];
+  record.refs = 1;
+  record.producer = producer;
+  record.put_by = put_by;
+  return id;
+}
+
+const ObjectRecord* ObjectTable::Find(ObjectId id) const {
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : &it->second;
+}
+
+ObjectRecord* ObjectTable::FindMutable(ObjectId id) {
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : &it->second;
+}
+
+absl::Status ObjectTable::CheckLive(ObjectId id) const {
+  const ObjectRecord* record = Find(id);
+  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no object ", id));
+  if (record->released) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object ", id, " was deallocated (its reference count reached zero)"));
+  }
+  return absl::OkStatus();
+}
+
+ObjectId ObjectTable::Canonical(ObjectId id) const {
+  const ObjectRecord* record = Find(id);
+  while (record != nullptr && record->alias_of != 0) {
+    id = record->alias_of;
+    record = Find(id);
+  }
+  return id;
+}
+
+absl::Status ObjectTable::Alias(ObjectId alias, ObjectId target) {
+  if (absl::Status s = CheckLive(alias); !s.ok()) return s;
+  if (absl::Status s = CheckLive(target); !s.ok()) return s;
+  if (alias == target) {
+    return absl::InvalidArgumentError(absl::StrCat("object ", alias, " cannot alias itself"));
+  }
+  if (Canonical(target) == alias) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("aliasing object ", alias, " to ", target, " would make a cycle"));
+  }
+  ObjectRecord& record = objects_[alias];
+  if (record.alias_of != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object ", alias, " is already an alias of ", record.alias_of));
+  }
+  if (!record.locations.empty() || record.failed) {
+    return absl::FailedPreconditionError(absl::StrCat("object ", alias, " already has a value"));
+  }
+  record.alias_of = target;
+  ++objects_[target].refs;
+  return absl::OkStatus();
+}
+
+absl::Status ObjectTable::AddRefs(absl::Span<const ObjectId> ids) {
+  for (ObjectId id : ids) {
+    if (absl::Status s = CheckLive(id); !s.ok()) return s;
+  }
+  for (ObjectId id : ids) ++objects_[id].refs;
+  return absl::OkStatus();
+}
+
+absl::Status ObjectTable::DropRefs(absl::Span<const ObjectId> ids,
+                                   std::vector<Deallocation>* freed) {
+  absl::flat_hash_map<ObjectId, int64_t> named;
+  for (ObjectId id : ids) {
+    if (absl::Status s = CheckLive(id); !s.ok()) return s;
+    if (++named[id] > objects_[id].refs) {
+      return absl::FailedPreconditionError(absl::StrCat("object ", id, " holds ", objects_[id].refs,
+                                                        " references, fewer than the ", named[id],
+                                                        " given back"));
+    }
+  }
+  for (ObjectId id : ids) Release(id, freed);
+  return absl::OkStatus();
+}
+
+void ObjectTable::Hold(ObjectId id) {
+  ObjectRecord& record = objects_[id];
+  if (record.refs++ > 0 || !record.released) return;
+  // Back from the dead for a rebuild: its holds come back with it, its contents do not.
+  record.released = false;
+  record.contained.clear();
+  if (record.alias_of != 0) Hold(record.alias_of);
+}
+
+void ObjectTable::Release(ObjectId id, std::vector<Deallocation>* freed) {
+  ObjectRecord& record = objects_[id];
+  if (--record.refs > 0) return;
+  record.released = true;
+  if (record.alias_of != 0) {
+    Release(record.alias_of, freed);
+    return;
+  }
+  if (!record.locations.empty()) {
+    freed->push_back({id, std::move(record.locations)});
+    record.locations.clear();
+  }
+  record.size = 0;
+  std::vector<ObjectId> contained = std::move(record.contained);
+  record.contained.clear();
+  for (ObjectId c : contained) Release(c, freed);
+}
+
+absl::Status ObjectTable::AddContained(ObjectId container, absl::Span<const ObjectId> contained) {
+  if (absl::Status s = CheckLive(container); !s.ok()) return s;
+  for (ObjectId id : contained) {
+    if (id == container) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("object ", container, " cannot contain itself"));
+    }
+    if (absl::Status s = CheckLive(id); !s.ok()) return s;
+  }
+  for (ObjectId id : contained) {
+    ++objects_[id].refs;
+    objects_[container].contained.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cohort::runtime
