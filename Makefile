@@ -55,8 +55,9 @@ asan-test: deps nvml-header
 # (tools/build-tsan-deps.sh, once per build-tsan/: Debian's are not instrumented, and TSan must
 # see how gRPC hands a call between its threads and what abseil's Mutex orders).
 # tests/tsan.supp says what the other system libraries need and why.
-TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
-TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example
+TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
+TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example cohort-objstore \
+  cohort-worker
 tsan-test: deps nvml-header
 	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_BUILD)/deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
@@ -102,7 +103,7 @@ format: deps
 
 # clang-tidy over our own sources (not the generated protobuf code); findings are errors.
 lint: build
-	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '/(agent|common|operator|service|sidecar|bench|examples|tests)/[^/]+' \
+	run-clang-tidy -p $(BUILD) -quiet -j $(NINJA_JOBS) '^$(CURDIR)/(agent|common|operator|runtime|service|sidecar|bench|examples|tests)/' \
 	  > $(BUILD)/clang-tidy.log 2>&1 || { grep -E 'error:|warning:' $(BUILD)/clang-tidy.log; exit 1; }
 	@echo "clang-tidy: clean"
 

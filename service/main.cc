@@ -16,6 +16,8 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/yaml_config.h"
+#include "runtime/rpc/scheduler_service.h"
+#include "runtime/rpc/scheduler_transport.h"
 #include "service/core/coordination_service.h"
 #include "service/server/coordinator_metrics.h"
 #include "service/server/coordinator_server.h"
@@ -75,6 +77,8 @@ int main(int argc, char** argv) {
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
   std::string state_dir, state_sync = "1s";
+  cohort::runtime::SchedulerOptions task_options;
+  std::string task_liveness = "5s";
   std::string auth_token_file;
 
   app.add_option("--listen", server.listen, "gRPC address for every protocol")
@@ -161,6 +165,15 @@ int main(int argc, char** argv) {
                  "\"authorization: Bearer <token>\" or is refused UNAUTHENTICATED (the "
                  "sidecars attach it for the workload). /metrics, /healthz and /readyz stay "
                  "open. Default: no token, like upstream");
+  app.add_option("--task-retries", task_options.max_task_retries,
+                 "task runtime: how many times a task whose worker was lost is started again "
+                 "before it fails (a task that raises is never retried)")
+      ->capture_default_str();
+  app.add_option("--task-liveness-timeout", task_liveness,
+                 "task runtime: a worker or object store that does not answer the scheduler's "
+                 "probes (every second) for this long is lost: its task runs again, and what "
+                 "only it held is computed again or reported lost")
+      ->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -197,6 +210,16 @@ int main(int argc, char** argv) {
   }
   auto sync = ParseDuration(state_sync, "--state-sync-interval");
   if (!sync.ok()) return Fail(sync.status());
+  auto liveness = ParseDuration(task_liveness, "--task-liveness-timeout");
+  if (!liveness.ok()) return Fail(liveness.status());
+  if (*liveness < absl::Seconds(2)) {
+    return Fail(absl::InvalidArgumentError(
+        "--task-liveness-timeout must be at least 2s: workers and stores are probed every second"));
+  }
+  if (task_options.max_task_retries < 0) {
+    return Fail(absl::InvalidArgumentError("--task-retries must be 0 or more"));
+  }
+  task_options.liveness_timeout = *liveness;
   if (!auth_token_file.empty()) {
     auto token = cohort::ReadAuthTokenFile(auth_token_file, "--auth-token-file");
     if (!token.ok()) return Fail(token.status());
@@ -247,13 +270,26 @@ int main(int argc, char** argv) {
     spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,
                  job.auxiliary ? " (auxiliary)" : "", job.recoverable ? " (recoverable)" : "");
   }
+  // The task runtime's scheduler, on the same port.
+  cohort::runtime::TaskScheduler scheduler(clock, task_options);
+  std::unique_ptr<cohort::CallAuth> scheduler_auth;
+  if (!server.auth_token.empty()) {
+    scheduler_auth = std::make_unique<cohort::CallAuth>(server.auth_token);
+  }
+  cohort::runtime::SchedulerService scheduler_service(&scheduler, scheduler_auth.get());
+  cohort::runtime::TransportOptions transport_options;
+  transport_options.auth_token = server.auth_token;
+  cohort::runtime::SchedulerTransport transport(&scheduler, transport_options);
+  server.extra_services.push_back(&scheduler_service);
   cohort::CoordinatorServer coordinator(service->get(), &registry, server);
   if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
+  transport.Start();
 
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("received {}; ending parked calls and exiting",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  transport.Stop();
   coordinator.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down (it received a termination signal)"));
   if (store) store->Stop();

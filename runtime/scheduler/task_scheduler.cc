@@ -468,6 +468,18 @@ void TaskScheduler::CheckLiveness() {
   Schedule();
 }
 
+std::vector<LivenessTarget> TaskScheduler::LivenessTargets() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LivenessTarget> targets;
+  for (const auto& [id, store] : stores_) {
+    if (store.alive) targets.push_back({true, id, store.address});
+  }
+  for (const auto& [id, w] : workers_) {
+    if (!w.is_driver && w.state != WorkerState::kDead) targets.push_back({false, id, w.address});
+  }
+  return targets;
+}
+
 TaskInfoView TaskScheduler::TaskInfo() const {
   absl::MutexLock lock(&mu_);
   TaskInfoView view;

@@ -40,6 +40,13 @@ struct WorkerRegistration {
   std::string store_address;
 };
 
+// A worker or store the transport probes for liveness.
+struct LivenessTarget {
+  bool is_store = false;
+  uint64_t id = 0;
+  std::string address;
+};
+
 struct SubmitResult {
   bool function_registered = false;
   std::vector<ObjectId> results;
@@ -150,6 +157,8 @@ class TaskScheduler {
   void StoreSeen(StoreId store);
   // Loses every worker and store not heard from for liveness_timeout.
   void CheckLiveness();
+  // The live stores and non-driver workers.
+  std::vector<LivenessTarget> LivenessTargets() const;
 
   SchedulerInfoView SchedulerInfo() const;
   TaskInfoView TaskInfo() const;

@@ -32,6 +32,7 @@ absl::Status CoordinatorServer::Start() {
   builder.RegisterService(&xla_);
   builder.RegisterService(&distributed_runtime_);
   builder.RegisterService(&cohort_);
+  for (grpc::Service* extra : options_.extra_services) builder.RegisterService(extra);
   // jaxlib shares compiled executables through the store: no message size limit.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);

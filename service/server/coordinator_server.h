@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -26,6 +27,8 @@ struct ServerOptions {
   TlsFiles tls;                              // empty cert: insecure, like upstream
   // The job's token every gRPC call must carry (empty: none, like upstream).
   std::string auth_token;
+  // More services on the same port (the task runtime's Scheduler). Not owned.
+  std::vector<grpc::Service*> extra_services;
 };
 
 // Serves one CoordinationService on one gRPC port in every protocol, drives its timers,

@@ -1,0 +1,302 @@
+#include "runtime/objstore/object_store_server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/rpc/task_messages.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort::runtime {
+
+namespace {
+
+grpc::ChannelArguments Unlimited() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return args;
+}
+
+}  // namespace
+
+ObjectStoreServer::ObjectStoreServer(ObjectStoreOptions options)
+    : options_(std::move(options)),
+      store_(options_.capacity_bytes),
+      auth_(options_.auth_token.empty() ? nullptr
+                                        : std::make_unique<CallAuth>(options_.auth_token)) {}
+
+ObjectStoreServer::~ObjectStoreServer() { Shutdown(); }
+
+absl::Status ObjectStoreServer::Start() {
+  if (options_.scheduler.empty()) {
+    return absl::InvalidArgumentError("--scheduler is required: the coordinator's gRPC address");
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(static_cast<::ObjStore::Service*>(this));
+  builder.RegisterService(static_cast<v1::LocalStore::Service*>(this));
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options_.listen,
+                                               ": the address is invalid or already in use"));
+  }
+  address_ = options_.advertise;
+  if (address_.empty()) {
+    address_ = options_.listen.substr(0, options_.listen.rfind(':'));
+    if (address_ == "0.0.0.0" || address_ == "[::]") address_ = "127.0.0.1";
+    address_ = absl::StrCat(address_, ":", port);
+  }
+  scheduler_ = ::Scheduler::NewStub(CreateChannelWithToken(
+      options_.scheduler, grpc::InsecureChannelCredentials(), Unlimited(), options_.auth_token));
+  v1::RegisterObjStoreRequest request;
+  request.set_objstore_address(address_);
+  v1::RegisterObjStoreReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);
+  grpc::Status s = scheduler_->RegisterObjStore(&ctx, request, &reply);
+  if (!s.ok()) {
+    return absl::Status(FromGrpc(s).code(),
+                        absl::StrCat("registering with the scheduler at ", options_.scheduler, ": ",
+                                     s.error_message()));
+  }
+  id_ = reply.objstoreid();
+  spdlog::info("object store {} serving on {} (capacity {} bytes), registered with {}", id_,
+               address_, options_.capacity_bytes, options_.scheduler);
+  return absl::OkStatus();
+}
+
+void ObjectStoreServer::Shutdown() {
+  store_.Close();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+void ObjectStoreServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+absl::Status ObjectStoreServer::Refused(const grpc::ServerContext& ctx) const {
+  return auth_ ? auth_->Check(ctx) : absl::OkStatus();
+}
+
+std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel>& channel = peers_[address];
+  if (channel == nullptr) {
+    channel = CreateChannelWithToken(address, grpc::InsecureChannelCredentials(), Unlimited(),
+                                     options_.auth_token);
+  }
+  return channel;
+}
+
+absl::Status ObjectStoreServer::Keep(ObjectId id, std::string data, uint64_t metadata_offset,
+                                     uint64_t reserved) {
+  uint64_t size = data.size();
+  bool had = store_.Contains(id);
+  store_.Commit(id,
+                StoredObject{std::make_shared<const std::string>(std::move(data)), metadata_offset},
+                reserved);
+  v1::ObjReadyRequest request;
+  request.set_objectid(id);
+  request.set_objstoreid(id_);
+  request.set_size(size);
+  v1::AckReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Status s = scheduler_->ObjReady(&ctx, request, &reply);
+  if (!s.ok()) {
+    if (!had) store_.Deallocate(id);
+    return absl::Status(FromGrpc(s).code(),
+                        absl::StrCat("the scheduler refused object ", id, ": ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ObjectStoreServer::StartDelivery(grpc::ServerContext* ctx,
+                                              const v1::StartDeliveryRequest* request,
+                                              v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  ObjectId id = request->objectid();
+  if (request->objstore_address().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("StartDelivery names no store to pull from"));
+  }
+  if (store_.Contains(id)) {
+    // Already here (a delivery sent twice): tell the scheduler again.
+    absl::StatusOr<StoredObject> have = store_.Get(id);
+    if (!have.ok()) return ToGrpc(have.status());
+    return ToGrpc(Keep(id, *have->data, have->metadata_offset, 0));
+  }
+  auto source = ::ObjStore::NewStub(ChannelTo(request->objstore_address()));
+  grpc::ClientContext pull;
+  pull.set_deadline(ctx->deadline());
+  v1::StreamObjToRequest ask;
+  ask.set_objectid(id);
+  std::unique_ptr<grpc::ClientReader<v1::ObjChunk>> reader = source->StreamObjTo(&pull, ask);
+  v1::ObjChunk chunk;
+  std::string data;
+  uint64_t reserved = 0;
+  uint64_t metadata_offset = 0;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      first = false;
+      if (absl::Status s = store_.Reserve(id, chunk.total_size()); !s.ok()) {
+        pull.TryCancel();
+        reader->Finish();
+        return ToGrpc(s);
+      }
+      reserved = chunk.total_size();
+      metadata_offset = chunk.metadata_offset();
+      data.reserve(reserved);
+    }
+    if (data.size() + chunk.data().size() > reserved) {
+      store_.Unreserve(reserved);
+      pull.TryCancel();
+      reader->Finish();
+      return ToGrpc(
+          absl::DataLossError(absl::StrCat("object ", id, " from ", request->objstore_address(),
+                                           " is longer than its ", reserved, " bytes")));
+    }
+    data += chunk.data();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok() || first || data.size() != reserved) {
+    if (!first) store_.Unreserve(reserved);
+    // ABORTED, not the source's code: this store is fine, the copy is not.
+    return grpc::Status(
+        grpc::StatusCode::ABORTED,
+        absl::StrCat("pulling object ", id, " from ", request->objstore_address(), ": ",
+                     !s.ok() ? s.error_message()
+                             : absl::StrCat("got ", data.size(), " of ", reserved, " bytes")));
+  }
+  return ToGrpc(Keep(id, std::move(data), metadata_offset, reserved));
+}
+
+grpc::Status ObjectStoreServer::Stream(const StoredObject& object,
+                                       grpc::ServerWriter<v1::ObjChunk>* writer) const {
+  const std::string& data = *object.data;
+  uint64_t offset = 0;
+  do {
+    v1::ObjChunk chunk;
+    chunk.set_total_size(data.size());
+    chunk.set_metadata_offset(object.metadata_offset);
+    uint64_t n = std::min<uint64_t>(options_.chunk_bytes, data.size() - offset);
+    chunk.set_data(data.substr(offset, n));
+    offset += n;
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "reader gone");
+  } while (offset < data.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectStoreServer::StreamObjTo(grpc::ServerContext* ctx,
+                                            const v1::StreamObjToRequest* request,
+                                            grpc::ServerWriter<v1::ObjChunk>* writer) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  absl::StatusOr<StoredObject> object = store_.Get(request->objectid());
+  if (!object.ok()) return ToGrpc(object.status());
+  return Stream(*object, writer);
+}
+
+grpc::Status ObjectStoreServer::NotifyAlias(grpc::ServerContext* ctx,
+                                            const v1::NotifyAliasRequest* request,
+                                            v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  store_.Alias(request->alias_objectid(), request->canonical_objectid());
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectStoreServer::DeallocateObject(grpc::ServerContext* ctx,
+                                                 const v1::DeallocateObjectRequest* request,
+                                                 v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  store_.Deallocate(request->canonical_objectid());
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectStoreServer::ObjStoreInfo(grpc::ServerContext* ctx,
+                                             const v1::ObjStoreInfoRequest* request,
+                                             v1::ObjStoreInfoReply* reply) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  for (ObjectId id : store_.Ids()) reply->add_objectid(id);
+  for (ObjectId id : request->objectid()) {
+    absl::StatusOr<StoredObject> object = store_.Get(id);
+    if (!object.ok()) return ToGrpc(object.status());
+    if (object->metadata_offset != 0 || !reply->add_obj()->ParseFromString(*object->data)) {
+      return ToGrpc(
+          absl::FailedPreconditionError(absl::StrCat("object ", id, " is not a serialized Obj")));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectStoreServer::PutError(grpc::ServerContext* ctx,
+                                         const v1::PutErrorRequest* request,
+                                         v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  v1::Obj obj;
+  *obj.mutable_error_data() = request->error();
+  std::string data = obj.SerializeAsString();
+  uint64_t size = data.size();
+  if (absl::Status s = store_.Reserve(request->objectid(), size); !s.ok()) return ToGrpc(s);
+  return ToGrpc(Keep(request->objectid(), std::move(data), 0, size));
+}
+
+grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
+                                    grpc::ServerReader<v1::PutChunk>* reader,
+                                    v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  v1::PutChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return ToGrpc(absl::InvalidArgumentError("a put needs at least one chunk"));
+  }
+  ObjectId id = chunk.objectid();
+  uint64_t total = chunk.total_size();
+  if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
+  if (absl::Status s = store_.Reserve(id, total); !s.ok()) return ToGrpc(s);
+  std::string data;
+  data.reserve(total);
+  do {
+    if (chunk.objectid() != 0 && chunk.objectid() != id) {
+      store_.Unreserve(total);
+      return ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat("a put of object ", id, " carries a chunk of object ", chunk.objectid())));
+    }
+    if (data.size() + chunk.data().size() > total) {
+      store_.Unreserve(total);
+      return ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat("object ", id, " is longer than the ", total, " bytes it announced")));
+    }
+    data += chunk.data();
+  } while (reader->Read(&chunk));
+  if (data.size() != total) {
+    store_.Unreserve(total);
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("object ", id, " announced ", total, " bytes and sent ", data.size())));
+  }
+  return ToGrpc(Keep(id, std::move(data), 0, total));
+}
+
+grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
+                                    grpc::ServerWriter<v1::ObjChunk>* writer) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  absl::Time deadline = absl::FromChrono(ctx->deadline());
+  if (request->timeout_ms() > 0) {
+    deadline = std::min(deadline, absl::Now() + absl::Milliseconds(request->timeout_ms()));
+  }
+  // In slices, so a client that went away frees this thread.
+  while (true) {
+    absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(200));
+    absl::StatusOr<StoredObject> object = store_.WaitFor(request->objectid(), slice);
+    if (object.ok()) return Stream(*object, writer);
+    if (object.status().code() != absl::StatusCode::kDeadlineExceeded || slice == deadline) {
+      return ToGrpc(object.status());
+    }
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+  }
+}
+
+}  // namespace cohort::runtime

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cohort/runtime/v1/local_store.grpc.pb.h"
+#include "cohort/runtime/v1/services.grpc.pb.h"
+#include "common/grpc_auth.h"
+#include "grpcpp/grpcpp.h"
+#include "runtime/objstore/object_store.h"
+
+namespace cohort::runtime {
+
+struct ObjectStoreOptions {
+  std::string listen = "0.0.0.0:0";
+  // The address the scheduler, the other stores and this node's workers reach this store at
+  // (empty: the listen address, with the port actually bound).
+  std::string advertise;
+  std::string scheduler;
+  uint64_t capacity_bytes = uint64_t{2} << 30;
+  uint64_t chunk_bytes = uint64_t{1} << 20;
+  std::string auth_token;  // carried on every call, and required of every call when set
+};
+
+// cohort-objstore: serves ObjStore (the protocol's, to the scheduler and the other stores)
+// and LocalStore (cohort's, to this node's workers and drivers) over one ObjectStore, and
+// tells the scheduler about every object that arrives.
+class ObjectStoreServer final : public ::ObjStore::Service,
+                                public cohort::runtime::v1::LocalStore::Service {
+ public:
+  explicit ObjectStoreServer(ObjectStoreOptions options);
+  ~ObjectStoreServer() override;
+
+  // Listens, then registers with the scheduler.
+  absl::Status Start();
+  void Shutdown();
+  // Blocks until Shutdown.
+  void Wait();
+
+  StoreId id() const { return id_; }
+  const std::string& address() const { return address_; }
+  ObjectStore& store() { return store_; }
+
+  grpc::Status StartDelivery(grpc::ServerContext* ctx, const v1::StartDeliveryRequest* request,
+                             v1::AckReply* reply) override;
+  grpc::Status StreamObjTo(grpc::ServerContext* ctx, const v1::StreamObjToRequest* request,
+                           grpc::ServerWriter<v1::ObjChunk>* writer) override;
+  grpc::Status NotifyAlias(grpc::ServerContext* ctx, const v1::NotifyAliasRequest* request,
+                           v1::AckReply* reply) override;
+  grpc::Status DeallocateObject(grpc::ServerContext* ctx,
+                                const v1::DeallocateObjectRequest* request,
+                                v1::AckReply* reply) override;
+  grpc::Status ObjStoreInfo(grpc::ServerContext* ctx, const v1::ObjStoreInfoRequest* request,
+                            v1::ObjStoreInfoReply* reply) override;
+  grpc::Status PutError(grpc::ServerContext* ctx, const v1::PutErrorRequest* request,
+                        v1::AckReply* reply) override;
+  grpc::Status Put(grpc::ServerContext* ctx, grpc::ServerReader<v1::PutChunk>* reader,
+                   v1::AckReply* reply) override;
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
+                   grpc::ServerWriter<v1::ObjChunk>* writer) override;
+
+ private:
+  // Stores the object, then tells the scheduler; undone when the scheduler refuses it.
+  absl::Status Keep(ObjectId id, std::string data, uint64_t metadata_offset, uint64_t reserved);
+  absl::Status Refused(const grpc::ServerContext& ctx) const;
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  grpc::Status Stream(const StoredObject& object, grpc::ServerWriter<v1::ObjChunk>* writer) const;
+
+  const ObjectStoreOptions options_;
+  ObjectStore store_;
+  std::unique_ptr<CallAuth> auth_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<::Scheduler::Stub> scheduler_;
+  StoreId id_ = 0;
+  std::string address_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort::runtime

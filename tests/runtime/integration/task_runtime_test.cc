@@ -1,0 +1,392 @@
+// The task runtime with real processes over loopback: cohort-coordinator (the scheduler),
+// cohort-objstore per node, cohort-worker per node, and drivers on the TaskClient library.
+// Nodes are loopback addresses of their own (127.0.0.2, 127.0.0.3, ...), so a worker's
+// address tells which node it is on.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "runtime/client/task_client.h"
+#include "tests/support/eventually.h"
+#include "tests/support/subprocess.h"
+
+namespace cohort::runtime {
+namespace {
+
+using ::cohort::testing::Eventually;
+using ::cohort::testing::FreePort;
+using ::cohort::testing::Subprocess;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string Bin(const std::string& name) { return std::string(COHORT_BIN_DIR) + "/" + name; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+v1::Value IntArg(int64_t n) {
+  v1::Value v;
+  v.mutable_obj()->mutable_int_data()->set_data(n);
+  return v;
+}
+
+v1::Value RefArg(ObjectId id) {
+  v1::Value v;
+  v.set_id(id);
+  return v;
+}
+
+v1::Value StringArg(const std::string& s) {
+  v1::Value v;
+  v.mutable_obj()->mutable_string_data()->set_data(s);
+  return v;
+}
+
+// One node: an object store and (optionally) a worker process, on loopback address `host`.
+struct Node {
+  std::string host;
+  std::string store_address;
+  std::unique_ptr<Subprocess> store;
+  std::unique_ptr<Subprocess> workers;
+};
+
+class TaskRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/task-runtime-", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    scheduler_ = absl::StrCat("127.0.0.1:", FreePort());
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{Bin("cohort-coordinator"), "--listen", scheduler_, "--http-listen",
+                                 "", "--job", "driver=1", "--task-liveness-timeout", "3s",
+                                 "--task-retries", "2"},
+        std::map<std::string, std::string>{}, dir_ + "/coordinator.log");
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << "coordinator log:\n" << ReadFile(dir_ + "/coordinator.log");
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        std::cerr << "node " << i << " store log:\n"
+                  << ReadFile(absl::StrCat(dir_, "/store-", i, ".log")) << "node " << i
+                  << " workers log:\n"
+                  << ReadFile(absl::StrCat(dir_, "/workers-", i, ".log"));
+      }
+    }
+  }
+
+  // Starts node i (host 127.0.0.<i+2>) with `workers` C++ workers (0: a store only).
+  Node& AddNode(int workers, const std::string& capacity = "256MiB") {
+    size_t i = nodes_.size();
+    Node& node = *nodes_.emplace_back(std::make_unique<Node>());
+    node.host = absl::StrCat("127.0.0.", i + 2);
+    node.store_address = absl::StrCat(node.host, ":", FreePort());
+    node.store = std::make_unique<Subprocess>(
+        std::vector<std::string>{Bin("cohort-objstore"), "--listen", node.store_address,
+                                 "--scheduler", scheduler_, "--capacity", capacity},
+        std::map<std::string, std::string>{}, absl::StrCat(dir_, "/store-", i, ".log"));
+    EXPECT_TRUE(Eventually([&] {
+      return absl::StrContains(ReadFile(absl::StrCat(dir_, "/store-", i, ".log")),
+                               "registered with");
+    })) << ReadFile(absl::StrCat(dir_, "/store-", i, ".log"));
+    if (workers > 0) {
+      node.workers = std::make_unique<Subprocess>(
+          std::vector<std::string>{Bin("cohort-worker"), "--scheduler", scheduler_, "--objstore",
+                                   node.store_address, "--workers", std::to_string(workers),
+                                   "--listen-host", node.host},
+          std::map<std::string, std::string>{}, absl::StrCat(dir_, "/workers-", i, ".log"));
+    }
+    return node;
+  }
+
+  std::unique_ptr<TaskClient> Driver(const Node& node) {
+    TaskClientOptions options;
+    options.scheduler = scheduler_;
+    options.objstore = node.store_address;
+    options.node_ip = node.host;
+    absl::StatusOr<std::unique_ptr<TaskClient>> client = TaskClient::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  v1::ObjStoreInfoReply StoreInfo(const Node& node) {
+    auto stub = ::ObjStore::NewStub(
+        grpc::CreateChannel(node.store_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::ObjStoreInfoReply reply;
+    grpc::Status s = stub->ObjStoreInfo(&ctx, v1::ObjStoreInfoRequest(), &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reply;
+  }
+
+  std::unique_ptr<::Scheduler::Stub> SchedulerStub() {
+    return ::Scheduler::NewStub(
+        grpc::CreateChannel(scheduler_, grpc::InsecureChannelCredentials()));
+  }
+
+  int64_t GetInt(TaskClient& driver, ObjectId id) {
+    absl::StatusOr<v1::Obj> value = driver.Get(id, absl::Seconds(60));
+    EXPECT_TRUE(value.ok()) << "object " << id << ": " << value.status();
+    if (!value.ok()) return -1;
+    EXPECT_TRUE(value->has_int_data()) << value->DebugString();
+    return value->int_data().data();
+  }
+
+  std::string dir_;
+  std::string scheduler_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(TaskRuntimeTest, AThousandTaskMapAndAFanInReduceGiveTheClosedFormAndLeaveNothingBehind) {
+  Node& a = AddNode(2);
+  Node& b = AddNode(2);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  ASSERT_NE(driver, nullptr);
+  std::vector<ObjectId> held;
+  // Map: add(i, i) for i in 1..1000.
+  std::vector<ObjectId> level;
+  for (int i = 1; i <= 1000; ++i) {
+    absl::StatusOr<std::vector<ObjectId>> r = driver->Submit("cohort.add", {IntArg(i), IntArg(i)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    level.push_back((*r)[0]);
+  }
+  held = level;
+  // Reduce: sum groups of up to 8 until one is left.
+  while (level.size() > 1) {
+    std::vector<ObjectId> next;
+    for (size_t i = 0; i < level.size(); i += 8) {
+      std::vector<v1::Value> args;
+      for (size_t j = i; j < std::min(level.size(), i + 8); ++j) args.push_back(RefArg(level[j]));
+      absl::StatusOr<std::vector<ObjectId>> r = driver->Submit("cohort.sum", args);
+      ASSERT_TRUE(r.ok()) << r.status();
+      next.push_back((*r)[0]);
+    }
+    held.insert(held.end(), next.begin(), next.end());
+    level = next;
+  }
+  EXPECT_EQ(GetInt(*driver, level[0]), 1000 * 1001);
+  // The last task ends when its worker asks for the next, just after storing the result.
+  absl::StatusOr<v1::TaskInfoReply> info;
+  EXPECT_TRUE(Eventually([&] {
+    info = driver->TaskInfo();
+    return info.ok() && info->num_succeeded() == held.size();
+  })) << info->DebugString();
+  EXPECT_THAT(info->failed_task(), IsEmpty());
+  // Both nodes ran tasks: each store holds results.
+  EXPECT_THAT(StoreInfo(a).objectid(), ::testing::Not(IsEmpty()));
+  EXPECT_THAT(StoreInfo(b).objectid(), ::testing::Not(IsEmpty()));
+  ASSERT_TRUE(driver->Release(held).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return StoreInfo(a).objectid().empty() && StoreInfo(b).objectid().empty();
+  })) << "store a: "
+      << StoreInfo(a).DebugString() << "store b: " << StoreInfo(b).DebugString();
+  absl::StatusOr<v1::SchedulerInfoReply> scheduler = driver->SchedulerInfo();
+  ASSERT_TRUE(scheduler.ok());
+  EXPECT_THAT(scheduler->target_objectid(), IsEmpty());
+  EXPECT_THAT(scheduler->reference_count(), IsEmpty());
+  EXPECT_THAT(scheduler->operationid(), IsEmpty());
+  EXPECT_EQ(scheduler->avail_worker_size(), 4);
+  EXPECT_EQ(scheduler->function_table().at("cohort.add").workerid_size(), 4);
+}
+
+TEST_F(TaskRuntimeTest, ObjectsCrossStoresAndAliasesReadAsTheirTarget) {
+  Node& a = AddNode(0);
+  Node& b = AddNode(0);
+  std::unique_ptr<TaskClient> writer = Driver(a);
+  std::unique_ptr<TaskClient> reader = Driver(b);
+  v1::Obj value;
+  value.mutable_string_data()->set_data(std::string(3 << 20, 'x'));  // three chunks
+  absl::StatusOr<ObjectId> put = writer->Put(value);
+  ASSERT_TRUE(put.ok()) << put.status();
+  absl::StatusOr<v1::Obj> got = reader->Get(*put, absl::Seconds(30));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->string_data().data(), value.string_data().data());
+  EXPECT_THAT(StoreInfo(b).objectid(), ::testing::Contains(*put));
+  // An id with no value of its own, aliased to the put, reads as it on either store.
+  v1::PutObjRequest request;
+  request.set_workerid(reader->id());
+  v1::PutObjReply reply;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(SchedulerStub()->PutObj(&ctx, request, &reply).ok());
+  ASSERT_TRUE(reader->Alias(reply.objectid(), *put).ok());
+  absl::StatusOr<v1::Obj> aliased = writer->Get(reply.objectid(), absl::Seconds(30));
+  ASSERT_TRUE(aliased.ok()) << aliased.status();
+  EXPECT_EQ(aliased->string_data().data().size(), size_t{3} << 20);
+  EXPECT_EQ(reader->Alias(*put, reply.objectid()).code(), absl::StatusCode::kInvalidArgument);
+  // Releasing the put's own handle keeps it for the alias; releasing the alias frees both.
+  ASSERT_TRUE(writer->Release({*put}).ok());
+  EXPECT_THAT(StoreInfo(a).objectid(), ::testing::Contains(*put));
+  ASSERT_TRUE(reader->Release({reply.objectid()}).ok());
+  EXPECT_TRUE(Eventually(
+      [&] { return StoreInfo(a).objectid().empty() && StoreInfo(b).objectid().empty(); }));
+}
+
+TEST_F(TaskRuntimeTest, ATaskThatFailsShowsInTaskInfoAndItsResultReadsAsTheError) {
+  Node& a = AddNode(1);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  absl::StatusOr<std::vector<ObjectId>> r =
+      driver->Submit("cohort.fail", {StringArg("the disk is full")});
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<v1::Obj> got = driver->Get((*r)[0], absl::Seconds(30));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("the disk is full"));
+  // A task of it fails too, naming why.
+  absl::StatusOr<std::vector<ObjectId>> downstream =
+      driver->Submit("cohort.add", {RefArg((*r)[0]), IntArg(1)});
+  ASSERT_TRUE(downstream.ok());
+  got = driver->Get((*downstream)[0], absl::Seconds(30));
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("the disk is full"));
+  absl::StatusOr<v1::TaskInfoReply> info = driver->TaskInfo();
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->failed_task_size(), 2);
+  EXPECT_EQ(info->failed_task(0).function_name(), "cohort.fail");
+  EXPECT_EQ(info->failed_task(0).error_message(), "the disk is full");
+  EXPECT_THAT(info->failed_task(0).worker_address(), HasSubstr(a.host));
+  // Wrong argument counts fail the task the same way.
+  absl::StatusOr<std::vector<ObjectId>> wrong = driver->Submit("cohort.add", {IntArg(1)});
+  ASSERT_TRUE(wrong.ok());
+  got = driver->Get((*wrong)[0], absl::Seconds(30));
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("takes 2 arguments, got 1"));
+}
+
+TEST_F(TaskRuntimeTest, AWorkerKilledMidTaskHasItsTaskRunAgainElsewhere) {
+  Node& a = AddNode(1);
+  Node& b = AddNode(1);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->SchedulerInfo();
+    return info.ok() && info->avail_worker_size() == 2;
+  }));
+  absl::StatusOr<std::vector<ObjectId>> r = driver->Submit("cohort.sleep_ms", {IntArg(4000)});
+  ASSERT_TRUE(r.ok());
+  std::string running_on;
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->TaskInfo();
+    if (!info.ok() || info->running_task_size() != 1) return false;
+    running_on = info->running_task(0).worker_address();
+    return true;
+  }));
+  Node& victim = absl::StartsWith(running_on, a.host + ":") ? a : b;
+  victim.workers->Signal(SIGKILL);
+  absl::StatusOr<v1::Obj> got = driver->Get((*r)[0], absl::Seconds(60));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->has_empty_data());
+  absl::StatusOr<v1::TaskInfoReply> info = driver->TaskInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->num_succeeded(), 1u);
+  EXPECT_THAT(info->failed_task(), IsEmpty());
+}
+
+TEST_F(TaskRuntimeTest, ALostStoreHasItsTaskResultsComputedAgainAndItsPutsReportedLost) {
+  Node& a = AddNode(0);
+  Node& b = AddNode(1);
+  Node& c = AddNode(1);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  absl::StatusOr<std::vector<ObjectId>> r = driver->Submit("cohort.add", {IntArg(20), IntArg(22)});
+  ASSERT_TRUE(r.ok());
+  ObjectId result = (*r)[0];
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->TaskInfo();
+    return info.ok() && info->num_succeeded() == 1;
+  }));
+  bool on_b = !StoreInfo(b).objectid().empty();
+  Node& lost = on_b ? b : c;
+  // A second driver on the doomed node puts an object only it holds.
+  std::unique_ptr<TaskClient> doomed = Driver(lost);
+  v1::Obj value;
+  value.mutable_int_data()->set_data(7);
+  absl::StatusOr<ObjectId> put = doomed->Put(value);
+  ASSERT_TRUE(put.ok());
+  lost.workers->Signal(SIGKILL);
+  lost.store->Signal(SIGKILL);
+  EXPECT_EQ(GetInt(*driver, result), 42);
+  absl::StatusOr<v1::Obj> gone = driver->Get(*put, absl::Seconds(60));
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(gone.status().message()), HasSubstr("is lost"));
+  EXPECT_THAT(std::string(gone.status().message()), HasSubstr(lost.store_address));
+}
+
+TEST_F(TaskRuntimeTest, KillWorkersSucceedsOnlyWhenIdleAndTheWorkersExit) {
+  Node& a = AddNode(2);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  absl::StatusOr<std::vector<ObjectId>> r = driver->Submit("cohort.sleep_ms", {IntArg(1500)});
+  ASSERT_TRUE(r.ok());
+  absl::StatusOr<bool> killed = driver->KillWorkers();
+  ASSERT_TRUE(killed.ok());
+  EXPECT_FALSE(*killed);
+  ASSERT_TRUE(driver->Get((*r)[0], absl::Seconds(30)).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->TaskInfo();
+    return info.ok() && info->running_task().empty();
+  }));
+  killed = driver->KillWorkers();
+  ASSERT_TRUE(killed.ok());
+  EXPECT_TRUE(*killed);
+  cohort::testing::ProcessResult exited = a.workers->Wait(absl::Seconds(20));
+  EXPECT_EQ(exited.exit_code, 0);
+  absl::StatusOr<v1::SchedulerInfoReply> info = driver->SchedulerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->function_table().empty());
+}
+
+TEST_F(TaskRuntimeTest, BadCallsGetClearErrorsAndChangeNothing) {
+  Node& a = AddNode(1, "1KiB");
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  auto stub = SchedulerStub();
+  {
+    grpc::ClientContext ctx;
+    v1::ChangeCountRequest request;
+    v1::AckReply reply;
+    grpc::Status s = stub->IncrementCount(&ctx, request, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("IncrementRefCount"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitTaskRequest request;
+    request.set_workerid(driver->id());
+    request.mutable_task()->set_name("cohort.add");
+    request.mutable_task()->add_arg()->set_id(9999);
+    v1::SubmitTaskReply reply;
+    grpc::Status s = stub->SubmitTask(&ctx, request, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("9999"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterWorkerRequest request;
+    request.set_objstore_address("127.0.0.1:1");
+    v1::RegisterWorkerReply reply;
+    grpc::Status s = stub->RegisterWorker(&ctx, request, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  v1::Obj big;
+  big.mutable_string_data()->set_data(std::string(4096, 'x'));
+  absl::StatusOr<ObjectId> put = driver->Put(big);
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(put.status().message()), HasSubstr("--capacity"));
+  EXPECT_THAT(StoreInfo(a).objectid(), IsEmpty());
+  absl::StatusOr<v1::SchedulerInfoReply> info = driver->SchedulerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_THAT(info->computation_graph().operation(), ::testing::SizeIs(1))
+      << "only the PutObj whose value was refused";
+}
+
+}  // namespace
+}  // namespace cohort::runtime
