@@ -4,7 +4,6 @@
 
 namespace cohort::runtime {
 
-
 TaskSpec ToTaskSpec(const v1::Task& task) {
   TaskSpec spec;
   spec.function_name = task.name();
