@@ -13,7 +13,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build test unit-test asan-test tsan-test compat-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -78,6 +78,11 @@ programs-check: deps
 # (.venv/) that tests/compat/run.sh creates and keeps up to date.
 compat-test: build
 	bash tests/compat/run.sh
+
+# The task runtime's Python package (python/), pip-installed into .venv/runtime, with drivers,
+# Python and C++ workers and object stores as real processes.
+python-test: build
+	bash tests/python/run.sh
 
 # The local Kubernetes cluster (tools/local-cluster: kube-apiserver, controller manager and
 # a pod runner built once from the Kubernetes Go modules, cached under build/tools) and the

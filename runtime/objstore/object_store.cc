@@ -70,6 +70,23 @@ bool ObjectStore::Contains(ObjectId id) const {
   return objects_.contains(Resolve(id));
 }
 
+std::vector<ObjectId> ObjectStore::WaitForAny(const std::vector<ObjectId>& ids, size_t count,
+                                              absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<ObjectId> here;
+    for (ObjectId id : ids) {
+      if (objects_.contains(Resolve(id))) here.push_back(id);
+    }
+    return here;
+  };
+  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || present().size() >= count;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+  return present();
+}
+
 void ObjectStore::Alias(ObjectId alias, ObjectId canonical) {
   absl::MutexLock lock(&mu_);
   if (alias != canonical) aliases_[alias] = canonical;

@@ -43,6 +43,9 @@ class ObjectStore {
   // Waits until Get would succeed, or `deadline` (DEADLINE_EXCEEDED), or Close (CANCELLED).
   absl::StatusOr<StoredObject> WaitFor(ObjectId id, absl::Time deadline) const;
   bool Contains(ObjectId id) const;
+  // Waits until at least `count` of `ids` are here, or `deadline`; those that are, in order.
+  std::vector<ObjectId> WaitForAny(const std::vector<ObjectId>& ids, size_t count,
+                                   absl::Time deadline) const;
 
   void Alias(ObjectId alias, ObjectId canonical);
   // Forgets the object and every alias of it here.

@@ -299,4 +299,23 @@ grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetReque
   }
 }
 
+grpc::Status ObjectStoreServer::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
+                                     v1::WaitReply* reply) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  std::vector<ObjectId> ids(request->objectid().begin(), request->objectid().end());
+  size_t count = std::min<size_t>(request->num_ready(), ids.size());
+  absl::Time deadline = absl::FromChrono(ctx->deadline());
+  if (request->timeout_ms() > 0) {
+    deadline = std::min(deadline, absl::Now() + absl::Milliseconds(request->timeout_ms()));
+  }
+  std::vector<ObjectId> ready;
+  // In slices, so a client that went away frees this thread.
+  do {
+    absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(200));
+    ready = store_.WaitForAny(ids, count, slice);
+  } while (ready.size() < count && absl::Now() < deadline && !ctx->IsCancelled());
+  for (ObjectId id : ready) reply->add_ready(id);
+  return grpc::Status::OK;
+}
+
 }  // namespace cohort::runtime

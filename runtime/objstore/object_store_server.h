@@ -62,6 +62,8 @@ class ObjectStoreServer final : public ::ObjStore::Service,
                    v1::AckReply* reply) override;
   grpc::Status Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::ObjChunk>* writer) override;
+  grpc::Status Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
+                    v1::WaitReply* reply) override;
 
  private:
   // Stores the object, then tells the scheduler; undone when the scheduler refuses it.

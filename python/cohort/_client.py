@@ -1,0 +1,193 @@
+"""One connection to the task runtime: the scheduler and this node's object store."""
+import queue
+import threading
+import time
+
+import grpc
+
+from cohort.runtime.v1 import local_store_pb2, local_store_pb2_grpc, messages_pb2
+from cohort.runtime.v1 import services_pb2_grpc, types_pb2
+
+CHUNK = 1 << 20
+_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+class Client:
+    def __init__(self, scheduler, objstore, node_ip="127.0.0.1", is_driver=True,
+                 worker_address="", token=None):
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._scheduler_channel = grpc.insecure_channel(scheduler, options=_OPTIONS)
+        self._store_channel = grpc.insecure_channel(objstore, options=_OPTIONS)
+        self.scheduler = services_pb2_grpc.SchedulerStub(self._scheduler_channel)
+        self.local = local_store_pb2_grpc.LocalStoreStub(self._store_channel)
+        reply = self._call(self.scheduler.RegisterWorker, messages_pb2.RegisterWorkerRequest(
+            node_ip_address=node_ip, objstore_address=objstore, is_driver=is_driver,
+            worker_address=worker_address), timeout=30, wait_for_ready=True)
+        self.worker_id = reply.workerid
+        self.store_id = reply.objstoreid
+        self.address = reply.worker_address
+        self._releases = queue.Queue()
+        self._closed = False
+        self._releaser = threading.Thread(target=self._release_loop, daemon=True,
+                                          name="cohort-release")
+        self._releaser.start()
+
+    def _call(self, method, request, timeout=30, **kwargs):
+        return method(request, timeout=timeout, metadata=self._metadata, **kwargs)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self._releases.put(None)
+        self._releaser.join(timeout=5)
+        self._scheduler_channel.close()
+        self._store_channel.close()
+
+    # Counts. Dropped references are given back in batches from a thread of their own:
+    # __del__ must not make calls.
+    def release_later(self, object_id):
+        if not self._closed:
+            self._releases.put(object_id)
+
+    def _release_loop(self):
+        while True:
+            first = self._releases.get()
+            batch = [] if first is None else [first]
+            while True:
+                try:
+                    more = self._releases.get(timeout=0.01)
+                except queue.Empty:
+                    break
+                if more is None:
+                    first = None
+                else:
+                    batch.append(more)
+            if batch:
+                try:
+                    self.release(batch)
+                except grpc.RpcError:
+                    pass  # the scheduler is gone; nothing to give back to
+            if first is None:
+                return
+
+    def flush_releases(self):
+        deadline = time.monotonic() + 10
+        while not self._releases.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def release(self, ids):
+        self._call(self.scheduler.DecrementRefCount,
+                   messages_pb2.DecrementRefCountRequest(objectid=list(ids)))
+
+    def retain(self, ids):
+        if ids:
+            self._call(self.scheduler.IncrementRefCount,
+                       messages_pb2.IncrementRefCountRequest(objectid=list(ids)))
+
+    # Tasks and functions.
+    def submit(self, name, args, wait=30.0):
+        task = messages_pb2.SubmitTaskRequest(workerid=self.worker_id)
+        task.task.name = name
+        for arg in args:
+            task.task.arg.append(arg)
+        give_up = time.monotonic() + wait
+        pause = 0.005
+        while True:
+            reply = self._call(self.scheduler.SubmitTask, task)
+            if reply.function_registered:
+                return list(reply.result)
+            if time.monotonic() + pause > give_up:
+                raise LookupError(f"no worker registered function {name!r} within {wait}s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    def export_function(self, implementation):
+        request = messages_pb2.ExportFunctionRequest()
+        request.function.implementation = implementation
+        self._call(self.scheduler.ExportFunction, request)
+
+    def export_reusable_variable(self, name, initializer, reinitializer):
+        request = messages_pb2.ExportReusableVariableRequest()
+        request.reusable_variable.name = name
+        request.reusable_variable.initializer.implementation = initializer
+        if reinitializer:
+            request.reusable_variable.reinitializer.implementation = reinitializer
+        self._call(self.scheduler.ExportReusableVariable, request)
+
+    def register_function(self, name, num_returns):
+        self._call(self.scheduler.RegisterFunction, messages_pb2.RegisterFunctionRequest(
+            workerid=self.worker_id, fnname=name, num_return_vals=num_returns))
+
+    def ready_for_new_task(self, previous=None):
+        request = messages_pb2.ReadyForNewTaskRequest(workerid=self.worker_id)
+        if previous is not None:
+            request.previous_task_info.task_succeeded = previous[0]
+            request.previous_task_info.error_message = previous[1]
+        self._call(self.scheduler.ReadyForNewTask, request)
+
+    # Objects.
+    def put_obj(self, obj, object_id=None):
+        """Stores `obj` (an Obj) as `object_id`, or as a new object; returns its id."""
+        if object_id is None:
+            object_id = self._call(self.scheduler.PutObj,
+                                   messages_pb2.PutObjRequest(workerid=self.worker_id)).objectid
+        data = obj.SerializeToString()
+
+        def chunks():
+            view = memoryview(data)
+            offset = 0
+            while True:
+                piece = view[offset:offset + CHUNK]
+                chunk = local_store_pb2.PutChunk(data=bytes(piece))
+                if offset == 0:
+                    chunk.objectid = object_id
+                    chunk.total_size = len(data)
+                yield chunk
+                offset += len(piece)
+                if offset >= len(data):
+                    return
+
+        self.local.Put(chunks(), timeout=600, metadata=self._metadata)
+        return object_id
+
+    def request(self, object_id):
+        self._call(self.scheduler.RequestObj,
+                   messages_pb2.RequestObjRequest(workerid=self.worker_id, objectid=object_id))
+
+    def get_obj(self, object_id, timeout=None):
+        self.request(object_id)
+        parts = []
+        for chunk in self.local.Get(local_store_pb2.GetRequest(objectid=object_id),
+                                    timeout=timeout, metadata=self._metadata):
+            parts.append(chunk.data)
+        obj = types_pb2.Obj()
+        obj.ParseFromString(b"".join(parts))
+        return obj
+
+    def wait(self, ids, num_ready, timeout=None):
+        for object_id in ids:
+            self.request(object_id)
+        request = local_store_pb2.WaitRequest(objectid=list(ids), num_ready=num_ready,
+                                              timeout_ms=int(timeout * 1000) if timeout else 0)
+        return list(self.local.Wait(request, timeout=None if timeout is None else timeout + 30,
+                                    metadata=self._metadata).ready)
+
+    def alias(self, alias, target):
+        self._call(self.scheduler.AliasObjectIDs, messages_pb2.AliasObjectIDsRequest(
+            alias_objectid=alias, target_objectid=target))
+
+    def add_contained(self, object_id, contained):
+        if contained:
+            self._call(self.scheduler.AddContainedObjectIDs,
+                       messages_pb2.AddContainedObjectIDsRequest(
+                           objectid=object_id, contained_objectid=list(contained)))
+
+    def task_info(self):
+        return self._call(self.scheduler.TaskInfo, messages_pb2.TaskInfoRequest())
+
+    def scheduler_info(self):
+        return self._call(self.scheduler.SchedulerInfo, messages_pb2.SchedulerInfoRequest())
+
+    def kill_workers(self):
+        return self._call(self.scheduler.KillWorkers, messages_pb2.KillWorkersRequest()).success

@@ -1,0 +1,176 @@
+"""A Python worker of the task runtime: python -m cohort.worker --scheduler ADDR --objstore ADDR
+
+It serves WorkerService, runs the Python functions drivers export (one task at a time), reads
+its arguments from and stores its results in its node's object store, and tells the scheduler
+when each task ends. A task that raises fails with its traceback; its results read as the error.
+"""
+import argparse
+import concurrent.futures
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import traceback
+
+import cloudpickle
+import grpc
+
+from cohort import _values, api
+from cohort._client import Client
+from cohort.runtime.v1 import messages_pb2, services_pb2_grpc, types_pb2
+
+log = logging.getLogger("cohort.worker")
+_STOP = object()
+
+
+class _Service(services_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, worker):
+        self._worker = worker
+
+    def ExecuteTask(self, request, context):
+        self._worker.tasks.put(request.task)
+        return messages_pb2.ExecuteTaskReply()
+
+    def ImportFunction(self, request, context):
+        self._worker.import_function(request.function.implementation)
+        return messages_pb2.ImportFunctionReply()
+
+    def ImportReusableVariable(self, request, context):
+        var = request.reusable_variable
+        try:
+            initializer = cloudpickle.loads(var.initializer.implementation)
+            reinitializer = (cloudpickle.loads(var.reinitializer.implementation)
+                             if var.reinitializer.implementation else None)
+        except Exception as e:  # a variable this interpreter cannot load
+            log.warning("reusable variable %s cannot be loaded here: %s", var.name, e)
+            return messages_pb2.AckReply()
+        api.reusables._define(var.name, initializer, reinitializer)
+        return messages_pb2.AckReply()
+
+    def Die(self, request, context):
+        log.info("told to die by the scheduler")
+        self._worker.tasks.put(_STOP)
+        return messages_pb2.DieReply()
+
+    def Alive(self, request, context):
+        return messages_pb2.AckReply()
+
+
+class Worker:
+    def __init__(self, scheduler, objstore, host, token=None):
+        self.tasks = queue.Queue()
+        self.functions = {}
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4),
+                                  options=[("grpc.max_receive_message_length", -1)])
+        services_pb2_grpc.add_WorkerServiceServicer_to_server(_Service(self), self.server)
+        port = self.server.add_insecure_port(f"{host}:0")
+        if port == 0:
+            raise SystemExit(f"cannot serve WorkerService on {host}")
+        self.server.start()
+        self.client = Client(scheduler, objstore, node_ip=host, is_driver=False,
+                             worker_address=f"{host}:{port}", token=token)
+        api._set_client(self.client)
+        log.info("worker %d serving on %s:%d with store %s", self.client.worker_id, host, port,
+                 objstore)
+
+    def import_function(self, implementation):
+        try:
+            spec = cloudpickle.loads(implementation)
+            name, fn, num_returns = spec["name"], spec["fn"], spec["num_returns"]
+        except Exception as e:  # not a Python function (a C++ built-in's name), or unloadable
+            log.debug("an exported function is not one this worker can run: %s", e)
+            return
+        self.functions[name] = (fn, num_returns)
+        self.client.register_function(name, num_returns)
+
+    def run(self):
+        self.client.ready_for_new_task(None)
+        while True:
+            task = self.tasks.get()
+            if task is _STOP:
+                return 0
+            error = self.execute(task)
+            api.reusables._after_task()
+            try:
+                self.client.ready_for_new_task((error is None, error or ""))
+            except grpc.RpcError as e:
+                log.error("the scheduler did not take the task's end: %s", e.details())
+                return 1
+
+    def execute(self, task):
+        """Runs one task; None, or why it failed."""
+        entry = self.functions.get(task.name)
+        if entry is None:
+            return f"this worker has no function {task.name!r}"
+        fn, num_returns = entry
+        try:
+            args = []
+            for i, arg in enumerate(task.arg):
+                obj = self.client.get_obj(arg.id) if arg.id else arg.obj
+                value, decoded = _values.decode(obj)
+                self.client.retain(decoded)
+                args.append(value)
+            result = fn(*args)
+            results = [result] if num_returns == 1 else list(result)
+            if len(results) != num_returns:
+                return (f"{task.name} returned {len(results)} values; it is declared with "
+                        f"num_returns={num_returns}")
+            for object_id, value in zip(task.result, results):
+                if isinstance(value, api.ObjectRef):
+                    self.client.alias(object_id, value.id)
+                    continue
+                obj, contained = _values.encode(value)
+                self.client.put_obj(obj, object_id)
+                self.client.add_contained(object_id, contained)
+            return None
+        except _values.TaskError as e:
+            return f"{task.name}: an argument is an error: {e.message}"
+        except Exception:
+            return traceback.format_exc()
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record):
+        return json.dumps({"time": self.formatTime(record), "level": record.levelname.lower(),
+                           "logger": record.name, "msg": record.getMessage()})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m cohort.worker",
+        description="A Python worker of cohort's task runtime: runs the functions drivers "
+                    "export with @cohort.remote, with its node's object store.")
+    parser.add_argument("--scheduler", required=True, help="the coordinator's gRPC HOST:PORT")
+    parser.add_argument("--objstore", required=True, help="this node's object store HOST:PORT")
+    parser.add_argument("--listen-host", default="127.0.0.1",
+                        help="host to serve WorkerService on, on an unused port (default "
+                             "%(default)s)")
+    parser.add_argument("--auth-token-file", help="the job's token, sent on every call")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if args.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    token = None
+    if args.auth_token_file:
+        with open(args.auth_token_file) as f:
+            token = f.read().strip()
+    try:
+        worker = Worker(args.scheduler, args.objstore, args.listen_host, token)
+    except grpc.RpcError as e:
+        log.error("registering with the scheduler at %s: %s", args.scheduler, e.details())
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: worker.tasks.put(_STOP))
+    code = worker.run()
+    worker.server.stop(1)
+    worker.client.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

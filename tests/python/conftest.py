@@ -1,0 +1,115 @@
+"""A task-runtime cluster of real processes on loopback for the Python package's tests:
+cohort-coordinator (the scheduler), object stores, C++ and Python workers. Every process is
+stopped by its PID when the test ends, also when it fails; its log is printed on failure.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# The cohort package comes from the venv it was pip-installed into (tests/python/run.sh).
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from free_port import free_port  # noqa: E402
+
+import cohort  # noqa: E402
+from cohort.runtime.v1 import messages_pb2, services_pb2_grpc  # noqa: E402
+
+BIN = Path(os.environ.get("COHORT_BIN_DIR", REPO / "build" / "bin")).resolve()
+
+
+class Cluster:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.procs = []
+        self.scheduler = f"127.0.0.1:{free_port()}"
+        self.start("coordinator", [BIN / "cohort-coordinator", "--listen", self.scheduler,
+                                   "--http-listen", "", "--job", "driver=1",
+                                   "--task-liveness-timeout", "3s"])
+        self.stores = []
+
+    def start(self, name, argv, env=None):
+        log = open(self.tmp / f"{name}.log", "w")
+        proc = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        self.procs.append((name, proc, log))
+        return proc
+
+    def add_store(self, host):
+        address = f"{host}:{free_port()}"
+        name = f"store-{len(self.stores)}"
+        self.start(name, [BIN / "cohort-objstore", "--listen", address, "--scheduler",
+                          self.scheduler, "--capacity", "1GiB"])
+        deadline = time.monotonic() + 30
+        while "registered with" not in (self.tmp / f"{name}.log").read_text():
+            assert time.monotonic() < deadline, (self.tmp / f"{name}.log").read_text()
+            time.sleep(0.02)
+        self.stores.append(address)
+        return address
+
+    def add_cpp_workers(self, store, count):
+        host = store.rsplit(":", 1)[0]
+        return self.start(f"cpp-workers-{store}", [
+            BIN / "cohort-worker", "--scheduler", self.scheduler, "--objstore", store,
+            "--workers", count, "--listen-host", host])
+
+    def add_python_worker(self, store, index):
+        host = store.rsplit(":", 1)[0]
+        return self.start(f"py-worker-{index}", [
+            sys.executable, "-m", "cohort.worker", "--scheduler", self.scheduler,
+            "--objstore", store, "--listen-host", host],
+            env={"PYTHONPATH": str(Path(__file__).parent)})
+
+    def scheduler_info(self):
+        stub = services_pb2_grpc.SchedulerStub(grpc.insecure_channel(self.scheduler))
+        return stub.SchedulerInfo(messages_pb2.SchedulerInfoRequest(), timeout=10)
+
+    def store_ids(self, store):
+        stub = services_pb2_grpc.ObjStoreStub(grpc.insecure_channel(store))
+        return list(stub.ObjStoreInfo(messages_pb2.ObjStoreInfoRequest(), timeout=10).objectid)
+
+    def wait_for_workers(self, count):
+        deadline = time.monotonic() + 30
+        while len(self.scheduler_info().avail_worker) < count:
+            assert time.monotonic() < deadline, "workers did not register"
+            time.sleep(0.05)
+
+    def stop(self):
+        for _, proc, _ in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for name, proc, log in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+
+    def logs(self):
+        return "\n".join(f"---- {name}\n{(self.tmp / f'{name}.log').read_text()}"
+                         for name, _, _ in self.procs)
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path)
+    yield c
+    cohort.shutdown()
+    c.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(c.logs())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.rep_call = report

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The task runtime's Python package against real processes (tests/python): installs the
+# pinned test requirements into .venv/runtime, installs python/ into it with pip (the
+# contract: `pip install python/` works; its protocol modules are generated then), and runs
+# pytest against build/bin (or $COHORT_BIN_DIR). A venv whose requirements did not change is
+# not touched again. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=.venv/runtime
+REQ=python/requirements-test.txt
+export COHORT_BIN_DIR="${COHORT_BIN_DIR:-build/bin}"
+for p in cohort-coordinator cohort-objstore cohort-worker; do
+  if [[ ! -x "$COHORT_BIN_DIR/$p" ]]; then
+    echo "python-test: $COHORT_BIN_DIR/$p not found: make build first" >&2
+    exit 1
+  fi
+done
+if [[ ! -x $VENV/bin/python ]]; then python3 -m venv "$VENV"; fi
+stamp=$VENV/.requirements.stamp
+if ! cmp -s "$REQ" "$stamp" 2>/dev/null; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$stamp"
+fi
+# The package as a user installs it (a fresh wheel each run: the sources may have changed).
+"$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+rm -rf python/build python/*.egg-info
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"

@@ -1,0 +1,104 @@
+"""The Python package against real processes: drivers, Python and C++ workers, two stores."""
+import time
+
+import numpy as np
+import pytest
+
+import cohort
+import tasks_lib
+
+
+@pytest.fixture
+def two_nodes(cluster):
+    a = cluster.add_store("127.0.0.2")
+    b = cluster.add_store("127.0.0.3")
+    cluster.add_python_worker(a, 0)
+    cluster.add_python_worker(b, 1)
+    cluster.add_cpp_workers(b, 2)
+    cluster.wait_for_workers(4)
+    cohort.init(cluster.scheduler, a)
+    return cluster
+
+
+def test_a_map_and_a_reduce_over_python_and_cpp_workers(two_nodes):
+    squares = [tasks_lib.square.remote(i) for i in range(200)]
+    # Fan in with the C++ workers' cohort.sum, eight at a time.
+    level = squares
+    add = cohort.function("cohort.sum")
+    while len(level) > 1:
+        level = [add.remote(*level[i:i + 8]) for i in range(0, len(level), 8)]
+    assert cohort.get(level[0]) == sum(i * i for i in range(200))
+    # And a Python task on a C++ result.
+    assert cohort.get(tasks_lib.pair_sum.remote(cohort.function("cohort.add").remote(2, 3), 10)) == 15
+
+
+def test_a_task_that_raises_raises_in_get_with_its_message(two_nodes):
+    ref = tasks_lib.explode.remote("no such shard: 17")
+    with pytest.raises(cohort.TaskError) as e:
+        cohort.get(ref)
+    assert "ValueError: no such shard: 17" in e.value.message
+    info = cohort.api._require_client().task_info()
+    assert [t.function_name for t in info.failed_task] == ["tasks_lib.explode"]
+    assert "no such shard: 17" in info.failed_task[0].error_message
+
+
+def test_returning_another_objects_ref_aliases_it(two_nodes):
+    inner = cohort.put({"weights": [1.5, 2.5]})
+    outer = tasks_lib.forward.remote([inner])
+    assert cohort.get(outer) == {"weights": [1.5, 2.5]}
+
+
+def test_several_results_and_nested_tasks(two_nodes):
+    plus, minus = tasks_lib.split.remote(7)
+    assert cohort.get([plus, minus]) == [7, -7]
+    assert cohort.get(tasks_lib.submit_inner.remote(5)) == 30
+
+
+def test_a_numpy_array_round_trips_and_travels_between_stores(two_nodes):
+    array = np.arange(4 * 1024 * 1024, dtype=np.float32)  # 16 MiB
+    ref = cohort.put(array)
+    assert np.array_equal(cohort.get(ref), array)
+    assert cohort.get(tasks_lib.array_sum.remote(ref)) == float(array.sum())
+
+
+def test_wait_returns_the_ready_first(two_nodes):
+    slow = tasks_lib.nap.remote(3.0, "slow")
+    fast = tasks_lib.nap.remote(0.0, "fast")
+    ready, not_ready = cohort.wait([slow, fast], num_returns=1, timeout=20)
+    assert ready == [fast] and not_ready == [slow]
+    ready, not_ready = cohort.wait([slow], num_returns=1, timeout=0.2)
+    assert ready == [] and not_ready == [slow]
+    assert cohort.get(slow) == "slow"
+
+
+def test_reusable_variables_are_rebuilt_after_each_task(two_nodes):
+    cohort.reusable("counter", list)
+    assert [cohort.get(tasks_lib.count_calls.remote()) for _ in range(3)] == [1, 1, 1]
+
+
+def test_dropped_references_leave_every_store_empty(two_nodes):
+    refs = [tasks_lib.square.remote(i) for i in range(50)]
+    values = cohort.get(refs)
+    assert values[7] == 49
+    put = cohort.put(np.zeros(1000))
+    del refs, put
+    client = cohort.api._require_client()
+    client.flush_releases()
+    deadline = time.monotonic() + 20
+    while True:
+        info = two_nodes.scheduler_info()
+        if not info.target_objectid:
+            break
+        assert time.monotonic() < deadline, f"still held: {list(info.target_objectid)}"
+        time.sleep(0.05)
+    deadline = time.monotonic() + 20
+    while any(two_nodes.store_ids(store) for store in two_nodes.stores):
+        assert time.monotonic() < deadline, [two_nodes.store_ids(s) for s in two_nodes.stores]
+        time.sleep(0.05)
+
+
+def test_a_function_no_worker_has_is_a_clear_error(two_nodes):
+    with pytest.raises(LookupError, match="no worker registered function 'nope.fn'"):
+        cohort.api._require_client().submit("nope.fn", [], wait=0.3)
+    with pytest.raises(TypeError, match="runs only as a task"):
+        cohort.function("cohort.add")(1, 2)
