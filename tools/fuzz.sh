@@ -17,6 +17,7 @@ build=${FUZZ_BUILD:-build-fuzz}
 # (hundreds of inputs a second); the decoders run tens of thousands a second.
 declare -A RUNS=(
   [rpc_handlers_fuzzer]=300000
+  [task_runtime_fuzzer]=100000
   [state_files_fuzzer]=1000000
   [coordinated_job_fuzzer]=4000000
   [config_files_fuzzer]=1000000

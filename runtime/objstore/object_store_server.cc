@@ -85,6 +85,9 @@ absl::Status ObjectStoreServer::Refused(const grpc::ServerContext& ctx) const {
 
 std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& address) {
   absl::MutexLock lock(&mu_);
+  // Pulls come from the cluster's few stores; a bound keeps a stream of made-up addresses
+  // from holding a channel each.
+  if (peers_.size() >= 256 && !peers_.contains(address)) peers_.erase(peers_.begin());
   std::shared_ptr<grpc::Channel>& channel = peers_[address];
   if (channel == nullptr) {
     channel = CreateChannelWithToken(address, grpc::InsecureChannelCredentials(), Unlimited(),

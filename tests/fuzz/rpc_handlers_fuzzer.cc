@@ -19,13 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/metrics.h"
-#include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/logging.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
@@ -35,10 +32,11 @@
 #include "service/rpc/tensorflow_service.h"
 #include "service/rpc/xla_service.h"
 #include "spdlog/spdlog.h"
+#include "tests/fuzz/generic_calls.h"
 
 namespace {
 
-constexpr const char* kServices[] = {
+const char* const kServices[] = {
     "tensorflow.CoordinationService",
     "xla.coordination.CoordinationService",
     "xla.DistributedRuntimeService",
@@ -47,11 +45,6 @@ constexpr const char* kServices[] = {
 // How long a call may take before it is cancelled: long enough for any call that does not
 // park, short enough to keep many executions a second.
 constexpr absl::Duration kPatience = absl::Milliseconds(1);
-
-struct Method {
-  std::string path;  // "/package.Service/Method"
-  bool streaming = false;
-};
 
 std::unique_ptr<cohort::CoordinationService> NewService(const cohort::Clock* clock) {
   cohort::ServiceConfig config;
@@ -89,83 +82,17 @@ class Harness {
     builder.RegisterService(&cohort_);
     server_ = builder.BuildAndStart();
     if (!server_) std::abort();
-    stub_ =
-        std::make_unique<grpc::GenericStub>(server_->InProcessChannel(grpc::ChannelArguments()));
-    for (const char* name : kServices) {
-      const auto* service =
-          google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
-      if (!service) std::abort();
-      for (int i = 0; i < service->method_count(); ++i) {
-        const auto* m = service->method(i);
-        methods_.push_back({"/" + std::string(name) + "/" + m->name(),
-                            m->client_streaming() || m->server_streaming()});
-      }
-    }
+    caller_ = std::make_unique<cohort::fuzzing::GenericCaller>(
+        server_->InProcessChannel(grpc::ChannelArguments()),
+        std::vector<std::string>(std::begin(kServices), std::end(kServices)), kPatience);
   }
 
   void Call(size_t selector, const uint8_t* data, size_t size) {
-    const Method& method = methods_[selector % methods_.size()];
-    grpc::Slice slice(data, size);
-    grpc::ByteBuffer request(&slice, 1);
-    if (method.streaming) {
-      Stream(method.path, request);
-    } else {
-      Unary(method.path, request);
-    }
+    caller_->Call(selector, data, size);
     service_->RunTimers();
   }
 
  private:
-  void Unary(const std::string& path, const grpc::ByteBuffer& request) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    grpc::ByteBuffer response;
-    absl::Notification done;
-    stub_->UnaryCall(&context, path, grpc::StubOptions(), &request, &response,
-                     [&done](const grpc::Status&) { done.Notify(); });
-    if (!done.WaitForNotificationWithTimeout(kPatience)) {
-      context.TryCancel();
-      done.WaitForNotification();
-    }
-  }
-
-  // One request message on a streaming method (the server-streaming WatchKeys, the bidi
-  // Park), its answers read until the patience runs out, then the call cancelled.
-  class StreamCall : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-   public:
-    explicit StreamCall(const grpc::ByteBuffer& request) : request_(request) {}
-    void Start() {
-      // The one message, and the client's half-close: a server-streaming handler reads
-      // one request; Park then ends its stream as a client that left would.
-      StartWriteLast(&request_, grpc::WriteOptions());
-      StartRead(&response_);
-      StartCall();
-    }
-    void OnWriteDone(bool) override {}
-    void OnReadDone(bool ok) override {
-      if (ok) StartRead(&response_);
-    }
-    void OnDone(const grpc::Status&) override { done_.Notify(); }
-    absl::Notification& done() { return done_; }
-
-   private:
-    grpc::ByteBuffer request_;
-    grpc::ByteBuffer response_;
-    absl::Notification done_;
-  };
-
-  void Stream(const std::string& path, const grpc::ByteBuffer& request) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    StreamCall call(request);
-    stub_->PrepareBidiStreamingCall(&context, path, grpc::StubOptions(), &call);
-    call.Start();
-    if (!call.done().WaitForNotificationWithTimeout(kPatience)) {
-      context.TryCancel();
-      call.done().WaitForNotification();
-    }
-  }
-
   cohort::RealClock clock_;
   cohort::MetricsRegistry registry_;
   cohort::RpcMetrics metrics_;
@@ -176,8 +103,7 @@ class Harness {
   cohort::DistributedRuntimeService distributed_;
   cohort::CohortCoordinatorService cohort_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<grpc::GenericStub> stub_;
-  std::vector<Method> methods_;
+  std::unique_ptr<cohort::fuzzing::GenericCaller> caller_;
 };
 
 }  // namespace
