@@ -20,6 +20,8 @@
 #include "absl/time/time.h"
 #include "agent/grpc_status.h"
 #include "agent/key_watcher.h"
+#include "agent/runtime_views.h"
+#include "cohort/runtime/v1/services.grpc.pb.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
@@ -257,15 +259,56 @@ int Status(Client& client) {
   return 0;
 }
 
-int Tasks(Client& client) {
+// The task runtime's view: its tasks and the scheduler's tables.
+struct RuntimeView {
+  cohort::runtime::v1::TaskInfoReply tasks;
+  cohort::runtime::v1::SchedulerInfoReply scheduler;
+};
+
+absl::StatusOr<RuntimeView> FetchRuntime(Client& client) {
+  auto stub = ::Scheduler::NewStub(client.channel());
+  RuntimeView view;
+  grpc::Status s = stub->TaskInfo(client.Context().get(), {}, &view.tasks);
+  if (s.ok()) s = stub->SchedulerInfo(client.Context().get(), {}, &view.scheduler);
+  if (!s.ok()) return cohort::FromGrpcStatus(s);
+  return view;
+}
+
+// The job's tasks (the coordination protocols'); with --runtime, or in the table when the
+// task runtime is in use, the task runtime's tasks too.
+int Tasks(Client& client, bool runtime_only) {
+  absl::StatusOr<RuntimeView> runtime = FetchRuntime(client);
+  if (runtime_only) {
+    if (!runtime.ok()) return Fail(runtime.status());
+    if (client.json()) {
+      std::cout << cohort::RuntimeTasksJson(runtime->tasks, runtime->scheduler).dump(2) << "\n";
+    } else {
+      std::cout << cohort::RuntimeTasksTable(runtime->tasks, runtime->scheduler);
+    }
+    return 0;
+  }
   auto snapshot = Snapshot(client);
   if (!snapshot.ok()) return Fail(snapshot.status());
   if (client.json()) {
     Json tasks = Json::array();
     for (const auto& task : snapshot->tasks()) tasks.push_back(TaskJson(task));
     std::cout << tasks.dump(2) << "\n";
+    return 0;
+  }
+  PrintTasks(*snapshot);
+  if (runtime.ok() && cohort::RuntimeInUse(runtime->tasks, runtime->scheduler)) {
+    std::cout << "\n" << cohort::RuntimeTasksTable(runtime->tasks, runtime->scheduler);
+  }
+  return 0;
+}
+
+int Objects(Client& client) {
+  absl::StatusOr<RuntimeView> runtime = FetchRuntime(client);
+  if (!runtime.ok()) return Fail(runtime.status());
+  if (client.json()) {
+    std::cout << cohort::ObjectsJson(runtime->scheduler).dump(2) << "\n";
   } else {
-    PrintTasks(*snapshot);
+    std::cout << cohort::ObjectsTable(runtime->scheduler);
   }
   return 0;
 }
@@ -351,7 +394,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   auto* status = app.add_subcommand("status", "tasks, open barriers and the key-value store");
-  auto* tasks = app.add_subcommand("tasks", "every task with its state and heartbeat age");
+  auto* tasks = app.add_subcommand(
+      "tasks",
+      "every task with its state and heartbeat age; then the task runtime's tasks, when it "
+      "is in use (queued, running, succeeded, failed with their errors)");
+  bool runtime_only = false;
+  tasks->add_flag("--runtime", runtime_only,
+                  "only the task runtime's tasks (its JSON with -o json)");
+  auto* objects = app.add_subcommand(
+      "objects", "the task runtime's objects still referenced: id, references, alias target");
 
   auto* kv = app.add_subcommand("kv", "the key-value store");
   kv->require_subcommand(1);
@@ -406,7 +457,8 @@ int main(int argc, char** argv) {
   if (auto s = client.Init(); !s.ok()) return Fail(s);
 
   if (status->parsed()) return Status(client);
-  if (tasks->parsed()) return Tasks(client);
+  if (tasks->parsed()) return Tasks(client, runtime_only);
+  if (objects->parsed()) return Objects(client);
 
   if (get->parsed()) {
     absl::Duration wait_for;

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/yaml_config.h"
+#include "runtime/rpc/scheduler_metrics.h"
 #include "runtime/rpc/scheduler_service.h"
 #include "runtime/rpc/scheduler_transport.h"
 #include "service/core/coordination_service.h"
@@ -271,7 +272,9 @@ int main(int argc, char** argv) {
                  job.auxiliary ? " (auxiliary)" : "", job.recoverable ? " (recoverable)" : "");
   }
   // The task runtime's scheduler, on the same port.
+  task_options.on_dispatch = cohort::runtime::AddSchedulingLatencyMetric(registry);
   cohort::runtime::TaskScheduler scheduler(clock, task_options);
+  cohort::runtime::AddSchedulerMetrics(registry, &scheduler);
   std::unique_ptr<cohort::CallAuth> scheduler_auth;
   if (!server.auth_token.empty()) {
     scheduler_auth = std::make_unique<cohort::CallAuth>(server.auth_token);

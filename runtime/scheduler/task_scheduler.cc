@@ -327,7 +327,7 @@ void TaskScheduler::DispatchIfLocal(Operation& op) {
     if (!objects_.Find(arg.id)->locations.contains(worker.store)) return;
   }
   op.state = OpState::kRunning;
-  latencies_.push_back(clock_.Now() - op.queued_at);
+  if (options_.on_dispatch) options_.on_dispatch(clock_.Now() - op.queued_at);
   Emit(ExecuteTaskEffect{worker.id, worker.address, op.id, std::move(task)});
 }
 
@@ -508,11 +508,13 @@ SchedulerInfoView TaskScheduler::SchedulerInfo() const {
   for (const auto& [id, w] : workers_) {
     if (w.state == WorkerState::kIdle) view.idle_workers.push_back(id);
   }
+  // Indexed by object id, as in the original (entry 0 stands for no object).
+  view.target_objectid.push_back(0);
+  view.reference_count.push_back(0);
   for (ObjectId id = 1; id <= objects_.last_id(); ++id) {
     const ObjectRecord* record = objects_.Find(id);
-    if (record == nullptr || record->released) continue;
     view.target_objectid.push_back(record->alias_of != 0 ? record->alias_of : id);
-    view.reference_count.push_back(record->refs);
+    view.reference_count.push_back(record->released ? 0 : record->refs);
   }
   for (const auto& [id, op] : operations_) {
     OperationView operation{id, op.creator, op.put_object != 0, op.put_object, op.task};
@@ -544,11 +546,6 @@ SchedulerStats TaskScheduler::Stats() const {
     }
   });
   return stats;
-}
-
-std::vector<absl::Duration> TaskScheduler::TakeSchedulingLatencies() {
-  absl::MutexLock lock(&mu_);
-  return std::exchange(latencies_, {});
 }
 
 std::vector<Effect> TaskScheduler::TakeEffects() {

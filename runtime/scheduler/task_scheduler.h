@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +32,9 @@ struct SchedulerOptions {
   absl::Duration liveness_timeout = absl::ZeroDuration();
   // The first port handed to a worker that registers without an address of its own.
   int first_assigned_port = 40000;
+  // Told, under the scheduler's lock, the time from each task's (re)queueing to its
+  // ExecuteTask. Must be quick and must not call the scheduler.
+  std::function<void(absl::Duration)> on_dispatch;
 };
 
 struct WorkerRegistration {
@@ -82,7 +86,8 @@ struct SchedulerInfoView {
   std::vector<OperationId> queued;  // in queue order
   std::map<std::string, std::pair<std::vector<WorkerId>, uint64_t>> functions;
   std::vector<WorkerId> idle_workers;
-  // Every live id: its alias target (itself when canonical) and its count.
+  // Indexed by object id (entry 0 stands for none): its alias target (itself when
+  // canonical) and its count (0 once released).
   std::vector<ObjectId> target_objectid;
   std::vector<int64_t> reference_count;
   std::vector<OperationView> operations;
@@ -102,6 +107,7 @@ struct SchedulerStats {
   uint64_t stores_lost = 0;
   uint64_t objects_lost = 0;  // lost with no way to rebuild them
   uint64_t deliveries = 0;
+  uint64_t delivered_bytes = 0;  // of the deliveries that landed
   struct Store {
     StoreId id = 0;
     std::string address;
@@ -163,9 +169,6 @@ class TaskScheduler {
   SchedulerInfoView SchedulerInfo() const;
   TaskInfoView TaskInfo() const;
   SchedulerStats Stats() const;
-  // Time from each task's (re)queueing to its ExecuteTask, for every task dispatched since
-  // the last call.
-  std::vector<absl::Duration> TakeSchedulingLatencies();
 
   std::vector<Effect> TakeEffects();
   // Waits until an effect is recorded or `deadline` passes (for the transport's thread).
@@ -259,7 +262,6 @@ class TaskScheduler {
   // (to, canonical) -> delivery under way.
   absl::btree_map<std::pair<StoreId, ObjectId>, Delivery> deliveries_ ABSL_GUARDED_BY(mu_);
   std::vector<Effect> effects_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::Duration> latencies_ ABSL_GUARDED_BY(mu_);
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // the cumulative fields only
   OperationId next_operation_ ABSL_GUARDED_BY(mu_) = 1;
   StoreId next_store_ ABSL_GUARDED_BY(mu_) = 1;

@@ -38,6 +38,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
   if (auto it = deliveries_.find({store, object}); it != deliveries_.end()) {
     delivery = std::move(it->second);
     deliveries_.erase(it);
+    if (delivery.from != 0) counters_.delivered_bytes += size;
   }
   if (record->released) {
     // Let go while it was computed or on its way: the store drops it at once.

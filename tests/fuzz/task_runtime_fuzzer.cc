@@ -82,7 +82,6 @@ class Harness {
       scheduler_.DeliveryFailed(a % 4, b % 64, "fuzz");
     }
     scheduler_.TakeEffects();
-    scheduler_.TakeSchedulingLatencies();
   }
 
  private:

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -71,9 +73,10 @@ class TaskRuntimeTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     scheduler_ = absl::StrCat("127.0.0.1:", FreePort());
+    http_ = absl::StrCat("127.0.0.1:", FreePort());
     coordinator_ = std::make_unique<Subprocess>(
         std::vector<std::string>{Bin("cohort-coordinator"), "--listen", scheduler_, "--http-listen",
-                                 "", "--job", "driver=1", "--task-liveness-timeout", "3s",
+                                 http_, "--job", "driver=1", "--task-liveness-timeout", "3s",
                                  "--task-retries", "2"},
         std::map<std::string, std::string>{}, dir_ + "/coordinator.log");
   }
@@ -147,8 +150,24 @@ class TaskRuntimeTest : public ::testing::Test {
     return value->int_data().data();
   }
 
+  // One sample of the coordinator's /metrics, e.g. `cohort_tasks{state="queued"}`; -1 if absent.
+  double Metric(const std::string& sample) {
+    int code = 0;
+    std::string text = cohort::testing::HttpGet(absl::StrCat("http://", http_, "/metrics"), &code);
+    EXPECT_EQ(code, 200);
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, sample + " ")) {
+        double value = -1;
+        EXPECT_TRUE(absl::SimpleAtod(line.substr(sample.size() + 1), &value)) << line;
+        return value;
+      }
+    }
+    return -1;
+  }
+
   std::string dir_;
   std::string scheduler_;
+  std::string http_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Node>> nodes_;
 };
@@ -198,11 +217,21 @@ TEST_F(TaskRuntimeTest, AThousandTaskMapAndAFanInReduceGiveTheClosedFormAndLeave
       << StoreInfo(a).DebugString() << "store b: " << StoreInfo(b).DebugString();
   absl::StatusOr<v1::SchedulerInfoReply> scheduler = driver->SchedulerInfo();
   ASSERT_TRUE(scheduler.ok());
-  EXPECT_THAT(scheduler->target_objectid(), IsEmpty());
-  EXPECT_THAT(scheduler->reference_count(), IsEmpty());
+  EXPECT_THAT(scheduler->reference_count(), ::testing::Each(0));
+  EXPECT_EQ(scheduler->reference_count_size(), held.size() + 1) << "indexed by object id";
   EXPECT_THAT(scheduler->operationid(), IsEmpty());
   EXPECT_EQ(scheduler->avail_worker_size(), 4);
   EXPECT_EQ(scheduler->function_table().at("cohort.add").workerid_size(), 4);
+  // The same story in the coordinator's metrics.
+  EXPECT_EQ(Metric("cohort_tasks_finished_total{outcome=\"succeeded\"}"), held.size());
+  EXPECT_EQ(Metric("cohort_tasks_submitted_total"), held.size());
+  EXPECT_EQ(Metric("cohort_task_scheduling_seconds_count"), held.size());
+  EXPECT_EQ(Metric("cohort_tasks{state=\"running\"}"), 0);
+  EXPECT_EQ(Metric("cohort_task_workers"), 4);
+  EXPECT_GT(Metric("cohort_object_delivered_bytes_total"), 0) << "the reduce crossed stores";
+  EXPECT_EQ(Metric(absl::StrCat("cohort_objstore_objects{objstore=\"1\",address=\"",
+                                a.store_address, "\"}")),
+            0);
 }
 
 TEST_F(TaskRuntimeTest, ObjectsCrossStoresAndAliasesReadAsTheirTarget) {
@@ -232,6 +261,12 @@ TEST_F(TaskRuntimeTest, ObjectsCrossStoresAndAliasesReadAsTheirTarget) {
   // Releasing the put's own handle keeps it for the alias; releasing the alias frees both.
   ASSERT_TRUE(writer->Release({*put}).ok());
   EXPECT_THAT(StoreInfo(a).objectid(), ::testing::Contains(*put));
+  int status = 0;
+  std::string objects = cohort::testing::RunShell(
+      absl::StrCat(Bin("cohortctl"), " --coordinator ", scheduler_, " objects -o json"), &status);
+  EXPECT_EQ(status, 0) << objects;
+  EXPECT_THAT(objects, HasSubstr(absl::StrCat("\"alias_of\": ", *put)));
+  EXPECT_THAT(objects, HasSubstr(absl::StrCat("\"id\": ", *put, ",\n    \"references\": 1")));
   ASSERT_TRUE(reader->Release({reply.objectid()}).ok());
   EXPECT_TRUE(Eventually(
       [&] { return StoreInfo(a).objectid().empty() && StoreInfo(b).objectid().empty(); }));
@@ -258,6 +293,19 @@ TEST_F(TaskRuntimeTest, ATaskThatFailsShowsInTaskInfoAndItsResultReadsAsTheError
   EXPECT_EQ(info->failed_task(0).function_name(), "cohort.fail");
   EXPECT_EQ(info->failed_task(0).error_message(), "the disk is full");
   EXPECT_THAT(info->failed_task(0).worker_address(), HasSubstr(a.host));
+  // cohortctl shows the same.
+  int status = 0;
+  std::string table = cohort::testing::RunShell(
+      absl::StrCat(Bin("cohortctl"), " --coordinator ", scheduler_, " tasks --runtime"), &status);
+  EXPECT_EQ(status, 0) << table;
+  EXPECT_THAT(table, HasSubstr("2 failed"));
+  EXPECT_THAT(table, HasSubstr("cohort.fail"));
+  EXPECT_THAT(table, HasSubstr("the disk is full"));
+  std::string json = cohort::testing::RunShell(
+      absl::StrCat(Bin("cohortctl"), " --coordinator ", scheduler_, " tasks --runtime -o json"),
+      &status);
+  EXPECT_EQ(status, 0) << json;
+  EXPECT_THAT(json, HasSubstr("\"function\": \"cohort.fail\""));
   // Wrong argument counts fail the task the same way.
   absl::StatusOr<std::vector<ObjectId>> wrong = driver->Submit("cohort.add", {IntArg(1)});
   ASSERT_TRUE(wrong.ok());
