@@ -5,6 +5,8 @@
 #   docker build --target cohort-coordinator   -t ghcr.io/cohort/cohort-coordinator:0.1.0 .
 #   docker build --target cohort-sidecar       -t ghcr.io/cohort/cohort-sidecar:0.1.0 .
 #   docker build --target cohort-agent-example -t ghcr.io/cohort/cohort-agent-example:0.1.0 .
+#   docker build --target cohort-objstore      -t ghcr.io/cohort/cohort-objstore:0.1.0 .
+#   docker build --target cohort-worker        -t ghcr.io/cohort/cohort-worker:0.1.0 .
 #
 # The build stage does what a developer does on Debian 12: tools/deps.sh installs the
 # packages (`make deps`), then `make build`. So the build dependencies are listed once, in
@@ -24,7 +26,8 @@ RUN --mount=type=cache,target=/root/.cache/ccache make build
 # Debug information stays in the build stage.
 RUN mkdir /out && install -s -m 0755 \
       build/bin/cohort-operator build/bin/cohort-coordinator build/bin/cohort-sidecar \
-      build/bin/cohortctl build/bin/cohort-agent-example build/bin/cohort-gpu-info /out/
+      build/bin/cohortctl build/bin/cohort-agent-example build/bin/cohort-gpu-info \
+      build/bin/cohort-objstore build/bin/cohort-worker /out/
 
 FROM debian:bookworm-slim AS runtime
 # The Debian packages of the libraries the programs link (the test derives this list from
@@ -51,7 +54,8 @@ RUN groupadd --system --gid 65532 cohort \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin cohort
 COPY --from=build /out/cohort-operator /out/cohort-coordinator /out/cohort-sidecar \
-     /out/cohortctl /out/cohort-agent-example /out/cohort-gpu-info /usr/local/bin/
+     /out/cohortctl /out/cohort-agent-example /out/cohort-gpu-info /out/cohort-objstore \
+     /out/cohort-worker /usr/local/bin/
 USER 65532:65532
 
 FROM runtime AS cohort-coordinator
@@ -64,6 +68,13 @@ ENTRYPOINT ["/usr/local/bin/cohort-sidecar"]
 
 FROM runtime AS cohort-agent-example
 ENTRYPOINT ["/usr/local/bin/cohort-agent-example"]
+
+# The task runtime: one object store per node, and C++ workers with the built-in functions.
+FROM runtime AS cohort-objstore
+ENTRYPOINT ["/usr/local/bin/cohort-objstore"]
+
+FROM runtime AS cohort-worker
+ENTRYPOINT ["/usr/local/bin/cohort-worker"]
 
 # Last, so that a plain `docker build .` makes the operator.
 FROM runtime AS cohort-operator

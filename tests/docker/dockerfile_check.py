@@ -27,9 +27,11 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOCKERFILE = os.environ.get("DOCKERFILE", os.path.join(ROOT, "Dockerfile"))
 BIN = os.path.join(ROOT, "build", "bin")
 # Images named in charts/cohort/values.yaml and examples/quickstart.yaml.
-IMAGES = ["cohort-operator", "cohort-coordinator", "cohort-sidecar", "cohort-agent-example"]
+IMAGES = ["cohort-operator", "cohort-coordinator", "cohort-sidecar", "cohort-agent-example",
+          "cohort-objstore", "cohort-worker"]
 # The contract's binaries (DESIGN.md), all of which the images carry.
-REQUIRED_PROGRAMS = ["cohort-operator", "cohort-coordinator", "cohort-sidecar", "cohortctl"]
+REQUIRED_PROGRAMS = ["cohort-operator", "cohort-coordinator", "cohort-sidecar", "cohortctl",
+                     "cohort-objstore", "cohort-worker"]
 BASE_PACKAGES = {"libc6"}  # the C library: part of every Debian image
 
 failures = 0
