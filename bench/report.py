@@ -463,6 +463,30 @@ def section_restart(recs, goals, results):
     return "".join(out)
 
 
+def section_tasks(results, goals):
+    """Scenario 9: the task runtime beside Ray (bench/tasks_bench.py, results/tasks.json)."""
+    path = results / "tasks.json"
+    if not path.exists():
+        return ""
+    import tasks_bench
+
+    data = json.loads(path.read_text())
+    rendered = tasks_bench.table(data)
+    rows = tasks_bench.comparisons(data)
+    met = sum(1 for _, _, _, ratio in rows if ratio is not None and ratio >= 1.0)
+    goals.append(("task runtime: at least Ray's figure on each workload",
+                  f"{met} of {len(rows)}", "met" if met == len(rows) else "**missed**"))
+    p = data.get("params", {})
+    return ("\n## 9. Task runtime beside Ray\n\n"
+            "`bench/tasks_bench.py`: the same workloads through cohort's Python package "
+            "(cohort-coordinator, one cohort-objstore and "
+            f"{p.get('workers', '?')} Python workers as processes on loopback) and through "
+            f"Ray {data.get('ray_version', '')} from PyPI (`ray.init(num_cpus="
+            f"{p.get('workers', '?')})`), each in a process of its own, driven from Python; "
+            f"measured at {data.get('when', '?')}. The last column is cohort's figure over "
+            "Ray's, turned so that above 1 means cohort is ahead.\n\n" + rendered + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--results", default=str(REPO / "bench" / "results"))
@@ -479,7 +503,8 @@ def main():
             section_memory(load(results, "memory"), plots, goals),
             section_failure(load(results, "failure"), plots, goals),
             section_operator(results),
-            section_restart(load(results, "restart"), goals, results)]
+            section_restart(load(results, "restart"), goals, results),
+            section_tasks(results, goals)]
     v = machine.get("versions", {})
     head = [
         "# Benchmarks\n\n",

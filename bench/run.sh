@@ -2,7 +2,8 @@
 # The full benchmark run (`make bench`): installs the anchors (bench/setup.sh), builds an
 # optimized build in build-bench/, runs every scenario against cohort and the anchors
 # (bench/run.py, in a private network namespace when the machine allows one: loopback only,
-# and no name lookups leave the machine), writes bench/results/*.json, then regenerates
+# and no name lookups leave the machine), then the task runtime beside Ray
+# (bench/tasks_bench.py), writes bench/results/*.json, then regenerates
 # BENCHMARKS.md and its plots (bench/report.py).
 #
 # Environment: BENCH_BUILD (default build-bench), BENCH_SKIP_TORCH=1, BENCH_SKIP_SETUP=1.
@@ -33,4 +34,9 @@ else
   log "no private network namespace here: running on the host's loopback"
   "$PY" bench/run.py "${ARGS[@]}"
 fi
+# The task runtime beside Ray (its own venv: Ray and the cohort package).
+ninja -C "$BUILD" cohort-objstore cohort-worker
+bash bench/setup_tasks.sh
+.venv-bench-tasks/bin/python bench/tasks_bench.py --profile full --bin-dir "$BUILD/bin" \
+  --out bench/results/tasks.json
 "$PY" bench/report.py

@@ -1,4 +1,5 @@
 """One connection to the task runtime: the scheduler and this node's object store."""
+import collections
 import queue
 import threading
 import time
@@ -9,6 +10,10 @@ from cohort.runtime.v1 import local_store_pb2, local_store_pb2_grpc, messages_pb
 from cohort.runtime.v1 import services_pb2_grpc, types_pb2
 
 CHUNK = 1 << 20
+# Small objects this process put or got are kept here (objects never change and ids are never
+# reused), so reading one again makes no call: Ray keeps small objects in its driver as well.
+CACHED_BYTES = 64 * 1024      # objects larger than this are not kept
+CACHE_BYTES = 32 * 1024 * 1024  # all kept objects together
 _OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -26,11 +31,34 @@ class Client:
         self.worker_id = reply.workerid
         self.store_id = reply.objstoreid
         self.address = reply.worker_address
+        self._cache = collections.OrderedDict()  # id -> (Obj, size)
+        self._cache_size = 0
+        self._cache_lock = threading.Lock()
         self._releases = queue.Queue()
         self._closed = False
         self._releaser = threading.Thread(target=self._release_loop, daemon=True,
                                           name="cohort-release")
         self._releaser.start()
+
+    def _remember(self, object_id, obj, size):
+        if size > CACHED_BYTES:
+            return
+        with self._cache_lock:
+            if object_id in self._cache:
+                return
+            self._cache[object_id] = (obj, size)
+            self._cache_size += size
+            while self._cache_size > CACHE_BYTES:
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cache_size -= dropped
+
+    def _cached(self, object_id):
+        with self._cache_lock:
+            entry = self._cache.get(object_id)
+            if entry is None:
+                return None
+            self._cache.move_to_end(object_id)
+            return entry[0]
 
     def _call(self, method, request, timeout=30, **kwargs):
         return method(request, timeout=timeout, metadata=self._metadata, **kwargs)
@@ -149,6 +177,7 @@ class Client:
                     return
 
         self.local.Put(chunks(), timeout=600, metadata=self._metadata)
+        self._remember(object_id, obj, len(data))
         return object_id
 
     def request(self, object_id):
@@ -156,13 +185,18 @@ class Client:
                    messages_pb2.RequestObjRequest(workerid=self.worker_id, objectid=object_id))
 
     def get_obj(self, object_id, timeout=None):
+        cached = self._cached(object_id)
+        if cached is not None:
+            return cached
         self.request(object_id)
         parts = []
         for chunk in self.local.Get(local_store_pb2.GetRequest(objectid=object_id),
                                     timeout=timeout, metadata=self._metadata):
             parts.append(chunk.data)
+        data = b"".join(parts)
         obj = types_pb2.Obj()
-        obj.ParseFromString(b"".join(parts))
+        obj.ParseFromString(data)
+        self._remember(object_id, obj, len(data))
         return obj
 
     def wait(self, ids, num_ready, timeout=None):

@@ -39,3 +39,17 @@ python3 tests/bench/check_results.py "$OUT/results" --profile smoke --no-skips
   >/dev/null
 grep -q "^## Goals" "$OUT/BENCHMARKS.md" || { log "the report has no Goals section"; exit 1; }
 log "the report renders from the results"
+
+# The task runtime beside Ray (bench/tasks_bench.py), tiny: every workload on both systems.
+bash bench/setup_tasks.sh || { log "bench/setup_tasks.sh could not install Ray and the package"; exit 1; }
+if .venv-bench-tasks/bin/python bench/tasks_bench.py --profile smoke --bin-dir "$BIN" \
+    --out "$OUT/results/tasks.json"; then
+  "$PY" bench/report.py --results "$OUT/results" --out "$OUT/BENCHMARKS.md" --plots "$OUT/plots" \
+    >/dev/null
+  grep -q "^## 9. Task runtime beside Ray" "$OUT/BENCHMARKS.md" \
+    || { log "the report has no task runtime section"; exit 1; }
+  echo "tasks bench: 1 passed, 0 failed"
+else
+  echo "tasks bench: 0 passed, 1 failed"
+  exit 1
+fi
