@@ -1,5 +1,8 @@
 """One connection to the task runtime: the scheduler and this node's object store."""
 import collections
+import itertools
+import mmap
+import os
 import queue
 import threading
 import time
@@ -12,6 +15,8 @@ from cohort.runtime.v1 import services_pb2_grpc, types_pb2
 CHUNK = 1 << 20
 # Small objects this process put or got are kept here (objects never change and ids are never
 # reused), so reading one again makes no call: Ray keeps small objects in its driver as well.
+# Objects from this size on go through shared memory when the store is on this machine.
+SHARED_BYTES = 1 << 20
 CACHED_BYTES = 64 * 1024      # objects larger than this are not kept
 CACHE_BYTES = 32 * 1024 * 1024  # all kept objects together
 _OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
@@ -31,6 +36,8 @@ class Client:
         self.worker_id = reply.workerid
         self.store_id = reply.objstoreid
         self.address = reply.worker_address
+        self._shm_dir = self._shared_memory()
+        self._names = itertools.count()
         self._cache = collections.OrderedDict()  # id -> (Obj, size)
         self._cache_size = 0
         self._cache_lock = threading.Lock()
@@ -39,6 +46,18 @@ class Client:
         self._releaser = threading.Thread(target=self._release_loop, daemon=True,
                                           name="cohort-release")
         self._releaser.start()
+
+    def _shared_memory(self):
+        """The store's shared-memory directory when it is on this machine and usable."""
+        try:
+            reply = self._call(self.local.Describe, local_store_pb2.DescribeRequest())
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot_id = f.read().strip()
+        except (grpc.RpcError, OSError):
+            return None
+        if reply.shm_dir and reply.boot_id == boot_id and os.access(reply.shm_dir, os.W_OK):
+            return reply.shm_dir
+        return None
 
     def _remember(self, object_id, obj, size):
         if size > CACHED_BYTES:
@@ -155,12 +174,19 @@ class Client:
         self._call(self.scheduler.ReadyForNewTask, request)
 
     # Objects.
-    def put_obj(self, obj, object_id=None):
-        """Stores `obj` (an Obj) as `object_id`, or as a new object; returns its id."""
+    def new_object(self):
+        return self._call(self.scheduler.PutObj,
+                          messages_pb2.PutObjRequest(workerid=self.worker_id)).objectid
+
+    def put_stored(self, parts, metadata_offset=0, object_id=None):
+        """Stores the bytes `parts` (buffers, in order) as `object_id`, or as a new object."""
         if object_id is None:
-            object_id = self._call(self.scheduler.PutObj,
-                                   messages_pb2.PutObjRequest(workerid=self.worker_id)).objectid
-        data = obj.SerializeToString()
+            object_id = self.new_object()
+        total = sum(memoryview(p).nbytes for p in parts)
+        if self._shm_dir is not None and total >= SHARED_BYTES:
+            self._put_shared(object_id, parts, total, metadata_offset)
+            return object_id
+        data = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in parts)
 
         def chunks():
             view = memoryview(data)
@@ -171,32 +197,95 @@ class Client:
                 if offset == 0:
                     chunk.objectid = object_id
                     chunk.total_size = len(data)
+                    chunk.metadata_offset = metadata_offset
                 yield chunk
                 offset += len(piece)
                 if offset >= len(data):
                     return
 
         self.local.Put(chunks(), timeout=600, metadata=self._metadata)
-        self._remember(object_id, obj, len(data))
+        if metadata_offset == 0:
+            obj = types_pb2.Obj()
+            obj.ParseFromString(data)
+            self._remember(object_id, obj, len(data))
         return object_id
+
+    def _put_shared(self, object_id, parts, total, metadata_offset):
+        name = f"put-{os.getpid()}-{next(self._names)}"
+        path = os.path.join(self._shm_dir, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, total)
+            if total:
+                with mmap.mmap(fd, total) as m:
+                    offset = 0
+                    for p in parts:
+                        view = memoryview(p).cast("B")
+                        m[offset:offset + view.nbytes] = view
+                        offset += view.nbytes
+        finally:
+            os.close(fd)
+        try:
+            self._call(self.local.PutShared, local_store_pb2.PutSharedRequest(
+                objectid=object_id, name=name, size=total, metadata_offset=metadata_offset),
+                timeout=600)
+        except grpc.RpcError:
+            try:
+                os.unlink(path)  # not taken over
+            except OSError:
+                pass
+            raise
+
+    def put_obj(self, obj, object_id=None):
+        """Stores `obj` (an Obj) as `object_id`, or as a new object; returns its id."""
+        return self.put_stored([obj.SerializeToString()], 0, object_id)
 
     def request(self, object_id):
         self._call(self.scheduler.RequestObj,
                    messages_pb2.RequestObjRequest(workerid=self.worker_id, objectid=object_id))
 
-    def get_obj(self, object_id, timeout=None):
+    def get_stored(self, object_id, timeout=None):
+        """(bytes-like, metadata_offset, Obj or None): the object, brought to this node's store
+        first. A large object in shared memory is mapped, not copied."""
         cached = self._cached(object_id)
         if cached is not None:
-            return cached
+            return None, 0, cached
         self.request(object_id)
-        parts = []
+        if self._shm_dir is not None:
+            try:
+                shared = self._call(self.local.GetShared,
+                                    local_store_pb2.GetRequest(objectid=object_id),
+                                    timeout=timeout)
+                with open(os.path.join(self._shm_dir, shared.name), "rb") as f:
+                    view = (memoryview(mmap.mmap(f.fileno(), shared.size, prot=mmap.PROT_READ))
+                            if shared.size else memoryview(b""))
+                return self._finish(object_id, view, shared.metadata_offset)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+            except FileNotFoundError:
+                pass  # deallocated meanwhile; the stream says what is left
+        parts, metadata_offset = [], 0
         for chunk in self.local.Get(local_store_pb2.GetRequest(objectid=object_id),
                                     timeout=timeout, metadata=self._metadata):
             parts.append(chunk.data)
-        data = b"".join(parts)
+            metadata_offset = chunk.metadata_offset
+        return self._finish(object_id, memoryview(b"".join(parts)), metadata_offset)
+
+    def _finish(self, object_id, view, metadata_offset):
+        if metadata_offset:
+            return view, metadata_offset, None
         obj = types_pb2.Obj()
-        obj.ParseFromString(data)
-        self._remember(object_id, obj, len(data))
+        obj.ParseFromString(bytes(view))
+        self._remember(object_id, obj, view.nbytes)
+        return None, 0, obj
+
+    def get_obj(self, object_id, timeout=None):
+        """The object as an Obj (for objects stored by the protocol's own path)."""
+        view, metadata_offset, obj = self.get_stored(object_id, timeout)
+        if obj is None:
+            raise ValueError(f"object {object_id} is not a serialized Obj (metadata offset "
+                             f"{metadata_offset})")
         return obj
 
     def wait(self, ids, num_ready, timeout=None):

@@ -5,6 +5,7 @@ float, str, bool, None, and lists, tuples and dicts of them. Object references t
 ObjID. Anything else is pickled with cloudpickle into PyObj; references inside it are found
 while pickling (ObjectRef.__reduce__). An Obj holding a TaskError raises it when decoded.
 """
+import json
 import threading
 
 import cloudpickle
@@ -89,6 +90,40 @@ def _encode_into(value, obj):
             _encode_into(v, entry.value)
     else:
         obj.pyobj_data.data = cloudpickle.dumps(value, protocol=5)
+
+
+NDARRAY_MAGIC = b"COHORT-NDARRAY\n"
+
+
+def encode_stored(value):
+    """(buffers, metadata_offset, contained ids): how `value` is stored as an object. A numpy
+    array is stored as its raw bytes followed by a header (dtype, shape) at metadata_offset,
+    so that a reader on the node maps it without a copy; anything else as a serialized Obj."""
+    kind = type(value)
+    if kind.__name__ == "ndarray" and kind.__module__ == "numpy" and not value.dtype.hasobject:
+        import numpy as np
+
+        array = np.ascontiguousarray(value)
+        header = NDARRAY_MAGIC + json.dumps({"dtype": array.dtype.str,
+                                             "shape": list(array.shape)}).encode()
+        raw = memoryview(array).cast("B") if array.nbytes else b""
+        return [raw, header], array.nbytes, []
+    obj, contained = encode(value)
+    return [obj.SerializeToString()], 0, contained
+
+
+def decode_stored(view, metadata_offset, obj):
+    """(value, [ids a new reference was made to]) of what get_stored returned."""
+    if obj is not None:
+        return decode(obj)
+    header = bytes(view[metadata_offset:])
+    if not header.startswith(NDARRAY_MAGIC):
+        raise ValueError("an object in a layout this package does not read")
+    import numpy as np
+
+    meta = json.loads(header[len(NDARRAY_MAGIC):])
+    array = np.frombuffer(view[:metadata_offset], dtype=np.dtype(meta["dtype"]))
+    return array.reshape(meta["shape"]), []
 
 
 def decode(obj):

@@ -129,6 +129,12 @@ class RemoteFunction:
             if isinstance(a, ObjectRef):
                 values.append(types_pb2.Value(id=a.id))
                 continue
+            if type(a).__name__ == "ndarray" and type(a).__module__ == "numpy":
+                # Stored in its raw layout (shared memory on this node), passed by id.
+                ref = put(a)
+                values.append(types_pb2.Value(id=ref.id))
+                temporaries.append(ref)
+                continue
             obj, contained = _values.encode(a)
             if contained or obj.ByteSize() > INLINE_ARG_BYTES:
                 # Put as an object of its own, holding what it contains; the task holds it
@@ -142,8 +148,11 @@ class RemoteFunction:
         try:
             ids = client.submit(self._name, values)
         finally:
-            if temporaries:
-                client.release(temporaries)
+            # The task holds its arguments now; these handles go (an ObjectRef by itself).
+            handles = [t for t in temporaries if not isinstance(t, ObjectRef)]
+            if handles:
+                client.release(handles)
+            del temporaries
         refs = [ObjectRef(i) for i in ids]
         return refs[0] if self._num_returns == 1 else refs
 
@@ -165,10 +174,11 @@ def function(name, num_returns=1):
 
 
 def put(value):
-    """Stores `value` at this node's store; returns its ObjectRef."""
+    """Stores `value` at this node's store; returns its ObjectRef. A numpy array on a node
+    whose store shares memory goes there without a copy through gRPC."""
     client = _require_client()
-    obj, contained = _values.encode(value)
-    object_id = client.put_obj(obj)
+    parts, metadata_offset, contained = _values.encode_stored(value)
+    object_id = client.put_stored(parts, metadata_offset)
     client.add_contained(object_id, contained)
     return ObjectRef(object_id)
 
@@ -176,7 +186,7 @@ def put(value):
 def _get_one(client, ref, timeout):
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"cohort.get takes ObjectRefs, not {type(ref).__name__}")
-    value, decoded = _values.decode(client.get_obj(ref.id, timeout=timeout))
+    value, decoded = _values.decode_stored(*client.get_stored(ref.id, timeout=timeout))
     client.retain(decoded)
     return value
 

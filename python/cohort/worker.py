@@ -107,9 +107,11 @@ class Worker:
         fn, num_returns = entry
         try:
             args = []
-            for i, arg in enumerate(task.arg):
-                obj = self.client.get_obj(arg.id) if arg.id else arg.obj
-                value, decoded = _values.decode(obj)
+            for arg in task.arg:
+                if arg.id:
+                    value, decoded = _values.decode_stored(*self.client.get_stored(arg.id))
+                else:
+                    value, decoded = _values.decode(arg.obj)
                 self.client.retain(decoded)
                 args.append(value)
             result = fn(*args)
@@ -121,8 +123,8 @@ class Worker:
                 if isinstance(value, api.ObjectRef):
                     self.client.alias(object_id, value.id)
                     continue
-                obj, contained = _values.encode(value)
-                self.client.put_obj(obj, object_id)
+                parts, metadata_offset, contained = _values.encode_stored(value)
+                self.client.put_stored(parts, metadata_offset, object_id)
                 self.client.add_contained(object_id, contained)
             return None
         except _values.TaskError as e:

@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   app.add_option("--capacity", capacity,
                  "bytes this store may hold, e.g. 512MiB or 4GiB; a put past it is refused")
       ->capture_default_str();
+  app.add_option("--shm-dir", options.shm_dir,
+                 "keep objects as files here (a directory of the store's own is made inside) "
+                 "that this machine's workers and drivers map instead of copying; empty: in "
+                 "the store's memory only")
+      ->capture_default_str();
   app.add_option("--auth-token-file", token_file,
                  "the job's token: sent on every call and required of every call");
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();

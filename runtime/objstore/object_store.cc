@@ -35,8 +35,7 @@ void ObjectStore::Commit(ObjectId id, StoredObject object, uint64_t reserved) {
 absl::Status ObjectStore::Put(ObjectId id, std::string data, uint64_t metadata_offset) {
   uint64_t size = data.size();
   if (absl::Status s = Reserve(id, size); !s.ok()) return s;
-  Commit(id, StoredObject{std::make_shared<const std::string>(std::move(data)), metadata_offset},
-         size);
+  Commit(id, StoredObject{InMemory(std::move(data)), metadata_offset}, size);
   return absl::OkStatus();
 }
 
@@ -99,6 +98,13 @@ void ObjectStore::Deallocate(ObjectId canonical) {
     objects_.erase(it);
   }
   absl::erase_if(aliases_, [canonical](const auto& entry) { return entry.second == canonical; });
+}
+
+void ObjectStore::Clear() {
+  absl::MutexLock lock(&mu_);
+  objects_.clear();
+  aliases_.clear();
+  used_ = 0;
 }
 
 void ObjectStore::Close() {

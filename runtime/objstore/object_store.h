@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/objstore/object_bytes.h"
 #include "runtime/scheduler/ids.h"
 
 namespace cohort::runtime {
@@ -18,7 +19,7 @@ namespace cohort::runtime {
 // A value as a store keeps it: the serialized cohort.runtime.v1.Obj (metadata_offset 0), or
 // another layout that says where its metadata starts.
 struct StoredObject {
-  std::shared_ptr<const std::string> data;
+  std::shared_ptr<const ObjectBytes> data;
   uint64_t metadata_offset = 0;
 };
 
@@ -52,6 +53,8 @@ class ObjectStore {
   void Deallocate(ObjectId canonical);
   // Ends every wait.
   void Close();
+  // Forgets every object.
+  void Clear();
 
   std::vector<ObjectId> Ids() const;
   uint64_t bytes() const;

@@ -1,6 +1,14 @@
 #include "runtime/objstore/object_store_server.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +26,26 @@ grpc::ChannelArguments Unlimited() {
   return args;
 }
 
+// Directories of stores that died without cleaning up (SIGKILL, a crash): shared memory is
+// held until they are removed. A store's directory names its process in "pid".
+void RemoveStaleDirectories(const std::string& shm_dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(shm_dir, error)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("cohort-store-", 0) != 0) continue;
+    std::ifstream in(entry.path() / "pid");
+    pid_t pid = 0;
+    if (!(in >> pid) || pid <= 0) continue;  // being made right now, or not ours
+    std::ifstream comm(absl::StrCat("/proc/", pid, "/comm"));
+    std::string command;
+    std::getline(comm, command);
+    if (kill(pid, 0) == 0 && command.rfind("cohort-objstore", 0) == 0) continue;
+    if (kill(pid, 0) != 0 && errno == EPERM) continue;  // someone else's, alive
+    spdlog::info("removing {}: its object store (pid {}) is gone", entry.path().string(), pid);
+    std::filesystem::remove_all(entry.path(), error);
+  }
+}
+
 }  // namespace
 
 ObjectStoreServer::ObjectStoreServer(ObjectStoreOptions options)
@@ -26,7 +54,14 @@ ObjectStoreServer::ObjectStoreServer(ObjectStoreOptions options)
       auth_(options_.auth_token.empty() ? nullptr
                                         : std::make_unique<CallAuth>(options_.auth_token)) {}
 
-ObjectStoreServer::~ObjectStoreServer() { Shutdown(); }
+ObjectStoreServer::~ObjectStoreServer() {
+  Shutdown();
+  if (server_) server_->Wait();
+  // The objects' files go with the objects; then the directory, and whatever a client left
+  // there without handing it over.
+  store_.Clear();
+  if (!shm_dir_.empty()) std::filesystem::remove_all(shm_dir_);
+}
 
 absl::Status ObjectStoreServer::Start() {
   if (options_.scheduler.empty()) {
@@ -49,6 +84,19 @@ absl::Status ObjectStoreServer::Start() {
     address_ = options_.listen.substr(0, options_.listen.rfind(':'));
     if (address_ == "0.0.0.0" || address_ == "[::]") address_ = "127.0.0.1";
     address_ = absl::StrCat(address_, ":", port);
+  }
+  if (!options_.shm_dir.empty()) {
+    RemoveStaleDirectories(options_.shm_dir);
+    std::string pattern = options_.shm_dir + "/cohort-store-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot make a directory in --shm-dir ", options_.shm_dir, ": ", std::strerror(errno),
+          " (an empty --shm-dir keeps objects in the store's memory)"));
+    }
+    shm_dir_ = pattern;
+    std::ofstream(shm_dir_ + "/pid") << getpid() << "\n";
+    std::ifstream boot("/proc/sys/kernel/random/boot_id");
+    std::getline(boot, boot_id_);
   }
   scheduler_ = ::Scheduler::NewStub(CreateChannelWithToken(
       options_.scheduler, grpc::InsecureChannelCredentials(), Unlimited(), options_.auth_token));
@@ -96,13 +144,17 @@ std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& a
   return channel;
 }
 
-absl::Status ObjectStoreServer::Keep(ObjectId id, std::string data, uint64_t metadata_offset,
-                                     uint64_t reserved) {
-  uint64_t size = data.size();
+absl::StatusOr<std::shared_ptr<const ObjectBytes>> ObjectStoreServer::Hold(ObjectId id,
+                                                                           std::string data) {
+  if (shm_dir_.empty()) return InMemory(std::move(data));
+  return WriteFile(shm_dir_, absl::StrCat("obj-", id, "-", files_++), data);
+}
+
+absl::Status ObjectStoreServer::Keep(ObjectId id, std::shared_ptr<const ObjectBytes> data,
+                                     uint64_t metadata_offset, uint64_t reserved) {
+  uint64_t size = data->size();
   bool had = store_.Contains(id);
-  store_.Commit(id,
-                StoredObject{std::make_shared<const std::string>(std::move(data)), metadata_offset},
-                reserved);
+  store_.Commit(id, StoredObject{std::move(data), metadata_offset}, reserved);
   v1::ObjReadyRequest request;
   request.set_objectid(id);
   request.set_objstoreid(id_);
@@ -131,7 +183,7 @@ grpc::Status ObjectStoreServer::StartDelivery(grpc::ServerContext* ctx,
     // Already here (a delivery sent twice): tell the scheduler again.
     absl::StatusOr<StoredObject> have = store_.Get(id);
     if (!have.ok()) return ToGrpc(have.status());
-    return ToGrpc(Keep(id, *have->data, have->metadata_offset, 0));
+    return ToGrpc(Keep(id, have->data, have->metadata_offset, 0));
   }
   auto source = ::ObjStore::NewStub(ChannelTo(request->objstore_address()));
   grpc::ClientContext pull;
@@ -176,19 +228,24 @@ grpc::Status ObjectStoreServer::StartDelivery(grpc::ServerContext* ctx,
                      !s.ok() ? s.error_message()
                              : absl::StrCat("got ", data.size(), " of ", reserved, " bytes")));
   }
-  return ToGrpc(Keep(id, std::move(data), metadata_offset, reserved));
+  absl::StatusOr<std::shared_ptr<const ObjectBytes>> held = Hold(id, std::move(data));
+  if (!held.ok()) {
+    store_.Unreserve(reserved);
+    return ToGrpc(held.status());
+  }
+  return ToGrpc(Keep(id, *std::move(held), metadata_offset, reserved));
 }
 
 grpc::Status ObjectStoreServer::Stream(const StoredObject& object,
                                        grpc::ServerWriter<v1::ObjChunk>* writer) const {
-  const std::string& data = *object.data;
+  absl::string_view data = object.data->view();
   uint64_t offset = 0;
   do {
     v1::ObjChunk chunk;
     chunk.set_total_size(data.size());
     chunk.set_metadata_offset(object.metadata_offset);
     uint64_t n = std::min<uint64_t>(options_.chunk_bytes, data.size() - offset);
-    chunk.set_data(data.substr(offset, n));
+    chunk.set_data(std::string(data.substr(offset, n)));
     offset += n;
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "reader gone");
   } while (offset < data.size());
@@ -228,7 +285,9 @@ grpc::Status ObjectStoreServer::ObjStoreInfo(grpc::ServerContext* ctx,
   for (ObjectId id : request->objectid()) {
     absl::StatusOr<StoredObject> object = store_.Get(id);
     if (!object.ok()) return ToGrpc(object.status());
-    if (object->metadata_offset != 0 || !reply->add_obj()->ParseFromString(*object->data)) {
+    absl::string_view bytes = object->data->view();
+    if (object->metadata_offset != 0 ||
+        !reply->add_obj()->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       return ToGrpc(
           absl::FailedPreconditionError(absl::StrCat("object ", id, " is not a serialized Obj")));
     }
@@ -245,7 +304,7 @@ grpc::Status ObjectStoreServer::PutError(grpc::ServerContext* ctx,
   std::string data = obj.SerializeAsString();
   uint64_t size = data.size();
   if (absl::Status s = store_.Reserve(request->objectid(), size); !s.ok()) return ToGrpc(s);
-  return ToGrpc(Keep(request->objectid(), std::move(data), 0, size));
+  return ToGrpc(Keep(request->objectid(), InMemory(std::move(data)), 0, size));
 }
 
 grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
@@ -258,6 +317,12 @@ grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
   }
   ObjectId id = chunk.objectid();
   uint64_t total = chunk.total_size();
+  uint64_t chunk_metadata_offset = chunk.metadata_offset();
+  if (chunk_metadata_offset > total) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("object ", id, "'s metadata offset ",
+                                                          chunk_metadata_offset, " is past its ",
+                                                          total, " bytes")));
+  }
   if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
   if (absl::Status s = store_.Reserve(id, total); !s.ok()) return ToGrpc(s);
   std::string data;
@@ -280,26 +345,95 @@ grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
     return ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("object ", id, " announced ", total, " bytes and sent ", data.size())));
   }
-  return ToGrpc(Keep(id, std::move(data), 0, total));
+  absl::StatusOr<std::shared_ptr<const ObjectBytes>> held = Hold(id, std::move(data));
+  if (!held.ok()) {
+    store_.Unreserve(total);
+    return ToGrpc(held.status());
+  }
+  return ToGrpc(Keep(id, *std::move(held), chunk_metadata_offset, total));
 }
 
 grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                     grpc::ServerWriter<v1::ObjChunk>* writer) {
   if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
+  if (!object.ok()) return ToGrpc(object.status());
+  return Stream(*object, writer);
+}
+
+absl::StatusOr<StoredObject> ObjectStoreServer::Await(grpc::ServerContext* ctx, ObjectId id,
+                                                      uint64_t timeout_ms) {
   absl::Time deadline = absl::FromChrono(ctx->deadline());
-  if (request->timeout_ms() > 0) {
-    deadline = std::min(deadline, absl::Now() + absl::Milliseconds(request->timeout_ms()));
-  }
+  if (timeout_ms > 0) deadline = std::min(deadline, absl::Now() + absl::Milliseconds(timeout_ms));
   // In slices, so a client that went away frees this thread.
   while (true) {
     absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(200));
-    absl::StatusOr<StoredObject> object = store_.WaitFor(request->objectid(), slice);
-    if (object.ok()) return Stream(*object, writer);
+    absl::StatusOr<StoredObject> object = store_.WaitFor(id, slice);
+    if (object.ok()) return object;
     if (object.status().code() != absl::StatusCode::kDeadlineExceeded || slice == deadline) {
-      return ToGrpc(object.status());
+      return object.status();
     }
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+    if (ctx->IsCancelled()) return absl::CancelledError("the client went away");
   }
+}
+
+grpc::Status ObjectStoreServer::Describe(grpc::ServerContext* ctx,
+                                         const v1::DescribeRequest* /*request*/,
+                                         v1::DescribeReply* reply) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  reply->set_shm_dir(shm_dir_);
+  reply->set_boot_id(boot_id_);
+  reply->set_objstoreid(id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectStoreServer::PutShared(grpc::ServerContext* ctx,
+                                          const v1::PutSharedRequest* request,
+                                          v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  const std::string& name = request->name();
+  if (shm_dir_.empty()) {
+    return ToGrpc(absl::FailedPreconditionError(
+        "this store keeps no objects in shared memory (--shm-dir is empty): use Put"));
+  }
+  if (name.rfind("put-", 0) != 0 || name.find('/') != std::string::npos || name.size() > 200) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "a shared put names a file \"put-...\" in ", shm_dir_, ", not \"", name, "\"")));
+  }
+  if (request->objectid() == 0) {
+    return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
+  }
+  if (request->metadata_offset() > request->size()) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("object ", request->objectid(), "'s metadata offset ",
+                     request->metadata_offset(), " is past its ", request->size(), " bytes")));
+  }
+  if (absl::Status s = store_.Reserve(request->objectid(), request->size()); !s.ok()) {
+    return ToGrpc(s);
+  }
+  absl::StatusOr<std::shared_ptr<const ObjectBytes>> bytes = AdoptFile(
+      shm_dir_, name, request->size(), absl::StrCat("obj-", request->objectid(), "-", files_++));
+  if (!bytes.ok()) {
+    store_.Unreserve(request->size());
+    return ToGrpc(bytes.status());
+  }
+  return ToGrpc(
+      Keep(request->objectid(), *std::move(bytes), request->metadata_offset(), request->size()));
+}
+
+grpc::Status ObjectStoreServer::GetShared(grpc::ServerContext* ctx, const v1::GetRequest* request,
+                                          v1::SharedObject* reply) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
+  if (!object.ok()) return ToGrpc(object.status());
+  if (object->data->file().empty()) {
+    return ToGrpc(absl::FailedPreconditionError(
+        absl::StrCat("object ", request->objectid(), " is in memory, not shared memory: use Get")));
+  }
+  reply->set_name(object->data->file());
+  reply->set_size(object->data->size());
+  reply->set_metadata_offset(object->metadata_offset);
+  return grpc::Status::OK;
 }
 
 grpc::Status ObjectStoreServer::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ struct ObjectStoreOptions {
   std::string scheduler;
   uint64_t capacity_bytes = uint64_t{2} << 30;
   uint64_t chunk_bytes = uint64_t{1} << 20;
+  // Where objects live as files that this machine's clients map instead of copying them
+  // (a directory of the store's own is made inside); empty: in the store's memory only.
+  std::string shm_dir = "/dev/shm";
   std::string auth_token;  // carried on every call, and required of every call when set
 };
 
@@ -64,10 +68,22 @@ class ObjectStoreServer final : public ::ObjStore::Service,
                    grpc::ServerWriter<v1::ObjChunk>* writer) override;
   grpc::Status Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
                     v1::WaitReply* reply) override;
+  grpc::Status Describe(grpc::ServerContext* ctx, const v1::DescribeRequest* request,
+                        v1::DescribeReply* reply) override;
+  grpc::Status PutShared(grpc::ServerContext* ctx, const v1::PutSharedRequest* request,
+                         v1::AckReply* reply) override;
+  grpc::Status GetShared(grpc::ServerContext* ctx, const v1::GetRequest* request,
+                         v1::SharedObject* reply) override;
 
  private:
   // Stores the object, then tells the scheduler; undone when the scheduler refuses it.
-  absl::Status Keep(ObjectId id, std::string data, uint64_t metadata_offset, uint64_t reserved);
+  absl::Status Keep(ObjectId id, std::shared_ptr<const ObjectBytes> data, uint64_t metadata_offset,
+                    uint64_t reserved);
+  // The bytes of an object that arrived: a file in the shared-memory directory when there is
+  // one, else memory.
+  absl::StatusOr<std::shared_ptr<const ObjectBytes>> Hold(ObjectId id, std::string data);
+  // Waits for the object as Get does.
+  absl::StatusOr<StoredObject> Await(grpc::ServerContext* ctx, ObjectId id, uint64_t timeout_ms);
   absl::Status Refused(const grpc::ServerContext& ctx) const;
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   grpc::Status Stream(const StoredObject& object, grpc::ServerWriter<v1::ObjChunk>* writer) const;
@@ -79,6 +95,9 @@ class ObjectStoreServer final : public ::ObjStore::Service,
   std::unique_ptr<::Scheduler::Stub> scheduler_;
   StoreId id_ = 0;
   std::string address_;
+  std::string shm_dir_;  // the store's own directory inside options_.shm_dir; empty: none
+  std::string boot_id_;
+  std::atomic<uint64_t> files_{0};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
 };

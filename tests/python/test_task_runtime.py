@@ -1,4 +1,6 @@
 """The Python package against real processes: drivers, Python and C++ workers, two stores."""
+import glob
+import os
 import time
 
 import numpy as np
@@ -103,3 +105,17 @@ def test_a_function_no_worker_has_is_a_clear_error(two_nodes):
         cohort.api._require_client().submit("nope.fn", [], wait=0.3)
     with pytest.raises(TypeError, match="runs only as a task"):
         cohort.function("cohort.add")(1, 2)
+
+
+def test_a_large_array_on_the_same_node_goes_through_shared_memory(two_nodes):
+    array = np.arange(16 * 1024 * 1024, dtype=np.float64)  # 128 MiB
+    ref = cohort.put(array)
+    shm = glob.glob(f"/dev/shm/cohort-store-*/obj-{ref.id}-*")
+    assert len(shm) == 1 and os.path.getsize(shm[0]) > array.nbytes, shm
+    back = cohort.get(ref)
+    assert not back.flags.writeable, "a mapped store file, read-only, not a copy"
+    assert isinstance(back.base, memoryview) or back.base is not None
+    assert np.array_equal(back, array)
+    # A task on the other node gets it delivered between the stores; its result comes back.
+    assert cohort.get(tasks_lib.array_sum.remote(ref)) == float(array.sum())
+    del back

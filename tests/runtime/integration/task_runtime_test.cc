@@ -82,6 +82,13 @@ class TaskRuntimeTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    // Stores stopped, not killed, so that they remove their shared-memory files.
+    for (auto& node : nodes_) {
+      if (node->store) node->store->Signal(SIGTERM);
+    }
+    for (auto& node : nodes_) {
+      if (node->store) node->store->Wait(absl::Seconds(20));
+    }
     if (HasFailure()) {
       std::cerr << "coordinator log:\n" << ReadFile(dir_ + "/coordinator.log");
       for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -391,6 +398,15 @@ TEST_F(TaskRuntimeTest, KillWorkersSucceedsOnlyWhenIdleAndTheWorkersExit) {
   absl::StatusOr<v1::SchedulerInfoReply> info = driver->SchedulerInfo();
   ASSERT_TRUE(info.ok());
   EXPECT_TRUE(info->function_table().empty());
+}
+
+TEST_F(TaskRuntimeTest, AStoreRemovesTheSharedMemoryOfStoresThatDied) {
+  std::string stale = "/dev/shm/cohort-store-test-" + std::to_string(getpid());
+  std::filesystem::create_directories(stale);
+  std::ofstream(stale + "/pid") << 999999999 << "\n";  // no such process
+  std::ofstream(stale + "/obj-1-0") << "held memory";
+  AddNode(0);
+  EXPECT_FALSE(std::filesystem::exists(stale));
 }
 
 TEST_F(TaskRuntimeTest, BadCallsGetClearErrorsAndChangeNothing) {
