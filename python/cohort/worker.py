@@ -109,7 +109,9 @@ class Worker:
             args = []
             for arg in task.arg:
                 if arg.id:
-                    value, decoded = _values.decode_stored(*self.client.get_stored(arg.id))
+                    # The scheduler sends a task once its arguments are at this store.
+                    value, decoded = _values.decode_stored(
+                        *self.client.get_stored(arg.id, local=True))
                 else:
                     value, decoded = _values.decode(arg.obj)
                 self.client.retain(decoded)

@@ -353,6 +353,26 @@ grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
   return ToGrpc(Keep(id, *std::move(held), chunk_metadata_offset, total));
 }
 
+grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::PutChunk* request,
+                                          v1::AckReply* /*reply*/) {
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  ObjectId id = request->objectid();
+  uint64_t size = request->data().size();
+  if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
+  if (request->total_size() != size || request->metadata_offset() > size) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "an inline put of object ", id, " holds ", size, " bytes; it announced ",
+        request->total_size(), " with metadata at ", request->metadata_offset())));
+  }
+  if (absl::Status s = store_.Reserve(id, size); !s.ok()) return ToGrpc(s);
+  absl::StatusOr<std::shared_ptr<const ObjectBytes>> held = Hold(id, request->data());
+  if (!held.ok()) {
+    store_.Unreserve(size);
+    return ToGrpc(held.status());
+  }
+  return ToGrpc(Keep(id, *std::move(held), request->metadata_offset(), size));
+}
+
 grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                     grpc::ServerWriter<v1::ObjChunk>* writer) {
   if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);

@@ -64,6 +64,8 @@ class ObjectStoreServer final : public ::ObjStore::Service,
                         v1::AckReply* reply) override;
   grpc::Status Put(grpc::ServerContext* ctx, grpc::ServerReader<v1::PutChunk>* reader,
                    v1::AckReply* reply) override;
+  grpc::Status PutInline(grpc::ServerContext* ctx, const v1::PutChunk* request,
+                         v1::AckReply* reply) override;
   grpc::Status Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::ObjChunk>* writer) override;
   grpc::Status Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
