@@ -360,9 +360,9 @@ grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::Pu
   uint64_t size = request->data().size();
   if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
   if (request->total_size() != size || request->metadata_offset() > size) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "an inline put of object ", id, " holds ", size, " bytes; it announced ",
-        request->total_size(), " with metadata at ", request->metadata_offset())));
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("an inline put of object ", id, " holds ", size, " bytes; it announced ",
+                     request->total_size(), " with metadata at ", request->metadata_offset())));
   }
   if (absl::Status s = store_.Reserve(id, size); !s.ok()) return ToGrpc(s);
   absl::StatusOr<std::shared_ptr<const ObjectBytes>> held = Hold(id, request->data());

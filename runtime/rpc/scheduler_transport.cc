@@ -69,6 +69,7 @@ void SchedulerTransport::Stop() {
     {
       absl::MutexLock lock(&d->mu);
       d->stopping = true;
+      if (d->current != nullptr) d->current->TryCancel();
     }
     if (d->thread.joinable()) d->thread.join();
   }
@@ -87,6 +88,20 @@ std::unique_ptr<grpc::ClientContext> SchedulerTransport::Context(absl::Duration 
     ctx->AddMetadata("authorization", "Bearer " + options_.auth_token);
   }
   return ctx;
+}
+
+std::unique_ptr<grpc::ClientContext> SchedulerTransport::CallTo(Destination& d,
+                                                                absl::Duration timeout) {
+  std::unique_ptr<grpc::ClientContext> ctx = Context(timeout);
+  absl::MutexLock lock(&d.mu);
+  if (d.stopping) return nullptr;
+  d.current = ctx.get();
+  return ctx;
+}
+
+void SchedulerTransport::Done(Destination& d) {
+  absl::MutexLock lock(&d.mu);
+  d.current = nullptr;
 }
 
 SchedulerTransport::Destination& SchedulerTransport::DestinationFor(const std::string& address) {
@@ -153,7 +168,10 @@ void SchedulerTransport::Carry(Destination& d, const Effect& effect) {
       return;
     }
     *request.mutable_task() = *std::move(task);
-    grpc::Status s = d.worker->ExecuteTask(Context(options_.call_timeout).get(), request, &reply);
+    std::unique_ptr<grpc::ClientContext> ctx = CallTo(d, options_.call_timeout);
+    if (ctx == nullptr) return;
+    grpc::Status s = d.worker->ExecuteTask(ctx.get(), request, &reply);
+    Done(d);
     if (!s.ok()) {
       spdlog::warn("worker {} at {} did not take task {} ({}): {}", run->worker, d.address,
                    run->operation, run->task.function_name, Describe(s));
@@ -169,7 +187,10 @@ void SchedulerTransport::Carry(Destination& d, const Effect& effect) {
     request.set_objstore_address(delivery->from_address);
     request.set_objectid(delivery->object);
     v1::AckReply reply;
-    grpc::Status s = d.store->StartDelivery(Context(absl::Hours(1)).get(), request, &reply);
+    std::unique_ptr<grpc::ClientContext> ctx = CallTo(d, absl::Hours(1));
+    if (ctx == nullptr) return;
+    grpc::Status s = d.store->StartDelivery(ctx.get(), request, &reply);
+    Done(d);
     if (!s.ok()) {
       spdlog::warn("delivery of object {} from {} to {} failed: {}", delivery->object,
                    delivery->from_address, d.address, Describe(s));

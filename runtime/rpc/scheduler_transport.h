@@ -48,6 +48,8 @@ class SchedulerTransport {
     absl::Mutex mu;
     std::deque<Effect> queue ABSL_GUARDED_BY(mu);
     bool stopping ABSL_GUARDED_BY(mu) = false;
+    // The call under way, cancelled by Stop (a delivery may take as long as the copy).
+    grpc::ClientContext* current ABSL_GUARDED_BY(mu) = nullptr;
     std::thread thread;
   };
 
@@ -58,6 +60,9 @@ class SchedulerTransport {
   void Drain(Destination* destination);
   void Carry(Destination& destination, const Effect& effect);
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // A context for a call to `d`, which Stop cancels; null when stopping.
+  std::unique_ptr<grpc::ClientContext> CallTo(Destination& d, absl::Duration timeout);
+  void Done(Destination& d);
   // Sleeps up to `d`; false when the transport stops meanwhile.
   bool Pause(absl::Duration d);
 

@@ -33,7 +33,7 @@ absl::Status CheckAddress(const std::string& what, const std::string& address) {
 }  // namespace
 
 TaskScheduler::TaskScheduler(const Clock& clock, SchedulerOptions options)
-    : clock_(clock), options_(options), next_port_(options.first_assigned_port) {}
+    : clock_(clock), options_(std::move(options)), next_port_(options_.first_assigned_port) {}
 
 absl::Status TaskScheduler::CheckWorker(WorkerId worker) const {
   auto it = workers_.find(worker);
