@@ -1,6 +1,7 @@
 // cohortctl: inspect and drive a cohort coordinator from the command line.
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -313,9 +314,13 @@ int Objects(Client& client) {
   return 0;
 }
 
-volatile std::sig_atomic_t g_interrupted = 0;
+// Set by SIGINT/SIGTERM. An atomic, not a volatile sig_atomic_t: the signal may land on any
+// thread (the watch's, gRPC's), and only an atomic orders that write with the main thread's
+// read (ThreadSanitizer reported the volatile flag as a race once).
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler needs a lock-free flag");
 
-void OnSignal(int) { g_interrupted = 1; }
+void OnSignal(int) { g_interrupted.store(true, std::memory_order_relaxed); }
 
 int Watch(Client& client, const std::string& key, int64_t revision) {
   absl::Notification done;
@@ -349,7 +354,7 @@ int Watch(Client& client, const std::string& key, int64_t revision) {
                static_cast<long long>((*watcher)->created_revision()));
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  while (!done.HasBeenNotified() && !g_interrupted) {
+  while (!done.HasBeenNotified() && !g_interrupted.load(std::memory_order_relaxed)) {
     done.WaitForNotificationWithTimeout(absl::Milliseconds(100));
   }
   (*watcher)->Stop();

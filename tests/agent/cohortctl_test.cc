@@ -123,8 +123,7 @@ TEST_F(CohortctlTest, WatchPrintsEveryChangeUntilInterrupted) {
                                       "delete cfg/old"}));
   watch.Signal(SIGINT);
   Result result = watch.Wait(kDeadline);
-  // Its stderr says why when it fails (under ThreadSanitizer, exit 66 is a race report: seen
-  // once in CI, under load, and not again in 55 runs here).
+  // Its stderr says why when it fails (under ThreadSanitizer, exit 66 is a race report).
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "");  // nothing after the four changes
 }
