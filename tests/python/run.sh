@@ -24,4 +24,4 @@ fi
 # The package as a user installs it (a fresh wheel each run: the sources may have changed).
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
 rm -rf python/build python/*.egg-info
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/python "$@"
