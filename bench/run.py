@@ -462,9 +462,12 @@ class Bench:
                 out = subprocess.run(argv, capture_output=True, text=True,
                                      timeout=self.p["timeout"] * 3, stdin=subprocess.DEVNULL)
                 lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-                if not lines:
-                    lines = [{"error": f"no result (exit {out.returncode}): "
-                                       f"{out.stderr.strip()[-300:]}"}]
+                if not lines or out.returncode != 0:
+                    # A scenario that printed nothing (a crash part way) is recorded with why.
+                    lines.append({"scenario": scenarios[len(lines)] if len(lines) < len(scenarios)
+                                  else "restart",
+                                  "error": f"cohort-restart-bench exited {out.returncode}: "
+                                           f"{out.stderr.strip()[-2000:]}"})
             except subprocess.TimeoutExpired:
                 lines = [{"error": "timed out"}]
             for r in lines:

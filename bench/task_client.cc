@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/grpc_channel.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "xla/coordination_service.grpc.pb.h"
 
@@ -53,20 +54,36 @@ auto StatusOnly(Done done) {
   return [done = std::move(done)](const grpc::Status& s, const Response&) { done(s); };
 }
 
+// A client's stubs over its channels. The channels go last, each once no call's context
+// holds it: a callback's context is destroyed on gRPC's thread, and must not take the
+// channel (and the completion queue that thread polls) with it (common/grpc_channel.h; the
+// restart bench aborted in grpc_cq_internal_unref at the end of its latency scenario).
 template <typename Service>
-std::vector<std::unique_ptr<typename Service::Stub>> Stubs(const std::string& address,
-                                                           int channels) {
-  std::vector<std::unique_ptr<typename Service::Stub>> stubs;
-  for (int i = 0; i < std::max(1, channels); ++i) {
-    stubs.push_back(Service::NewStub(OwnChannel(address, i)));
+class StubSet {
+ public:
+  StubSet(const std::string& address, int channels) {
+    for (int i = 0; i < std::max(1, channels); ++i) {
+      channels_.push_back(OwnChannel(address, i));
+      stubs_.push_back(Service::NewStub(channels_.back()));
+    }
   }
-  return stubs;
-}
+  ~StubSet() {
+    stubs_.clear();
+    for (auto& channel : channels_) cohort::ReleaseChannel(&channel);
+  }
+  StubSet(const StubSet&) = delete;
+  StubSet& operator=(const StubSet&) = delete;
+
+  typename Service::Stub* For(int task) { return stubs_[task % stubs_.size()].get(); }
+
+ private:
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<typename Service::Stub>> stubs_;
+};
 
 class XlaTaskClient : public TaskClient {
  public:
-  XlaTaskClient(const std::string& address, int channels)
-      : stubs_(Stubs<xc::CoordinationService>(address, channels)) {}
+  XlaTaskClient(const std::string& address, int channels) : stubs_(address, channels) {}
 
   CallHandle RegisterTask(int task, Done done) override {
     xc::RegisterTaskRequest r;
@@ -176,7 +193,7 @@ class XlaTaskClient : public TaskClient {
  private:
   using Async_ = xc::CoordinationService::Stub::async_interface;
 
-  xc::CoordinationService::Stub* stub(int task) { return stubs_[task % stubs_.size()].get(); }
+  xc::CoordinationService::Stub* stub(int task) { return stubs_.For(task); }
 
   xc::Incarnations Inc(int task) const {
     xc::Incarnations inc;
@@ -186,7 +203,7 @@ class XlaTaskClient : public TaskClient {
     return inc;
   }
 
-  std::vector<std::unique_ptr<xc::CoordinationService::Stub>> stubs_;
+  StubSet<xc::CoordinationService> stubs_;
   std::atomic<uint64_t> service_incarnation_{0};
   std::atomic<int64_t> watch_version_{0};
 };
@@ -194,7 +211,7 @@ class XlaTaskClient : public TaskClient {
 class TensorflowTaskClient : public TaskClient {
  public:
   TensorflowTaskClient(const std::string& address, int channels, std::string job)
-      : stubs_(Stubs<tf::CoordinationService>(address, channels)), job_(std::move(job)) {}
+      : stubs_(address, channels), job_(std::move(job)) {}
 
   CallHandle RegisterTask(int task, Done done) override {
     tf::RegisterTaskRequest r;
@@ -294,7 +311,7 @@ class TensorflowTaskClient : public TaskClient {
  private:
   using Async_ = tf::CoordinationService::Stub::async_interface;
 
-  tf::CoordinationService::Stub* stub(int task) { return stubs_[task % stubs_.size()].get(); }
+  tf::CoordinationService::Stub* stub(int task) { return stubs_.For(task); }
 
   tf::CoordinatedTask Task(int task) const {
     tf::CoordinatedTask t;
@@ -303,7 +320,7 @@ class TensorflowTaskClient : public TaskClient {
     return t;
   }
 
-  std::vector<std::unique_ptr<tf::CoordinationService::Stub>> stubs_;
+  StubSet<tf::CoordinationService> stubs_;
   const std::string job_;
   std::atomic<int64_t> watch_version_{0};
 };
