@@ -143,8 +143,9 @@ int main(int argc, char** argv) {
                  "xla-protocol clients stop when it changes");
   app.add_option("--state-dir", state_dir,
                  "keep the durable state here (tasks, incarnations, keys, barrier outcomes, "
-                 "errors): a coordinator started again on it carries on where this one "
-                 "stopped. Default: none, state in memory only");
+                 "errors, and the task runtime's workers, stores, tasks and objects): a "
+                 "coordinator started again on it carries on where this one stopped. "
+                 "Default: none, state in memory only");
   app.add_option("--state-sync-interval", state_sync,
                  "how often the state log is synced to disk; a change is written before it "
                  "is acknowledged, so only a crash of the whole machine can lose this much. "
@@ -241,6 +242,9 @@ int main(int argc, char** argv) {
   cohort::RealClock clock;
   cohort::MetricsRegistry registry;
   cohort::CoordinatorMetrics metrics(registry);
+  // The task runtime's scheduler, on the same port; its state is kept with the service's.
+  task_options.on_dispatch = cohort::runtime::AddSchedulingLatencyMetric(registry);
+  cohort::runtime::TaskScheduler scheduler(clock, task_options);
   std::unique_ptr<cohort::StateStore> store;
   std::optional<cohort::DurableState> restored;
   if (!state_dir.empty()) {
@@ -254,7 +258,7 @@ int main(int argc, char** argv) {
     cohort::StateStoreOptions options;
     options.dir = state_dir;
     options.sync_interval = *sync;
-    auto opened = cohort::StateStore::Open(options, config, &restored);
+    auto opened = cohort::StateStore::Open(options, config, &restored, &scheduler);
     if (!opened.ok()) return Fail(opened.status());
     store = std::move(*opened);
   }
@@ -262,7 +266,9 @@ int main(int argc, char** argv) {
                                                      restored ? &*restored : nullptr);
   if (!service.ok()) return Fail(service.status());
   if (store) {
-    if (auto s = store->Start(service->get()); !s.ok()) return Fail(s);
+    if (auto s = scheduler.FinishRestore(); !s.ok()) return Fail(s);
+    if (auto s = store->Start(service->get(), &scheduler); !s.ok()) return Fail(s);
+    scheduler.SetJournal(store.get());
     cohort::AddStateMetrics(registry, store.get(), restored.has_value());
   }
   restored.reset();
@@ -271,9 +277,6 @@ int main(int argc, char** argv) {
     spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,
                  job.auxiliary ? " (auxiliary)" : "", job.recoverable ? " (recoverable)" : "");
   }
-  // The task runtime's scheduler, on the same port.
-  task_options.on_dispatch = cohort::runtime::AddSchedulingLatencyMetric(registry);
-  cohort::runtime::TaskScheduler scheduler(clock, task_options);
   cohort::runtime::AddSchedulerMetrics(registry, &scheduler);
   std::unique_ptr<cohort::CallAuth> scheduler_auth;
   if (!server.auth_token.empty()) {

@@ -20,6 +20,10 @@ SHARED_BYTES = 1 << 20
 CACHED_BYTES = 64 * 1024      # objects larger than this are not kept
 CACHE_BYTES = 32 * 1024 * 1024  # all kept objects together
 _OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+# How long a call to the scheduler keeps trying while the coordinator cannot be reached (it
+# restarts from its --state-dir and carries on): the call waits for it and is sent again.
+RECONNECT_SECONDS = 120.0
+_AGAIN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Client:
@@ -34,6 +38,7 @@ class Client:
             node_ip_address=node_ip, objstore_address=objstore, is_driver=is_driver,
             worker_address=worker_address), timeout=30, wait_for_ready=True)
         self.worker_id = reply.workerid
+        self._calls = itertools.count(1)
         self.store_id = reply.objstoreid
         self.address = reply.worker_address
         self._shm_dir = self._shared_memory()
@@ -82,6 +87,25 @@ class Client:
     def _call(self, method, request, timeout=30, **kwargs):
         return method(request, timeout=timeout, metadata=self._metadata, **kwargs)
 
+    def _scheduler_call(self, method, request, numbered=False):
+        """A call to the scheduler, sent again while the coordinator cannot be reached.
+
+        A numbered call (cohort-call metadata) takes effect once however often it is sent:
+        for the calls whose repeat would count twice (SubmitTask, PutObj, counts)."""
+        metadata = self._metadata
+        if numbered:
+            metadata = metadata + (("cohort-call", f"{self.worker_id}/{next(self._calls)}"),)
+        give_up = time.monotonic() + RECONNECT_SECONDS
+        pause = 0.1
+        while True:
+            try:
+                return method(request, timeout=30, metadata=metadata, wait_for_ready=True)
+            except grpc.RpcError as e:
+                if e.code() not in _AGAIN or time.monotonic() + pause > give_up:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
     def close(self):
         if self._closed:
             return
@@ -124,13 +148,15 @@ class Client:
             time.sleep(0.01)
 
     def release(self, ids):
-        self._call(self.scheduler.DecrementRefCount,
-                   messages_pb2.DecrementRefCountRequest(objectid=list(ids)))
+        self._scheduler_call(self.scheduler.DecrementRefCount,
+                             messages_pb2.DecrementRefCountRequest(objectid=list(ids)),
+                             numbered=True)
 
     def retain(self, ids):
         if ids:
-            self._call(self.scheduler.IncrementRefCount,
-                       messages_pb2.IncrementRefCountRequest(objectid=list(ids)))
+            self._scheduler_call(self.scheduler.IncrementRefCount,
+                                 messages_pb2.IncrementRefCountRequest(objectid=list(ids)),
+                                 numbered=True)
 
     # Tasks and functions.
     def submit(self, name, args, wait=30.0):
@@ -141,7 +167,7 @@ class Client:
         give_up = time.monotonic() + wait
         pause = 0.005
         while True:
-            reply = self._call(self.scheduler.SubmitTask, task)
+            reply = self._scheduler_call(self.scheduler.SubmitTask, task, numbered=True)
             if reply.function_registered:
                 return list(reply.result)
             if time.monotonic() + pause > give_up:
@@ -152,7 +178,7 @@ class Client:
     def export_function(self, implementation):
         request = messages_pb2.ExportFunctionRequest()
         request.function.implementation = implementation
-        self._call(self.scheduler.ExportFunction, request)
+        self._scheduler_call(self.scheduler.ExportFunction, request)
 
     def export_reusable_variable(self, name, initializer, reinitializer):
         request = messages_pb2.ExportReusableVariableRequest()
@@ -160,23 +186,26 @@ class Client:
         request.reusable_variable.initializer.implementation = initializer
         if reinitializer:
             request.reusable_variable.reinitializer.implementation = reinitializer
-        self._call(self.scheduler.ExportReusableVariable, request)
+        self._scheduler_call(self.scheduler.ExportReusableVariable, request)
 
     def register_function(self, name, num_returns):
-        self._call(self.scheduler.RegisterFunction, messages_pb2.RegisterFunctionRequest(
+        self._scheduler_call(self.scheduler.RegisterFunction, messages_pb2.RegisterFunctionRequest(
             workerid=self.worker_id, fnname=name, num_return_vals=num_returns))
 
-    def ready_for_new_task(self, previous=None):
+    def ready_for_new_task(self, previous=None, operation=0):
+        """previous: (succeeded, error) of the last task, whose ExecuteTask named `operation`."""
         request = messages_pb2.ReadyForNewTaskRequest(workerid=self.worker_id)
         if previous is not None:
             request.previous_task_info.task_succeeded = previous[0]
             request.previous_task_info.error_message = previous[1]
-        self._call(self.scheduler.ReadyForNewTask, request)
+            request.previous_task_info.operation = operation
+        self._scheduler_call(self.scheduler.ReadyForNewTask, request)
 
     # Objects.
     def new_object(self):
-        return self._call(self.scheduler.PutObj,
-                          messages_pb2.PutObjRequest(workerid=self.worker_id)).objectid
+        return self._scheduler_call(self.scheduler.PutObj,
+                                    messages_pb2.PutObjRequest(workerid=self.worker_id),
+                                    numbered=True).objectid
 
     def put_stored(self, parts, metadata_offset=0, object_id=None):
         """Stores the bytes `parts` (buffers, in order) as `object_id`, or as a new object."""
@@ -248,8 +277,9 @@ class Client:
         return self.put_stored([obj.SerializeToString()], 0, object_id)
 
     def request(self, object_id):
-        self._call(self.scheduler.RequestObj,
-                   messages_pb2.RequestObjRequest(workerid=self.worker_id, objectid=object_id))
+        self._scheduler_call(
+            self.scheduler.RequestObj,
+            messages_pb2.RequestObjRequest(workerid=self.worker_id, objectid=object_id))
 
     def get_stored(self, object_id, timeout=None, local=False):
         """(bytes-like, metadata_offset, Obj or None): the object, brought to this node's store
@@ -306,20 +336,23 @@ class Client:
                                     metadata=self._metadata).ready)
 
     def alias(self, alias, target):
-        self._call(self.scheduler.AliasObjectIDs, messages_pb2.AliasObjectIDsRequest(
+        self._scheduler_call(self.scheduler.AliasObjectIDs, messages_pb2.AliasObjectIDsRequest(
             alias_objectid=alias, target_objectid=target))
 
     def add_contained(self, object_id, contained):
         if contained:
-            self._call(self.scheduler.AddContainedObjectIDs,
-                       messages_pb2.AddContainedObjectIDsRequest(
-                           objectid=object_id, contained_objectid=list(contained)))
+            self._scheduler_call(self.scheduler.AddContainedObjectIDs,
+                                 messages_pb2.AddContainedObjectIDsRequest(
+                                     objectid=object_id, contained_objectid=list(contained)),
+                                 numbered=True)
 
     def task_info(self):
-        return self._call(self.scheduler.TaskInfo, messages_pb2.TaskInfoRequest())
+        return self._scheduler_call(self.scheduler.TaskInfo, messages_pb2.TaskInfoRequest())
 
     def scheduler_info(self):
-        return self._call(self.scheduler.SchedulerInfo, messages_pb2.SchedulerInfoRequest())
+        return self._scheduler_call(self.scheduler.SchedulerInfo,
+                                    messages_pb2.SchedulerInfoRequest())
 
     def kill_workers(self):
-        return self._call(self.scheduler.KillWorkers, messages_pb2.KillWorkersRequest()).success
+        return self._scheduler_call(self.scheduler.KillWorkers,
+                                    messages_pb2.KillWorkersRequest()).success

@@ -5,6 +5,7 @@ its arguments from and stores its results in its node's object store, and tells 
 when each task ends. A task that raises fails with its traceback; its results read as the error.
 """
 import argparse
+import collections
 import concurrent.futures
 import json
 import logging
@@ -12,6 +13,7 @@ import os
 import queue
 import signal
 import sys
+import threading
 import traceback
 
 import cloudpickle
@@ -30,7 +32,7 @@ class _Service(services_pb2_grpc.WorkerServiceServicer):
         self._worker = worker
 
     def ExecuteTask(self, request, context):
-        self._worker.tasks.put(request.task)
+        self._worker.receive(request)
         return messages_pb2.ExecuteTaskReply()
 
     def ImportFunction(self, request, context):
@@ -61,6 +63,11 @@ class _Service(services_pb2_grpc.WorkerServiceServicer):
 class Worker:
     def __init__(self, scheduler, objstore, host, token=None):
         self.tasks = queue.Queue()
+        # Operations received and not yet reported, and the last ones reported: an ExecuteTask
+        # for any of them is a repeat from a coordinator restarted from its --state-dir.
+        self._held = set()
+        self._reported = collections.deque(maxlen=1024)
+        self._lock = threading.Lock()
         self.functions = {}
         self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4),
                                   options=[("grpc.max_receive_message_length", -1)])
@@ -75,6 +82,14 @@ class Worker:
         log.info("worker %d serving on %s:%d with store %s", self.client.worker_id, host, port,
                  objstore)
 
+    def receive(self, request):
+        with self._lock:
+            if request.operation:
+                if request.operation in self._held or request.operation in self._reported:
+                    return
+                self._held.add(request.operation)
+        self.tasks.put(request)
+
     def import_function(self, implementation):
         try:
             spec = cloudpickle.loads(implementation)
@@ -88,16 +103,20 @@ class Worker:
     def run(self):
         self.client.ready_for_new_task(None)
         while True:
-            task = self.tasks.get()
-            if task is _STOP:
+            request = self.tasks.get()
+            if request is _STOP:
                 return 0
-            error = self.execute(task)
+            error = self.execute(request.task)
             api.reusables._after_task()
             try:
-                self.client.ready_for_new_task((error is None, error or ""))
+                self.client.ready_for_new_task((error is None, error or ""), request.operation)
             except grpc.RpcError as e:
                 log.error("the scheduler did not take the task's end: %s", e.details())
                 return 1
+            finally:
+                with self._lock:
+                    self._held.discard(request.operation)
+                    self._reported.append(request.operation)
 
     def execute(self, task):
         """Runs one task; None, or why it failed."""

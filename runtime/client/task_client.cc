@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<TaskClient>> TaskClient::Connect(const TaskClient
     return Named(s, absl::StrCat("registering with the scheduler at ", options.scheduler));
   }
   client->id_ = reply.workerid();
+  client->reconnect_ = options.reconnect;
   client->store_ = reply.objstoreid();
   client->address_ = reply.worker_address();
   return client;
@@ -55,6 +56,28 @@ std::unique_ptr<grpc::ClientContext> TaskClient::Context(absl::Duration timeout)
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   return ctx;
+}
+
+template <typename Request, typename Reply>
+grpc::Status TaskClient::CallScheduler(
+    grpc::Status (::Scheduler::Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
+    const Request& request, Reply* reply, bool numbered) {
+  const std::string number = numbered ? absl::StrCat(id_, "/", ++next_call_) : "";
+  const absl::Time give_up = absl::Now() + reconnect_;
+  absl::Duration pause = absl::Milliseconds(100);
+  while (true) {
+    auto ctx = Context(absl::Seconds(30));
+    ctx->set_wait_for_ready(true);
+    if (numbered) ctx->AddMetadata(kCallMetadata, number);
+    grpc::Status s = (scheduler_.get()->*method)(ctx.get(), request, reply);
+    // Unreachable, or cut off: the coordinator is (re)starting. The same call, with the same
+    // number, goes to the next one.
+    bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                 s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!again || absl::Now() + pause > give_up) return s;
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Seconds(1));
+  }
 }
 
 absl::StatusOr<std::vector<ObjectId>> TaskClient::Submit(const std::string& function,
@@ -68,7 +91,7 @@ absl::StatusOr<std::vector<ObjectId>> TaskClient::Submit(const std::string& func
   absl::Duration pause = absl::Milliseconds(5);
   while (true) {
     v1::SubmitTaskReply reply;
-    grpc::Status s = scheduler_->SubmitTask(Context(absl::Seconds(30)).get(), request, &reply);
+    grpc::Status s = CallScheduler(&::Scheduler::Stub::SubmitTask, request, &reply, true);
     if (!s.ok()) return Named(s, absl::StrCat("submitting ", function));
     if (reply.function_registered()) {
       return std::vector<ObjectId>(reply.result().begin(), reply.result().end());
@@ -86,7 +109,7 @@ absl::StatusOr<ObjectId> TaskClient::Put(const v1::Obj& value) {
   v1::PutObjRequest request;
   request.set_workerid(id_);
   v1::PutObjReply reply;
-  grpc::Status s = scheduler_->PutObj(Context(absl::Seconds(30)).get(), request, &reply);
+  grpc::Status s = CallScheduler(&::Scheduler::Stub::PutObj, request, &reply, true);
   if (!s.ok()) return Named(s, "PutObj");
   if (absl::Status stored = Store(reply.objectid(), value); !stored.ok()) return stored;
   return reply.objectid();
@@ -118,7 +141,7 @@ absl::StatusOr<v1::Obj> TaskClient::Get(ObjectId id, absl::Duration timeout) {
   ask.set_workerid(id_);
   ask.set_objectid(id);
   v1::AckReply ack;
-  grpc::Status s = scheduler_->RequestObj(Context(absl::Seconds(30)).get(), ask, &ack);
+  grpc::Status s = CallScheduler(&::Scheduler::Stub::RequestObj, ask, &ack, false);
   if (!s.ok()) return Named(s, absl::StrCat("RequestObj ", id));
   v1::GetRequest request;
   request.set_objectid(id);
@@ -144,7 +167,7 @@ absl::Status TaskClient::Release(const std::vector<ObjectId>& ids) {
   v1::DecrementRefCountRequest request;
   for (ObjectId id : ids) request.add_objectid(id);
   v1::AckReply reply;
-  return Named(scheduler_->DecrementRefCount(Context(absl::Seconds(30)).get(), request, &reply),
+  return Named(CallScheduler(&::Scheduler::Stub::DecrementRefCount, request, &reply, true),
                "DecrementRefCount");
 }
 
@@ -152,7 +175,7 @@ absl::Status TaskClient::Retain(const std::vector<ObjectId>& ids) {
   v1::IncrementRefCountRequest request;
   for (ObjectId id : ids) request.add_objectid(id);
   v1::AckReply reply;
-  return Named(scheduler_->IncrementRefCount(Context(absl::Seconds(30)).get(), request, &reply),
+  return Named(CallScheduler(&::Scheduler::Stub::IncrementRefCount, request, &reply, true),
                "IncrementRefCount");
 }
 
@@ -161,7 +184,7 @@ absl::Status TaskClient::Alias(ObjectId alias, ObjectId target) {
   request.set_alias_objectid(alias);
   request.set_target_objectid(target);
   v1::AckReply reply;
-  return Named(scheduler_->AliasObjectIDs(Context(absl::Seconds(30)).get(), request, &reply),
+  return Named(CallScheduler(&::Scheduler::Stub::AliasObjectIDs, request, &reply, false),
                "AliasObjectIDs");
 }
 
@@ -171,34 +194,36 @@ absl::Status TaskClient::RegisterFunction(const std::string& name, uint64_t num_
   request.set_fnname(name);
   request.set_num_return_vals(num_return_vals);
   v1::AckReply reply;
-  return Named(scheduler_->RegisterFunction(Context(absl::Seconds(30)).get(), request, &reply),
+  return Named(CallScheduler(&::Scheduler::Stub::RegisterFunction, request, &reply, false),
                absl::StrCat("registering ", name));
 }
 
-absl::Status TaskClient::ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous) {
+absl::Status TaskClient::ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous,
+                                         OperationId operation) {
   v1::ReadyForNewTaskRequest request;
   request.set_workerid(id_);
   if (previous.has_value()) {
     request.mutable_previous_task_info()->set_task_succeeded(previous->first);
     request.mutable_previous_task_info()->set_error_message(previous->second);
+    request.mutable_previous_task_info()->set_operation(operation);
   }
   v1::AckReply reply;
-  return Named(scheduler_->ReadyForNewTask(Context(absl::Seconds(30)).get(), request, &reply),
+  return Named(CallScheduler(&::Scheduler::Stub::ReadyForNewTask, request, &reply, false),
                "ReadyForNewTask");
 }
 
 absl::StatusOr<v1::TaskInfoReply> TaskClient::TaskInfo() {
   v1::TaskInfoReply reply;
   grpc::Status s =
-      scheduler_->TaskInfo(Context(absl::Seconds(30)).get(), v1::TaskInfoRequest(), &reply);
+      CallScheduler(&::Scheduler::Stub::TaskInfo, v1::TaskInfoRequest(), &reply, false);
   if (!s.ok()) return Named(s, "TaskInfo");
   return reply;
 }
 
 absl::StatusOr<v1::SchedulerInfoReply> TaskClient::SchedulerInfo() {
   v1::SchedulerInfoReply reply;
-  grpc::Status s = scheduler_->SchedulerInfo(Context(absl::Seconds(30)).get(),
-                                             v1::SchedulerInfoRequest(), &reply);
+  grpc::Status s =
+      CallScheduler(&::Scheduler::Stub::SchedulerInfo, v1::SchedulerInfoRequest(), &reply, false);
   if (!s.ok()) return Named(s, "SchedulerInfo");
   return reply;
 }
@@ -206,7 +231,7 @@ absl::StatusOr<v1::SchedulerInfoReply> TaskClient::SchedulerInfo() {
 absl::StatusOr<bool> TaskClient::KillWorkers() {
   v1::KillWorkersReply reply;
   grpc::Status s =
-      scheduler_->KillWorkers(Context(absl::Seconds(30)).get(), v1::KillWorkersRequest(), &reply);
+      CallScheduler(&::Scheduler::Stub::KillWorkers, v1::KillWorkersRequest(), &reply, false);
   if (!s.ok()) return Named(s, "KillWorkers");
   return reply.success();
 }

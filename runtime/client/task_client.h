@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,10 @@ struct TaskClientOptions {
   bool is_driver = true;
   std::string worker_address;  // a worker's own WorkerService address
   std::string auth_token;
+  // How long a call to the scheduler keeps trying while the coordinator cannot be reached
+  // (restarting, say): calls wait for it and are sent again, numbered where a repeat must not
+  // take effect twice (cohort-call metadata).
+  absl::Duration reconnect = absl::Minutes(2);
 };
 
 // The task runtime from a driver's or a worker's side: registration, submission, puts and
@@ -48,7 +53,10 @@ class TaskClient {
   absl::Status Retain(const std::vector<ObjectId>& ids);
   absl::Status Alias(ObjectId alias, ObjectId target);
   absl::Status RegisterFunction(const std::string& name, uint64_t num_return_vals);
-  absl::Status ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous);
+  // `previous`: whether the last task succeeded, and its error; `operation`: that task's
+  // ExecuteTaskRequest.operation.
+  absl::Status ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous,
+                               OperationId operation = 0);
   absl::StatusOr<v1::TaskInfoReply> TaskInfo();
   absl::StatusOr<v1::SchedulerInfoReply> SchedulerInfo();
   absl::StatusOr<bool> KillWorkers();
@@ -56,12 +64,20 @@ class TaskClient {
  private:
   TaskClient() = default;
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // A call to the scheduler, sent again while the coordinator is unreachable (up to
+  // `reconnect`); `numbered`: with the next call number.
+  template <typename Request, typename Reply>
+  grpc::Status CallScheduler(grpc::Status (::Scheduler::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&, Reply*),
+                             const Request& request, Reply* reply, bool numbered);
 
   std::unique_ptr<::Scheduler::Stub> scheduler_;
   std::unique_ptr<v1::LocalStore::Stub> local_;
   WorkerId id_ = 0;
   StoreId store_ = 0;
   std::string address_;
+  absl::Duration reconnect_;
+  std::atomic<uint64_t> next_call_{0};
 };
 
 }  // namespace cohort::runtime

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "runtime/rpc/task_messages.h"
 #include "spdlog/spdlog.h"
 
@@ -160,9 +161,22 @@ absl::Status ObjectStoreServer::Keep(ObjectId id, std::shared_ptr<const ObjectBy
   request.set_objstoreid(id_);
   request.set_size(size);
   v1::AckReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Status s = scheduler_->ObjReady(&ctx, request, &reply);
+  grpc::Status s;
+  // Sent again while the coordinator cannot be reached (restarting from its --state-dir, say):
+  // ObjReady takes effect once however often it is sent.
+  const absl::Time give_up = absl::Now() + options_.reconnect;
+  absl::Duration pause = absl::Milliseconds(100);
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.set_wait_for_ready(true);
+    s = scheduler_->ObjReady(&ctx, request, &reply);
+    bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                 s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!again || absl::Now() + pause > give_up) break;
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Seconds(1));
+  }
   if (!s.ok()) {
     if (!had) store_.Deallocate(id);
     return absl::Status(FromGrpc(s).code(),

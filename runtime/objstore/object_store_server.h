@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cohort/runtime/v1/local_store.grpc.pb.h"
 #include "cohort/runtime/v1/services.grpc.pb.h"
 #include "common/grpc_auth.h"
@@ -28,6 +29,9 @@ struct ObjectStoreOptions {
   // (a directory of the store's own is made inside); empty: in the store's memory only.
   std::string shm_dir = "/dev/shm";
   std::string auth_token;  // carried on every call, and required of every call when set
+  // How long a report to the scheduler (ObjReady) keeps trying while the coordinator cannot be
+  // reached, before the object is refused.
+  absl::Duration reconnect = absl::Minutes(2);
 };
 
 // cohort-objstore: serves ObjStore (the protocol's, to the scheduler and the other stores)

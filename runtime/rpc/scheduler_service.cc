@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "runtime/rpc/task_messages.h"
 
 namespace cohort::runtime {
@@ -13,6 +15,23 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const absl::S
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(status));
   return reactor;
+}
+
+// The call's number, from its `cohort-call: WORKER/NUMBER` metadata (none: a call with no
+// number, taken as new every time).
+absl::StatusOr<CallId> CallIdOf(const grpc::CallbackServerContext& ctx) {
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find(kCallMetadata);
+  if (it == metadata.end()) return CallId{};
+  absl::string_view value(it->second.data(), it->second.size());
+  std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(value, '/');
+  CallId call;
+  if (!absl::SimpleAtoi(parts.first, &call.worker) ||
+      !absl::SimpleAtoi(parts.second, &call.number) || call.number == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("metadata ", kCallMetadata, " is '", value,
+                                                   "'; it must be WORKER/NUMBER, NUMBER > 0"));
+  }
+  return call;
 }
 
 }  // namespace
@@ -61,8 +80,10 @@ grpc::ServerUnaryReactor* SchedulerService::SubmitTask(grpc::CallbackServerConte
                                                        const v1::SubmitTaskRequest* request,
                                                        v1::SubmitTaskReply* reply) {
   if (auto* refused = Refused(ctx)) return refused;
+  absl::StatusOr<CallId> call = CallIdOf(*ctx);
+  if (!call.ok()) return Answer(ctx, call.status());
   absl::StatusOr<SubmitResult> r =
-      scheduler_->SubmitTask(request->workerid(), ToTaskSpec(request->task()));
+      scheduler_->SubmitTask(request->workerid(), ToTaskSpec(request->task()), *call);
   if (r.ok()) {
     reply->set_function_registered(r->function_registered);
     for (ObjectId id : r->results) reply->add_result(id);
@@ -92,7 +113,9 @@ grpc::ServerUnaryReactor* SchedulerService::PutObj(grpc::CallbackServerContext* 
                                                    const v1::PutObjRequest* request,
                                                    v1::PutObjReply* reply) {
   if (auto* refused = Refused(ctx)) return refused;
-  absl::StatusOr<ObjectId> id = scheduler_->PutObj(request->workerid());
+  absl::StatusOr<CallId> call = CallIdOf(*ctx);
+  if (!call.ok()) return Answer(ctx, call.status());
+  absl::StatusOr<ObjectId> id = scheduler_->PutObj(request->workerid(), *call);
   if (id.ok()) reply->set_objectid(*id);
   return Answer(ctx, id.status());
 }
@@ -124,16 +147,20 @@ grpc::ServerUnaryReactor* SchedulerService::IncrementRefCount(
     grpc::CallbackServerContext* ctx, const v1::IncrementRefCountRequest* request,
     v1::AckReply* /*reply*/) {
   if (auto* refused = Refused(ctx)) return refused;
+  absl::StatusOr<CallId> call = CallIdOf(*ctx);
+  if (!call.ok()) return Answer(ctx, call.status());
   std::vector<ObjectId> ids(request->objectid().begin(), request->objectid().end());
-  return Answer(ctx, scheduler_->IncrementRefCount(ids));
+  return Answer(ctx, scheduler_->IncrementRefCount(ids, *call));
 }
 
 grpc::ServerUnaryReactor* SchedulerService::DecrementRefCount(
     grpc::CallbackServerContext* ctx, const v1::DecrementRefCountRequest* request,
     v1::AckReply* /*reply*/) {
   if (auto* refused = Refused(ctx)) return refused;
+  absl::StatusOr<CallId> call = CallIdOf(*ctx);
+  if (!call.ok()) return Answer(ctx, call.status());
   std::vector<ObjectId> ids(request->objectid().begin(), request->objectid().end());
-  return Answer(ctx, scheduler_->DecrementRefCount(ids));
+  return Answer(ctx, scheduler_->DecrementRefCount(ids, *call));
 }
 
 grpc::ServerUnaryReactor* SchedulerService::AddContainedObjectIDs(
@@ -142,7 +169,9 @@ grpc::ServerUnaryReactor* SchedulerService::AddContainedObjectIDs(
   if (auto* refused = Refused(ctx)) return refused;
   std::vector<ObjectId> ids(request->contained_objectid().begin(),
                             request->contained_objectid().end());
-  return Answer(ctx, scheduler_->AddContainedObjectIDs(request->objectid(), ids));
+  absl::StatusOr<CallId> call = CallIdOf(*ctx);
+  if (!call.ok()) return Answer(ctx, call.status());
+  return Answer(ctx, scheduler_->AddContainedObjectIDs(request->objectid(), ids, *call));
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReadyForNewTask(
@@ -152,7 +181,8 @@ grpc::ServerUnaryReactor* SchedulerService::ReadyForNewTask(
   std::optional<FinishedTask> previous;
   if (request->has_previous_task_info()) {
     previous = FinishedTask{request->previous_task_info().task_succeeded(),
-                            request->previous_task_info().error_message()};
+                            request->previous_task_info().error_message(),
+                            request->previous_task_info().operation()};
   }
   return Answer(ctx, scheduler_->ReadyForNewTask(request->workerid(), previous));
 }

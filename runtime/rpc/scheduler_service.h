@@ -2,6 +2,7 @@
 
 #include "cohort/runtime/v1/services.grpc.pb.h"
 #include "common/grpc_auth.h"
+#include "runtime/rpc/task_messages.h"
 #include "runtime/scheduler/task_scheduler.h"
 
 namespace cohort::runtime {

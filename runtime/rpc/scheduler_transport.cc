@@ -168,6 +168,7 @@ void SchedulerTransport::Carry(Destination& d, const Effect& effect) {
       return;
     }
     *request.mutable_task() = *std::move(task);
+    request.set_operation(run->operation);
     std::unique_ptr<grpc::ClientContext> ctx = CallTo(d, options_.call_timeout);
     if (ctx == nullptr) return;
     grpc::Status s = d.worker->ExecuteTask(ctx.get(), request, &reply);

@@ -10,6 +10,11 @@
 
 namespace cohort::runtime {
 
+// Metadata that numbers a client's calls, "WORKER/NUMBER": a call sent again with the same
+// number (after a restart of the coordinator cut off its answer) takes effect once. Read for
+// SubmitTask, PutObj, IncrementRefCount, DecrementRefCount and AddContainedObjectIDs.
+inline constexpr char kCallMetadata[] = "cohort-call";
+
 // A submitted task: each argument an object id or a value.
 TaskSpec ToTaskSpec(const cohort::runtime::v1::Task& task);
 // A task as a worker receives it: values parsed back into Obj. A value that does not parse

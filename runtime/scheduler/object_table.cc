@@ -8,6 +8,7 @@ namespace cohort::runtime {
 
 ObjectId ObjectTable::Create(OperationId producer, WorkerId put_by) {
   ObjectId id = next_id_++;
+  dirty_.insert(id);
   ObjectRecord& record = objects_[id];
   record.refs = 1;
   record.producer = producer;
@@ -22,7 +23,9 @@ const ObjectRecord* ObjectTable::Find(ObjectId id) const {
 
 ObjectRecord* ObjectTable::FindMutable(ObjectId id) {
   auto it = objects_.find(id);
-  return it == objects_.end() ? nullptr : &it->second;
+  if (it == objects_.end()) return nullptr;
+  dirty_.insert(id);
+  return &it->second;
 }
 
 absl::Status ObjectTable::CheckLive(ObjectId id) const {
@@ -64,6 +67,8 @@ absl::Status ObjectTable::Alias(ObjectId alias, ObjectId target) {
   }
   record.alias_of = target;
   ++objects_[target].refs;
+  dirty_.insert(alias);
+  dirty_.insert(target);
   return absl::OkStatus();
 }
 
@@ -71,7 +76,10 @@ absl::Status ObjectTable::AddRefs(absl::Span<const ObjectId> ids) {
   for (ObjectId id : ids) {
     if (absl::Status s = CheckLive(id); !s.ok()) return s;
   }
-  for (ObjectId id : ids) ++objects_[id].refs;
+  for (ObjectId id : ids) {
+    ++objects_[id].refs;
+    dirty_.insert(id);
+  }
   return absl::OkStatus();
 }
 
@@ -91,6 +99,7 @@ absl::Status ObjectTable::DropRefs(absl::Span<const ObjectId> ids,
 }
 
 void ObjectTable::Hold(ObjectId id) {
+  dirty_.insert(id);
   ObjectRecord& record = objects_[id];
   if (record.refs++ > 0 || !record.released) return;
   // Back from the dead for a rebuild: its holds come back with it, its contents do not.
@@ -100,6 +109,7 @@ void ObjectTable::Hold(ObjectId id) {
 }
 
 void ObjectTable::Release(ObjectId id, std::vector<Deallocation>* freed) {
+  dirty_.insert(id);
   ObjectRecord& record = objects_[id];
   if (--record.refs > 0) return;
   record.released = true;
@@ -129,8 +139,21 @@ absl::Status ObjectTable::AddContained(ObjectId container, absl::Span<const Obje
   for (ObjectId id : contained) {
     ++objects_[id].refs;
     objects_[container].contained.push_back(id);
+    dirty_.insert(id);
   }
+  dirty_.insert(container);
   return absl::OkStatus();
+}
+
+void ObjectTable::Restore(ObjectId id, ObjectRecord record) {
+  objects_[id] = std::move(record);
+  if (id >= next_id_) next_id_ = id + 1;
+}
+
+std::vector<ObjectId> ObjectTable::TakeChanged() {
+  std::vector<ObjectId> changed(dirty_.begin(), dirty_.end());
+  dirty_.clear();
+  return changed;
 }
 
 }  // namespace cohort::runtime

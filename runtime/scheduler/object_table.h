@@ -6,6 +6,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "runtime/scheduler/ids.h"
@@ -73,6 +74,11 @@ class ObjectTable {
   // `container` holds one count on each of `contained` until it is released.
   absl::Status AddContained(ObjectId container, absl::Span<const ObjectId> contained);
 
+  // A record read back from saved state, as it was.
+  void Restore(ObjectId id, ObjectRecord record);
+  // The ids whose records changed since the last call (FindMutable counts as a change).
+  std::vector<ObjectId> TakeChanged();
+
   size_t size() const { return objects_.size(); }
   ObjectId last_id() const { return next_id_ - 1; }
   template <typename F>
@@ -83,6 +89,7 @@ class ObjectTable {
  private:
   ObjectId next_id_ = 1;
   absl::flat_hash_map<ObjectId, ObjectRecord> objects_;
+  absl::flat_hash_set<ObjectId> dirty_;
 };
 
 }  // namespace cohort::runtime

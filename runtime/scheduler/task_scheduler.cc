@@ -59,7 +59,7 @@ void TaskScheduler::Emit(Effect effect) { effects_.push_back(std::move(effect));
 
 absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& address) {
   if (absl::Status s = CheckAddress("object store address", address); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   for (auto& [id, store] : stores_) {
     // A store starts empty: one registering again at a known address restarted, and what
     // the old one held is gone.
@@ -69,6 +69,7 @@ absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& addre
   }
   StoreId id = next_store_++;
   stores_[id] = Store{id, address, true, clock_.Now()};
+  changed_stores_.insert(id);
   Schedule();
   return id;
 }
@@ -76,7 +77,7 @@ absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& addre
 absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
     const std::string& node_ip, const std::string& objstore_address, bool is_driver,
     const std::string& worker_address) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   const Store* store = nullptr;
   for (const auto& [id, s] : stores_) {
     if (!s.alive) continue;
@@ -102,6 +103,7 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
     }
     address = absl::StrCat(node_ip.find(':') != std::string::npos ? "[" + node_ip + "]" : node_ip,
                            ":", next_port_++);
+    port_changed_ = true;
   }
   if (!is_driver) {
     for (auto& [id, w] : workers_) {
@@ -111,7 +113,7 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
     }
   }
   WorkerId id = next_worker_++;
-  Worker& worker = workers_[id];
+  Worker& worker = WorkerMut(id);
   worker.id = id;
   worker.store = store->id;
   worker.address = address;
@@ -125,7 +127,7 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
 absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string& name,
                                              uint64_t num_return_vals) {
   if (name.empty()) return absl::InvalidArgumentError("a function needs a name");
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   Worker& w = workers_[worker];
   if (w.is_driver) {
@@ -139,6 +141,7 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
         "function '", name, "' returns ", it->second.num_return_vals,
         " values where other workers registered it; worker ", worker, " says ", num_return_vals));
   }
+  changed_functions_.insert(name);
   Function& function = functions_[name];
   function.num_return_vals = num_return_vals;
   function.workers.insert(worker);
@@ -148,7 +151,7 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
 
 absl::Status TaskScheduler::ExportFunction(std::string implementation) {
   if (implementation.empty()) return absl::InvalidArgumentError("the function is empty");
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   exported_functions_.push_back(std::move(implementation));
   for (auto& [id, w] : workers_) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
@@ -162,7 +165,7 @@ absl::Status TaskScheduler::ExportReusableVariable(std::string reusable_variable
   if (reusable_variable.empty()) {
     return absl::InvalidArgumentError("the reusable variable is empty");
   }
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   exported_variables_.push_back(std::move(reusable_variable));
   for (auto& [id, w] : workers_) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
@@ -173,6 +176,7 @@ absl::Status TaskScheduler::ExportReusableVariable(std::string reusable_variable
 }
 
 void TaskScheduler::SendExports(Worker& worker) {
+  Changed(worker);
   for (; worker.functions_sent < exported_functions_.size(); ++worker.functions_sent) {
     Emit(ImportFunctionEffect{worker.id, worker.address,
                               exported_functions_[worker.functions_sent]});
@@ -183,13 +187,18 @@ void TaskScheduler::SendExports(Worker& worker) {
   }
 }
 
-absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec task) {
+absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec task,
+                                                       CallId call) {
   if (task.function_name.empty()) return absl::InvalidArgumentError("the task names no function");
   if (!task.results.empty()) {
     return absl::InvalidArgumentError(
         "a submitted task names no results: the scheduler gives them their ids");
   }
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
+  if (const CallOutcome* repeated = Repeated(call)) {
+    if (!repeated->status.ok()) return repeated->status;
+    return SubmitResult{repeated->function_registered, repeated->ids};
+  }
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   for (size_t i = 0; i < task.args.size(); ++i) {
     const TaskArg& arg = task.args[i];
@@ -206,10 +215,13 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
   Worker& submitter = workers_[worker];
   submitter.last_seen = clock_.Now();
   auto fn = functions_.find(task.function_name);
-  if (fn == functions_.end()) return SubmitResult{false, {}};
+  if (fn == functions_.end()) {
+    Remember(call, CallOutcome{absl::OkStatus(), false, {}});
+    return SubmitResult{false, {}};
+  }
 
   OperationId id = next_operation_++;
-  Operation& op = operations_[id];
+  Operation& op = OpMut(id);
   op.id = id;
   op.creator = submitter.is_driver ? 0 : submitter.current;
   op.submitter = worker;
@@ -224,11 +236,13 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
   ++counters_.tasks_submitted;
   Enqueue(op);
   SubmitResult result{true, op.task.results};
+  Remember(call, CallOutcome{absl::OkStatus(), true, op.task.results});
   Schedule();
   return result;
 }
 
 void TaskScheduler::Enqueue(Operation& op) {
+  Changed(op);
   op.state = OpState::kQueued;
   op.worker = 0;
   op.queued_at = clock_.Now();
@@ -303,6 +317,8 @@ WorkerId TaskScheduler::PickWorker(const Operation& op) {
 }
 
 void TaskScheduler::Assign(Operation& op, Worker& worker) {
+  Changed(op);
+  Changed(worker);
   op.state = OpState::kAssigned;
   op.worker = worker.id;
   worker.state = WorkerState::kBusy;
@@ -327,11 +343,13 @@ void TaskScheduler::DispatchIfLocal(Operation& op) {
     if (!objects_.Find(arg.id)->locations.contains(worker.store)) return;
   }
   op.state = OpState::kRunning;
+  Changed(op);
   if (options_.on_dispatch) options_.on_dispatch(clock_.Now() - op.queued_at);
   Emit(ExecuteTaskEffect{worker.id, worker.address, op.id, std::move(task)});
 }
 
 void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string& error) {
+  Changed(op);
   op.state = succeeded ? OpState::kSucceeded : OpState::kFailed;
   op.error = succeeded ? "" : error;
   std::string worker_address;
@@ -362,7 +380,7 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
 }
 
 absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   Worker& w = workers_[worker];
   if (w.is_driver) {
@@ -370,6 +388,10 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
         absl::StrCat("worker ", worker, " is a driver; drivers never run tasks"));
   }
   w.last_seen = clock_.Now();
+  if (previous.has_value() && previous->operation != 0 && previous->operation != w.current) {
+    // Sent again after a restart of the coordinator, which had taken it already.
+    return absl::OkStatus();
+  }
   if (w.state == WorkerState::kBusy) {
     Operation& op = operations_[w.current];
     if (op.state == OpState::kAssigned) {
@@ -383,6 +405,7 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
     }
   }
   if (w.state == WorkerState::kRegistered) SendExports(w);
+  Changed(w);
   w.state = WorkerState::kIdle;
   w.current = 0;
   Schedule();
@@ -390,7 +413,7 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
 }
 
 bool TaskScheduler::KillWorkers() {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   for (const auto& [id, op] : operations_) {
     if (op.state == OpState::kQueued || op.state == OpState::kAssigned ||
         op.state == OpState::kRunning) {
@@ -401,15 +424,20 @@ bool TaskScheduler::KillWorkers() {
     if (w.is_driver || w.state == WorkerState::kDead) continue;
     Emit(DieEffect{id, w.address});
     w.state = WorkerState::kDead;
+    Changed(w);
   }
+  for (const auto& [name, function] : functions_) changed_functions_.insert(name);
   functions_.clear();
   exported_functions_.clear();
   exported_variables_.clear();
+  exports_cleared_ = true;
+  journaled_functions_ = 0;
+  journaled_variables_ = 0;
   return true;
 }
 
 void TaskScheduler::WorkerLost(WorkerId worker, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   auto it = workers_.find(worker);
   if (it == workers_.end() || it->second.state == WorkerState::kDead) return;
   LoseWorker(it->second, reason);
@@ -418,10 +446,13 @@ void TaskScheduler::WorkerLost(WorkerId worker, const std::string& reason) {
 
 void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
   worker.state = WorkerState::kDead;
+  Changed(worker);
   ++counters_.workers_lost;
-  for (auto& [name, function] : functions_) function.workers.erase(worker.id);
+  for (auto& [name, function] : functions_) {
+    if (function.workers.erase(worker.id) > 0) changed_functions_.insert(name);
+  }
   if (worker.current == 0) return;
-  Operation& op = operations_[worker.current];
+  Operation& op = OpMut(worker.current);
   worker.current = 0;
   if (op.state != OpState::kAssigned && op.state != OpState::kRunning) return;
   if (op.retries >= options_.max_task_retries) {
@@ -449,7 +480,7 @@ void TaskScheduler::StoreSeen(StoreId store) {
 
 void TaskScheduler::CheckLiveness() {
   if (options_.liveness_timeout <= absl::ZeroDuration()) return;
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   absl::Time now = clock_.Now();
   std::string silent =
       absl::StrCat("not heard from for ", absl::FormatDuration(options_.liveness_timeout));

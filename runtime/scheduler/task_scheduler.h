@@ -20,6 +20,7 @@
 #include "runtime/scheduler/effects.h"
 #include "runtime/scheduler/ids.h"
 #include "runtime/scheduler/object_table.h"
+#include "runtime/scheduler/scheduler_state.h"
 
 namespace cohort::runtime {
 
@@ -51,6 +52,14 @@ struct LivenessTarget {
   std::string address;
 };
 
+// A call that must not take effect twice: the client's worker id and the call's number, unique
+// for that worker (cohort's `cohort-call` metadata, "WORKER/NUMBER"). A call with no number
+// (0) is taken as new every time.
+struct CallId {
+  WorkerId worker = 0;
+  uint64_t number = 0;
+};
+
 struct SubmitResult {
   bool function_registered = false;
   std::vector<ObjectId> results;
@@ -59,6 +68,9 @@ struct SubmitResult {
 struct FinishedTask {
   bool succeeded = true;
   std::string error_message;
+  // The operation whose end this is (0: not said). A report for another operation than the
+  // worker's current one is a repeat of one already taken, and changes nothing.
+  OperationId operation = 0;
 };
 
 struct TaskStatusView {
@@ -128,8 +140,20 @@ struct SchedulerStats {
 // Beyond the original: a lost worker's task runs again elsewhere (up to max_task_retries),
 // and an object whose every copy was lost is rebuilt by running the task that computed it
 // again (its lineage); an object put by a client cannot be rebuilt and reads as an error.
+//
+// Durability: with a journal, every change reaches it (as SchedulerChanges, one set per call)
+// before the call is answered, and a new scheduler restored from what the journal kept carries
+// on where the old one stopped: the same workers, stores, tasks and objects.
+//
+// Repeated calls: a client whose call was cut off by the coordinator's end sends it again to
+// the next coordinator. Calls that must not take effect twice (SubmitTask, PutObj,
+// IncrementRefCount, DecrementRefCount, AddContainedObjectIDs) carry a CallId; the scheduler
+// keeps the outcomes of each worker's last kRememberedCalls numbered calls, durably, and
+// answers a repeat with the first outcome.
 class TaskScheduler {
  public:
+  static constexpr size_t kRememberedCalls = 256;
+
   TaskScheduler(const Clock& clock, SchedulerOptions options);
 
   absl::StatusOr<StoreId> RegisterObjStore(const std::string& address);
@@ -141,14 +165,15 @@ class TaskScheduler {
   absl::Status ExportFunction(std::string implementation);
   absl::Status ExportReusableVariable(std::string reusable_variable);
 
-  absl::StatusOr<SubmitResult> SubmitTask(WorkerId worker, TaskSpec task);
-  absl::StatusOr<ObjectId> PutObj(WorkerId worker);
+  absl::StatusOr<SubmitResult> SubmitTask(WorkerId worker, TaskSpec task, CallId call = {});
+  absl::StatusOr<ObjectId> PutObj(WorkerId worker, CallId call = {});
   absl::Status ObjReady(ObjectId object, StoreId store, uint64_t size);
   absl::Status RequestObj(WorkerId worker, ObjectId object);
   absl::Status AliasObjectIDs(ObjectId alias, ObjectId target);
-  absl::Status IncrementRefCount(const std::vector<ObjectId>& ids);
-  absl::Status DecrementRefCount(const std::vector<ObjectId>& ids);
-  absl::Status AddContainedObjectIDs(ObjectId object, const std::vector<ObjectId>& contained);
+  absl::Status IncrementRefCount(const std::vector<ObjectId>& ids, CallId call = {});
+  absl::Status DecrementRefCount(const std::vector<ObjectId>& ids, CallId call = {});
+  absl::Status AddContainedObjectIDs(ObjectId object, const std::vector<ObjectId>& contained,
+                                     CallId call = {});
   absl::Status ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous);
   // True when nothing is queued or running: every idle worker is told to die and forgotten,
   // and the function table is cleared. False changes nothing.
@@ -170,55 +195,66 @@ class TaskScheduler {
   TaskInfoView TaskInfo() const;
   SchedulerStats Stats() const;
 
+  // Durability (the coordinator's --state-dir). Before anything is served: Restore with each
+  // saved set of changes in order, then FinishRestore, then SetJournal.
+  void Restore(const SchedulerChanges& changes);
+  // Makes what was read back whole: the queue, and the calls to workers and stores that may
+  // have been lost with the old process (ExecuteTask of running tasks, deliveries under way,
+  // aliases, exports), sent again. Receivers take a repeated call as a no-op. Refuses
+  // (DATA_LOSS, naming what) state that no scheduler could have saved: an id that names
+  // nothing, an alias cycle, a running task without its worker.
+  absl::Status FinishRestore();
+  void SetJournal(SchedulerJournal* journal);
+  // The whole durable state (a snapshot). Changes made meanwhile reach the journal too.
+  SchedulerChanges CaptureState() const;
+
   std::vector<Effect> TakeEffects();
   // Waits until an effect is recorded or `deadline` passes (for the transport's thread).
   bool WaitForEffects(absl::Time deadline);
 
  private:
-  enum class OpState { kQueued, kAssigned, kRunning, kSucceeded, kFailed };
-  struct Operation {
-    OperationId id = 0;
-    TaskSpec task;
-    OperationId creator = 0;
-    WorkerId submitter = 0;
-    OpState state = OpState::kQueued;
-    WorkerId worker = 0;
-    int retries = 0;   // started again after its worker was lost
-    int rebuilds = 0;  // started again to rebuild a lost result
-    bool holds_args = false;
-    absl::Time queued_at;
-    std::string error;
-    // A put: only `put_object` is set.
-    ObjectId put_object = 0;
+  // Holds the lock; releasing it first tells the journal what changed.
+  class ABSL_SCOPED_LOCKABLE Mutation {
+   public:
+    explicit Mutation(TaskScheduler* scheduler) ABSL_EXCLUSIVE_LOCK_FUNCTION(scheduler->mu_)
+        : scheduler_(scheduler) {
+      scheduler_->mu_.Lock();
+    }
+    ~Mutation() ABSL_UNLOCK_FUNCTION();
+    Mutation(const Mutation&) = delete;
+    Mutation& operator=(const Mutation&) = delete;
+
+   private:
+    TaskScheduler* const scheduler_;
   };
-  enum class WorkerState { kRegistered, kIdle, kBusy, kDead };
-  struct Worker {
-    WorkerId id = 0;
-    StoreId store = 0;
-    std::string address;
-    bool is_driver = false;
-    WorkerState state = WorkerState::kRegistered;
-    OperationId current = 0;  // the task it runs (or last ran, for a driver's submissions)
-    size_t functions_sent = 0;
-    size_t variables_sent = 0;
-    absl::Time last_seen;
-  };
-  struct Store {
-    StoreId id = 0;
-    std::string address;
-    bool alive = true;
-    absl::Time last_seen;
-  };
-  struct Function {
-    uint64_t num_return_vals = 0;
-    absl::btree_set<WorkerId> workers;
-  };
-  // An object on its way to a store, and the ids to announce there once it lands.
-  struct Delivery {
-    StoreId from = 0;  // 0: an error value placed by the scheduler
-    int attempt = 0;
-    absl::btree_set<ObjectId> aliases;
-  };
+
+  // The changes since the last journal entry: told to the journal, then forgotten.
+  void JournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(const SchedulerChanges& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRestoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A repeated call's outcome, if `call` was answered before.
+  const CallOutcome* Repeated(const CallId& call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Remember(const CallId& call, CallOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Operation& OpMut(OperationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_operations_.insert(id);
+    return operations_[id];
+  }
+  Worker& WorkerMut(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_workers_.insert(id);
+    return workers_[id];
+  }
+  void Changed(const Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_workers_.insert(worker.id);
+  }
+  void Changed(const Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_operations_.insert(op.id);
+  }
+  void WantedChanged(ObjectId canonical) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_wanted_.insert(canonical);
+  }
+  void DeliveryChanged(std::pair<StoreId, ObjectId> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_deliveries_.insert(key);
+  }
 
   absl::Status CheckWorker(WorkerId worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckStore(StoreId store) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -262,6 +298,23 @@ class TaskScheduler {
   // (to, canonical) -> delivery under way.
   absl::btree_map<std::pair<StoreId, ObjectId>, Delivery> deliveries_ ABSL_GUARDED_BY(mu_);
   std::vector<Effect> effects_ ABSL_GUARDED_BY(mu_);
+  SchedulerJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Repeated calls: (worker, number) -> outcome, and each worker's numbers oldest first.
+  absl::flat_hash_map<std::pair<WorkerId, uint64_t>, CallOutcome> calls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WorkerId, std::deque<uint64_t>> call_order_ ABSL_GUARDED_BY(mu_);
+  // What changed since the last journal entry.
+  absl::btree_set<StoreId> changed_stores_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<WorkerId> changed_workers_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::string> changed_functions_ ABSL_GUARDED_BY(mu_);
+  bool exports_cleared_ ABSL_GUARDED_BY(mu_) = false;
+  size_t journaled_functions_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t journaled_variables_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::btree_set<OperationId> changed_operations_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<ObjectId> changed_wanted_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::pair<StoreId, ObjectId>> changed_deliveries_ ABSL_GUARDED_BY(mu_);
+  std::vector<RememberedCall> new_calls_ ABSL_GUARDED_BY(mu_);
+  bool port_changed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> journaled_counters_ ABSL_GUARDED_BY(mu_);
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // the cumulative fields only
   OperationId next_operation_ ABSL_GUARDED_BY(mu_) = 1;
   StoreId next_store_ ABSL_GUARDED_BY(mu_) = 1;

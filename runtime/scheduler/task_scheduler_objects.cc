@@ -7,24 +7,29 @@
 
 namespace cohort::runtime {
 
-absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = Repeated(call)) {
+    if (!repeated->status.ok()) return repeated->status;
+    return repeated->ids.at(0);
+  }
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   Worker& w = workers_[worker];
   w.last_seen = clock_.Now();
   ObjectId object = objects_.Create(0, worker);
   OperationId id = next_operation_++;
-  Operation& op = operations_[id];
+  Operation& op = OpMut(id);
   op.id = id;
   op.creator = w.is_driver ? 0 : w.current;
   op.submitter = worker;
   op.put_object = object;
   op.state = OpState::kSucceeded;
+  Remember(call, CallOutcome{absl::OkStatus(), false, {object}});
   return object;
 }
 
 absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t size) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   if (absl::Status s = CheckStore(store); !s.ok()) return s;
   ObjectRecord* record = objects_.FindMutable(object);
   if (record == nullptr) return absl::NotFoundError(absl::StrCat("no object ", object));
@@ -38,6 +43,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
   if (auto it = deliveries_.find({store, object}); it != deliveries_.end()) {
     delivery = std::move(it->second);
     deliveries_.erase(it);
+    DeliveryChanged({store, object});
     if (delivery.from != 0) counters_.delivered_bytes += size;
   }
   if (record->released) {
@@ -53,6 +59,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
   if (auto it = wanted_.find(object); it != wanted_.end()) {
     auto waiting = std::move(it->second);
     wanted_.erase(it);
+    WantedChanged(object);
     for (const auto& [to, requested] : waiting) WantAt(to, requested, object);
   }
   for (auto& [id, w] : workers_) {
@@ -63,7 +70,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
 }
 
 absl::Status TaskScheduler::RequestObj(WorkerId worker, ObjectId object) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   if (absl::Status s = objects_.CheckLive(object); !s.ok()) return s;
   Worker& w = workers_[worker];
@@ -82,8 +89,10 @@ void TaskScheduler::WantAt(StoreId store, ObjectId requested, ObjectId canonical
   }
   if (record->locations.empty() && !record->failed) {
     wanted_[canonical].insert({store, requested});
+    WantedChanged(canonical);
     return;
   }
+  DeliveryChanged({store, canonical});
   auto [it, fresh] = deliveries_.try_emplace({store, canonical});
   if (requested != canonical) it->second.aliases.insert(requested);
   if (!fresh) return;
@@ -100,6 +109,7 @@ void TaskScheduler::WantAt(StoreId store, ObjectId requested, ObjectId canonical
 }
 
 void TaskScheduler::Deliver(StoreId to, ObjectId canonical) {
+  DeliveryChanged({to, canonical});
   Delivery& delivery = deliveries_[{to, canonical}];
   const ObjectRecord* record = objects_.Find(canonical);
   // Sources in turn, so a repeated delivery tries another holder first.
@@ -111,9 +121,10 @@ void TaskScheduler::Deliver(StoreId to, ObjectId canonical) {
 }
 
 void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   auto it = deliveries_.find({to, canonical});
   if (it == deliveries_.end()) return;
+  DeliveryChanged({to, canonical});
   if (!stores_[to].alive) {
     deliveries_.erase(it);
     return;
@@ -130,6 +141,7 @@ void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::st
   }
   if (record->locations.empty()) {
     // Every copy is gone meanwhile: wait for the rebuild.
+    WantedChanged(canonical);
     for (ObjectId alias : it->second.aliases) wanted_[canonical].insert({to, alias});
     wanted_[canonical].insert({to, canonical});
     deliveries_.erase(it);
@@ -139,7 +151,7 @@ void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::st
 }
 
 absl::Status TaskScheduler::AliasObjectIDs(ObjectId alias, ObjectId target) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   const ObjectRecord* record = objects_.Find(alias);
   if (record != nullptr && record->alias_of == target) return absl::OkStatus();  // repeated
   if (record != nullptr && record->released && record->producer != 0) {
@@ -151,29 +163,39 @@ absl::Status TaskScheduler::AliasObjectIDs(ObjectId alias, ObjectId target) {
   if (auto it = wanted_.find(alias); it != wanted_.end()) {
     auto waiting = std::move(it->second);
     wanted_.erase(it);
+    WantedChanged(alias);
     for (const auto& [store, requested] : waiting) WantAt(store, requested, canonical);
   }
   Schedule();
   return absl::OkStatus();
 }
 
-absl::Status TaskScheduler::IncrementRefCount(const std::vector<ObjectId>& ids) {
-  absl::MutexLock lock(&mu_);
-  return objects_.AddRefs(ids);
+absl::Status TaskScheduler::IncrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
+  absl::Status s = objects_.AddRefs(ids);
+  Remember(call, CallOutcome{s, false, {}});
+  return s;
 }
 
-absl::Status TaskScheduler::DecrementRefCount(const std::vector<ObjectId>& ids) {
-  absl::MutexLock lock(&mu_);
+absl::Status TaskScheduler::DecrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
   std::vector<Deallocation> freed;
-  if (absl::Status s = objects_.DropRefs(ids, &freed); !s.ok()) return s;
-  Deallocate(freed);
-  return absl::OkStatus();
+  absl::Status s = objects_.DropRefs(ids, &freed);
+  if (s.ok()) Deallocate(freed);
+  Remember(call, CallOutcome{s, false, {}});
+  return s;
 }
 
 absl::Status TaskScheduler::AddContainedObjectIDs(ObjectId object,
-                                                  const std::vector<ObjectId>& contained) {
-  absl::MutexLock lock(&mu_);
-  return objects_.AddContained(object, contained);
+                                                  const std::vector<ObjectId>& contained,
+                                                  CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
+  absl::Status s = objects_.AddContained(object, contained);
+  Remember(call, CallOutcome{s, false, {}});
+  return s;
 }
 
 void TaskScheduler::Deallocate(const std::vector<Deallocation>& freed) {
@@ -182,7 +204,7 @@ void TaskScheduler::Deallocate(const std::vector<Deallocation>& freed) {
       const Store& s = stores_[store];
       if (s.alive) Emit(DeallocateEffect{store, s.address, d.canonical});
     }
-    wanted_.erase(d.canonical);
+    if (wanted_.erase(d.canonical) > 0) WantedChanged(d.canonical);
   }
 }
 
@@ -193,12 +215,13 @@ void TaskScheduler::FailObject(ObjectId canonical, const std::string& error) {
   if (auto it = wanted_.find(canonical); it != wanted_.end()) {
     auto waiting = std::move(it->second);
     wanted_.erase(it);
+    WantedChanged(canonical);
     for (const auto& [store, requested] : waiting) WantAt(store, requested, canonical);
   }
 }
 
 void TaskScheduler::StoreLost(StoreId store, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  Mutation lock(this);
   auto it = stores_.find(store);
   if (it == stores_.end() || !it->second.alive) return;
   LoseStore(it->second, reason);
@@ -207,6 +230,7 @@ void TaskScheduler::StoreLost(StoreId store, const std::string& reason) {
 
 void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
   store.alive = false;
+  changed_stores_.insert(store.id);
   ++counters_.stores_lost;
   std::string why =
       absl::StrCat("object store ", store.id, " at ", store.address, " was lost: ", reason);
@@ -216,6 +240,7 @@ void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
   // Deliveries to it are moot; those from it start again from another copy, or wait.
   std::vector<std::pair<StoreId, ObjectId>> resend;
   for (auto it = deliveries_.begin(); it != deliveries_.end();) {
+    DeliveryChanged(it->first);
     if (it->first.first == store.id) {
       it = deliveries_.erase(it);
     } else {
@@ -224,7 +249,9 @@ void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
     }
   }
   for (auto& [canonical, waiting] : wanted_) {
-    absl::erase_if(waiting, [&](const auto& entry) { return entry.first == store.id; });
+    if (absl::erase_if(waiting, [&](const auto& entry) { return entry.first == store.id; }) > 0) {
+      WantedChanged(canonical);
+    }
   }
   std::vector<ObjectId> gone;
   objects_.ForEach([&](ObjectId id, const ObjectRecord& record) {
@@ -243,6 +270,7 @@ void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
       ++it->second.attempt;
       Deliver(key.first, key.second);
     } else if (!record->failed) {
+      WantedChanged(key.second);
       for (ObjectId alias : it->second.aliases) wanted_[key.second].insert({key.first, alias});
       wanted_[key.second].insert({key.first, key.second});
       deliveries_.erase(it);
@@ -264,7 +292,7 @@ void TaskScheduler::Rebuild(ObjectId canonical, const std::string& why) {
                             ", so it cannot be computed again, and ", why));
     return;
   }
-  Operation& op = operations_[record->producer];
+  Operation& op = OpMut(record->producer);
   if (op.state != OpState::kSucceeded) return;  // being computed, or failed already
   if (op.rebuilds >= options_.max_task_retries) {
     ++counters_.objects_lost;

@@ -1,5 +1,6 @@
 #include "runtime/worker/cpp_worker.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,15 @@ grpc::Status CppWorker::ExecuteTask(grpc::ServerContext* ctx, const v1::ExecuteT
   if (grpc::Status s = Refused(*ctx); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is stopping");
-  tasks_.push_back(request->task());
+  OperationId operation = request->operation();
+  if (operation != 0) {
+    if (held_.contains(operation) ||
+        std::find(reported_.begin(), reported_.end(), operation) != reported_.end()) {
+      return grpc::Status::OK;  // sent again by a restarted coordinator
+    }
+    held_.insert(operation);
+  }
+  tasks_.push_back(*request);
   return grpc::Status::OK;
 }
 
@@ -108,22 +117,29 @@ grpc::Status CppWorker::Alive(grpc::ServerContext* ctx, const v1::AliveRequest* 
 
 void CppWorker::Run() {
   while (true) {
-    v1::Task task;
+    v1::ExecuteTaskRequest next;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      task = std::move(tasks_.front());
+      next = std::move(tasks_.front());
       tasks_.pop_front();
     }
+    const v1::Task& task = next.task();
     std::optional<std::string> error = Execute(task);
     if (error.has_value()) {
       spdlog::info("worker {}: task {} failed: {}", id(), task.name(), *error);
     }
-    absl::Status s =
-        client_->ReadyForNewTask(std::make_pair(!error.has_value(), error.value_or(std::string())));
+    absl::Status s = client_->ReadyForNewTask(
+        std::make_pair(!error.has_value(), error.value_or(std::string())), next.operation());
+    {
+      absl::MutexLock lock(&mu_);
+      held_.erase(next.operation());
+      reported_.push_back(next.operation());
+      if (reported_.size() > kRememberedOperations) reported_.pop_front();
+    }
     if (!s.ok()) {
       spdlog::error("worker {}: the scheduler did not take the task's end: {}", id(),
                     std::string(s.message()));

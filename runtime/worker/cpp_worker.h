@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "cohort/runtime/v1/services.grpc.pb.h"
@@ -50,6 +51,8 @@ class CppWorker final : public ::WorkerService::Service {
                      v1::AckReply* reply) override;
 
  private:
+  static constexpr size_t kRememberedOperations = 1024;
+
   void Run();
   // Runs one task; the error message when it fails.
   std::optional<std::string> Execute(const v1::Task& task);
@@ -59,7 +62,11 @@ class CppWorker final : public ::WorkerService::Service {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<TaskClient> client_;
   absl::Mutex mu_;
-  std::deque<v1::Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::ExecuteTaskRequest> tasks_ ABSL_GUARDED_BY(mu_);
+  // Operations received and not yet reported, and the last ones reported (oldest first): an
+  // ExecuteTask for any of them is a repeat from a restarted coordinator.
+  absl::flat_hash_set<OperationId> held_ ABSL_GUARDED_BY(mu_);
+  std::deque<OperationId> reported_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status ended_ ABSL_GUARDED_BY(mu_);
   std::thread runner_;

@@ -26,6 +26,8 @@
 #include "absl/strings/strip.h"
 #include "cohort/state/v1/state.pb.h"
 #include "common/metrics.h"
+#include "runtime/scheduler/task_scheduler.h"
+#include "service/state/scheduler_records.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -270,8 +272,17 @@ class FrameReader {
 // The state being rebuilt from a snapshot and the logs after it.
 class Replay {
  public:
+  explicit Replay(runtime::TaskScheduler* scheduler) : scheduler_(scheduler) {}
+
   absl::Status Apply(const pb::Record& record) {
     switch (record.change_case()) {
+      case pb::Record::kScheduler: {
+        auto changes = SchedulerChangesFromProto(record.scheduler());
+        if (!changes.ok()) return changes.status();
+        // A coordinator that runs no scheduler (tests of the service alone) skips them.
+        if (scheduler_ != nullptr) scheduler_->Restore(*changes);
+        return absl::OkStatus();
+      }
       case pb::Record::kTask: {
         const pb::TaskChanged& r = record.task();
         if (r.state() < 0 || r.state() > static_cast<int>(TaskState::kError)) {
@@ -427,6 +438,7 @@ class Replay {
   int64_t revision_ = 0;
   std::map<std::string, DurableBarrier> barriers_;
   std::map<std::vector<TaskName>, DurableDeviceGroup> groups_;
+  runtime::TaskScheduler* const scheduler_;
 };
 
 // "snapshot-12" -> 12.
@@ -482,9 +494,10 @@ StateStore::~StateStore() {
   ::close(lock_fd_);
 }
 
-absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
-    const StateStoreOptions& options, const ServiceConfig& config,
-    std::optional<DurableState>* restored) {
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOptions& options,
+                                                             const ServiceConfig& config,
+                                                             std::optional<DurableState>* restored,
+                                                             runtime::TaskScheduler* scheduler) {
   restored->reset();
   const std::string& dir = options.dir;
   if (dir.empty()) return absl::InvalidArgumentError("--state-dir must not be empty");
@@ -546,7 +559,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
         "): refusing to start on it. Point --state-dir at this job's own directory, or empty "
         "it to start afresh"));
   }
-  Replay replay;
+  Replay replay(scheduler);
   std::string payload;
   pb::Record record;
   for (;;) {
@@ -618,7 +631,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
 
 // ---- Writing -------------------------------------------------------------------------------
 
-absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& state) {
+absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& state,
+                                       const runtime::SchedulerChanges* scheduler) {
   std::string data;
   pb::Header header;
   header.set_format(kFormat);
@@ -654,6 +668,13 @@ absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& s
     r->set_done(barrier.done);
     ToProto(barrier.result, r->mutable_result());
     AppendFrame(record, &data);
+  }
+  if (scheduler != nullptr) {
+    SplitSchedulerState(*scheduler, size_t{16} << 20, [&data](const pb::SchedulerChanges& part) {
+      pb::Record r;
+      *r.mutable_scheduler() = part;
+      AppendFrame(r, &data);
+    });
   }
 
   const std::string path = absl::StrCat(options_.dir, "/snapshot-", generation);
@@ -712,11 +733,17 @@ void StateStore::RemoveBefore(int64_t generation) {
   ::closedir(d);
 }
 
-absl::Status StateStore::Start(CoordinationService* service) {
+absl::Status StateStore::Start(CoordinationService* service, runtime::TaskScheduler* scheduler) {
   service_ = service;
+  scheduler_ = scheduler;
   service_incarnation_ = service->service_incarnation();
   const int64_t generation = first_generation_;
-  if (auto s = WriteSnapshot(generation, service->CaptureState()); !s.ok()) return s;
+  std::optional<runtime::SchedulerChanges> tasks;
+  if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
+  if (auto s = WriteSnapshot(generation, service->CaptureState(), tasks ? &*tasks : nullptr);
+      !s.ok()) {
+    return s;
+  }
   auto fd = OpenLog(generation);
   if (!fd.ok()) return fd.status();
   {
@@ -817,7 +844,10 @@ void StateStore::Compact() {
     compact_wanted_ = false;
   }
   ::close(old_fd);
-  if (auto s = WriteSnapshot(generation, service_->CaptureState()); !s.ok()) {
+  std::optional<runtime::SchedulerChanges> tasks;
+  if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
+  if (auto s = WriteSnapshot(generation, service_->CaptureState(), tasks ? &*tasks : nullptr);
+      !s.ok()) {
     // The older snapshot and both logs still hold everything; try again later.
     spdlog::error("cannot write a snapshot of the durable state: {}", std::string(s.message()));
     return;
@@ -881,6 +911,12 @@ void StateStore::BarrierDone(const std::string& id, int64_t counter, const absl:
 void StateStore::BarrierForgotten(const std::string& id) {
   pb::Record record;
   record.mutable_barrier_forgotten()->set_id(id);
+  Append(record);
+}
+
+void StateStore::SchedulerChanged(const runtime::SchedulerChanges& changes) {
+  pb::Record record;
+  SchedulerChangesToProto(changes, record.mutable_scheduler());
   Append(record);
 }
 

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/scheduler/scheduler_state.h"
 #include "service/core/coordination_service.h"
 #include "service/core/durable_state.h"
 #include "service/core/service_config.h"
@@ -37,6 +38,9 @@ namespace cohort {
 
 namespace state::v1 {
 class Record;
+}
+namespace runtime {
+class TaskScheduler;
 }
 
 struct StateStoreOptions {
@@ -49,20 +53,24 @@ struct StateStoreOptions {
   int64_t compact_bytes = int64_t{64} << 20;
 };
 
-class StateStore final : public StateJournal {
+// The task runtime's scheduler keeps its state in the same files: its changes are records of
+// the same log, and its whole state is part of every snapshot.
+class StateStore final : public StateJournal, public runtime::SchedulerJournal {
  public:
   // Opens (creating it when missing) and locks the directory, and reads the state saved in
   // it into `restored` (left empty when the directory holds none). Refuses, with an error
   // saying why, a directory that another coordinator holds, one written for other jobs, and
-  // one whose files are damaged.
-  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options,
-                                                          const ServiceConfig& config,
-                                                          std::optional<DurableState>* restored);
+  // one whose files are damaged. With a `scheduler`, the scheduler's saved state is restored
+  // into it (TaskScheduler::Restore; the caller then calls FinishRestore).
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(
+      const StateStoreOptions& options, const ServiceConfig& config,
+      std::optional<DurableState>* restored, runtime::TaskScheduler* scheduler = nullptr);
   ~StateStore() override;
 
   // Before `service` serves anything: writes its state as the snapshot of a new generation,
   // removes the files that snapshot replaces, and starts syncing and compacting.
-  absl::Status Start(CoordinationService* service);
+  // With a `scheduler`, its state is saved too (set this store as its journal after Start).
+  absl::Status Start(CoordinationService* service, runtime::TaskScheduler* scheduler = nullptr);
   // Stops the background work and syncs the log. Changes after this are lost.
   void Stop();
 
@@ -94,12 +102,15 @@ class StateStore final : public StateJournal {
   void BarrierArrived(const std::string& id, int64_t counter, const TaskName& task) override;
   void BarrierDone(const std::string& id, int64_t counter, const absl::Status& result) override;
   void BarrierForgotten(const std::string& id) override;
+  // SchedulerJournal.
+  void SchedulerChanged(const runtime::SchedulerChanges& changes) override;
 
  private:
   StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);
 
   void Append(const state::v1::Record& record);
-  absl::Status WriteSnapshot(int64_t generation, const DurableState& state);
+  absl::Status WriteSnapshot(int64_t generation, const DurableState& state,
+                             const runtime::SchedulerChanges* scheduler);
   absl::StatusOr<int> OpenLog(int64_t generation);
   void RemoveBefore(int64_t generation);
   void Background();
@@ -111,6 +122,7 @@ class StateStore final : public StateJournal {
   uint64_t service_incarnation_ = 0;
   int64_t first_generation_ = 1;  // of the next Start
   CoordinationService* service_ = nullptr;
+  runtime::TaskScheduler* scheduler_ = nullptr;
 
   // Held while a compaction writes its snapshot and removes the files it replaces.
   absl::Mutex files_mu_;

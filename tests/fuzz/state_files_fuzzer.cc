@@ -1,8 +1,9 @@
 // libFuzzer target: the files of a coordinator's --state-dir (service/state). The input is
 // one snapshot and one log: a 4-byte little-endian length, that many bytes of snapshot-1,
 // and the rest as log-1. Whatever the bytes, StateStore::Open either refuses with an error
-// or returns a state that a CoordinationService accepts or refuses with an error: it never
-// crashes, hangs or reads out of bounds.
+// or returns a state that a CoordinationService accepts or refuses with an error, and a task
+// runtime scheduler that FinishRestore refuses or that then works: it never crashes, hangs or
+// reads out of bounds.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "runtime/scheduler/task_scheduler.h"
 #include "service/core/coordination_service.h"
 #include "service/state/state_store.h"
 #include "spdlog/spdlog.h"
@@ -59,12 +61,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cohort::StateStoreOptions options;
   options.dir = *dir;
   std::optional<cohort::DurableState> restored;
-  auto store = cohort::StateStore::Open(options, Config(), &restored);
+  cohort::ManualClock clock;
+  cohort::runtime::TaskScheduler scheduler(clock, {});
+  auto store = cohort::StateStore::Open(options, Config(), &restored, &scheduler);
   if (store.ok() && restored) {
-    cohort::ManualClock clock;
     auto service =
         cohort::CoordinationService::Create(Config(), &clock, nullptr, nullptr, &*restored);
     if (service.ok()) (*service)->CaptureState();
+    // The task runtime's part: refused as inconsistent, or a scheduler that works.
+    if (scheduler.FinishRestore().ok()) {
+      scheduler.CaptureState();
+      scheduler.SchedulerInfo();
+      scheduler.TaskInfo();
+      scheduler.Stats();
+      scheduler.TakeEffects();
+      scheduler.CheckLiveness();
+    }
   }
   // Open may have cut a torn record off the log; the next input writes both files anew.
   return 0;

@@ -28,10 +28,22 @@ class Cluster:
         self.tmp = tmp
         self.procs = []
         self.scheduler = f"127.0.0.1:{free_port()}"
-        self.start("coordinator", [BIN / "cohort-coordinator", "--listen", self.scheduler,
-                                   "--http-listen", "", "--job", "driver=1",
-                                   "--task-liveness-timeout", "3s"])
+        self.coordinators = 0
+        self.coordinator = self.start_coordinator([])
         self.stores = []
+
+    def start_coordinator(self, extra):
+        self.coordinators += 1
+        return self.start(f"coordinator-{self.coordinators}", [
+            BIN / "cohort-coordinator", "--listen", self.scheduler, "--http-listen", "",
+            "--job", "driver=1", "--task-liveness-timeout", "3s", *extra])
+
+    def restart_coordinator(self, extra, kill=True):
+        """The coordinator killed (SIGKILL) and started again on the same port with `extra`."""
+        if kill:
+            os.kill(self.coordinator.pid, signal.SIGKILL)
+            self.coordinator.wait()
+        self.coordinator = self.start_coordinator(extra)
 
     def start(self, name, argv, env=None):
         log = open(self.tmp / f"{name}.log", "w")

@@ -123,3 +123,32 @@ def test_a_large_array_on_the_same_node_goes_through_shared_memory(two_nodes):
     # A task on the other node gets it delivered between the stores; its result comes back.
     assert cohort.get(tasks_lib.array_sum.remote(ref)) == float(array.sum())
     del back
+
+
+def test_the_coordinator_killed_mid_run_comes_back_and_the_driver_carries_on(cluster, tmp_path):
+    state = ["--state-dir", str(tmp_path / "state")]
+    cluster.restart_coordinator(state)
+    a = cluster.add_store("127.0.0.2")
+    workers = [cluster.add_python_worker(a, i) for i in range(2)]
+    cluster.wait_for_workers(2)
+    cohort.init(cluster.scheduler, a)
+    data = cohort.put(list(range(100)))
+    slow = [tasks_lib.nap.remote(0.05, i) for i in range(60)]
+    mapped = [tasks_lib.pair_sum.remote(tasks_lib.square.remote(i), 1) for i in range(30)]
+    client = cohort.api._require_client()
+    deadline = time.monotonic() + 30
+    while client.task_info().num_succeeded < 10:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert client.task_info().num_succeeded < 120, "the run ended before the kill"
+    cluster.restart_coordinator(state)
+    # Calls made while it starts again wait for it; nothing is lost or run twice.
+    more = [tasks_lib.square.remote(i) for i in range(10)]
+    assert cohort.get(slow) == list(range(60))
+    assert cohort.get(mapped) == [i * i + 1 for i in range(30)]
+    assert cohort.get(more) == [i * i for i in range(10)]
+    assert cohort.get(data) == list(range(100))
+    info = client.task_info()
+    assert len(info.failed_task) == 0
+    assert all(w.poll() is None for w in workers), "a worker exited"
+    assert len(cluster.scheduler_info().avail_worker) == 2

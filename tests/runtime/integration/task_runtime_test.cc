@@ -2,6 +2,8 @@
 // cohort-objstore per node, cohort-worker per node, and drivers on the TaskClient library.
 // Nodes are loopback addresses of their own (127.0.0.2, 127.0.0.3, ...), so a worker's
 // address tells which node it is on.
+#include <sys/wait.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -74,11 +76,35 @@ class TaskRuntimeTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     scheduler_ = absl::StrCat("127.0.0.1:", FreePort());
     http_ = absl::StrCat("127.0.0.1:", FreePort());
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{Bin("cohort-coordinator"), "--listen", scheduler_, "--http-listen",
-                                 http_, "--job", "driver=1", "--task-liveness-timeout", "3s",
-                                 "--task-retries", "2"},
-        std::map<std::string, std::string>{}, dir_ + "/coordinator.log");
+    StartCoordinator({});
+  }
+
+  // The coordinator, on the test's port, with `extra` flags; its log appended to.
+  void StartCoordinator(const std::vector<std::string>& extra) {
+    std::vector<std::string> args{Bin("cohort-coordinator"),
+                                  "--listen",
+                                  scheduler_,
+                                  "--http-listen",
+                                  http_,
+                                  "--job",
+                                  "driver=1",
+                                  "--task-liveness-timeout",
+                                  "3s",
+                                  "--task-retries",
+                                  "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ =
+        std::make_unique<Subprocess>(args, std::map<std::string, std::string>{},
+                                     absl::StrCat(dir_, "/coordinator-", ++coordinators_, ".log"));
+  }
+
+  std::string CoordinatorLogs() {
+    std::string out;
+    for (int i = 1; i <= coordinators_; ++i) {
+      absl::StrAppend(&out, "--- coordinator ", i, ":\n",
+                      ReadFile(absl::StrCat(dir_, "/coordinator-", i, ".log")));
+    }
+    return out;
   }
 
   void TearDown() override {
@@ -90,7 +116,7 @@ class TaskRuntimeTest : public ::testing::Test {
       if (node->store) node->store->Wait(absl::Seconds(20));
     }
     if (HasFailure()) {
-      std::cerr << "coordinator log:\n" << ReadFile(dir_ + "/coordinator.log");
+      std::cerr << "coordinator logs:\n" << CoordinatorLogs();
       for (size_t i = 0; i < nodes_.size(); ++i) {
         std::cerr << "node " << i << " store log:\n"
                   << ReadFile(absl::StrCat(dir_, "/store-", i, ".log")) << "node " << i
@@ -176,6 +202,7 @@ class TaskRuntimeTest : public ::testing::Test {
   std::string scheduler_;
   std::string http_;
   std::unique_ptr<Subprocess> coordinator_;
+  int coordinators_ = 0;
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
@@ -239,6 +266,74 @@ TEST_F(TaskRuntimeTest, AThousandTaskMapAndAFanInReduceGiveTheClosedFormAndLeave
   EXPECT_EQ(Metric(absl::StrCat("cohort_objstore_objects{objstore=\"1\",address=\"",
                                 a.store_address, "\"}")),
             0);
+}
+
+TEST_F(TaskRuntimeTest, TheCoordinatorKilledMidRunComesBackFromItsStateDirAndNothingIsLost) {
+  // The coordinator keeps its state: start it again with --state-dir.
+  coordinator_->Signal(SIGKILL);
+  coordinator_->Wait(absl::Seconds(10));
+  const std::string state = dir_ + "/state";
+  StartCoordinator({"--state-dir", state});
+  Node& a = AddNode(2);
+  Node& b = AddNode(2);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  ASSERT_NE(driver, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->SchedulerInfo();
+    return info.ok() && info->avail_worker_size() == 4;
+  }));
+  // Puts, a map over them among slow tasks (a few seconds in all), and a reduce of the map.
+  std::vector<ObjectId> puts, mapped;
+  for (int i = 1; i <= 60; ++i) {
+    v1::Obj value;
+    value.mutable_int_data()->set_data(i);
+    absl::StatusOr<ObjectId> id = driver->Put(value);
+    ASSERT_TRUE(id.ok()) << id.status();
+    puts.push_back(*id);
+  }
+  for (int i = 0; i < 60; ++i) {
+    absl::StatusOr<std::vector<ObjectId>> slow = driver->Submit("cohort.sleep_ms", {IntArg(200)});
+    ASSERT_TRUE(slow.ok()) << slow.status();
+    absl::StatusOr<std::vector<ObjectId>> r =
+        driver->Submit("cohort.add", {RefArg(puts[i]), IntArg(1000)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    mapped.push_back((*r)[0]);
+  }
+  // Mid-run: some tasks done, some running, most queued.
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->TaskInfo();
+    return info.ok() && info->num_succeeded() >= 10;
+  }));
+  absl::StatusOr<v1::TaskInfoReply> before = driver->TaskInfo();
+  ASSERT_TRUE(before.ok());
+  ASSERT_LT(before->num_succeeded(), 100u) << "the run ended before the coordinator was killed";
+  coordinator_->Signal(SIGKILL);
+  coordinator_->Wait(absl::Seconds(10));
+  // While it is gone, the driver goes on submitting: its calls wait for the next coordinator.
+  absl::SleepFor(absl::Seconds(1));
+  StartCoordinator({"--state-dir", state});
+  std::vector<v1::Value> all;
+  for (ObjectId id : mapped) all.push_back(RefArg(id));
+  absl::StatusOr<std::vector<ObjectId>> total = driver->Submit("cohort.sum", all);
+  ASSERT_TRUE(total.ok()) << total.status();
+  // Every result, right.
+  for (int i = 0; i < 60; ++i) EXPECT_EQ(GetInt(*driver, mapped[i]), i + 1 + 1000) << "task " << i;
+  EXPECT_EQ(GetInt(*driver, (*total)[0]), 60 * 61 / 2 + 60 * 1000);
+  absl::StatusOr<v1::TaskInfoReply> after;
+  EXPECT_TRUE(Eventually([&] {
+    after = driver->TaskInfo();
+    return after.ok() && after->num_succeeded() == 121u;
+  })) << (after.ok() ? after->DebugString() : after.status().ToString());
+  EXPECT_THAT(after->failed_task(), IsEmpty());
+  // No task failed or was retried, no worker was lost: the workers are the same processes.
+  EXPECT_EQ(Metric("cohort_tasks_submitted_total"), 121);
+  EXPECT_EQ(Metric("cohort_tasks_retried_total"), 0);
+  EXPECT_EQ(Metric("cohort_task_workers"), 4);
+  int status = 0;
+  EXPECT_EQ(waitpid(a.workers->pid(), &status, WNOHANG), 0) << "node a's workers exited";
+  EXPECT_EQ(waitpid(b.workers->pid(), &status, WNOHANG), 0) << "node b's workers exited";
+  EXPECT_THAT(ReadFile(absl::StrCat(dir_, "/coordinator-", coordinators_, ".log")),
+              HasSubstr("logged changes after it"));
 }
 
 TEST_F(TaskRuntimeTest, ObjectsCrossStoresAndAliasesReadAsTheirTarget) {

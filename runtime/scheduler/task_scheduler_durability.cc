@@ -1,0 +1,375 @@
+// The scheduler's durability: what each call changed, told to the journal; the whole state for a
+// snapshot; a scheduler rebuilt from saved changes; and the answers of repeated calls.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/scheduler/task_scheduler.h"
+
+namespace cohort::runtime {
+
+namespace {
+
+// SchedulerStats' cumulative fields, in a fixed order (saved as a list).
+std::vector<uint64_t> CountersOf(const SchedulerStats& s) {
+  return {s.tasks_submitted, s.tasks_succeeded, s.tasks_failed, s.tasks_retried, s.tasks_rebuilt,
+          s.workers_lost,    s.stores_lost,     s.objects_lost, s.deliveries,    s.delivered_bytes};
+}
+
+void SetCounters(const std::vector<uint64_t>& v, SchedulerStats* s) {
+  uint64_t* fields[] = {&s->tasks_submitted, &s->tasks_succeeded, &s->tasks_failed,
+                        &s->tasks_retried,   &s->tasks_rebuilt,   &s->workers_lost,
+                        &s->stores_lost,     &s->objects_lost,    &s->deliveries,
+                        &s->delivered_bytes};
+  for (size_t i = 0; i < std::size(fields) && i < v.size(); ++i) *fields[i] = v[i];
+}
+
+}  // namespace
+
+TaskScheduler::Mutation::~Mutation() {
+  scheduler_->JournalLocked();
+  scheduler_->mu_.Unlock();
+}
+
+void TaskScheduler::JournalLocked() {
+  std::vector<ObjectId> objects = objects_.TakeChanged();
+  if (journal_ == nullptr) {
+    changed_stores_.clear();
+    changed_workers_.clear();
+    changed_functions_.clear();
+    changed_operations_.clear();
+    changed_wanted_.clear();
+    changed_deliveries_.clear();
+    new_calls_.clear();
+    exports_cleared_ = false;
+    port_changed_ = false;
+    journaled_functions_ = exported_functions_.size();
+    journaled_variables_ = exported_variables_.size();
+    return;
+  }
+  SchedulerChanges changes;
+  for (StoreId id : changed_stores_) changes.stores.push_back(stores_.at(id));
+  for (WorkerId id : changed_workers_) changes.workers.push_back(workers_.at(id));
+  for (const std::string& name : changed_functions_) {
+    auto it = functions_.find(name);
+    changes.functions.emplace_back(
+        name, it == functions_.end() ? std::nullopt : std::optional<Function>(it->second));
+  }
+  changes.exports_cleared = exports_cleared_;
+  for (size_t i = journaled_functions_; i < exported_functions_.size(); ++i) {
+    changes.exported_functions.emplace_back(i, exported_functions_[i]);
+  }
+  for (size_t i = journaled_variables_; i < exported_variables_.size(); ++i) {
+    changes.exported_variables.emplace_back(i, exported_variables_[i]);
+  }
+  for (OperationId id : changed_operations_) changes.operations.push_back(operations_.at(id));
+  std::sort(objects.begin(), objects.end());
+  for (ObjectId id : objects) changes.objects.emplace_back(id, *objects_.Find(id));
+  for (ObjectId id : changed_wanted_) {
+    auto it = wanted_.find(id);
+    changes.wanted.emplace_back(
+        id, it == wanted_.end() ? absl::btree_set<std::pair<StoreId, ObjectId>>() : it->second);
+  }
+  for (const auto& key : changed_deliveries_) {
+    auto it = deliveries_.find(key);
+    changes.deliveries.emplace_back(
+        key, it == deliveries_.end() ? std::nullopt : std::optional<Delivery>(it->second));
+  }
+  changes.calls = std::move(new_calls_);
+  if (port_changed_) changes.next_port = next_port_;
+  std::vector<uint64_t> counters = CountersOf(counters_);
+  if (counters != journaled_counters_) {
+    changes.counters = counters;
+    journaled_counters_ = std::move(counters);
+  }
+  changed_stores_.clear();
+  changed_workers_.clear();
+  changed_functions_.clear();
+  changed_operations_.clear();
+  changed_wanted_.clear();
+  changed_deliveries_.clear();
+  new_calls_.clear();
+  exports_cleared_ = false;
+  port_changed_ = false;
+  journaled_functions_ = exported_functions_.size();
+  journaled_variables_ = exported_variables_.size();
+  if (!changes.empty()) journal_->SchedulerChanged(changes);
+}
+
+const CallOutcome* TaskScheduler::Repeated(const CallId& call) const {
+  if (call.number == 0) return nullptr;
+  auto it = calls_.find({call.worker, call.number});
+  return it == calls_.end() ? nullptr : &it->second;
+}
+
+void TaskScheduler::Remember(const CallId& call, CallOutcome outcome) {
+  if (call.number == 0) return;
+  if (journal_ != nullptr) new_calls_.push_back({call.worker, call.number, outcome});
+  bool fresh = calls_.insert_or_assign({call.worker, call.number}, std::move(outcome)).second;
+  if (!fresh) return;  // read back twice (a snapshot and the log after it)
+  std::deque<uint64_t>& order = call_order_[call.worker];
+  order.push_back(call.number);
+  while (order.size() > kRememberedCalls) {
+    calls_.erase({call.worker, order.front()});
+    order.pop_front();
+  }
+}
+
+void TaskScheduler::ApplyLocked(const SchedulerChanges& changes) {
+  const absl::Time now = clock_.Now();
+  for (Store store : changes.stores) {
+    store.last_seen = now;
+    next_store_ = std::max(next_store_, store.id + 1);
+    stores_[store.id] = std::move(store);
+  }
+  for (Worker worker : changes.workers) {
+    worker.last_seen = now;
+    next_worker_ = std::max(next_worker_, worker.id + 1);
+    workers_[worker.id] = std::move(worker);
+  }
+  for (const auto& [name, function] : changes.functions) {
+    if (function.has_value()) {
+      functions_[name] = *function;
+    } else {
+      functions_.erase(name);
+    }
+  }
+  if (changes.exports_cleared) {
+    exported_functions_.clear();
+    exported_variables_.clear();
+  }
+  for (const auto& [index, implementation] : changes.exported_functions) {
+    if (exported_functions_.size() <= index) exported_functions_.resize(index + 1);
+    exported_functions_[index] = implementation;
+  }
+  for (const auto& [index, variable] : changes.exported_variables) {
+    if (exported_variables_.size() <= index) exported_variables_.resize(index + 1);
+    exported_variables_[index] = variable;
+  }
+  for (Operation op : changes.operations) {
+    op.queued_at = now;
+    next_operation_ = std::max(next_operation_, op.id + 1);
+    operations_[op.id] = std::move(op);
+  }
+  for (const auto& [id, record] : changes.objects) objects_.Restore(id, record);
+  for (const auto& [canonical, waiting] : changes.wanted) {
+    if (waiting.empty()) {
+      wanted_.erase(canonical);
+    } else {
+      wanted_[canonical] = waiting;
+    }
+  }
+  for (const auto& [key, delivery] : changes.deliveries) {
+    if (delivery.has_value()) {
+      deliveries_[key] = *delivery;
+    } else {
+      deliveries_.erase(key);
+    }
+  }
+  for (const RememberedCall& call : changes.calls) {
+    Remember({call.worker, call.call}, call.outcome);
+  }
+  if (changes.next_port.has_value()) next_port_ = *changes.next_port;
+  if (changes.counters.has_value()) SetCounters(*changes.counters, &counters_);
+}
+
+void TaskScheduler::Restore(const SchedulerChanges& changes) {
+  absl::MutexLock lock(&mu_);
+  ApplyLocked(changes);
+  objects_.TakeChanged();
+}
+
+absl::Status TaskScheduler::CheckRestoredLocked() const {
+  auto bad = [](auto&&... what) {
+    return absl::DataLossError(
+        absl::StrCat("the saved task runtime state is inconsistent (damaged files?): ", what...));
+  };
+  auto object = [this](ObjectId id) { return id != 0 && objects_.Find(id) != nullptr; };
+  for (const auto& [id, w] : workers_) {
+    if (!stores_.contains(w.store)) return bad("worker ", id, " names store ", w.store);
+    if (w.current != 0 && !operations_.contains(w.current)) {
+      return bad("worker ", id, " names operation ", w.current);
+    }
+    if (w.state == WorkerState::kBusy) {
+      auto op = operations_.find(w.current);
+      if (op == operations_.end() || op->second.worker != id ||
+          (op->second.state != OpState::kAssigned && op->second.state != OpState::kRunning)) {
+        return bad("worker ", id, " is busy with operation ", w.current, ", which is not its");
+      }
+    }
+  }
+  for (const auto& [name, f] : functions_) {
+    for (WorkerId w : f.workers) {
+      if (!workers_.contains(w)) return bad("function ", name, " names worker ", w);
+    }
+  }
+  for (size_t i = 0; i < exported_functions_.size(); ++i) {
+    if (exported_functions_[i].empty()) return bad("exported function ", i, " is missing");
+  }
+  for (size_t i = 0; i < exported_variables_.size(); ++i) {
+    if (exported_variables_[i].empty()) return bad("reusable variable ", i, " is missing");
+  }
+  for (const auto& [id, op] : operations_) {
+    for (const TaskArg& arg : op.task.args) {
+      if (arg.id != 0 && !object(arg.id)) return bad("operation ", id, " names object ", arg.id);
+    }
+    for (ObjectId r : op.task.results) {
+      if (!object(r)) return bad("operation ", id, " names result ", r);
+    }
+    if (op.put_object != 0 && !object(op.put_object)) {
+      return bad("operation ", id, " names object ", op.put_object);
+    }
+    if (op.worker != 0 && !workers_.contains(op.worker)) {
+      return bad("operation ", id, " names worker ", op.worker);
+    }
+    if (op.state == OpState::kAssigned || op.state == OpState::kRunning) {
+      auto w = workers_.find(op.worker);
+      if (w == workers_.end() || w->second.current != id || w->second.state != WorkerState::kBusy) {
+        return bad("operation ", id, " runs on worker ", op.worker, ", which does not run it");
+      }
+    }
+  }
+  absl::Status damage;
+  objects_.ForEach([&](ObjectId id, const ObjectRecord& r) {
+    if (!damage.ok()) return;
+    if (r.alias_of != 0 && !object(r.alias_of)) {
+      damage = bad("object ", id, " is an alias of ", r.alias_of, ", which is no object");
+      return;
+    }
+    // An alias chain ends within as many steps as there are objects, or it is a cycle.
+    ObjectId at = id;
+    for (size_t steps = 0; at != 0 && steps <= objects_.size(); ++steps) {
+      const ObjectRecord* next = objects_.Find(at);
+      at = next == nullptr ? 0 : next->alias_of;  // a missing target is reported on its own
+    }
+    if (at != 0) damage = bad("object ", id, "'s aliases make a cycle");
+    for (StoreId s : r.locations) {
+      if (!stores_.contains(s)) damage = bad("object ", id, " is at store ", s);
+    }
+    if (r.producer != 0 && !operations_.contains(r.producer)) {
+      damage = bad("object ", id, " names operation ", r.producer);
+    }
+    for (ObjectId c : r.contained) {
+      if (!object(c)) damage = bad("object ", id, " contains ", c, ", which is no object");
+    }
+  });
+  if (!damage.ok()) return damage;
+  for (const auto& [canonical, waiting] : wanted_) {
+    if (!object(canonical)) return bad("a store waits for object ", canonical);
+    for (const auto& [store, requested] : waiting) {
+      if (!stores_.contains(store) || !object(requested)) {
+        return bad("store ", store, " waits for object ", requested);
+      }
+    }
+  }
+  for (const auto& [key, delivery] : deliveries_) {
+    if (!stores_.contains(key.first) || !object(key.second) ||
+        (delivery.from != 0 && !stores_.contains(delivery.from))) {
+      return bad("a delivery of object ", key.second, " to store ", key.first);
+    }
+    for (ObjectId a : delivery.aliases) {
+      if (!object(a)) return bad("a delivery of object ", key.second, " names alias ", a);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TaskScheduler::FinishRestore() {
+  Mutation lock(this);
+  if (absl::Status s = CheckRestoredLocked(); !s.ok()) return s;
+  // The queue, oldest task first (a restart forgets the order retries re-entered it in).
+  queue_.clear();
+  for (const auto& [id, op] : operations_) {
+    if (op.state == OpState::kQueued) queue_.push_back(id);
+  }
+  // Calls the old process may have decided on but never made. Each is harmless when repeated:
+  // a worker ignores an ExecuteTask for a task it holds or has finished, a store one for an
+  // object it holds, and aliases and imports are idempotent.
+  for (auto& [id, op] : operations_) {
+    if (op.state == OpState::kAssigned) {
+      DispatchIfLocal(op);
+    } else if (op.state == OpState::kRunning) {
+      auto found = workers_.find(op.worker);
+      if (found == workers_.end()) continue;
+      const Worker& worker = found->second;
+      TaskSpec task = op.task;
+      for (TaskArg& arg : task.args) {
+        if (arg.id != 0) arg.id = objects_.Canonical(arg.id);
+      }
+      Emit(ExecuteTaskEffect{worker.id, worker.address, op.id, std::move(task)});
+    }
+  }
+  std::vector<std::pair<StoreId, ObjectId>> under_way;
+  for (const auto& [key, delivery] : deliveries_) under_way.push_back(key);
+  for (const auto& [to, canonical] : under_way) {
+    Delivery delivery = std::move(deliveries_[{to, canonical}]);
+    deliveries_.erase({to, canonical});
+    DeliveryChanged({to, canonical});
+    for (ObjectId alias : delivery.aliases) WantAt(to, alias, canonical);
+    WantAt(to, canonical, canonical);
+  }
+  objects_.ForEach([&](ObjectId id, const ObjectRecord& record) {
+    if (record.alias_of == 0 || record.released) return;
+    ObjectId canonical = objects_.Canonical(id);
+    for (StoreId store : objects_.Find(canonical)->locations) {
+      const Store& s = stores_.at(store);
+      if (s.alive) Emit(NotifyAliasEffect{store, s.address, id, canonical});
+    }
+  });
+  for (auto& [id, w] : workers_) {
+    if (w.is_driver || w.state == WorkerState::kDead || w.state == WorkerState::kRegistered) {
+      continue;
+    }
+    w.functions_sent = 0;
+    w.variables_sent = 0;
+    SendExports(w);
+  }
+  Schedule();
+  return absl::OkStatus();
+}
+
+void TaskScheduler::SetJournal(SchedulerJournal* journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+  journaled_counters_ = CountersOf(counters_);
+}
+
+SchedulerChanges TaskScheduler::CaptureState() const {
+  absl::MutexLock lock(&mu_);
+  SchedulerChanges state;
+  for (const auto& [id, store] : stores_) state.stores.push_back(store);
+  for (const auto& [id, worker] : workers_) state.workers.push_back(worker);
+  for (const auto& [name, function] : functions_) state.functions.emplace_back(name, function);
+  state.exports_cleared = true;
+  for (size_t i = 0; i < exported_functions_.size(); ++i) {
+    state.exported_functions.emplace_back(i, exported_functions_[i]);
+  }
+  for (size_t i = 0; i < exported_variables_.size(); ++i) {
+    state.exported_variables.emplace_back(i, exported_variables_[i]);
+  }
+  for (const auto& [id, op] : operations_) state.operations.push_back(op);
+  objects_.ForEach(
+      [&](ObjectId id, const ObjectRecord& record) { state.objects.emplace_back(id, record); });
+  std::sort(state.objects.begin(), state.objects.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [canonical, waiting] : wanted_) {
+    if (!waiting.empty()) state.wanted.emplace_back(canonical, waiting);
+  }
+  std::sort(state.wanted.begin(), state.wanted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key, delivery] : deliveries_) state.deliveries.emplace_back(key, delivery);
+  // Each worker's calls oldest first (which ones are forgotten next); workers in order.
+  std::vector<WorkerId> callers;
+  for (const auto& [worker, order] : call_order_) callers.push_back(worker);
+  std::sort(callers.begin(), callers.end());
+  for (WorkerId worker : callers) {
+    for (uint64_t number : call_order_.at(worker)) {
+      state.calls.push_back({worker, number, calls_.at({worker, number})});
+    }
+  }
+  state.next_port = next_port_;
+  state.counters = CountersOf(counters_);
+  return state;
+}
+
+}  // namespace cohort::runtime
