@@ -484,7 +484,11 @@ def section_tasks(results, goals):
             f"Ray {data.get('ray_version', '')} from PyPI (`ray.init(num_cpus="
             f"{p.get('workers', '?')})`), each in a process of its own, driven from Python; "
             f"measured at {data.get('when', '?')}. The last column is cohort's figure over "
-            "Ray's, turned so that above 1 means cohort is ahead.\n\n" + rendered + "\n")
+            "Ray's, turned so that above 1 means cohort is ahead"
+            + ("; the one after it is cohort again with the coordinator's `--state-dir`, every "
+               "scheduler change written to its log before it is answered"
+               if "cohort-durable" in data else "")
+            + ".\n\n" + rendered + "\n")
 
 
 def main():

@@ -38,5 +38,5 @@ fi
 ninja -C "$BUILD" cohort-objstore cohort-worker
 bash bench/setup_tasks.sh
 .venv-bench-tasks/bin/python bench/tasks_bench.py --profile full --bin-dir "$BUILD/bin" \
-  --out bench/results/tasks.json
+  --systems cohort,cohort-durable,ray --out bench/results/tasks.json
 "$PY" bench/report.py

@@ -57,7 +57,7 @@ def add_all(*xs):
 class Cohort:
     name = "cohort"
 
-    def __init__(self, bin_dir, workers):
+    def __init__(self, bin_dir, workers, durable=False):
         from free_port import free_port
 
         import cohort
@@ -67,8 +67,10 @@ class Cohort:
         self.procs = []
         self.scheduler = f"127.0.0.1:{free_port()}"
         self.store = f"127.0.0.1:{free_port()}"
+        # durable: every scheduler change written to a --state-dir log before it is answered.
+        state = ["--state-dir", os.path.join(self.tmp, "state")] if durable else []
         self._start([bin_dir / "cohort-coordinator", "--listen", self.scheduler, "--http-listen",
-                     "", "--job", "driver=1", "--log-level", "warn"], "coordinator")
+                     "", "--job", "driver=1", "--log-level", "warn", *state], "coordinator")
         self._start([bin_dir / "cohort-objstore", "--listen", self.store, "--scheduler",
                      self.scheduler, "--capacity", "8GiB"], "objstore")
         self._wait_for(lambda: "registered with" in self._log("objstore"), "the object store")
@@ -209,7 +211,12 @@ def run_workloads(system, p):
 
 def child(system_name, profile, bin_dir, out_path):
     p = PROFILES[profile]
-    system = (Cohort if system_name == "cohort" else Ray)(Path(bin_dir), p["workers"])
+    if system_name == "cohort":
+        system = Cohort(Path(bin_dir), p["workers"])
+    elif system_name == "cohort-durable":
+        system = Cohort(Path(bin_dir), p["workers"], durable=True)
+    else:
+        system = Ray(Path(bin_dir), p["workers"])
     try:
         result = run_workloads(system, p)
     finally:
@@ -244,10 +251,15 @@ def table(results):
     def fmt(v):
         return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
 
-    lines = ["| workload | cohort | Ray | cohort vs Ray |", "|---|---|---|---|"]
-    for label, c, r, ratio in comparisons(results):
-        lines.append(f"| {label} | {fmt(c)} | {fmt(r)} | "
-                     f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+    durable = "cohort-durable" in results
+    lines = ["| workload | cohort | Ray | cohort vs Ray |"
+             + (" cohort with `--state-dir` |" if durable else ""),
+             "|---|---|---|---|" + ("---|" if durable else "")]
+    for (workload, metric, _, _), (label, c, r, ratio) in zip(ROWS, comparisons(results)):
+        line = f"| {label} | {fmt(c)} | {fmt(r)} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+        if durable:
+            line += f" {fmt(results['cohort-durable'].get(workload, {}).get(metric))} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
