@@ -13,7 +13,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -55,7 +55,7 @@ asan-test: deps nvml-header
 # (tools/build-tsan-deps.sh, once per build-tsan/: Debian's are not instrumented, and TSan must
 # see how gRPC hands a call between its threads and what abseil's Mutex orders).
 # tests/tsan.supp says what the other system libraries need and why.
-TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
+TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|scheduler_forward_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
 TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example cohort-objstore \
   cohort-worker
 tsan-test: deps nvml-header
@@ -114,6 +114,10 @@ lint: build
 
 demo: build
 	bash tools/demo.sh
+
+# The task runtime on the local cluster: examples/tasks-python.yaml's map-reduce.
+demo-tasks: build
+	bash tools/demo-tasks.sh
 
 # Benchmarks side by side with jaxlib's service, etcd 3.4 and TCPStore (bench/README.md):
 # installs etcd-server and .venv-bench, builds build-bench/ (Release), writes

@@ -115,6 +115,24 @@ int main(int argc, char** argv) {
                  "how long the proxy holds calls while the coordinator is unreachable before "
                  "they fail UNAVAILABLE")
       ->capture_default_str();
+  cohort::runtime::ObjectStoreOptions objstore;
+  objstore.listen.clear();
+  app.add_option("--objstore-listen", objstore.listen,
+                 "host the pod's task runtime object store here (HOST:PORT); empty: none");
+  app.add_option("--objstore-advertise", objstore.advertise,
+                 "the address the scheduler, other stores and the pod's workers reach the store "
+                 "at (default: --pod-ip with the listen port)");
+  uint64_t objstore_capacity = uint64_t{1} << 30;
+  app.add_option("--objstore-capacity", objstore_capacity,
+                 "the store's capacity in bytes; a put past it is refused")
+      ->capture_default_str();
+  app.add_option("--objstore-shm-dir", objstore.shm_dir,
+                 "where the store keeps objects as files the pod's workers map (a memory-backed "
+                 "volume shared with the workload); empty: in the store's memory")
+      ->capture_default_str();
+  app.add_flag("--task-runtime", options.task_runtime,
+               "the pod runs task workers, not a gang's task: no agent registers, the workload's "
+               "exit is nobody's error (needs --objstore-listen and --proxy-listen)");
   std::string auth_token_file;
   app.add_option("--auth-token-file", auth_token_file,
                  "file with the job's token for a coordinator run with --auth-token-file: sent "
@@ -159,6 +177,27 @@ int main(int argc, char** argv) {
     if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
       return Fail(absl::StrCat("--proxy-listen: ", s.message()));
     }
+  }
+  if (!objstore.listen.empty()) {
+    if (auto s = cohort::ValidateListenAddress(objstore.listen); !s.ok()) {
+      return Fail(absl::StrCat("--objstore-listen: ", s.message()));
+    }
+    if (objstore_capacity == 0) return Fail("--objstore-capacity must be above 0");
+    objstore.capacity_bytes = objstore_capacity;
+    if (objstore.advertise.empty() && !options.pod_ip.empty()) {
+      std::string port = objstore.listen.substr(objstore.listen.rfind(':') + 1);
+      if (port == "0") return Fail("--objstore-listen with port 0 needs --objstore-advertise");
+      objstore.advertise =
+          absl::StrCat(options.pod_ip.find(':') != std::string::npos ? "[" + options.pod_ip + "]"
+                                                                     : options.pod_ip,
+                       ":", port);
+    }
+    options.objstore = objstore;
+  }
+  if (options.task_runtime && (!options.objstore || options.proxy_listen.empty())) {
+    return Fail(
+        "--task-runtime needs --objstore-listen (the pod's object store) and "
+        "--proxy-listen (the workers' way to the scheduler)");
   }
   if (!auth_token_file.empty()) {
     auto token = cohort::ReadAuthTokenFile(auth_token_file, "--auth-token-file");

@@ -75,6 +75,20 @@ absl::Status Sidecar::Start() {
       return absl::Status(s.code(), absl::StrCat("--proxy-listen: ", s.message()));
     }
   }
+  if (options_.objstore) {
+    runtime::ObjectStoreOptions store = *options_.objstore;
+    store.scheduler = CoordinatorEndpoint();
+    // Through the proxy the sidecar's credentials go upstream; the scheduler's and the other
+    // stores' calls to this store carry the job's token.
+    store.auth_token = options_.auth_token;
+    store.local_clients_without_token = true;
+    objstore_ = std::make_unique<runtime::ObjectStoreServer>(store);
+    if (auto s = objstore_->Start(); !s.ok()) {
+      objstore_.reset();
+      return absl::Status(s.code(), absl::StrCat("the object store (--objstore-listen ",
+                                                 store.listen, "): ", s.message()));
+    }
+  }
   gpu::GpuMonitorOptions gpu_options = options_.gpu;
   gpu_options.on_health_event = [this](const gpu::HealthEvent& event) { OnGpuProblem(event); };
   gpu_options.on_event = [this](const gpu::GpuEvent& event) {
@@ -126,9 +140,19 @@ absl::Status Sidecar::Start() {
   spdlog::info("sidecar of {} serving /metrics /healthz /readyz /v1/cluster on {} (port {})",
                TaskString(), options_.http_listen, http_.port());
 
-  workload_->Start();
   gpus_->StartEventThread();
   sample_thread_ = std::thread([this] { SampleLoop(); });
+  if (options_.task_runtime) {
+    // Task workers come and go; the scheduler runs their tasks again elsewhere.
+    spdlog::info(
+        "task runtime pod: object store {} registered; no agent, the workload's exit "
+        "is reported to nobody",
+        objstore_address());
+    absl::MutexLock lock(&mu_);
+    ready_ = true;
+    return absl::OkStatus();
+  }
+  workload_->Start();
   lifecycle_thread_ = std::thread([this] { Lifecycle(); });
   return absl::OkStatus();
 }
@@ -151,6 +175,10 @@ void Sidecar::Stop() {
     if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", s.ToString());
   }
   http_.Stop();
+  if (objstore_) {
+    objstore_->Shutdown();
+    objstore_->Wait();
+  }
   if (proxy_) proxy_->Shutdown(absl::UnavailableError("the sidecar is stopping"));
   spdlog::info("sidecar of {} stopped", TaskString());
 }

@@ -11,6 +11,7 @@
 #include "agent/coordination_agent.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "runtime/objstore/object_store_server.h"
 #include "service/proxy/proxy_server.h"
 #include "sidecar/cluster_topology.h"
 #include "sidecar/gpu/gpu_monitor.h"
@@ -48,6 +49,12 @@ struct SidecarOptions {
   // does the agent when there is no proxy (through the proxy it talks over loopback).
   std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials;
   std::string tls_server_name;
+  // The pod's object store of the task runtime (listen set: hosted here). It reaches the
+  // scheduler through the proxy, and serves the pod's workload without the token.
+  std::optional<runtime::ObjectStoreOptions> objstore;
+  // The pod runs task workers (a CoordinatedJob's spec.tasks), not a task of a gang: no agent
+  // registers and the workload's exit is nobody's error; ready once the store registered.
+  bool task_runtime = false;
 };
 
 // The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and
@@ -67,6 +74,8 @@ class Sidecar {
   int http_port() const;
   // The proxy's port (0 without one).
   int proxy_port() const { return proxy_ ? proxy_->port() : 0; }
+  // The object store's address (empty without one).
+  std::string objstore_address() const { return objstore_ ? objstore_->address() : ""; }
 
  private:
   void Lifecycle();
@@ -88,6 +97,7 @@ class Sidecar {
   std::string CoordinatorEndpoint() const;
 
   std::unique_ptr<ProxyServer> proxy_;
+  std::unique_ptr<runtime::ObjectStoreServer> objstore_;
   CoordinationAgent agent_;
   std::unique_ptr<gpu::GpuMonitor> gpus_;
   std::unique_ptr<GpuMetrics> gpu_metrics_;

@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace cohort::api {
@@ -18,8 +20,8 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
 // The API server checks the pods the operator creates, not the template inside a
 // CoordinatedJob (the CRD keeps it as it is given). The fields the operator adds to must have
 // the types it adds to, or the job is refused, naming the field.
-absl::Status CheckTemplateShape(const json& tmpl) {
-  if (!tmpl.is_object()) return Invalid("spec.template", "must be a pod template (an object)");
+absl::Status CheckTemplateShape(const json& tmpl, const std::string& field = "spec.template") {
+  if (!tmpl.is_object()) return Invalid(field, "must be a pod template (an object)");
   const auto want = [](const json& parent, const char* key, bool list,
                        const std::string& path) -> absl::Status {
     if (!parent.contains(key)) return absl::OkStatus();
@@ -28,20 +30,20 @@ absl::Status CheckTemplateShape(const json& tmpl) {
     return Invalid(path + key, list ? "must be a list" : "must be an object");
   };
   for (auto [key, list] : {std::pair{"metadata", false}, std::pair{"spec", false}}) {
-    if (auto s = want(tmpl, key, list, "spec.template."); !s.ok()) return s;
+    if (auto s = want(tmpl, key, list, field + "."); !s.ok()) return s;
   }
   const json metadata = tmpl.value("metadata", json::object());
   for (const char* key : {"labels", "annotations"}) {
-    if (auto s = want(metadata, key, false, "spec.template.metadata."); !s.ok()) return s;
+    if (auto s = want(metadata, key, false, field + ".metadata."); !s.ok()) return s;
   }
   const json spec = tmpl.value("spec", json::object());
   for (const char* key : {"containers", "initContainers", "volumes"}) {
-    if (auto s = want(spec, key, true, "spec.template.spec."); !s.ok()) return s;
+    if (auto s = want(spec, key, true, field + ".spec."); !s.ok()) return s;
   }
   for (const char* list : {"containers", "initContainers"}) {
     const json containers = spec.value(list, json::array());
     for (size_t i = 0; i < containers.size(); ++i) {
-      const std::string path = absl::StrCat("spec.template.spec.", list, "[", i, "]");
+      const std::string path = absl::StrCat(field, ".spec.", list, "[", i, "]");
       if (!containers[i].is_object()) return Invalid(path, "must be a container (an object)");
       for (const char* key : {"env", "volumeMounts"}) {
         if (auto s = want(containers[i], key, true, path + "."); !s.ok()) return s;
@@ -230,6 +232,58 @@ absl::Status ParseState(const json& state, CoordinatorStateSpec* out) {
   return absl::OkStatus();
 }
 
+// A pod template whose containers the operator adds a sidecar to.
+absl::Status CheckWorkloadTemplate(const json& tmpl, const std::string& field) {
+  if (auto shape = CheckTemplateShape(tmpl, field); !shape.ok()) return shape;
+  const json containers = tmpl.value("/spec/containers"_json_pointer, json::array());
+  const std::string path = field + ".spec.containers";
+  if (!containers.is_array() || containers.empty()) {
+    return Invalid(path, "the workload needs at least one container");
+  }
+  for (const auto& c : containers) {
+    if (Str(c, "name").empty()) return Invalid(path, "every container needs a name");
+    if (Str(c, "name") == "cohort-sidecar") {
+      return Invalid(path, "\"cohort-sidecar\" is the name of the container the operator injects");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTasks(const json& tasks, TaskRuntimeSpec* t) {
+  if (!tasks.is_object()) return Invalid("spec.tasks", "must be an object");
+  const auto workers = Whole(tasks, "workersPerPod", 1, 1, 256);
+  if (!workers) return Invalid("spec.tasks.workersPerPod", "must be a whole number from 1 to 256");
+  t->workers_per_pod = static_cast<int>(*workers);
+  t->object_store_memory = Str(tasks, "objectStoreMemory");
+  if (!t->object_store_memory.empty()) {
+    std::optional<uint64_t> bytes = QuantityBytes(t->object_store_memory);
+    if (!bytes) {
+      return Invalid("spec.tasks.objectStoreMemory",
+                     absl::StrCat("\"", t->object_store_memory, "\" is not a size such as 2Gi"));
+    }
+    if (*bytes < (uint64_t{16} << 20)) {
+      return Invalid("spec.tasks.objectStoreMemory", "must be at least 16Mi");
+    }
+  }
+  const auto retries = Whole(tasks, "taskRetries", 3, 0, 100);
+  if (!retries) return Invalid("spec.tasks.taskRetries", "must be a whole number from 0 to 100");
+  t->task_retries = static_cast<int>(*retries);
+  t->task_liveness_timeout = Str(tasks, "taskLivenessTimeout", "5s");
+  absl::Duration liveness;
+  if (!absl::ParseDuration(t->task_liveness_timeout, &liveness) ||
+      liveness <= absl::ZeroDuration()) {
+    return Invalid(
+        "spec.tasks.taskLivenessTimeout",
+        absl::StrCat("\"", t->task_liveness_timeout, "\" is not a positive duration such as 5s"));
+  }
+  const json driver = tasks.value("driver", json());
+  if (!driver.is_object() || !driver.contains("template")) {
+    return Invalid("spec.tasks.driver.template", "the task runtime needs a driver's pod template");
+  }
+  t->driver_template = driver["template"];
+  return CheckWorkloadTemplate(t->driver_template, "spec.tasks.driver.template");
+}
+
 absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
   if (!coordinator.is_object()) return Invalid("spec.coordinator", "must be an object");
   c->image = Str(coordinator, "image");
@@ -277,12 +331,17 @@ bool TaskCounts::operator==(const TaskCounts& o) const {
          succeeded == o.succeeded && failed == o.failed;
 }
 
+bool TaskRuntimeStatus::operator==(const TaskRuntimeStatus& o) const {
+  return succeeded == o.succeeded && failed == o.failed && running == o.running;
+}
+
 bool JobStatus::operator==(const JobStatus& o) const {
   return phase == o.phase && restarts == o.restarts &&
          coordinator_restarts == o.coordinator_restarts && coordinator_pod == o.coordinator_pod &&
-         tasks == o.tasks && coordinator_address == o.coordinator_address &&
-         start_time == o.start_time && completion_time == o.completion_time &&
-         observed_generation == o.observed_generation && conditions == o.conditions;
+         tasks == o.tasks && task_runtime == o.task_runtime &&
+         coordinator_address == o.coordinator_address && start_time == o.start_time &&
+         completion_time == o.completion_time && observed_generation == o.observed_generation &&
+         conditions == o.conditions;
 }
 
 std::string FormatRfc3339(absl::Time t) {
@@ -294,6 +353,40 @@ std::optional<absl::Time> ParseRfc3339(const std::string& text) {
   std::string error;
   if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return std::nullopt;
   return t;
+}
+
+std::optional<uint64_t> QuantityBytes(const std::string& text) {
+  if (!IsQuantity(text)) return std::nullopt;
+  size_t i = 0;
+  while (i < text.size() && (absl::ascii_isdigit(text[i]) || text[i] == '.')) ++i;
+  double number = 0;
+  if (!absl::SimpleAtod(text.substr(0, i), &number)) return std::nullopt;
+  static const std::pair<const char*, double> kScale[] = {
+      {"", 1},        {"k", 1e3},     {"M", 1e6},     {"G", 1e9},     {"T", 1e12},
+      {"P", 1e15},    {"E", 1e18},    {"Ki", 1024.0}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
+      {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60}};
+  for (const auto& [suffix, scale] : kScale) {
+    if (text.substr(i) != suffix) continue;
+    const double bytes = number * scale;
+    if (bytes >= 0x1p63) return std::nullopt;
+    return static_cast<uint64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
+uint64_t ObjectStoreBytes(const TaskRuntimeSpec& tasks, const json& pod_template) {
+  if (auto bytes = QuantityBytes(tasks.object_store_memory)) return *bytes;
+  constexpr uint64_t kMin = uint64_t{64} << 20;
+  const json resources =
+      pod_template.value("/spec/containers/0/resources"_json_pointer, json::object());
+  for (const char* kind : {"limits", "requests"}) {
+    const json memory = resources.value(kind, json::object()).value("memory", json());
+    if (!memory.is_string()) continue;
+    if (auto bytes = QuantityBytes(memory.get<std::string>())) {
+      return std::max(kMin, *bytes / 10 * 3);
+    }
+  }
+  return uint64_t{1} << 30;
 }
 
 std::string FrameworkName(Framework f) {
@@ -381,20 +474,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   }
 
   s.pod_template = spec.value("template", json::object());
-  if (auto shape = CheckTemplateShape(s.pod_template); !shape.ok()) return shape;
-  const json containers = s.pod_template.value("/spec/containers"_json_pointer, json::array());
-  if (!containers.is_array() || containers.empty()) {
-    return Invalid("spec.template.spec.containers", "the workload needs at least one container");
-  }
-  for (const auto& c : containers) {
-    if (Str(c, "name").empty()) {
-      return Invalid("spec.template.spec.containers", "every container needs a name");
-    }
-    if (Str(c, "name") == "cohort-sidecar") {
-      return Invalid("spec.template.spec.containers",
-                     "\"cohort-sidecar\" is the name of the container the operator injects");
-    }
-  }
+  if (auto t = CheckWorkloadTemplate(s.pod_template, "spec.template"); !t.ok()) return t;
 
   if (auto c = ParseCoordinator(spec.value("coordinator", json::object()), &s.coordinator);
       !c.ok()) {
@@ -462,6 +542,14 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     s.ttl_seconds_after_finished = static_cast<int>(*seconds);
   }
   s.suspend = spec.value("suspend", false);
+  if (spec.contains("tasks") && !spec["tasks"].is_null()) {
+    if (s.framework != Framework::kGeneric) {
+      return Invalid("spec.framework", "must be generic when spec.tasks runs the task runtime");
+    }
+    TaskRuntimeSpec tasks;
+    if (auto t = ParseTasks(spec["tasks"], &tasks); !t.ok()) return t;
+    s.tasks = std::move(tasks);
+  }
 
   const json status = object.value("status", json::object());
   JobStatus& st = job.status;
@@ -472,6 +560,12 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   st.coordinator_pod.uid = Str(coordinator_pod, "uid");
   st.coordinator_pod.container_restarts = Count(coordinator_pod, "containerRestarts");
   st.coordinator_pod.last_restart_time = ParseRfc3339(Str(coordinator_pod, "lastRestartTime"));
+  if (status.contains("taskRuntime") && status["taskRuntime"].is_object()) {
+    const json& t = status["taskRuntime"];
+    st.task_runtime = TaskRuntimeStatus{Whole(t, "succeeded", 0, 0).value_or(0),
+                                        Whole(t, "failed", 0, 0).value_or(0),
+                                        Whole(t, "running", 0, 0).value_or(0)};
+  }
   const json tasks = status.value("tasks", json::object());
   st.tasks.total = Count(tasks, "total");
   st.tasks.registered = Count(tasks, "registered");
@@ -513,6 +607,11 @@ json StatusToJson(const JobStatus& st) {
                   {"ready", st.tasks.ready},
                   {"succeeded", st.tasks.succeeded},
                   {"failed", st.tasks.failed}};
+  if (st.task_runtime) {
+    out["taskRuntime"] = {{"succeeded", st.task_runtime->succeeded},
+                          {"failed", st.task_runtime->failed},
+                          {"running", st.task_runtime->running}};
+  }
   if (!st.coordinator_address.empty()) out["coordinatorAddress"] = st.coordinator_address;
   if (st.start_time) out["startTime"] = FormatRfc3339(*st.start_time);
   if (st.completion_time) out["completionTime"] = FormatRfc3339(*st.completion_time);

@@ -74,6 +74,15 @@ struct FailurePolicy {
   std::vector<int> permanent_exit_codes;
 };
 
+// spec.tasks: the task runtime (docs/tasks.md, "On Kubernetes") instead of a gang.
+struct TaskRuntimeSpec {
+  int workers_per_pod = 1;
+  std::string object_store_memory;  // "" : the sizing rule (ObjectStoreBytes)
+  int task_retries = 3;
+  std::string task_liveness_timeout = "5s";
+  json driver_template = json::object();  // a PodTemplateSpec
+};
+
 struct JobSpec {
   int replicas = 1;
   Framework framework = Framework::kGeneric;
@@ -85,6 +94,7 @@ struct JobSpec {
   std::optional<int64_t> active_deadline_seconds;
   std::optional<int> ttl_seconds_after_finished;
   bool suspend = false;
+  std::optional<TaskRuntimeSpec> tasks;
 };
 
 struct Condition {
@@ -116,6 +126,15 @@ struct CoordinatorPodStatus {
   bool operator==(const CoordinatorPodStatus& o) const;
 };
 
+// status.taskRuntime: the scheduler's task counts (TaskInfo).
+struct TaskRuntimeStatus {
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  int64_t running = 0;
+  bool operator==(const TaskRuntimeStatus& o) const;
+  bool operator!=(const TaskRuntimeStatus& o) const { return !(*this == o); }
+};
+
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
@@ -124,6 +143,7 @@ struct JobStatus {
   int coordinator_restarts = 0;
   CoordinatorPodStatus coordinator_pod;
   TaskCounts tasks;
+  std::optional<TaskRuntimeStatus> task_runtime;
   std::string coordinator_address;
   std::optional<absl::Time> start_time;
   std::optional<absl::Time> completion_time;
@@ -154,6 +174,15 @@ json StatusToJson(const JobStatus& status);
 // Whether a worker exit code restarts the gang (true) or fails the job (false): the
 // job's lists first, then the default rule (128 and above: killed by a signal, retryable).
 bool IsRetryableExitCode(const FailurePolicy& policy, int exit_code);
+
+// Bytes in a resource quantity ("2Gi", "512M", "1.5G", "1000"); none for anything else.
+std::optional<uint64_t> QuantityBytes(const std::string& text);
+
+// The object store's capacity in each pod of a task runtime job, and the size of the
+// memory-backed volume its objects live in: spec.tasks.objectStoreMemory, or 30% of the first
+// container's memory limit (else request) of `pod_template`, at least 64 MiB; 1 GiB when it
+// sets neither.
+uint64_t ObjectStoreBytes(const TaskRuntimeSpec& tasks, const json& pod_template);
 
 std::string FrameworkName(Framework f);
 std::string StateVolumeName(StateVolume v);

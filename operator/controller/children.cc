@@ -263,6 +263,10 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job, JobTls tls) {
   if (c.state.volume != api::StateVolume::kNone) {
     absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
   }
+  if (job.spec.tasks) {
+    absl::StrAppend(&config, "task-retries: ", job.spec.tasks->task_retries, "\n",
+                    "task-liveness-timeout: ", job.spec.tasks->task_liveness_timeout, "\n");
+  }
   if (tls != JobTls::kNone) {
     absl::StrAppend(&config, "tls-cert: ", SecretFile(kCoordinatorCertKey), "\n",
                     "tls-key: ", SecretFile(kCoordinatorKeyKey), "\n",
@@ -575,7 +579,9 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   volumes.push_back(TokenVolume(job, /*coordinator=*/false, tls));  // the sidecar's alone
   spec["volumes"] = volumes;
 
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};
+  if (job.spec.tasks) AddTaskRuntime(job, &pod);
+  return pod;
 }
 
 }  // namespace cohort::controller

@@ -74,6 +74,11 @@ enum class JobTls {
 // that it can write its state volume.
 inline constexpr int kCoordinatorUser = 65532;
 inline constexpr int kSidecarUser = 65532;
+// Task runtime jobs (spec.tasks): the object store each pod's sidecar hosts, and the
+// memory-backed volume its objects live in, shared with the workload at /dev/shm.
+inline constexpr int kObjectStorePort = 9478;
+inline constexpr char kObjectStoreVolume[] = "cohort-objects";
+inline constexpr char kObjectStoreDir[] = "/dev/shm";
 // The label every namespace carries with its own name (set by the API server).
 inline constexpr char kNamespaceNameLabel[] = "kubernetes.io/metadata.name";
 // Requests and limits of a coordinator whose job sets none: small, and equal, so that the
@@ -190,6 +195,17 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart);
 // projected next to the token), which the coordinator and the sidecars mount and use.
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
                     const OperatorSettings& settings, JobTls tls = JobTls::kNone);
+// Task runtime jobs: the driver's pod, "<job>-driver", from spec.tasks.driver.template, with
+// the same sidecar and env as a worker pod.
+std::string DriverPodName(const api::CoordinatedJob& job);
+json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings,
+               JobTls tls);
+// Makes a worker or driver pod a task runtime pod: the sidecar hosts the pod's object store
+// (--task-runtime --objstore-*), a memory-backed volume sized by api::ObjectStoreBytes is
+// shared at /dev/shm, and the workload's containers get COHORT_SCHEDULER (the sidecar's
+// endpoint), COHORT_OBJSTORE, COHORT_NODE_IP and COHORT_TASK_WORKERS.
+void AddTaskRuntime(const api::CoordinatedJob& job, json* pod);
+
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
                const OperatorSettings& settings, JobTls tls = JobTls::kNone);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cohort/runtime/v1/services.grpc.pb.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "common/grpc_auth.h"
 #include "spdlog/spdlog.h"
@@ -17,6 +18,7 @@ struct CoordinatorWatcher::Follow {
   std::string address;
   int restart = 0;
   CoordinatorCredentials credentials;
+  bool task_runtime = false;  // also asks the scheduler for its task counts
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   std::mutex mu;
@@ -40,7 +42,10 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
 }
 
 bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b) {
-  if (!a || a->registered != b.registered || a->errors.size() != b.errors.size()) return false;
+  if (!a || a->registered != b.registered || a->errors.size() != b.errors.size() ||
+      a->task_runtime != b.task_runtime) {
+    return false;
+  }
   for (size_t i = 0; i < b.errors.size(); ++i) {
     if (a->errors[i].task != b.errors[i].task) return false;
   }
@@ -56,14 +61,14 @@ CoordinatorWatcher::CoordinatorWatcher(absl::Duration interval,
 CoordinatorWatcher::~CoordinatorWatcher() { StopAll(); }
 
 void CoordinatorWatcher::Watch(const std::string& key, const std::string& address, int restart,
-                               const CoordinatorCredentials& credentials) {
+                               const CoordinatorCredentials& credentials, bool task_runtime) {
   std::shared_ptr<Follow> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = follows_.find(key);
     if (it != follows_.end()) {
       if (it->second->address == address && it->second->restart == restart &&
-          it->second->credentials == credentials) {
+          it->second->credentials == credentials && it->second->task_runtime == task_runtime) {
         return;
       }
       old = it->second;
@@ -74,6 +79,7 @@ void CoordinatorWatcher::Watch(const std::string& key, const std::string& addres
     follow->address = address;
     follow->restart = restart;
     follow->credentials = credentials;
+    follow->task_runtime = task_runtime;
     follows_[key] = follow;
     follow->thread = std::thread([this, follow] { Run(follow); });
   }
@@ -152,6 +158,7 @@ void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
   auto channel =
       CreateChannelWithToken(follow->address, transport, args, follow->credentials.token);
   auto stub = cohort::v1::Coordinator::NewStub(channel);
+  auto scheduler = ::Scheduler::NewStub(channel);
   bool said_unreachable = false;
   while (!follow->stop) {
     grpc::ClientContext context;
@@ -161,6 +168,16 @@ void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
     if (status.ok()) {
       said_unreachable = false;
       CoordinatorView view = Reduce(snapshot);
+      if (follow->task_runtime) {
+        grpc::ClientContext tasks_context;
+        tasks_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        cohort::runtime::v1::TaskInfoReply tasks;
+        if (scheduler->TaskInfo(&tasks_context, {}, &tasks).ok()) {
+          view.task_runtime =
+              api::TaskRuntimeStatus{static_cast<int64_t>(tasks.num_succeeded()),
+                                     tasks.failed_task_size(), tasks.running_task_size()};
+        }
+      }
       bool changed = false;
       {
         std::lock_guard<std::mutex> lock(mu_);

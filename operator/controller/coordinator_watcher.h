@@ -45,9 +45,9 @@ class CoordinatorWatcher {
 
   // Follows the coordinator of job `key`'s gang `restart` at `address` (host:port), calling
   // with `credentials`. A watch of the same key at another address, gang or credentials is
-  // replaced.
+  // replaced. `task_runtime`: also follow the task runtime's scheduler (TaskInfo).
   void Watch(const std::string& key, const std::string& address, int restart,
-             const CoordinatorCredentials& credentials);
+             const CoordinatorCredentials& credentials, bool task_runtime = false);
   void Unwatch(const std::string& key);
   // The latest snapshot of that gang's coordinator; nullopt before the first answer.
   std::optional<CoordinatorView> View(const std::string& key, int restart) const;

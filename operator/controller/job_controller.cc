@@ -267,7 +267,8 @@ absl::Status JobController::Reconcile(const std::string& key) {
     const std::string host = coordinator->pod_ip.find(':') == std::string::npos
                                  ? coordinator->pod_ip
                                  : absl::StrCat("[", coordinator->pod_ip, "]");
-    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, credentials);
+    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, credentials,
+                   job->spec.tasks.has_value());
     observed.coordinator = watcher_.View(key, gang);
   } else {
     watcher_.Unwatch(key);

@@ -7,162 +7,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "operator/controller/planner.h"
 
 namespace cohort::controller {
-namespace {
 
+using planning::ChildrenState;
+using planning::DescribeExit;
+using planning::Field;
+using planning::Finished;
+using planning::Int;
+using planning::IntLabel;
+using planning::Items;
+using planning::PlanChildren;
+using planning::Planner;
+using planning::Text;
 using json = nlohmann::json;
 namespace phase = api::phase;
-
-// Field `key` of `object`; null when `object` is no object or lacks it.
-const json& Field(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-std::string Text(const json& v, std::string fallback = "") {
-  return v.is_string() ? v.get<std::string>() : std::move(fallback);
-}
-int64_t Int(const json& v, int64_t fallback) {
-  return v.is_number_integer() ? v.get<int64_t>() : fallback;
-}
-// The elements of an array; none for anything else.
-const json& Items(const json& v) {
-  static const json kEmpty = json::array();
-  return v.is_array() ? v : kEmpty;
-}
-
-int IntLabel(const json& labels, const char* key) {
-  int v = -1;
-  const json& label = Field(labels, key);
-  if (!label.is_string() || !absl::SimpleAtoi(label.get<std::string>(), &v)) return -1;
-  return v;
-}
-
-bool Finished(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
-
-std::string DescribeExit(const ObservedPod& p) {
-  if (*p.exit_code < 0) {
-    return absl::StrCat("worker ", p.index, " failed without an exit code",
-                        p.reason.empty() ? "" : absl::StrCat(" (", p.reason, ")"));
-  }
-  std::string text = absl::StrCat("worker ", p.index, " exited with code ", *p.exit_code);
-  if (*p.exit_code > 128 && *p.exit_code < 160) {
-    absl::StrAppend(&text, " (signal ", *p.exit_code - 128, ")");
-  }
-  if (!p.reason.empty() && p.reason != "Error" && p.reason != "Completed") {
-    absl::StrAppend(&text, " (", p.reason, ")");
-  }
-  return text;
-}
-
-// The phase transition helpers below all act on the plan being built.
-struct Planner {
-  const api::CoordinatedJob& job;
-  const Observed& observed;
-  Plan plan;
-
-  api::JobStatus& st() { return plan.status; }
-  absl::Time now() const { return observed.now; }
-
-  void Event(const std::string& type, const std::string& reason, const std::string& message) {
-    plan.events.push_back({type, reason, message});
-  }
-  void Requeue(absl::Duration d) {
-    if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
-    if (!plan.requeue_after || d < *plan.requeue_after) plan.requeue_after = d;
-  }
-  void Condition(const std::string& type, bool value, const std::string& reason,
-                 const std::string& message) {
-    api::SetCondition(&st().conditions, type, value ? "True" : "False", reason, message, now(),
-                      job.generation);
-  }
-  // `coordinator_last`: the coordinator pod stays while a worker's workload still runs.
-  // Workers reach the coordinator through their sidecars, which hold a call through a
-  // coordinator outage (up to the outage tolerance); a coordinator stopped first would keep
-  // a stopping workload's last calls (ShutdownTask) waiting for it instead of answered.
-  void DeletePods(bool include_finished, bool coordinator_last = false) {
-    bool workload_running = false;
-    for (const auto& p : observed.pods) {
-      if (p.role == "worker" && !Finished(p) && !p.exit_code) workload_running = true;
-    }
-    for (const auto& p : observed.pods) {
-      if (p.terminating) continue;
-      // A worker whose workload exited is done even while its sidecar is still stopping.
-      if (!include_finished && (Finished(p) || (p.role == "worker" && p.exit_code))) continue;
-      if (coordinator_last && workload_running && p.role == "coordinator") continue;
-      plan.delete_pods.push_back(p.name);
-    }
-  }
-  void Finish(bool succeeded, const std::string& reason, const std::string& message) {
-    st().phase = succeeded ? phase::kSucceeded : phase::kFailed;
-    st().completion_time = now();
-    Condition(succeeded ? kConditionSucceeded : kConditionFailed, true, reason, message);
-    Condition(kConditionReady, false, "Finished", "the job has finished");
-    if (const auto* c = api::FindCondition(st().conditions, kConditionRestarting);
-        c && c->status == "True") {
-      Condition(kConditionRestarting, false, "Finished", "the job has finished");
-    }
-    Event(succeeded ? "Normal" : "Warning", reason, message);
-    // Finished workers stay for their logs; anything still running goes, the coordinator
-    // once the workers' workloads have stopped.
-    DeletePods(/*include_finished=*/false, /*coordinator_last=*/true);
-    ScheduleTtl();
-  }
-  // Counts each restart of the current gang's coordinator once, through what the status
-  // remembers of its pod (status.coordinatorPod): a container restarted in place, or a pod
-  // lost while its state is on the claim (the plan then makes it again).
-  void CountCoordinatorRestarts(const ObservedPod* coordinator, bool gone, bool on_claim) {
-    api::CoordinatorPodStatus& seen = st().coordinator_pod;
-    if (coordinator && !gone) {
-      if (seen.uid != coordinator->uid) {  // a new pod: restarts before now were not counted
-        seen.uid = coordinator->uid;
-        seen.container_restarts = 0;
-      }
-      const int more = coordinator->restart_count - seen.container_restarts;
-      if (more <= 0) return;
-      st().coordinator_restarts += more;
-      seen.container_restarts = coordinator->restart_count;
-      seen.last_restart_time = coordinator->last_exit_at.value_or(now());
-      Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator's container restarted in place (",
-                         coordinator->restart_count, " time",
-                         coordinator->restart_count == 1 ? "" : "s", " in pod ", coordinator->name,
-                         ") and keeps its state on its ",
-                         api::StateVolumeName(job.spec.coordinator.state.volume),
-                         " volume; the gang goes on"));
-    } else if (on_claim && !seen.uid.empty()) {
-      st().coordinator_restarts += 1;
-      absl::Time at = now();
-      if (coordinator && coordinator->deletion_requested_at) {
-        at = *coordinator->deletion_requested_at;
-      } else if (coordinator && coordinator->finished_at) {
-        at = *coordinator->finished_at;
-      }
-      seen = api::CoordinatorPodStatus{};  // the next pod is a new one
-      seen.last_restart_time = at;
-      Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator pod ", CoordinatorName(job),
-                         coordinator && !coordinator->terminating ? " failed" : " was deleted",
-                         "; a new one starts on PersistentVolumeClaim ",
-                         CoordinatorStateClaimName(job),
-                         ", which holds its state; the gang goes on"));
-    }
-  }
-  void ScheduleTtl() {
-    if (!job.spec.ttl_seconds_after_finished || !st().completion_time) return;
-    const absl::Time expiry =
-        *st().completion_time + absl::Seconds(*job.spec.ttl_seconds_after_finished);
-    if (now() >= expiry) {
-      plan.delete_job = true;
-    } else {
-      Requeue(expiry - now());
-    }
-  }
-};
-
-}  // namespace
 
 std::string CoordinatorView::TaskError::Describe() const {
   return absl::StrCat(auxiliary ? "the sidecar task " : "task ", task, " is in error: ", message);
@@ -226,6 +86,70 @@ ObservedPod ObservePod(const json& pod) {
   return p;
 }
 
+namespace planning {
+
+ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
+                           const ObservedPod* coordinator, bool recreate_coordinator, bool on_claim,
+                           int gang) {
+  const Observed& observed = P.observed;
+  const api::CoordinatedJob& job = P.job;
+  JobTls tls = observed.token_secret_tls;
+  if (!observed.token_secret) {
+    tls = NewJobTls(settings);
+    if (tls == JobTls::kOperator && !observed.fresh_certificates) tls = JobTls::kNone;
+    P.plan.create.push_back(
+        TokenSecret(job, observed.fresh_token,
+                    tls == JobTls::kOperator ? &*observed.fresh_certificates : nullptr, tls));
+  }
+  // cert-manager's certificates: asked for (again, harmlessly, while they are not issued:
+  // creating one that exists changes nothing), and waited for.
+  const bool certificates_ready = tls != JobTls::kCertManager || observed.certificates_issued;
+  if (!certificates_ready) {
+    for (json& certificate : CertManagerCertificates(job, settings)) {
+      P.plan.create.push_back(std::move(certificate));
+    }
+    P.Requeue(absl::Seconds(5));
+  }
+  bool policy_in_place = true;
+  if (settings.network_policy) {
+    json want = NetworkPolicy(job, settings);
+    if (!observed.network_policy) {
+      P.plan.create.push_back(std::move(want));
+      policy_in_place = false;
+    } else if (observed.network_policy->value("spec", json()) != want["spec"]) {
+      // Changed by someone, or made under other settings (a chart upgrade): put ours back.
+      want["metadata"]["resourceVersion"] =
+          observed.network_policy->value("/metadata/resourceVersion"_json_pointer, std::string());
+      P.plan.update.push_back(std::move(want));
+      P.Event("Warning", "NetworkPolicyRestored",
+              absl::StrCat("NetworkPolicy ", NetworkPolicyName(job),
+                           " differed from the operator's; its spec is written back"));
+    }
+  } else if (observed.network_policy) {
+    P.plan.delete_network_policy = true;
+  }
+  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job, tls));
+  if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
+  if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
+  if (on_claim && !observed.coordinator_state_claim) {
+    P.plan.create.push_back(CoordinatorStateClaim(job));
+  }
+  if (recreate_coordinator && coordinator && Finished(*coordinator) && !coordinator->terminating) {
+    P.plan.delete_pods.push_back(coordinator->name);  // evicted: make room for the new one
+  }
+  // A claim being deleted is not used; the next one gets the pod.
+  const bool coordinator_pod_exists =
+      std::any_of(observed.pods.begin(), observed.pods.end(),
+                  [&](const ObservedPod& p) { return p.name == CoordinatorName(job); });
+  if (!coordinator_pod_exists && !observed.coordinator_state_claim_terminating &&
+      policy_in_place && certificates_ready) {
+    P.plan.create.push_back(CoordinatorPod(job, gang, *P.st().start_time, settings, tls));
+  }
+  return {tls, policy_in_place, certificates_ready};
+}
+
+}  // namespace planning
+
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings) {
   Planner P{job, observed, Plan{}};
@@ -279,6 +203,8 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     }
     P.Requeue(end - observed.now);
   }
+
+  if (job.spec.tasks) return planning::PlanTaskRuntime(P, settings);
 
   // ---- Sort pods: this gang's, and leftovers of earlier gangs (deleted).
   const ObservedPod* coordinator = nullptr;
@@ -491,55 +417,11 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   // ---- Create what is missing: the token, the NetworkPolicy, services and config, the
   // coordinator (once the policy exists, so that no pod of the job runs unprotected), then
   // (once it is ready, so workers find it) the workers.
-  JobTls tls = observed.token_secret_tls;
-  if (!observed.token_secret) {
-    tls = NewJobTls(settings);
-    if (tls == JobTls::kOperator && !observed.fresh_certificates) tls = JobTls::kNone;
-    P.plan.create.push_back(
-        TokenSecret(job, observed.fresh_token,
-                    tls == JobTls::kOperator ? &*observed.fresh_certificates : nullptr, tls));
-  }
-  // cert-manager's certificates: asked for (again, harmlessly, while they are not issued:
-  // creating one that exists changes nothing), and waited for.
-  const bool certificates_ready = tls != JobTls::kCertManager || observed.certificates_issued;
-  if (!certificates_ready) {
-    for (json& certificate : CertManagerCertificates(job, settings)) {
-      P.plan.create.push_back(std::move(certificate));
-    }
-    P.Requeue(absl::Seconds(5));
-  }
-  bool policy_in_place = true;
-  if (settings.network_policy) {
-    json want = NetworkPolicy(job, settings);
-    if (!observed.network_policy) {
-      P.plan.create.push_back(std::move(want));
-      policy_in_place = false;
-    } else if (observed.network_policy->value("spec", json()) != want["spec"]) {
-      // Changed by someone, or made under other settings (a chart upgrade): put ours back.
-      want["metadata"]["resourceVersion"] =
-          observed.network_policy->value("/metadata/resourceVersion"_json_pointer, std::string());
-      P.plan.update.push_back(std::move(want));
-      P.Event("Warning", "NetworkPolicyRestored",
-              absl::StrCat("NetworkPolicy ", NetworkPolicyName(job),
-                           " differed from the operator's; its spec is written back"));
-    }
-  } else if (observed.network_policy) {
-    P.plan.delete_network_policy = true;
-  }
-  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job, tls));
-  if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
-  if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
-  if (on_claim && !observed.coordinator_state_claim) {
-    P.plan.create.push_back(CoordinatorStateClaim(job));
-  }
-  if (recreate_coordinator && coordinator && Finished(*coordinator) && !coordinator->terminating) {
-    P.plan.delete_pods.push_back(coordinator->name);  // evicted: make room for the new one
-  }
-  // A claim being deleted is not used; the next one gets the pod.
-  if (!by_name.count(CoordinatorName(job)) && !observed.coordinator_state_claim_terminating &&
-      policy_in_place && certificates_ready) {
-    P.plan.create.push_back(CoordinatorPod(job, gang, *st.start_time, settings, tls));
-  }
+  const ChildrenState children =
+      PlanChildren(P, settings, coordinator, recreate_coordinator, on_claim, gang);
+  const JobTls tls = children.tls;
+  const bool policy_in_place = children.policy_in_place;
+  const bool certificates_ready = children.certificates_ready;
   if (coordinator && coordinator->ready) {
     for (int i = 0; i < replicas; ++i) {
       if (!by_name.count(WorkerPodName(job, i))) {

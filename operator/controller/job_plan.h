@@ -21,7 +21,7 @@ namespace cohort::controller {
 struct ObservedPod {
   std::string name;
   std::string uid;
-  std::string role;   // "coordinator" or "worker"
+  std::string role;   // "coordinator", "worker" or (task runtime jobs) "driver"
   int index = -1;     // worker index
   int restart = -1;   // the gang it belongs to (label cohort.dev/restart)
   std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
@@ -60,6 +60,8 @@ struct CoordinatorView {
     std::string Describe() const;
   };
   std::vector<TaskError> errors;  // tasks in ERROR
+  // The task runtime's scheduler (Scheduler/TaskInfo), for task runtime jobs.
+  std::optional<api::TaskRuntimeStatus> task_runtime;
 };
 
 struct Observed {

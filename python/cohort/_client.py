@@ -192,9 +192,10 @@ class Client:
         self._scheduler_call(self.scheduler.RegisterFunction, messages_pb2.RegisterFunctionRequest(
             workerid=self.worker_id, fnname=name, num_return_vals=num_returns))
 
-    def ready_for_new_task(self, previous=None, operation=0):
-        """previous: (succeeded, error) of the last task, whose ExecuteTask named `operation`."""
-        request = messages_pb2.ReadyForNewTaskRequest(workerid=self.worker_id)
+    def ready_for_new_task(self, previous=None, operation=0, leaving=False):
+        """previous: (succeeded, error) of the last task, whose ExecuteTask named `operation`;
+        leaving: this worker goes away after the report (it gets no new task)."""
+        request = messages_pb2.ReadyForNewTaskRequest(workerid=self.worker_id, leaving=leaving)
         if previous is not None:
             request.previous_task_info.task_succeeded = previous[0]
             request.previous_task_info.error_message = previous[1]

@@ -12,6 +12,7 @@ import logging
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 import traceback
@@ -68,6 +69,7 @@ class Worker:
         self._held = set()
         self._reported = collections.deque(maxlen=1024)
         self._lock = threading.Lock()
+        self.leaving = False  # SIGTERM: finish the task at hand, say so, exit
         self.functions = {}
         self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4),
                                   options=[("grpc.max_receive_message_length", -1)])
@@ -105,11 +107,15 @@ class Worker:
         while True:
             request = self.tasks.get()
             if request is _STOP:
+                if self.leaving:
+                    self._leave(None)
                 return 0
             error = self.execute(request.task)
             api.reusables._after_task()
+            leaving = self.leaving
             try:
-                self.client.ready_for_new_task((error is None, error or ""), request.operation)
+                self.client.ready_for_new_task((error is None, error or ""), request.operation,
+                                               leaving=leaving)
             except grpc.RpcError as e:
                 log.error("the scheduler did not take the task's end: %s", e.details())
                 return 1
@@ -117,6 +123,16 @@ class Worker:
                 with self._lock:
                     self._held.discard(request.operation)
                     self._reported.append(request.operation)
+            if leaving:
+                log.info("left the pool after finishing task %s", request.task.name)
+                return 0
+
+    def _leave(self, _):
+        try:
+            self.client.ready_for_new_task(None, leaving=True)
+            log.info("left the pool")
+        except grpc.RpcError as e:
+            log.warning("the scheduler did not hear that this worker leaves: %s", e.details())
 
     def execute(self, task):
         """Runs one task; None, or why it failed."""
@@ -154,6 +170,24 @@ class Worker:
             return traceback.format_exc()
 
 
+def _run_several(args, argv):
+    """Runs args.workers worker processes (this program again, one worker each) until all
+    have exited; SIGTERM and SIGINT are passed on. Exits with the first non-zero code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    children = [subprocess.Popen([sys.executable, "-m", "cohort.worker", *argv, "--workers", "1"])
+                for _ in range(args.workers)]
+
+    def forward(sig, _frame):
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(sig)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    codes = [child.wait() for child in children]
+    return next((c for c in codes if c != 0), 0)
+
+
 class _JsonFormatter(logging.Formatter):
     def format(self, record):
         return json.dumps({"time": self.formatTime(record), "level": record.levelname.lower(),
@@ -165,16 +199,29 @@ def main(argv=None):
         prog="python -m cohort.worker",
         description="A Python worker of cohort's task runtime: runs the functions drivers "
                     "export with @cohort.remote, with its node's object store.")
-    parser.add_argument("--scheduler", required=True, help="the coordinator's gRPC HOST:PORT")
-    parser.add_argument("--objstore", required=True, help="this node's object store HOST:PORT")
-    parser.add_argument("--listen-host", default="127.0.0.1",
+    env = os.environ.get
+    parser.add_argument("--scheduler", default=env("COHORT_SCHEDULER"),
+                        help="the coordinator's gRPC HOST:PORT (default $COHORT_SCHEDULER)")
+    parser.add_argument("--objstore", default=env("COHORT_OBJSTORE"),
+                        help="this node's object store HOST:PORT (default $COHORT_OBJSTORE)")
+    parser.add_argument("--listen-host", default=env("COHORT_NODE_IP", "127.0.0.1"),
                         help="host to serve WorkerService on, on an unused port (default "
-                             "%(default)s)")
+                             "$COHORT_NODE_IP, else 127.0.0.1)")
+    parser.add_argument("--workers", type=int, default=int(env("COHORT_TASK_WORKERS", "1")),
+                        help="worker processes to run, each serving on its own port (default "
+                             "$COHORT_TASK_WORKERS, else 1)")
     parser.add_argument("--auth-token-file", help="the job's token, sent on every call")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
+    if not args.scheduler or not args.objstore:
+        parser.error("--scheduler and --objstore are needed (or $COHORT_SCHEDULER and "
+                     "$COHORT_OBJSTORE)")
+    if not 1 <= args.workers <= 256:
+        parser.error(f"--workers {args.workers}: must be from 1 to 256")
+    if args.workers > 1:
+        return _run_several(args, argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if args.log_format == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -188,7 +235,13 @@ def main(argv=None):
     except grpc.RpcError as e:
         log.error("registering with the scheduler at %s: %s", args.scheduler, e.details())
         return 1
-    signal.signal(signal.SIGTERM, lambda *_: worker.tasks.put(_STOP))
+    def drain(*_):
+        # Pod deletion: finish the task at hand, tell the scheduler this worker leaves (it
+        # sends no new task), exit.
+        worker.leaving = True
+        worker.tasks.put(_STOP)
+
+    signal.signal(signal.SIGTERM, drain)
     code = worker.run()
     worker.server.stop(1)
     worker.client.close()

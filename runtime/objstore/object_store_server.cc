@@ -11,7 +11,9 @@
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "runtime/rpc/task_messages.h"
 #include "spdlog/spdlog.h"
@@ -130,6 +132,26 @@ void ObjectStoreServer::Wait() {
 
 absl::Status ObjectStoreServer::Refused(const grpc::ServerContext& ctx) const {
   return auth_ ? auth_->Check(ctx) : absl::OkStatus();
+}
+
+absl::Status ObjectStoreServer::RefusedLocal(const grpc::ServerContext& ctx) const {
+  if (options_.local_clients_without_token && FromOwnHost(ctx.peer())) return absl::OkStatus();
+  return Refused(ctx);
+}
+
+bool ObjectStoreServer::FromOwnHost(const std::string& peer) const {
+  // "ipv4:10.1.2.3:40000", "ipv6:[::1]:40000".
+  absl::string_view rest = peer;
+  if (!absl::ConsumePrefix(&rest, "ipv4:") && !absl::ConsumePrefix(&rest, "ipv6:")) return false;
+  absl::string_view host = rest.substr(0, rest.rfind(':'));
+  absl::ConsumePrefix(&host, "[");
+  absl::ConsumeSuffix(&host, "]");
+  if (host == "::1" || absl::StartsWith(host, "127.")) return true;
+  absl::string_view own = address_;
+  own = own.substr(0, own.rfind(':'));
+  absl::ConsumePrefix(&own, "[");
+  absl::ConsumeSuffix(&own, "]");
+  return host == own;
 }
 
 std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& address) {
@@ -324,7 +346,7 @@ grpc::Status ObjectStoreServer::PutError(grpc::ServerContext* ctx,
 grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
                                     grpc::ServerReader<v1::PutChunk>* reader,
                                     v1::AckReply* /*reply*/) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   v1::PutChunk chunk;
   if (!reader->Read(&chunk)) {
     return ToGrpc(absl::InvalidArgumentError("a put needs at least one chunk"));
@@ -369,7 +391,7 @@ grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
 
 grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::PutChunk* request,
                                           v1::AckReply* /*reply*/) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   ObjectId id = request->objectid();
   uint64_t size = request->data().size();
   if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
@@ -389,7 +411,7 @@ grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::Pu
 
 grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                     grpc::ServerWriter<v1::ObjChunk>* writer) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
   if (!object.ok()) return ToGrpc(object.status());
   return Stream(*object, writer);
@@ -414,7 +436,7 @@ absl::StatusOr<StoredObject> ObjectStoreServer::Await(grpc::ServerContext* ctx, 
 grpc::Status ObjectStoreServer::Describe(grpc::ServerContext* ctx,
                                          const v1::DescribeRequest* /*request*/,
                                          v1::DescribeReply* reply) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   reply->set_shm_dir(shm_dir_);
   reply->set_boot_id(boot_id_);
   reply->set_objstoreid(id_);
@@ -424,7 +446,7 @@ grpc::Status ObjectStoreServer::Describe(grpc::ServerContext* ctx,
 grpc::Status ObjectStoreServer::PutShared(grpc::ServerContext* ctx,
                                           const v1::PutSharedRequest* request,
                                           v1::AckReply* /*reply*/) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   const std::string& name = request->name();
   if (shm_dir_.empty()) {
     return ToGrpc(absl::FailedPreconditionError(
@@ -457,7 +479,7 @@ grpc::Status ObjectStoreServer::PutShared(grpc::ServerContext* ctx,
 
 grpc::Status ObjectStoreServer::GetShared(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                           v1::SharedObject* reply) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
   if (!object.ok()) return ToGrpc(object.status());
   if (object->data->file().empty()) {
@@ -472,7 +494,7 @@ grpc::Status ObjectStoreServer::GetShared(grpc::ServerContext* ctx, const v1::Ge
 
 grpc::Status ObjectStoreServer::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
                                      v1::WaitReply* reply) {
-  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
   std::vector<ObjectId> ids(request->objectid().begin(), request->objectid().end());
   size_t count = std::min<size_t>(request->num_ready(), ids.size());
   absl::Time deadline = absl::FromChrono(ctx->deadline());

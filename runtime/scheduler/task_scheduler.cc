@@ -379,7 +379,8 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
   }
 }
 
-absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous) {
+absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous,
+                                            bool leaving) {
   Mutation lock(this);
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
   Worker& w = workers_[worker];
@@ -390,12 +391,23 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
   w.last_seen = clock_.Now();
   if (previous.has_value() && previous->operation != 0 && previous->operation != w.current) {
     // Sent again after a restart of the coordinator, which had taken it already.
+    if (leaving) Leave(w);
+    return absl::OkStatus();
+  }
+  if (leaving && w.state == WorkerState::kBusy && !previous.has_value()) {
+    // It leaves before it ran what it was given last: that runs elsewhere.
+    Leave(w);
+    Schedule();
     return absl::OkStatus();
   }
   if (w.state == WorkerState::kBusy) {
     Operation& op = operations_[w.current];
     if (op.state == OpState::kAssigned) {
-      // Its task was not sent yet: the worker asks twice. It keeps the task.
+      // Its task was not sent yet: the worker asks twice. It keeps the task, unless it leaves.
+      if (leaving) {
+        Leave(w);
+        Schedule();
+      }
       return absl::OkStatus();
     }
     if (previous.has_value()) {
@@ -408,8 +420,22 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
   Changed(w);
   w.state = WorkerState::kIdle;
   w.current = 0;
+  if (leaving) Leave(w);
   Schedule();
   return absl::OkStatus();
+}
+
+void TaskScheduler::Leave(Worker& worker) {
+  Changed(worker);
+  worker.state = WorkerState::kDead;
+  for (auto& [name, function] : functions_) {
+    if (function.workers.erase(worker.id) > 0) changed_functions_.insert(name);
+  }
+  if (worker.current != 0) {
+    Operation& op = OpMut(worker.current);
+    if (op.state == OpState::kAssigned || op.state == OpState::kRunning) Enqueue(op);
+    worker.current = 0;
+  }
 }
 
 bool TaskScheduler::KillWorkers() {

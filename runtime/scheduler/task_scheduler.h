@@ -174,7 +174,9 @@ class TaskScheduler {
   absl::Status DecrementRefCount(const std::vector<ObjectId>& ids, CallId call = {});
   absl::Status AddContainedObjectIDs(ObjectId object, const std::vector<ObjectId>& contained,
                                      CallId call = {});
-  absl::Status ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous);
+  // `leaving`: the worker goes away after this report (drained): no new task, forgotten.
+  absl::Status ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous,
+                               bool leaving = false);
   // True when nothing is queued or running: every idle worker is told to die and forgotten,
   // and the function table is cleared. False changes nothing.
   bool KillWorkers();
@@ -278,6 +280,8 @@ class TaskScheduler {
   void Rebuild(ObjectId canonical, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deallocate(const std::vector<Deallocation>& freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseWorker(Worker& worker, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker that said it leaves: forgotten, its task (if it got one) queued again.
+  void Leave(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseStore(Store& store, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendExports(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -29,13 +29,23 @@ int main(int argc, char** argv) {
   std::string token_file;
   std::string log_format = "text";
   std::string log_level = "info";
-  app.add_option("--scheduler", options.scheduler, "the coordinator's gRPC HOST:PORT")->required();
-  app.add_option("--objstore", options.objstore, "this node's object store HOST:PORT")->required();
-  app.add_option("--workers", workers, "how many workers (one task each at a time)")
+  app.add_option("--scheduler", options.scheduler,
+                 "the coordinator's gRPC HOST:PORT ($COHORT_SCHEDULER)")
+      ->envname("COHORT_SCHEDULER")
+      ->required();
+  app.add_option("--objstore", options.objstore,
+                 "this node's object store HOST:PORT ($COHORT_OBJSTORE)")
+      ->envname("COHORT_OBJSTORE")
+      ->required();
+  app.add_option("--workers", workers,
+                 "how many workers (one task each at a time) ($COHORT_TASK_WORKERS)")
+      ->envname("COHORT_TASK_WORKERS")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("--listen-host", options.listen_host,
-                 "the host each worker serves WorkerService on (an unused port each)")
+                 "the host each worker serves WorkerService on, an unused port each "
+                 "($COHORT_NODE_IP)")
+      ->envname("COHORT_NODE_IP")
       ->capture_default_str();
   app.add_option("--auth-token-file", token_file,
                  "the job's token: sent on every call and required of every call");

@@ -31,7 +31,8 @@ ProxyServer::ProxyServer(ProxyOptions options)
       tensorflow_(&backend_, nullptr),
       xla_(&backend_, nullptr),
       distributed_runtime_(&backend_, nullptr),
-      cohort_(&backend_, nullptr) {}
+      cohort_(&backend_, nullptr),
+      scheduler_(MakeUpstreamChannel(options_.upstream)) {}
 
 ProxyServer::~ProxyServer() { Shutdown(absl::UnavailableError("the sidecar proxy is stopping")); }
 
@@ -43,6 +44,7 @@ absl::Status ProxyServer::Start() {
   builder.RegisterService(&xla_);
   builder.RegisterService(&distributed_runtime_);
   builder.RegisterService(&cohort_);
+  builder.RegisterCallbackGenericService(&scheduler_);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   // The workload keeps calls parked for hours; let its keepalive pings through.
@@ -57,7 +59,8 @@ absl::Status ProxyServer::Start() {
   }
   backend_.Start();
   spdlog::info(
-      "proxy serving the coordinator protocols on {} (port {}), forwarding to {} "
+      "proxy serving the coordinator protocols and the task runtime's scheduler on {} (port "
+      "{}), forwarding to {} "
       "(outage tolerance {})",
       options_.listen, port_, options_.upstream.address,
       absl::FormatDuration(options_.upstream.outage_tolerance));

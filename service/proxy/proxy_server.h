@@ -1,13 +1,14 @@
 #pragma once
 // ProxyServer: the workload's coordinator endpoint inside a pod. The same four protocol
 // adapters as the coordinator's, over an UpstreamBackend that forwards to the coordinator
-// and rides out its restarts.
+// and rides out its restarts; and the task runtime's Scheduler, passed on call by call.
 
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "service/proxy/scheduler_forward.h"
 #include "service/proxy/upstream_backend.h"
 #include "service/rpc/cohort_service.h"
 #include "service/rpc/distributed_runtime_service.h"
@@ -43,6 +44,7 @@ class ProxyServer {
   XlaCoordinationService xla_;
   DistributedRuntimeService distributed_runtime_;
   CohortCoordinatorService cohort_;
+  SchedulerForward scheduler_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool stopped_ = false;

@@ -21,7 +21,9 @@ namespace {
 
 namespace tf = tensorflow;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const UpstreamOptions& options) {
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeUpstreamChannel(const UpstreamOptions& options) {
   grpc::ChannelArguments args;
   // jaxlib shares compiled executables through the store.
   args.SetMaxReceiveMessageSize(-1);
@@ -43,8 +45,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const UpstreamOptions& options) {
   return CreateChannelWithToken(options.address, credentials, args, options.auth_token);
 }
 
-}  // namespace
-
 const char* UpstreamBackend::LinkName(Link link) {
   switch (link) {
     case Link::kNotYetConnected:
@@ -63,7 +63,7 @@ const char* UpstreamBackend::LinkName(Link link) {
 
 UpstreamBackend::UpstreamBackend(UpstreamOptions options)
     : options_(std::move(options)),
-      channel_(MakeChannel(options_)),
+      channel_(MakeUpstreamChannel(options_)),
       stub_(tf::CoordinationService::NewStub(channel_)),
       cohort_stub_(v1::Coordinator::NewStub(channel_)) {}
 

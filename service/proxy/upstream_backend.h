@@ -58,6 +58,10 @@ struct UpstreamOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
 };
 
+// A channel to the coordinator as UpstreamOptions say: credentials, the job's token on every
+// call, and settings that find a restarted coordinator again within a second.
+std::shared_ptr<grpc::Channel> MakeUpstreamChannel(const UpstreamOptions& options);
+
 // How UpstreamBackend sends one call.
 struct UpstreamSendOptions {
   // Identical calls (same key) of several callers share one upstream call.

@@ -59,8 +59,8 @@ else
 fi
 
 wide=$(k get cjob -o wide 2>&1 | head -n 1)
-if [[ "$wide" =~ RESTARTS\ +COORD-RESTARTS\ +AGE ]]; then
-  pass "kubectl get cjob -o wide adds Coord-Restarts"
+if [[ "$wide" =~ RESTARTS\ +COORD-RESTARTS\ +TASKS-DONE\ +TASKS-RUNNING\ +AGE ]]; then
+  pass "kubectl get cjob -o wide adds Coord-Restarts, Tasks-Done and Tasks-Running"
 else
   fail "the wide printer column" "$wide"
 fi

@@ -210,9 +210,27 @@ admitted "an allowed capability (NET_BIND_SERVICE), service account (trainer) an
   "{\"serviceAccountName\": \"trainer\", \"securityContext\": {\"runAsUser\": 1000}, $c0, \"securityContext\": {\"capabilities\": {\"add\": [\"NET_BIND_SERVICE\"]}}}]}"
 admitted "a privileged container in a namespace outside its namespaceSelector ($SYS)" privsys \
   "{$c0, \"securityContext\": {\"privileged\": true}}]}" "$SYS"
+# A task runtime job's driver template is held to the same rules as the workers'.
+python3 - >"$WORK/privdriver.json" <<'PY'
+import json
+plain = {"containers": [{"name": "worker", "image": "ghcr.io/cohort/cohort-agent-example:0.1.0"}]}
+driver = {"containers": [{"name": "driver", "image": "ghcr.io/cohort/cohort-agent-example:0.1.0",
+                          "securityContext": {"privileged": True}}]}
+print(json.dumps({"apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
+                  "metadata": {"name": "privdriver"},
+                  "spec": {"replicas": 1, "template": {"spec": plain},
+                           "tasks": {"driver": {"template": {"spec": driver}}}}}))
+PY
+if out=$("$KUBECTL" apply -n "$NS" -f "$WORK/privdriver.json" 2>&1); then
+  fail "the admission policy refuses a privileged task runtime driver" "admitted: $out"
+elif [[ "$out" == *"ValidatingAdmissionPolicy '$policy_name'"*"admissionPolicy.allowPrivileged"* ]]; then
+  pass "the admission policy refuses a privileged task runtime driver"
+else
+  fail "the admission policy refuses a privileged task runtime driver" "$out"
+fi
 
 # ---- The examples' pod templates pass restricted Pod Security: each as a Pod, dry run.
-for example in quickstart jax-cpu; do
+for example in quickstart jax-cpu tasks-python; do
   if ! "$KUBECTL" create --dry-run=client -o json -f "$ROOT/examples/$example.yaml" >"$WORK/$example.all.json" 2>"$WORK/$example.err"; then
     fail "read examples/$example.yaml" "$(cat "$WORK/$example.err")"
     continue
@@ -226,10 +244,13 @@ while text[at:].strip():  # one JSON document per object
     objects += o.get("items", [o]) if o.get("kind") == "List" else [o]
 for o in objects:
     if o["kind"] == "CoordinatedJob":
-        t = o["spec"]["template"]
-        print(json.dumps({"apiVersion": "v1", "kind": "Pod",
-                          "metadata": {"name": o["metadata"]["name"] + "-template"},
-                          "spec": t["spec"]}))
+        templates = [("-template", o["spec"]["template"])]
+        if "tasks" in o["spec"]:  # a task runtime job's driver
+            templates.append(("-driver-template", o["spec"]["tasks"]["driver"]["template"]))
+        for suffix, t in templates:
+            print(json.dumps({"apiVersion": "v1", "kind": "Pod",
+                              "metadata": {"name": o["metadata"]["name"] + suffix},
+                              "spec": t["spec"]}))
 PY
   if out=$(k create --dry-run=server -f "$WORK/$example.pod.json" 2>&1) && [[ "$out" != *Warning* ]]; then
     pass "examples/$example.yaml's pod template is admitted under restricted Pod Security"

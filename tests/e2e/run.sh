@@ -28,6 +28,7 @@ trap 'tools/local-cluster down >/dev/null 2>&1' EXIT
 run bash tests/e2e/crd_test.sh
 run bash tests/e2e/operator_test.sh
 run bash tests/e2e/jax_restart_test.sh
+run bash tests/e2e/tasks_test.sh
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh
 run bash tests/e2e/isolation_test.sh

@@ -487,5 +487,44 @@ TEST_F(TaskSchedulerTest, AStoreRegisteringAgainAtItsAddressStartsEmpty) {
       << "the driver went with its store";
 }
 
+TEST_F(TaskSchedulerTest, AWorkerThatLeavesGetsNoNewTaskAndItsUnstartedTaskRunsElsewhere) {
+  StoreId a = AddStore("127.0.0.2:7000");
+  WorkerId one = AddWorker("127.0.0.2:7000", "127.0.0.2:9001", {{"f", 1}});
+  WorkerId two = AddWorker("127.0.0.2:7000", "127.0.0.2:9002", {{"f", 1}});
+  WorkerId driver = AddDriver("127.0.0.2:7000");
+  Submit(driver, "f", {{0, "a"}});
+  Submit(driver, "f", {{0, "b"}});
+  std::vector<ExecuteTaskEffect> runs = Drain<ExecuteTaskEffect>();
+  ASSERT_EQ(runs.size(), 2u);
+  const ExecuteTaskEffect& on_one = runs[0].worker == one ? runs[0] : runs[1];
+  const ExecuteTaskEffect& on_two = runs[0].worker == one ? runs[1] : runs[0];
+  // One finishes its task and leaves with the report: the task counts, the worker is gone.
+  ASSERT_TRUE(scheduler_.ObjReady(on_one.task.results[0], a, 8).ok());
+  ASSERT_TRUE(scheduler_.ReadyForNewTask(one, FinishedTask{true, "", on_one.operation}, true).ok());
+  EXPECT_EQ(scheduler_.Stats().tasks_succeeded, 1u);
+  EXPECT_EQ(scheduler_.Stats().workers_alive, 1u);
+  EXPECT_THAT(scheduler_.SchedulerInfo().functions.at("f").first, ElementsAre(two));
+  // A new task waits for two, not for the worker that left.
+  Submit(driver, "f", {{0, "c"}});
+  EXPECT_THAT(Drain<ExecuteTaskEffect>(), IsEmpty());
+  // Two leaves without running what it was given: that task runs elsewhere, not a retry.
+  ASSERT_TRUE(scheduler_.ReadyForNewTask(two, std::nullopt, true).ok());
+  EXPECT_EQ(scheduler_.Stats().tasks_retried, 0u);
+  EXPECT_EQ(scheduler_.Stats().tasks_queued, 2u);
+  EXPECT_EQ(scheduler_.Stats().workers_alive, 0u);
+  // It went to the back of the queue: a new worker runs "c", then it.
+  WorkerId three = AddWorker("127.0.0.2:7000", "127.0.0.2:9003", {{"f", 1}});
+  std::vector<ExecuteTaskEffect> next = Drain<ExecuteTaskEffect>();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].worker, three);
+  Complete(next[0], a);
+  std::vector<ExecuteTaskEffect> again = Drain<ExecuteTaskEffect>();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].operation, on_two.operation);
+  // A call from a worker that left is refused, naming it.
+  absl::Status late = scheduler_.ReadyForNewTask(one, std::nullopt);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace cohort::runtime

@@ -1,0 +1,193 @@
+// The plan's building blocks, shared by the gang's plan (job_plan.cc) and the task
+// runtime's (task_runtime_plan.cc). Internal to operator/controller.
+#ifndef COHORT_OPERATOR_CONTROLLER_PLANNER_H_
+#define COHORT_OPERATOR_CONTROLLER_PLANNER_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "operator/controller/children.h"
+#include "operator/controller/job_plan.h"
+
+namespace cohort::controller::planning {
+
+using json = nlohmann::json;
+namespace phase = api::phase;
+
+// Field `key` of `object`; null when `object` is no object or lacks it.
+inline const json& Field(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+inline std::string Text(const json& v, std::string fallback = "") {
+  return v.is_string() ? v.get<std::string>() : std::move(fallback);
+}
+inline int64_t Int(const json& v, int64_t fallback) {
+  return v.is_number_integer() ? v.get<int64_t>() : fallback;
+}
+// The elements of an array; none for anything else.
+inline const json& Items(const json& v) {
+  static const json kEmpty = json::array();
+  return v.is_array() ? v : kEmpty;
+}
+
+inline int IntLabel(const json& labels, const char* key) {
+  int v = -1;
+  const json& label = Field(labels, key);
+  if (!label.is_string() || !absl::SimpleAtoi(label.get<std::string>(), &v)) return -1;
+  return v;
+}
+
+inline bool Finished(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
+
+inline std::string DescribeExit(const ObservedPod& p) {
+  if (*p.exit_code < 0) {
+    return absl::StrCat("worker ", p.index, " failed without an exit code",
+                        p.reason.empty() ? "" : absl::StrCat(" (", p.reason, ")"));
+  }
+  std::string text = absl::StrCat("worker ", p.index, " exited with code ", *p.exit_code);
+  if (*p.exit_code > 128 && *p.exit_code < 160) {
+    absl::StrAppend(&text, " (signal ", *p.exit_code - 128, ")");
+  }
+  if (!p.reason.empty() && p.reason != "Error" && p.reason != "Completed") {
+    absl::StrAppend(&text, " (", p.reason, ")");
+  }
+  return text;
+}
+
+// The phase transition helpers below all act on the plan being built.
+struct Planner {
+  const api::CoordinatedJob& job;
+  const Observed& observed;
+  Plan plan;
+
+  api::JobStatus& st() { return plan.status; }
+  absl::Time now() const { return observed.now; }
+
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    plan.events.push_back({type, reason, message});
+  }
+  void Requeue(absl::Duration d) {
+    if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+    if (!plan.requeue_after || d < *plan.requeue_after) plan.requeue_after = d;
+  }
+  void Condition(const std::string& type, bool value, const std::string& reason,
+                 const std::string& message) {
+    api::SetCondition(&st().conditions, type, value ? "True" : "False", reason, message, now(),
+                      job.generation);
+  }
+  // `coordinator_last`: the coordinator pod stays while a worker's workload still runs.
+  // Workers reach the coordinator through their sidecars, which hold a call through a
+  // coordinator outage (up to the outage tolerance); a coordinator stopped first would keep
+  // a stopping workload's last calls (ShutdownTask) waiting for it instead of answered.
+  void DeletePods(bool include_finished, bool coordinator_last = false) {
+    bool workload_running = false;
+    for (const auto& p : observed.pods) {
+      if ((p.role == "worker" || p.role == "driver") && !Finished(p) && !p.exit_code) {
+        workload_running = true;
+      }
+    }
+    for (const auto& p : observed.pods) {
+      if (p.terminating) continue;
+      // A worker whose workload exited is done even while its sidecar is still stopping.
+      if (!include_finished &&
+          (Finished(p) || ((p.role == "worker" || p.role == "driver") && p.exit_code))) {
+        continue;
+      }
+      if (coordinator_last && workload_running && p.role == "coordinator") continue;
+      plan.delete_pods.push_back(p.name);
+    }
+  }
+  void Finish(bool succeeded, const std::string& reason, const std::string& message) {
+    st().phase = succeeded ? phase::kSucceeded : phase::kFailed;
+    st().completion_time = now();
+    Condition(succeeded ? kConditionSucceeded : kConditionFailed, true, reason, message);
+    Condition(kConditionReady, false, "Finished", "the job has finished");
+    if (const auto* c = api::FindCondition(st().conditions, kConditionRestarting);
+        c && c->status == "True") {
+      Condition(kConditionRestarting, false, "Finished", "the job has finished");
+    }
+    Event(succeeded ? "Normal" : "Warning", reason, message);
+    // Finished workers stay for their logs; anything still running goes, the coordinator
+    // once the workers' workloads have stopped.
+    DeletePods(/*include_finished=*/false, /*coordinator_last=*/true);
+    ScheduleTtl();
+  }
+  // Counts each restart of the current gang's coordinator once, through what the status
+  // remembers of its pod (status.coordinatorPod): a container restarted in place, or a pod
+  // lost while its state is on the claim (the plan then makes it again).
+  void CountCoordinatorRestarts(const ObservedPod* coordinator, bool gone, bool on_claim) {
+    api::CoordinatorPodStatus& seen = st().coordinator_pod;
+    if (coordinator && !gone) {
+      if (seen.uid != coordinator->uid) {  // a new pod: restarts before now were not counted
+        seen.uid = coordinator->uid;
+        seen.container_restarts = 0;
+      }
+      const int more = coordinator->restart_count - seen.container_restarts;
+      if (more <= 0) return;
+      st().coordinator_restarts += more;
+      seen.container_restarts = coordinator->restart_count;
+      seen.last_restart_time = coordinator->last_exit_at.value_or(now());
+      Event("Warning", "CoordinatorRestarted",
+            absl::StrCat("the coordinator's container restarted in place (",
+                         coordinator->restart_count, " time",
+                         coordinator->restart_count == 1 ? "" : "s", " in pod ", coordinator->name,
+                         ") and keeps its state on its ",
+                         api::StateVolumeName(job.spec.coordinator.state.volume),
+                         " volume; the gang goes on"));
+    } else if (on_claim && !seen.uid.empty()) {
+      st().coordinator_restarts += 1;
+      absl::Time at = now();
+      if (coordinator && coordinator->deletion_requested_at) {
+        at = *coordinator->deletion_requested_at;
+      } else if (coordinator && coordinator->finished_at) {
+        at = *coordinator->finished_at;
+      }
+      seen = api::CoordinatorPodStatus{};  // the next pod is a new one
+      seen.last_restart_time = at;
+      Event("Warning", "CoordinatorRestarted",
+            absl::StrCat("the coordinator pod ", CoordinatorName(job),
+                         coordinator && !coordinator->terminating ? " failed" : " was deleted",
+                         "; a new one starts on PersistentVolumeClaim ",
+                         CoordinatorStateClaimName(job),
+                         ", which holds its state; the gang goes on"));
+    }
+  }
+  void ScheduleTtl() {
+    if (!job.spec.ttl_seconds_after_finished || !st().completion_time) return;
+    const absl::Time expiry =
+        *st().completion_time + absl::Seconds(*job.spec.ttl_seconds_after_finished);
+    if (now() >= expiry) {
+      plan.delete_job = true;
+    } else {
+      Requeue(expiry - now());
+    }
+  }
+};
+
+// What PlanChildren found of the objects every job needs.
+struct ChildrenState {
+  JobTls tls = JobTls::kNone;
+  bool policy_in_place = true;
+  bool certificates_ready = true;
+};
+
+// Creates what is missing of the job's token Secret (with certificates), NetworkPolicy,
+// coordinator ConfigMap and Services, state claim and coordinator pod (once the policy and
+// the certificates are in place). Workers are the caller's.
+ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
+                           const ObservedPod* coordinator, bool recreate_coordinator, bool on_claim,
+                           int gang);
+
+// The plan of a task runtime job (spec.tasks), from the point where PlanJob has dealt with
+// finished, suspended and overdue jobs (task_runtime_plan.cc).
+Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings);
+
+}  // namespace cohort::controller::planning
+
+#endif  // COHORT_OPERATOR_CONTROLLER_PLANNER_H_

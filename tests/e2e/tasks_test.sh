@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The task runtime on the local cluster (spec.tasks): examples/tasks-python.yaml, a Python
+# driver's map-reduce over thousands of tasks on two worker pods of two Python workers each,
+# under cohort-operator with the job's token and mutual TLS (--job-tls=operator), in
+# namespaces that enforce restricted Pod Security. It must succeed with the right result; a
+# worker pod deleted mid-run is made again while its tasks run elsewhere, with no restart of
+# the job; the pool grows and shrinks mid-run and the result is still right; a driver that
+# fails fails the job with its exit code; an invalid task runtime job is refused by the API
+# server, naming the field. Python comes from .venv/runtime (tests/python/run.sh, which make
+# test runs first).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LC="$ROOT/tools/local-cluster"
+KUBECTL="$ROOT/build/tools/bin/kubectl"
+BIN="$ROOT/build/bin"
+PYTHON="$ROOT/.venv/runtime/bin/python"
+WORK=$(mktemp -d)
+passed=0
+failed=0
+started_here=0
+NAMESPACES=()
+OPERATOR_PID=""
+
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1${2:+: $2}"
+}
+# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
+until_true() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+cleanup() {
+  [[ -n "$OPERATOR_PID" ]] && kill -KILL "$OPERATOR_PID" 2>/dev/null
+  wait 2>/dev/null
+  for ns in "${NAMESPACES[@]}"; do "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1; done
+  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
+  if [[ $failed -gt 0 ]]; then
+    for f in "$WORK"/*.log; do
+      echo "---- $(basename "$f") (last 40 lines)"
+      tail -n 40 "$f"
+    done
+  fi
+  rm -rf "$WORK"
+}
+
+if ! "$PYTHON" -c 'import cohort' 2>/dev/null; then
+  echo "tasks test: $PYTHON cannot import cohort; run tests/python/run.sh (make python-test) first"
+  exit 1
+fi
+if ! "$LC" status >/dev/null 2>&1; then
+  started_here=1
+  line=$("$LC" up | tail -n 1) || { echo "tasks test: the local cluster did not come up"; exit 1; }
+else
+  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
+fi
+export "${line?}"
+trap cleanup EXIT
+"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
+  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
+  { echo "tasks test: the CRD does not install"; exit 1; }
+
+# The example as a user applies it, run by the venv's Python: the local cluster has no
+# images, and runs the command a container names.
+sed -e "s|command: \[python3, /app/driver.py\]|command: [$PYTHON, /app/driver.py]|" \
+  -e "s|command: \[python3, -m, cohort.worker\]|command: [$PYTHON, -m, cohort.worker]|" \
+  "$ROOT/examples/tasks-python.yaml" >"$WORK/example.yaml"
+[[ $(grep -c "$PYTHON" "$WORK/example.yaml") == 2 ]] || { echo "tasks test: the example's commands changed"; exit 1; }
+# The same, slower (20 ms a map task: about 10 s on four workers), to act on it mid-run.
+sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.02"}|' \
+  "$WORK/example.yaml" >"$WORK/slow.yaml"
+grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "tasks test: the example's driver env changed"; exit 1; }
+
+"$BIN/cohort-operator" --leader-elect=false --http-listen 127.0.0.1:0 \
+  --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator.log" 2>&1 &
+OPERATOR_PID=$!
+
+new_namespace() {
+  NAMESPACES+=("$1")
+  "$KUBECTL" create namespace "$1" >/dev/null
+  "$KUBECTL" label namespace "$1" pod-security.kubernetes.io/enforce=restricted >/dev/null
+}
+field() { "$KUBECTL" -n "$1" get cjob tasks-python -o jsonpath="$2" 2>/dev/null; }
+done_phase() { [[ "$(field "$1" '{.status.phase}')" == Succeeded || "$(field "$1" '{.status.phase}')" == Failed ]]; }
+tasks_done_at_least() { (($(field "$1" '{.status.taskRuntime.succeeded}' || echo 0) >= $2)); }
+pod_uid() { "$KUBECTL" -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
+pod_running_anew() {  # NS POD OLD_UID: a pod of that name, another than OLD_UID, running
+  local uid
+  uid=$(pod_uid "$1" "$2")
+  [[ -n "$uid" && "$uid" != "$3" ]] &&
+    [[ "$("$KUBECTL" -n "$1" get pod "$2" -o jsonpath='{.status.phase}' 2>/dev/null)" == Running ]]
+}
+pod_gone() { ! "$KUBECTL" -n "$1" get pod "$2" >/dev/null 2>&1; }
+save_logs() {  # NS TAG
+  "$KUBECTL" -n "$1" logs tasks-python-driver -c driver >"$WORK/$2-driver.log" 2>&1
+  "$KUBECTL" -n "$1" logs tasks-python-driver -c cohort-sidecar >"$WORK/$2-driver-sidecar.log" 2>&1
+  "$KUBECTL" -n "$1" get cjob tasks-python -o yaml >"$WORK/$2-job.log" 2>&1
+  "$KUBECTL" -n "$1" get events --sort-by=.lastTimestamp >"$WORK/$2-events.log" 2>&1
+}
+right_result() { grep -q "sum of squares below 2000000 = .* (right)" "$WORK/$1-driver.log"; }
+
+# ---- The example, as it is.
+ns="tasks-example-$$"
+new_namespace "$ns"
+"$KUBECTL" -n "$ns" apply -f "$WORK/example.yaml" >/dev/null
+if until_true 300 done_phase "$ns"; then
+  save_logs "$ns" example
+  got=$(field "$ns" '{.status.phase} restarts={.status.restarts}')
+  done_count=$(field "$ns" '{.status.taskRuntime.succeeded}')
+  if [[ "$got" == "Succeeded restarts=0" ]] && right_result example && ((done_count >= 2000)); then
+    pass "examples/tasks-python.yaml succeeds with the right sum ($done_count tasks done)"
+  else
+    fail "examples/tasks-python.yaml" "$got, $done_count tasks done; $(tail -n 3 "$WORK/example-driver.log")"
+  fi
+  wide=$("$KUBECTL" -n "$ns" get cjob tasks-python -o wide)
+  if [[ "$wide" =~ TASKS-DONE\ +TASKS-RUNNING && "$wide" == *" $done_count "* ]]; then
+    pass "kubectl get cjob -o wide shows the tasks done and running"
+  else
+    fail "kubectl get cjob -o wide" "$wide"
+  fi
+  if grep -q "TLS to the coordinator: mutual" "$WORK/example-driver-sidecar.log" &&
+    grep -q "object store .* registered" "$WORK/example-driver-sidecar.log"; then
+    pass "the driver's sidecar hosts its object store and reaches the scheduler over mutual TLS"
+  else
+    fail "the driver's sidecar" "$(grep -i "tls\|store" "$WORK/example-driver-sidecar.log" | head -5)"
+  fi
+else
+  save_logs "$ns" example
+  fail "examples/tasks-python.yaml ends" "phase $(field "$ns" '{.status.phase}')"
+fi
+
+# ---- Mid-run: a worker pod deleted, then the pool grown to three and shrunk to one.
+ns="tasks-churn-$$"
+new_namespace "$ns"
+"$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
+if until_true 180 tasks_done_at_least "$ns" 200; then
+  old=$(pod_uid "$ns" tasks-python-worker-0)
+  "$KUBECTL" -n "$ns" delete pod tasks-python-worker-0 --wait=false >/dev/null
+  if until_true 60 pod_running_anew "$ns" tasks-python-worker-0 "$old"; then
+    pass "a deleted worker pod is made again mid-run"
+  else
+    fail "a deleted worker pod is made again" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
+  fi
+  "$KUBECTL" -n "$ns" patch cjob tasks-python --type merge -p '{"spec":{"replicas":3}}' >/dev/null
+  if until_true 60 pod_running_anew "$ns" tasks-python-worker-2 "" &&
+    until_true 30 bash -c "'$KUBECTL' -n '$ns' logs tasks-python-worker-2 -c workers 2>/dev/null | grep -q 'serving on'"; then
+    pass "replicas 2 -> 3 mid-run: worker pod 2 joins the pool"
+  else
+    fail "replicas 2 -> 3 mid-run" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
+  fi
+  "$KUBECTL" -n "$ns" patch cjob tasks-python --type merge -p '{"spec":{"replicas":1}}' >/dev/null
+  if until_true 60 pod_gone "$ns" tasks-python-worker-2 && until_true 60 pod_gone "$ns" tasks-python-worker-1; then
+    pass "replicas 3 -> 1 mid-run: worker pods 1 and 2 leave"
+  else
+    fail "replicas 3 -> 1 mid-run" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
+  fi
+else
+  fail "the slow job gets going" "phase $(field "$ns" '{.status.phase}'), $(field "$ns" '{.status.taskRuntime}')"
+fi
+if until_true 300 done_phase "$ns"; then
+  save_logs "$ns" churn
+  got=$(field "$ns" '{.status.phase} restarts={.status.restarts}')
+  if [[ "$got" == "Succeeded restarts=0" ]] && right_result churn; then
+    pass "through the lost pod and the scaling, the job succeeds with the right sum and no restart"
+  else
+    fail "the job after the lost pod and the scaling" "$got; $(tail -n 3 "$WORK/churn-driver.log")"
+  fi
+else
+  save_logs "$ns" churn
+  fail "the slow job ends" "phase $(field "$ns" '{.status.phase}')"
+fi
+
+# ---- A driver that fails fails the job, saying how.
+ns="tasks-fail-$$"
+new_namespace "$ns"
+sed "s|command: \[$PYTHON, /app/driver.py\]|command: [$PYTHON, -c, 'import sys; sys.exit(3)']|" \
+  "$WORK/example.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
+if until_true 120 done_phase "$ns"; then
+  got=$(field "$ns" '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+  if [[ "$got" == "Failed DriverFailed: the driver exited with code 3" ]]; then
+    pass "a driver that exits 3 fails the job: $got"
+  else
+    fail "a failing driver" "$got"
+  fi
+else
+  fail "the failing driver's job ends" "phase $(field "$ns" '{.status.phase}')"
+fi
+
+# ---- Invalid task runtime jobs: refused by the API server, naming the field.
+refused() {  # WHAT EXPECTED-MESSAGE PATCH-SED
+  local out
+  out=$(sed "$3" "$WORK/example.yaml" | "$KUBECTL" -n "$ns" apply --dry-run=server -f - 2>&1)
+  if [[ $? != 0 && "$out" == *"$2"* ]]; then
+    pass "refused: $1"
+  else
+    fail "refused: $1" "$out"
+  fi
+}
+refused "spec.tasks with framework jax" "spec.framework must be generic when spec.tasks" \
+  's|^  replicas: 2|  replicas: 2\n  framework: jax|'
+refused "spec.tasks.workersPerPod 0" "spec.tasks.workersPerPod" 's|workersPerPod: 2|workersPerPod: 0|'
+refused "spec.tasks without a driver" "spec.tasks.driver" '/^    driver:/,/configMap: {name: tasks-python-program}/d'
+refused "spec.tasks.objectStoreMemory lots" "spec.tasks.objectStoreMemory" \
+  's|# objectStoreMemory: 2Gi|objectStoreMemory: lots|'
+
+echo "tasks test: $passed passed, $failed failed"
+[[ $failed == 0 ]]
