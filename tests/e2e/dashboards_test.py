@@ -7,6 +7,9 @@ Prometheus (Debian's) scrapes, over loopback:
     key-value store, two sidecars, and a `checkpoint` barrier that task 1 never reaches)
     and "broken" (one task and one sidecar, whose GPU raises XID 79, so the sidecar reports
     the error and the coordinator propagates it);
+  - under train's coordinator, the task runtime: two object stores with a C++ worker each
+    and a short Python driver (tasks that succeed and fail, gets across stores), for the
+    Task runtime row;
   - the three sidecars, on eight fake GPUs each (the fake libnvidia-ml.so.1 of
     tests/sidecar/gpu, loaded through the real dlopen path); train's GPU 2 also raises the
     application XID 13, which is counted and leaves the GPU healthy;
@@ -324,11 +327,38 @@ def all_connected(coordinator):
     return bool(tasks) and all(t["state"] == "CONNECTED" for t in tasks)
 
 
+# The task runtime's Python package, installed by tests/python/run.sh (make test runs it first).
+RUNTIME_PYTHON = os.path.join(ROOT, ".venv", "runtime", "bin", "python")
+TASK_DRIVER = """
+import sys
+import cohort
+cohort.init(sys.argv[1], sys.argv[2])
+add = cohort.function("cohort.add")
+sleep = cohort.function("cohort.sleep_ms")
+fail = cohort.function("cohort.fail")
+sums = [add.remote(i, i) for i in range(200)]
+naps = [sleep.remote(20) for _ in range(20)]
+failed = [fail.remote("on purpose") for _ in range(3)]
+assert cohort.get(sums) == [2 * i for i in range(200)]
+cohort.get(naps)
+for ref in failed:
+    try:
+        cohort.get(ref)
+    except cohort.TaskError:
+        pass
+print(f"{len(sums) + len(naps)} tasks succeeded, {len(failed)} failed on purpose")
+cohort.shutdown()
+"""
+
+
 def main():
     for path, what in ((BIN + "/cohort-coordinator", "make build"),
                        (BIN + "/cohort-sidecar", "make build"),
                        (BIN + "/cohort-agent-example", "make build"),
                        (BIN + "/cohortctl", "make build"),
+                       (BIN + "/cohort-objstore", "make build"),
+                       (BIN + "/cohort-worker", "make build"),
+                       (RUNTIME_PYTHON, "tests/python/run.sh (make python-test)"),
                        (FAKE_NVML, "make build (the fake NVML of tests/sidecar/gpu)"),
                        (PROMETHEUS, "apt-get install prometheus (tools/deps.sh does)")):
         if not os.access(path, os.X_OK if not path.endswith(".so.1") else os.R_OK):
@@ -415,6 +445,22 @@ def main():
                     "--task", str(task), "--num-tasks", str(workers), "--steps", "100000",
                     "--step-seconds", "1"])
 
+        # -- The task runtime under train's coordinator: two object stores with a C++ worker
+        # each, and a short Python driver (tasks that succeed and fail, puts, gets across
+        # stores), so that the Task runtime row has data.
+        train_grpc = f"127.0.0.1:{ports['train'][0]}"
+        stores = []
+        for i in range(2):
+            store = f"127.0.0.1:{free_port()}"
+            stores.append(store)
+            procs.start(f"train-objstore-{i}", [
+                BIN + "/cohort-objstore", "--listen", store, "--scheduler", train_grpc,
+                "--shm-dir", "", "--capacity", "64MiB"])
+            eventually(f"object store {i} registered",
+                       lambda i=i: "registered with" in procs.log_of(f"train-objstore-{i}"), 30)
+            procs.start(f"train-task-worker-{i}", [
+                BIN + "/cohort-worker", "--scheduler", train_grpc, "--objstore", store])
+
         # -- Prometheus.
         targets = {"coordinators": [], "sidecars": []}
         for name in ("train", "broken"):
@@ -443,6 +489,12 @@ def main():
         # The job goes in once the operator is being scraped, so that its reconciles fall
         # inside the window the rate panels look at.
         kubectl("apply", "-f", "-", stdin=json.dumps(job))
+        # The driver too, once Prometheus scrapes: rates over the window see its tasks.
+        driver = subprocess.run([RUNTIME_PYTHON, "-c", TASK_DRIVER, train_grpc, stores[0]],
+                                capture_output=True, text=True, timeout=120)
+        if driver.returncode != 0:
+            raise RuntimeError(f"the task runtime driver failed: {driver.stderr[-2000:]}")
+        log(f"task runtime: {driver.stdout.strip()}")
         eventually("the operator to report CoordinatedJob train",
                    lambda: prom.query(f'cohort_operator_job_phase{{namespace="{NAMESPACE}", '
                                       f'cjob="train"}} == 1')["result"], 60)
