@@ -488,7 +488,30 @@ def section_tasks(results, goals):
             + ("; the one after it is cohort again with the coordinator's `--state-dir`, every "
                "scheduler change written to its log before it is answered"
                if "cohort-durable" in data else "")
-            + ".\n\n" + rendered + "\n")
+            + ".\n\n" + rendered + "\n" + section_tasks_k8s(results))
+
+
+def section_tasks_k8s(results):
+    """The example's map-reduce on the local cluster (bench/tasks_k8s_bench.sh), beside Ray."""
+    path = results / "tasks_k8s.json"
+    if not path.exists():
+        return ""
+    data = json.loads(path.read_text())
+    rows = ["| worker pods (one worker each) | cohort: the driver's map-reduce (s) | cohort: "
+            "`kubectl apply` to Succeeded (s) | Ray, as many workers, same program (s) |",
+            "|---|---|---|---|"]
+    for r in data.get("runs", []):
+        rows.append(f"| {r['pods']} | {r['driver_seconds']:.2f} | {r['job_seconds']:.1f} | "
+                    f"{r['ray']['seconds']:.2f} |")
+    return ("\n### On the local cluster\n\n"
+            "`bench/tasks_k8s_bench.sh`: `examples/tasks-python.yaml` (a map of "
+            f"{data.get('shards', '?'):,} tasks summing squares, then a 16-way reduce) as a "
+            "CoordinatedJob on the local cluster, each worker pod running one Python worker "
+            "beside its sidecar's object store, the driver in a pod of its own; and the same "
+            "program on Ray from PyPI on this machine with as many workers "
+            "(`bench/tasks_mapreduce_ray.py`). The job's time includes starting its pods. "
+            f"Measured at {data.get('when', '?')} on {data.get('machine', {}).get('cpus', '?')} "
+            "cores.\n\n" + "\n".join(rows) + "\n")
 
 
 def main():

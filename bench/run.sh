@@ -39,4 +39,7 @@ ninja -C "$BUILD" cohort-objstore cohort-worker
 bash bench/setup_tasks.sh
 .venv-bench-tasks/bin/python bench/tasks_bench.py --profile full --bin-dir "$BUILD/bin" \
   --systems cohort,cohort-durable,ray --out bench/results/tasks.json
+# The same runtime on the local cluster, beside Ray.
+bash tools/runtime-venv.sh
+bash bench/tasks_k8s_bench.sh
 "$PY" bench/report.py

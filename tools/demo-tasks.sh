@@ -28,13 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! "$PYTHON" -c 'import cohort' 2>/dev/null; then
-  say "installing the cohort Python package into .venv/runtime (once)"
-  [[ -x $PYTHON ]] || python3 -m venv .venv/runtime || exit 1
-  .venv/runtime/bin/pip install -q --disable-pip-version-check -r python/requirements-test.txt &&
-    .venv/runtime/bin/pip install -q --disable-pip-version-check ./python || exit 1
-  rm -rf python/build python/*.egg-info
-fi
+say "the cohort Python package in .venv/runtime (tools/runtime-venv.sh)"
+bash tools/runtime-venv.sh || exit 1
 
 say "local Kubernetes cluster (kube-apiserver, controller manager, pod runner; first build takes minutes)"
 tools/local-cluster status >/dev/null 2>&1 || started_cluster=1

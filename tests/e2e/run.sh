@@ -29,6 +29,7 @@ run bash tests/e2e/crd_test.sh
 run bash tests/e2e/operator_test.sh
 run bash tests/e2e/jax_restart_test.sh
 run bash tests/e2e/tasks_test.sh
+run bash bench/tasks_k8s_bench.sh --smoke --out "$(mktemp -d)/tasks_k8s.json"
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh
 run bash tests/e2e/isolation_test.sh

@@ -7,7 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=.venv/runtime
-REQ=python/requirements-test.txt
 export COHORT_BIN_DIR="${COHORT_BIN_DIR:-build/bin}"
 for p in cohort-coordinator cohort-objstore cohort-worker; do
   if [[ ! -x "$COHORT_BIN_DIR/$p" ]]; then
@@ -15,13 +14,5 @@ for p in cohort-coordinator cohort-objstore cohort-worker; do
     exit 1
   fi
 done
-if [[ ! -x $VENV/bin/python ]]; then python3 -m venv "$VENV"; fi
-stamp=$VENV/.requirements.stamp
-if ! cmp -s "$REQ" "$stamp" 2>/dev/null; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$stamp"
-fi
-# The package as a user installs it (a fresh wheel each run: the sources may have changed).
-"$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
-rm -rf python/build python/*.egg-info
+bash tools/runtime-venv.sh
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/python "$@"
