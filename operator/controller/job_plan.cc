@@ -141,8 +141,8 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
   const bool coordinator_pod_exists =
       std::any_of(observed.pods.begin(), observed.pods.end(),
                   [&](const ObservedPod& p) { return p.name == CoordinatorName(job); });
-  if (!coordinator_pod_exists && !observed.coordinator_state_claim_terminating &&
-      policy_in_place && certificates_ready) {
+  if (!coordinator_pod_exists && !observed.coordinator_state_claim_terminating && policy_in_place &&
+      certificates_ready) {
     P.plan.create.push_back(CoordinatorPod(job, gang, *P.st().start_time, settings, tls));
   }
   return {tls, policy_in_place, certificates_ready};

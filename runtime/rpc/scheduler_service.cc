@@ -184,8 +184,8 @@ grpc::ServerUnaryReactor* SchedulerService::ReadyForNewTask(
                             request->previous_task_info().error_message(),
                             request->previous_task_info().operation()};
   }
-  return Answer(ctx, scheduler_->ReadyForNewTask(request->workerid(), previous,
-                                                 request->leaving()));
+  return Answer(ctx,
+                scheduler_->ReadyForNewTask(request->workerid(), previous, request->leaving()));
 }
 
 grpc::ServerUnaryReactor* SchedulerService::SchedulerInfo(

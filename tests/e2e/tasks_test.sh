@@ -4,7 +4,9 @@
 # under cohort-operator with the job's token and mutual TLS (--job-tls=operator), in
 # namespaces that enforce restricted Pod Security. It must succeed with the right result; a
 # worker pod deleted mid-run is made again while its tasks run elsewhere, with no restart of
-# the job; the pool grows and shrinks mid-run and the result is still right; a driver that
+# the job; the pool grows and shrinks mid-run and the result is still right; the coordinator's
+# process killed mid-run restarts on its state volume with the scheduler's state and the job
+# goes on with the same driver (coordinatorRestarts 1, restarts 0); a driver that
 # fails fails the job with its exit code; an invalid task runtime job is refused by the API
 # server, naming the field. Python comes from .venv/runtime (tests/python/run.sh, which make
 # test runs first).
@@ -175,6 +177,52 @@ if until_true 300 done_phase "$ns"; then
 else
   save_logs "$ns" churn
   fail "the slow job ends" "phase $(field "$ns" '{.status.phase}')"
+fi
+
+# ---- The coordinator's process killed mid-run: it restarts in its pod on its state volume
+# with the scheduler's state, and the job goes on with the same driver.
+coordinator_pid() {  # NS: the coordinator's process, the child of its container's init
+  local uid init child
+  uid=$("$KUBECTL" -n "$1" get pod tasks-python-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null)
+  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
+  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
+    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
+      echo "$child"
+      return 0
+    fi
+  done
+  return 1
+}
+ns="tasks-coordinator-$$"
+new_namespace "$ns"
+"$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
+if until_true 180 tasks_done_at_least "$ns" 200; then
+  driver_uid=$(pod_uid "$ns" tasks-python-driver)
+  pid=$(coordinator_pid "$ns")
+  if [[ -n "$pid" ]] && kill -KILL "$pid"; then
+    if until_true 300 done_phase "$ns"; then
+      save_logs "$ns" coordinator
+      got=$(field "$ns" '{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
+      if [[ "$got" == "Succeeded restarts=0 coordinatorRestarts=1" ]] && right_result coordinator; then
+        pass "the coordinator killed mid-run: the job goes on and succeeds with the right sum ($got)"
+      else
+        fail "the coordinator killed mid-run" "$got; $(tail -n 3 "$WORK/coordinator-driver.log")"
+      fi
+      # Finished pods stay for their logs: the driver that ended is the one that started.
+      if [[ -n "$driver_uid" && "$(pod_uid "$ns" tasks-python-driver)" == "$driver_uid" ]]; then
+        pass "the coordinator killed mid-run: the same driver pod ran to the end"
+      else
+        fail "the coordinator killed mid-run: the driver pod" "was $driver_uid, now $(pod_uid "$ns" tasks-python-driver)"
+      fi
+    else
+      save_logs "$ns" coordinator
+      fail "the job whose coordinator was killed ends" "phase $(field "$ns" '{.status.phase}')"
+    fi
+  else
+    fail "found the coordinator's process" "pid '$pid'"
+  fi
+else
+  fail "the job gets going (coordinator case)" "phase $(field "$ns" '{.status.phase}')"
 fi
 
 # ---- A driver that fails fails the job, saying how.
