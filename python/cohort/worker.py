@@ -128,8 +128,12 @@ class Worker:
                 return 0
 
     def _leave(self, _):
+        # Only a courtesy (the scheduler loses a silent worker anyway): one short try, so that
+        # a worker whose coordinator is gone too is not held up.
         try:
-            self.client.ready_for_new_task(None, leaving=True)
+            self.client.scheduler.ReadyForNewTask(
+                messages_pb2.ReadyForNewTaskRequest(workerid=self.client.worker_id, leaving=True),
+                timeout=2, metadata=self.client._metadata)
             log.info("left the pool")
         except grpc.RpcError as e:
             log.warning("the scheduler did not hear that this worker leaves: %s", e.details())

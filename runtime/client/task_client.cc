@@ -199,15 +199,22 @@ absl::Status TaskClient::RegisterFunction(const std::string& name, uint64_t num_
 }
 
 absl::Status TaskClient::ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous,
-                                         OperationId operation) {
+                                         OperationId operation, bool leaving) {
   v1::ReadyForNewTaskRequest request;
   request.set_workerid(id_);
+  request.set_leaving(leaving);
   if (previous.has_value()) {
     request.mutable_previous_task_info()->set_task_succeeded(previous->first);
     request.mutable_previous_task_info()->set_error_message(previous->second);
     request.mutable_previous_task_info()->set_operation(operation);
   }
   v1::AckReply reply;
+  if (leaving && !previous.has_value()) {
+    // Only a courtesy (the scheduler loses a silent worker anyway): one short try, so that a
+    // worker whose coordinator is gone too is not held up.
+    return Named(scheduler_->ReadyForNewTask(Context(absl::Seconds(2)).get(), request, &reply),
+                 "ReadyForNewTask");
+  }
   return Named(CallScheduler(&::Scheduler::Stub::ReadyForNewTask, request, &reply, false),
                "ReadyForNewTask");
 }

@@ -55,8 +55,9 @@ class TaskClient {
   absl::Status RegisterFunction(const std::string& name, uint64_t num_return_vals);
   // `previous`: whether the last task succeeded, and its error; `operation`: that task's
   // ExecuteTaskRequest.operation.
+  // `leaving`: this worker goes away after the report (it gets no new task).
   absl::Status ReadyForNewTask(std::optional<std::pair<bool, std::string>> previous,
-                               OperationId operation = 0);
+                               OperationId operation = 0, bool leaving = false);
   absl::StatusOr<v1::TaskInfoReply> TaskInfo();
   absl::StatusOr<v1::SchedulerInfoReply> SchedulerInfo();
   absl::StatusOr<bool> KillWorkers();

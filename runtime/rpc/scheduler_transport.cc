@@ -84,6 +84,10 @@ bool SchedulerTransport::Pause(absl::Duration d) {
 std::unique_ptr<grpc::ClientContext> SchedulerTransport::Context(absl::Duration timeout) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  // A connection not made yet, or one that failed once (a coordinator restarted from its
+  // --state-dir sends its first calls on new channels), is waited for up to the deadline:
+  // only a worker or store that stays unreachable is lost.
+  ctx->set_wait_for_ready(true);
   if (!options_.auth_token.empty()) {
     ctx->AddMetadata("authorization", "Bearer " + options_.auth_token);
   }

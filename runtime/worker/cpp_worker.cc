@@ -60,6 +60,11 @@ void CppWorker::Stop() {
   stopping_ = true;
 }
 
+void CppWorker::Leave() {
+  absl::MutexLock lock(&mu_);
+  leaving_ = true;
+}
+
 absl::Status CppWorker::Wait() {
   if (runner_.joinable()) runner_.join();
   if (server_) {
@@ -74,7 +79,9 @@ grpc::Status CppWorker::ExecuteTask(grpc::ServerContext* ctx, const v1::ExecuteT
                                     v1::ExecuteTaskReply* /*reply*/) {
   if (grpc::Status s = Refused(*ctx); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is stopping");
+  if (stopping_ || leaving_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is stopping");
+  }
   OperationId operation = request->operation();
   if (operation != 0) {
     if (held_.contains(operation) ||
@@ -118,22 +125,42 @@ grpc::Status CppWorker::Alive(grpc::ServerContext* ctx, const v1::AliveRequest* 
 void CppWorker::Run() {
   while (true) {
     v1::ExecuteTaskRequest next;
+    bool leave_idle = false;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || leaving_ || !tasks_.empty();
+      };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      next = std::move(tasks_.front());
-      tasks_.pop_front();
+      leave_idle = tasks_.empty();  // woken by Leave with nothing to do
+      if (!leave_idle) {
+        next = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+    }
+    if (leave_idle) {
+      absl::Status s = client_->ReadyForNewTask(std::nullopt, 0, /*leaving=*/true);
+      if (!s.ok()) {
+        spdlog::warn("worker {}: the scheduler did not hear that it leaves: {}", id(),
+                     std::string(s.message()));
+      }
+      spdlog::info("worker {} left the pool", id());
+      return;
     }
     const v1::Task& task = next.task();
     std::optional<std::string> error = Execute(task);
     if (error.has_value()) {
       spdlog::info("worker {}: task {} failed: {}", id(), task.name(), *error);
     }
-    absl::Status s = client_->ReadyForNewTask(
-        std::make_pair(!error.has_value(), error.value_or(std::string())), next.operation());
+    bool leaving = false;
+    {
+      absl::MutexLock lock(&mu_);
+      leaving = leaving_;
+    }
+    absl::Status s =
+        client_->ReadyForNewTask(std::make_pair(!error.has_value(), error.value_or(std::string())),
+                                 next.operation(), leaving);
     {
       absl::MutexLock lock(&mu_);
       held_.erase(next.operation());
@@ -146,6 +173,10 @@ void CppWorker::Run() {
       absl::MutexLock lock(&mu_);
       ended_ = s;
       stopping_ = true;
+      return;
+    }
+    if (leaving) {
+      spdlog::info("worker {} left the pool after its task {}", id(), task.name());
       return;
     }
   }

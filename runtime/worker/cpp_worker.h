@@ -33,6 +33,9 @@ class CppWorker final : public ::WorkerService::Service {
 
   absl::Status Start();
   void Stop();
+  // Drains (SIGTERM, the pod going away): finishes the task at hand, tells the scheduler it
+  // leaves (it sends no new task), then ends.
+  void Leave();
   // Returns once the worker stops: Stop, Die, or the scheduler no longer knowing it.
   absl::Status Wait();
 
@@ -68,6 +71,7 @@ class CppWorker final : public ::WorkerService::Service {
   absl::flat_hash_set<OperationId> held_ ABSL_GUARDED_BY(mu_);
   std::deque<OperationId> reported_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status ended_ ABSL_GUARDED_BY(mu_);
   std::thread runner_;
 };

@@ -84,8 +84,10 @@ int main(int argc, char** argv) {
     int signal = 0;
     sigwait(&signals, &signal);
     if (signal == SIGUSR1) return;
-    spdlog::info("workers stopping (signal {})", signal);
-    for (auto& w : pool) w->Stop();
+    // Drained, as a pod being deleted is: each finishes the task at hand and tells the
+    // scheduler it leaves, so that nothing new is sent to it.
+    spdlog::info("workers leaving (signal {}): finishing the tasks at hand", signal);
+    for (auto& w : pool) w->Leave();
   });
   int code = 0;
   for (auto& w : pool) {

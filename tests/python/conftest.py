@@ -92,10 +92,11 @@ class Cluster:
             time.sleep(0.05)
 
     def stop(self):
-        for _, proc, _ in self.procs:
+        # Newest first, each before the next: workers drain on SIGTERM and tell the scheduler
+        # they leave, which their coordinator, stopped last, is still there to hear.
+        for name, proc, log in reversed(self.procs):
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGTERM)
-        for name, proc, log in self.procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

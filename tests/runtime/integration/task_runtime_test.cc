@@ -443,6 +443,48 @@ TEST_F(TaskRuntimeTest, AWorkerKilledMidTaskHasItsTaskRunAgainElsewhere) {
   EXPECT_THAT(info->failed_task(), IsEmpty());
 }
 
+TEST_F(TaskRuntimeTest, AWorkerToldToStopFinishesItsTaskAndLeavesThePool) {
+  // SIGTERM, as a pod being deleted gets: the running task ends normally, nothing is retried,
+  // and the scheduler sends the worker nothing new.
+  Node& a = AddNode(1);
+  Node& b = AddNode(1);
+  std::unique_ptr<TaskClient> driver = Driver(a);
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->SchedulerInfo();
+    return info.ok() && info->avail_worker_size() == 2;
+  }));
+  absl::StatusOr<std::vector<ObjectId>> slow = driver->Submit("cohort.sleep_ms", {IntArg(1500)});
+  ASSERT_TRUE(slow.ok());
+  std::string running_on;
+  ASSERT_TRUE(Eventually([&] {
+    auto info = driver->TaskInfo();
+    if (!info.ok() || info->running_task_size() != 1) return false;
+    running_on = info->running_task(0).worker_address();
+    return true;
+  }));
+  Node& leaving = absl::StartsWith(running_on, a.host + ":") ? a : b;
+  // TaskInfo lists a task as running from the moment the scheduler sends it; let it arrive
+  // (a worker told to stop before it does leaves at once, and the task runs elsewhere).
+  absl::SleepFor(absl::Milliseconds(500));
+  leaving.workers->Signal(SIGTERM);
+  absl::StatusOr<v1::Obj> got = driver->Get((*slow)[0], absl::Seconds(30));
+  ASSERT_TRUE(got.ok()) << got.status();
+  cohort::testing::ProcessResult exited = leaving.workers->Wait(absl::Seconds(20));
+  EXPECT_EQ(exited.exit_code, 0);
+  EXPECT_THAT(ReadFile(absl::StrCat(dir_, "/workers-", &leaving == &a ? 0 : 1, ".log")),
+              HasSubstr("left the pool after its task cohort.sleep_ms"));
+  EXPECT_EQ(Metric("cohort_task_workers"), 1);
+  EXPECT_EQ(Metric("cohort_tasks_retried_total"), 0);
+  // New tasks go to the worker that stayed.
+  absl::StatusOr<std::vector<ObjectId>> more = driver->Submit("cohort.add", {IntArg(2), IntArg(3)});
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(GetInt(*driver, (*more)[0]), 5);
+  absl::StatusOr<v1::TaskInfoReply> info = driver->TaskInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->num_succeeded(), 2u);
+  EXPECT_THAT(info->failed_task(), IsEmpty());
+}
+
 TEST_F(TaskRuntimeTest, ALostStoreHasItsTaskResultsComputedAgainAndItsPutsReportedLost) {
   Node& a = AddNode(0);
   Node& b = AddNode(1);
