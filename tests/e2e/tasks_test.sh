@@ -75,8 +75,8 @@ sed -e "s|command: \[python3, /app/driver.py\]|command: [$PYTHON, /app/driver.py
   -e "s|command: \[python3, -m, cohort.worker\]|command: [$PYTHON, -m, cohort.worker]|" \
   "$ROOT/examples/tasks-python.yaml" >"$WORK/example.yaml"
 [[ $(grep -c "$PYTHON" "$WORK/example.yaml") == 2 ]] || { echo "tasks test: the example's commands changed"; exit 1; }
-# The same, slower (20 ms a map task: about 10 s on four workers), to act on it mid-run.
-sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.02"}|' \
+# The same, slower (60 ms a map task: about 30 s on four workers), to act on it mid-run.
+sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.06"}|' \
   "$WORK/example.yaml" >"$WORK/slow.yaml"
 grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "tasks test: the example's driver env changed"; exit 1; }
 
@@ -142,7 +142,7 @@ fi
 ns="tasks-churn-$$"
 new_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
-if until_true 180 tasks_done_at_least "$ns" 200; then
+if until_true 180 tasks_done_at_least "$ns" 100; then
   old=$(pod_uid "$ns" tasks-python-worker-0)
   "$KUBECTL" -n "$ns" delete pod tasks-python-worker-0 --wait=false >/dev/null
   if until_true 60 pod_running_anew "$ns" tasks-python-worker-0 "$old"; then
@@ -158,8 +158,9 @@ if until_true 180 tasks_done_at_least "$ns" 200; then
     fail "replicas 2 -> 3 mid-run" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
   fi
   "$KUBECTL" -n "$ns" patch cjob tasks-python --type merge -p '{"spec":{"replicas":1}}' >/dev/null
-  if until_true 60 pod_gone "$ns" tasks-python-worker-2 && until_true 60 pod_gone "$ns" tasks-python-worker-1; then
-    pass "replicas 3 -> 1 mid-run: worker pods 1 and 2 leave"
+  if until_true 60 pod_gone "$ns" tasks-python-worker-2 && until_true 60 pod_gone "$ns" tasks-python-worker-1 &&
+    [[ "$(field "$ns" '{.status.phase}')" == Running ]]; then
+    pass "replicas 3 -> 1 mid-run: worker pods 1 and 2 leave while the job runs on"
   else
     fail "replicas 3 -> 1 mid-run" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
   fi
