@@ -401,16 +401,10 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
                             "); last failure: ", what));
       return std::move(P.plan);
     }
-    st.restarts = gang + 1;
-    st.phase = phase::kRestarting;
-    st.tasks.registered = st.tasks.ready = 0;
-    st.coordinator_pod = api::CoordinatorPodStatus{};  // the next gang's coordinator is new
-    const std::string message = absl::StrCat("gang restart ", st.restarts, " of at most ",
-                                             job.spec.failure_policy.max_restarts, ": ", what);
-    P.Condition(kConditionRestarting, true, cause, message);
-    P.Condition(kConditionReady, false, cause, what);
-    P.Event("Warning", "GangRestart", message);
-    P.DeletePods(/*include_finished=*/true);
+    P.Restart(cause,
+              absl::StrCat("gang restart ", gang + 1, " of at most ",
+                           job.spec.failure_policy.max_restarts, ": ", what),
+              what);
     return std::move(P.plan);
   }
 

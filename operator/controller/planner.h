@@ -45,12 +45,15 @@ inline int IntLabel(const json& labels, const char* key) {
 
 inline bool Finished(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
 
-inline std::string DescribeExit(const ObservedPod& p) {
+// "worker 2 exited with code 137 (signal 9)"; `who` names another pod's workload ("the
+// driver").
+inline std::string DescribeExit(const ObservedPod& p, const std::string& who = "") {
+  const std::string name = who.empty() ? absl::StrCat("worker ", p.index) : who;
   if (*p.exit_code < 0) {
-    return absl::StrCat("worker ", p.index, " failed without an exit code",
+    return absl::StrCat(name, " failed without an exit code",
                         p.reason.empty() ? "" : absl::StrCat(" (", p.reason, ")"));
   }
-  std::string text = absl::StrCat("worker ", p.index, " exited with code ", *p.exit_code);
+  std::string text = absl::StrCat(name, " exited with code ", *p.exit_code);
   if (*p.exit_code > 128 && *p.exit_code < 160) {
     absl::StrAppend(&text, " (signal ", *p.exit_code - 128, ")");
   }
@@ -157,6 +160,17 @@ struct Planner {
                          CoordinatorStateClaimName(job),
                          ", which holds its state; the gang goes on"));
     }
+  }
+  // Starts the job over (every pod deleted, the next gang made): status.restarts counts it.
+  void Restart(const std::string& cause, const std::string& message, const std::string& what) {
+    st().restarts += 1;
+    st().phase = phase::kRestarting;
+    st().tasks.registered = st().tasks.ready = 0;
+    st().coordinator_pod = api::CoordinatorPodStatus{};  // the next gang's coordinator is new
+    Condition(kConditionRestarting, true, cause, message);
+    Condition(kConditionReady, false, cause, what);
+    Event("Warning", "GangRestart", message);
+    DeletePods(/*include_finished=*/true);
   }
   void ScheduleTtl() {
     if (!job.spec.ttl_seconds_after_finished || !st().completion_time) return;

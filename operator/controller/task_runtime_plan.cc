@@ -11,25 +11,6 @@
 
 namespace cohort::controller::planning {
 
-namespace {
-
-std::string DescribeDriverExit(const ObservedPod& p) {
-  if (*p.exit_code < 0) {
-    return absl::StrCat("the driver pod failed without an exit code",
-                        p.reason.empty() ? "" : absl::StrCat(" (", p.reason, ")"));
-  }
-  std::string text = absl::StrCat("the driver exited with code ", *p.exit_code);
-  if (*p.exit_code > 128 && *p.exit_code < 160) {
-    absl::StrAppend(&text, " (signal ", *p.exit_code - 128, ")");
-  }
-  if (!p.reason.empty() && p.reason != "Error" && p.reason != "Completed") {
-    absl::StrAppend(&text, " (", p.reason, ")");
-  }
-  return text;
-}
-
-}  // namespace
-
 Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   const api::CoordinatedJob& job = P.job;
   const Observed& observed = P.observed;
@@ -92,7 +73,7 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
                absl::StrCat("the driver exited 0 (", st.task_runtime->succeeded,
                             " tasks succeeded, ", st.task_runtime->failed, " failed)"));
     } else {
-      P.Finish(false, "DriverFailed", DescribeDriverExit(*driver));
+      P.Finish(false, "DriverFailed", DescribeExit(*driver, "the driver"));
     }
     return std::move(P.plan);
   }
@@ -125,18 +106,12 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
                             "); last failure: ", what));
       return std::move(P.plan);
     }
-    st.restarts = gang + 1;
-    st.phase = phase::kRestarting;
-    st.tasks.registered = st.tasks.ready = 0;
-    st.coordinator_pod = api::CoordinatorPodStatus{};
-    const std::string message = absl::StrCat(
-        "restart ", st.restarts, " of at most ", job.spec.failure_policy.max_restarts, ": ", what,
-        " and the scheduler's state with it (give the coordinator a "
-        "state volume to keep it)");
-    P.Condition(kConditionRestarting, true, "CoordinatorLost", message);
-    P.Condition(kConditionReady, false, "CoordinatorLost", what);
-    P.Event("Warning", "GangRestart", message);
-    P.DeletePods(/*include_finished=*/true);
+    P.Restart("CoordinatorLost",
+              absl::StrCat("restart ", gang + 1, " of at most ",
+                           job.spec.failure_policy.max_restarts, ": ", what,
+                           " and the scheduler's state with it (give the coordinator a state "
+                           "volume to keep it)"),
+              what);
     return std::move(P.plan);
   }
 

@@ -33,54 +33,43 @@ TaskScheduler::Mutation::~Mutation() {
 
 void TaskScheduler::JournalLocked() {
   std::vector<ObjectId> objects = objects_.TakeChanged();
-  if (journal_ == nullptr) {
-    changed_stores_.clear();
-    changed_workers_.clear();
-    changed_functions_.clear();
-    changed_operations_.clear();
-    changed_wanted_.clear();
-    changed_deliveries_.clear();
-    new_calls_.clear();
-    exports_cleared_ = false;
-    port_changed_ = false;
-    journaled_functions_ = exported_functions_.size();
-    journaled_variables_ = exported_variables_.size();
-    return;
-  }
-  SchedulerChanges changes;
-  for (StoreId id : changed_stores_) changes.stores.push_back(stores_.at(id));
-  for (WorkerId id : changed_workers_) changes.workers.push_back(workers_.at(id));
-  for (const std::string& name : changed_functions_) {
-    auto it = functions_.find(name);
-    changes.functions.emplace_back(
-        name, it == functions_.end() ? std::nullopt : std::optional<Function>(it->second));
-  }
-  changes.exports_cleared = exports_cleared_;
-  for (size_t i = journaled_functions_; i < exported_functions_.size(); ++i) {
-    changes.exported_functions.emplace_back(i, exported_functions_[i]);
-  }
-  for (size_t i = journaled_variables_; i < exported_variables_.size(); ++i) {
-    changes.exported_variables.emplace_back(i, exported_variables_[i]);
-  }
-  for (OperationId id : changed_operations_) changes.operations.push_back(operations_.at(id));
-  std::sort(objects.begin(), objects.end());
-  for (ObjectId id : objects) changes.objects.emplace_back(id, *objects_.Find(id));
-  for (ObjectId id : changed_wanted_) {
-    auto it = wanted_.find(id);
-    changes.wanted.emplace_back(
-        id, it == wanted_.end() ? absl::btree_set<std::pair<StoreId, ObjectId>>() : it->second);
-  }
-  for (const auto& key : changed_deliveries_) {
-    auto it = deliveries_.find(key);
-    changes.deliveries.emplace_back(
-        key, it == deliveries_.end() ? std::nullopt : std::optional<Delivery>(it->second));
-  }
-  changes.calls = std::move(new_calls_);
-  if (port_changed_) changes.next_port = next_port_;
-  std::vector<uint64_t> counters = CountersOf(counters_);
-  if (counters != journaled_counters_) {
-    changes.counters = counters;
-    journaled_counters_ = std::move(counters);
+  if (journal_ != nullptr) {
+    SchedulerChanges changes;
+    for (StoreId id : changed_stores_) changes.stores.push_back(stores_.at(id));
+    for (WorkerId id : changed_workers_) changes.workers.push_back(workers_.at(id));
+    for (const std::string& name : changed_functions_) {
+      auto it = functions_.find(name);
+      changes.functions.emplace_back(
+          name, it == functions_.end() ? std::nullopt : std::optional<Function>(it->second));
+    }
+    changes.exports_cleared = exports_cleared_;
+    for (size_t i = journaled_functions_; i < exported_functions_.size(); ++i) {
+      changes.exported_functions.emplace_back(i, exported_functions_[i]);
+    }
+    for (size_t i = journaled_variables_; i < exported_variables_.size(); ++i) {
+      changes.exported_variables.emplace_back(i, exported_variables_[i]);
+    }
+    for (OperationId id : changed_operations_) changes.operations.push_back(operations_.at(id));
+    std::sort(objects.begin(), objects.end());
+    for (ObjectId id : objects) changes.objects.emplace_back(id, *objects_.Find(id));
+    for (ObjectId id : changed_wanted_) {
+      auto it = wanted_.find(id);
+      changes.wanted.emplace_back(
+          id, it == wanted_.end() ? absl::btree_set<std::pair<StoreId, ObjectId>>() : it->second);
+    }
+    for (const auto& key : changed_deliveries_) {
+      auto it = deliveries_.find(key);
+      changes.deliveries.emplace_back(
+          key, it == deliveries_.end() ? std::nullopt : std::optional<Delivery>(it->second));
+    }
+    changes.calls = std::move(new_calls_);
+    if (port_changed_) changes.next_port = next_port_;
+    std::vector<uint64_t> counters = CountersOf(counters_);
+    if (counters != journaled_counters_) {
+      changes.counters = counters;
+      journaled_counters_ = std::move(counters);
+    }
+    if (!changes.empty()) journal_->SchedulerChanged(changes);
   }
   changed_stores_.clear();
   changed_workers_.clear();
@@ -93,7 +82,6 @@ void TaskScheduler::JournalLocked() {
   port_changed_ = false;
   journaled_functions_ = exported_functions_.size();
   journaled_variables_ = exported_variables_.size();
-  if (!changes.empty()) journal_->SchedulerChanged(changes);
 }
 
 const CallOutcome* TaskScheduler::Repeated(const CallId& call) const {
