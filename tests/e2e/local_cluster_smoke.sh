@@ -2,7 +2,7 @@
 # Smoke test of the local cluster (tools/local-cluster): brings it up, runs pods that
 # exercise what cohort's end-to-end tests rely on (pod networking and service names,
 # native sidecars and emptyDir hand-off, a shared process namespace, exit codes, probes,
-# deletion, the controller manager), and brings it down again. Exits non-zero if any check fails.
+# deletion, the controller manager, the scheduler's GPU counting), and brings it down again. Exits non-zero if any check fails.
 #
 # If the cluster was already up, it is left up and only this test's namespace goes.
 set -uo pipefail
@@ -289,6 +289,35 @@ if wait_for "dependent to be collected" gone configmap/dependent; then
 else
   fail "an owner-referenced ConfigMap is garbage-collected with its owner"
 fi
+
+# --- the scheduler: the real kube-scheduler counts the node's 4 (fake) GPUs --------------
+gpu_pod() { # gpu_pod NAME GPUS
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: c, image: busybox, command: [sleep, "600"], resources: {limits: {nvidia.com/gpu: $2}}}
+YAML
+}
+unschedulable() { [[ "$(jsonpath "pod/$1" '{.status.conditions[?(@.type=="PodScheduled")].reason}')" == Unschedulable ]]; }
+gpu_pod gpus-3 3
+gpu_pod gpus-2 2
+if wait_for "the 3-GPU pod to run" phase_is gpus-3 Running && wait_for "the 2-GPU pod to wait" unschedulable gpus-2 &&
+  [[ "$(jsonpath pod/gpus-3 '{.spec.nodeName}')" == local &&
+    "$(jsonpath pod/gpus-2 '{.status.conditions[?(@.type=="PodScheduled")].message}')" == *"Insufficient nvidia.com/gpu"* ]]; then
+  k delete pod gpus-3 --wait=false >/dev/null
+  if wait_for "the 2-GPU pod to run once 3 GPUs are free" phase_is gpus-2 Running; then
+    pass "kube-scheduler places pods by the node's GPUs: 3 of 4 taken, a 2-GPU pod waits until they are free"
+  else
+    fail "a waiting GPU pod is placed once GPUs are free"
+  fi
+else
+  fail "kube-scheduler counts GPUs" "$(k get pods -o wide 2>&1; jsonpath pod/gpus-2 '{.status.conditions}')"
+fi
+k delete pod gpus-2 gpus-3 --wait=false >/dev/null 2>&1
 
 # --- down ------------------------------------------------------------------------------
 # The namespace goes first, so the next `up` of this cluster does not restart its pods.

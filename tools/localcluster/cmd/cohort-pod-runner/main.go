@@ -1,5 +1,5 @@
-// cohort-pod-runner stands in for the kubelet on the local cluster's one node: it binds
-// pods to the node and runs their containers as local processes. `local-cluster up`
+// cohort-pod-runner stands in for the kubelet on the local cluster's one node: it runs the
+// containers of the pods the scheduler binds to the node as local processes. `local-cluster up`
 // starts it; see tools/README.md.
 package main
 
@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -47,6 +48,10 @@ func main() {
 	flag.StringVar(&cfg.TLSCertFile, "tls-cert", "", "serving certificate of the log endpoint")
 	flag.StringVar(&cfg.TLSKeyFile, "tls-key", "", "its key")
 	flag.StringVar(&cfg.ClientCAFile, "client-ca", "", "CA whose clients (the apiserver) may read logs")
+	var cpu, memory string
+	flag.StringVar(&cpu, "cpu", "32", "CPU the node advertises to the scheduler (a quantity)")
+	flag.StringVar(&memory, "memory", "64Gi", "memory the node advertises to the scheduler (a quantity)")
+	flag.IntVar(&cfg.GPUs, "gpus", 0, "nvidia.com/gpu the node advertises (no devices behind them)")
 	flag.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest grace period for pods when the runner stops")
 	flag.Parse()
 
@@ -54,6 +59,15 @@ func main() {
 		log.Fatal("--kubeconfig, --state-dir, --log-dir and --init-binary are required")
 	}
 	var err error
+	if cfg.CPU, err = resource.ParseQuantity(cpu); err != nil || cfg.CPU.Sign() <= 0 {
+		log.Fatalf("--cpu %q: want a positive quantity", cpu)
+	}
+	if cfg.Memory, err = resource.ParseQuantity(memory); err != nil || cfg.Memory.Sign() <= 0 {
+		log.Fatalf("--memory %q: want a positive quantity", memory)
+	}
+	if cfg.GPUs < 0 {
+		log.Fatalf("--gpus %d: want 0 or more", cfg.GPUs)
+	}
 	if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
 		log.Fatalf("--node-ip: %v", err)
 	}

@@ -16,7 +16,10 @@ import (
 )
 
 const usage = `usage: local-cluster --root REPO COMMAND
-  up                       start the cluster (or find it running); prints KUBECONFIG=PATH last
+  up [--addons LIST]       start the cluster (or find it running); prints KUBECONFIG=PATH last
+                           LIST: comma-separated, of kueue (Kueue's API, its CRDs) and
+                           coscheduling (a second scheduler, scheduler-plugins-scheduler,
+                           gang-scheduling by PodGroup); on a running cluster it adds them
   down                     stop everything up started; safe to repeat
   status                   what runs; exit status 0 only when the cluster is up
   logs NS/POD [CONTAINER]  a container's log (--previous: the run before; --path: only the path)
@@ -36,7 +39,18 @@ func main() {
 	var err error
 	switch cmd, args := flag.Arg(0), flag.Args()[1:]; cmd {
 	case "up":
-		err = cluster.Up(layout, os.Stdout)
+		fs := flag.NewFlagSet("up", flag.ContinueOnError)
+		list := fs.String("addons", "", "comma-separated addons: kueue, coscheduling")
+		if err = fs.Parse(args); err == nil && fs.NArg() > 0 {
+			err = fmt.Errorf("up: unexpected argument %q", fs.Arg(0))
+		}
+		var addons []string
+		if err == nil {
+			addons, err = cluster.ParseAddons(*list)
+		}
+		if err == nil {
+			err = cluster.Up(layout, addons, os.Stdout)
+		}
 	case "down":
 		err = cluster.Down(layout, os.Stdout)
 	case "reset":

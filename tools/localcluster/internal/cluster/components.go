@@ -5,8 +5,16 @@ import (
 	"time"
 )
 
-// components lists the cluster's processes in start order.
+// components lists the cluster's processes in start order, the addons' last.
 func components(l Layout, s Settings) []component {
+	all := coreComponents(l, s)
+	if s.has(AddonCoscheduling) {
+		all = append(all, coschedulerComponent(l))
+	}
+	return all
+}
+
+func coreComponents(l Layout, s Settings) []component {
 	gw, _ := s.Gateway()
 	gateway := gw.Addr().String()
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(s.EtcdPort)
@@ -69,6 +77,19 @@ func components(l Layout, s Settings) []component {
 			},
 		},
 		{
+			// The real scheduler, default profile: it places every pod (the pod runner
+			// only runs what is bound to its node), with CPU, memory and nvidia.com/gpu
+			// counted against what the node advertises.
+			name:   "kube-scheduler",
+			binary: l.Binary("kube-scheduler"),
+			args: []string{
+				"--kubeconfig=" + l.ComponentKubeconfig("scheduler"),
+				"--leader-elect=false",
+				"--secure-port=0",
+				"--v=0",
+			},
+		},
+		{
 			name:   "pod-runner",
 			binary: l.Binary("cohort-pod-runner"),
 			args: []string{
@@ -94,6 +115,9 @@ func components(l Layout, s Settings) []component {
 				"--tls-key=" + pki("node.key"),
 				"--client-ca=" + pki("ca.crt"),
 				"--shutdown-grace=" + (5 * time.Second).String(),
+				"--cpu=" + s.NodeCPU,
+				"--memory=" + s.NodeMemory,
+				"--gpus=" + strconv.Itoa(s.NodeGPUs),
 			},
 		},
 	}

@@ -59,7 +59,11 @@ func ensurePKI(l Layout, s Settings) error {
 			ips: []net.IP{net.IP(gw.Addr().AsSlice()), net.IP(serviceIP.AsSlice()), net.IPv4(127, 0, 0, 1)}},
 		{file: "admin", cn: "cohort-admin", groups: []string{"system:masters"}},
 		{file: "controller-manager", cn: "system:kube-controller-manager"},
-		// The runner binds pods, reads any ConfigMap and Secret and requests tokens,
+		{file: "scheduler", cn: "system:kube-scheduler"},
+		// The coscheduling addon's scheduler: the kube-scheduler roles and PodGroups
+		// (addons/coscheduling-rbac.yaml).
+		{file: "coscheduler", cn: "cohort-coscheduler"},
+		// The runner reads any ConfigMap and Secret and requests tokens,
 		// which the node authorizer would not allow a kubelet: it runs as an admin.
 		{file: "pod-runner", cn: "cohort-pod-runner", groups: []string{"system:masters"}},
 		{file: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", groups: []string{"system:masters"}},

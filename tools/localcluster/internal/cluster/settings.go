@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Settings are the cluster's addresses and names. Defaults can be changed through
@@ -23,6 +25,14 @@ type Settings struct {
 	// PathPrepend goes first in containers' PATH; Python replaces python/python3.
 	PathPrepend string `json:"pathPrepend"`
 	Python      string `json:"python"`
+	// What the node advertises to the scheduler: CPU and memory as quantities, and a
+	// number of nvidia.com/gpu (fake: no device behind them). The same on every machine,
+	// so that what fits in tests does not depend on the host.
+	NodeCPU    string `json:"nodeCPU"`
+	NodeMemory string `json:"nodeMemory"`
+	NodeGPUs   int    `json:"nodeGPUs"`
+	// Addons running besides the core (`up --addons`): AddonKueue, AddonCoscheduling.
+	Addons []string `json:"addons,omitempty"`
 }
 
 // DefaultSettings reads COHORT_LOCAL_* overrides from the environment.
@@ -33,6 +43,8 @@ func DefaultSettings(l Layout) (Settings, error) {
 		Bridge:      envOr("COHORT_LOCAL_BRIDGE", "cohort0"),
 		NodeName:    envOr("COHORT_LOCAL_NODE_NAME", "local"),
 		Python:      os.Getenv("COHORT_LOCAL_PYTHON"),
+		NodeCPU:     envOr("COHORT_LOCAL_NODE_CPU", "32"),
+		NodeMemory:  envOr("COHORT_LOCAL_NODE_MEMORY", "64Gi"),
 	}
 	venv := filepath.Join(l.Root, ".venv", "bin")
 	if _, err := os.Stat(venv); err == nil {
@@ -50,6 +62,14 @@ func DefaultSettings(l Layout) (Settings, error) {
 	}
 	if s.KubeletPort, err = envInt("COHORT_LOCAL_KUBELET_PORT", 10250); err != nil {
 		return s, err
+	}
+	if s.NodeGPUs, err = envCount("COHORT_LOCAL_NODE_GPUS", 4); err != nil {
+		return s, err
+	}
+	for name, q := range map[string]string{"COHORT_LOCAL_NODE_CPU": s.NodeCPU, "COHORT_LOCAL_NODE_MEMORY": s.NodeMemory} {
+		if v, err := resource.ParseQuantity(q); err != nil || v.Sign() <= 0 {
+			return s, fmt.Errorf("%s=%q: want a positive quantity (e.g. 32, 64Gi)", name, q)
+		}
 	}
 	_, err = s.Gateway()
 	return s, err
@@ -107,6 +127,19 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// envCount reads a count of 0 or more.
+func envCount(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1024 {
+		return 0, fmt.Errorf("%s=%q: want a number from 0 to 1024", name, v)
+	}
+	return n, nil
 }
 
 func envInt(name string, def int) (int, error) {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +31,28 @@ func TestPKIIsMadeOnceAndServingCertificatesFollowThePodNetwork(t *testing.T) {
 	}
 	if !certCovers(l.PKIFile("apiserver.crt"), []net.IP{net.IPv4(10, 77, 0, 1)}) {
 		t.Error("apiserver certificate was not issued again for the new gateway")
+	}
+}
+
+func TestNodeCapacityComesFromTheEnvironmentAndBadValuesAreRefused(t *testing.T) {
+	l := NewLayout(t.TempDir())
+	s, err := DefaultSettings(l)
+	if err != nil || s.NodeCPU != "32" || s.NodeMemory != "64Gi" || s.NodeGPUs != 4 {
+		t.Fatalf("defaults %+v, %v", s, err)
+	}
+	t.Setenv("COHORT_LOCAL_NODE_GPUS", "8")
+	t.Setenv("COHORT_LOCAL_NODE_CPU", "500m")
+	if s, err = DefaultSettings(l); err != nil || s.NodeGPUs != 8 || s.NodeCPU != "500m" {
+		t.Fatalf("overrides %+v, %v", s, err)
+	}
+	for name, bad := range map[string]string{
+		"COHORT_LOCAL_NODE_GPUS": "-1", "COHORT_LOCAL_NODE_CPU": "lots", "COHORT_LOCAL_NODE_MEMORY": "0",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, bad)
+			if _, err := DefaultSettings(l); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: got %v, want an error naming the variable", name, bad, err)
+			}
+		})
 	}
 }

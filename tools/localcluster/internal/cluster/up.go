@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,13 +28,22 @@ const (
 	nodeTimeout      = 120 * time.Second
 )
 
-// Up starts the cluster, or finds it running, and prints KUBECONFIG=PATH last.
-func Up(l Layout, out io.Writer) error {
+// Up starts the cluster, or finds it running, with the addons asked for (besides those it
+// runs already), and prints KUBECONFIG=PATH last.
+func Up(l Layout, addons []string, out io.Writer) error {
 	if err := checkHost(); err != nil {
 		return err
 	}
 	if s, err := loadSettings(l); err == nil && allRunning(l, s) && apiReady(l, s) == nil {
 		fmt.Fprintf(out, "local-cluster: already up (%s)\n", s.APIServerURL())
+		if missing := withAddons(&s, addons); missing {
+			if err := s.save(filepath.Join(l.Run, "settings.json")); err != nil {
+				return err
+			}
+		}
+		if err := applyAddons(l, s, out); err != nil {
+			return err
+		}
 		fmt.Fprintf(out, "KUBECONFIG=%s\n", l.Kubeconfig())
 		return nil
 	}
@@ -45,10 +55,15 @@ func Up(l Layout, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	withAddons(&s, addons)
 	if err := prepare(l, s); err != nil {
 		return err
 	}
 	if err := startAll(l, s, out); err != nil {
+		_ = Down(l, io.Discard)
+		return err
+	}
+	if err := applyAddons(l, s, out); err != nil {
 		_ = Down(l, io.Discard)
 		return err
 	}
@@ -82,6 +97,8 @@ func prepare(l Layout, s Settings) error {
 	kubeconfigs := map[string]string{
 		l.Kubeconfig(): "admin",
 		l.ComponentKubeconfig("controller-manager"): "controller-manager",
+		l.ComponentKubeconfig("scheduler"):          "scheduler",
+		l.ComponentKubeconfig("coscheduler"):        "coscheduler",
 		l.ComponentKubeconfig("pod-runner"):         "pod-runner",
 	}
 	for path, identity := range kubeconfigs {
@@ -97,8 +114,23 @@ func prepare(l Layout, s Settings) error {
 	return hostnet.Bridge{Name: s.Bridge, Gateway: gw}.Ensure()
 }
 
+// withAddons adds the addons s does not have yet; true if there were any.
+func withAddons(s *Settings, addons []string) bool {
+	added := false
+	for _, a := range addons {
+		if !s.has(a) {
+			s.Addons = append(s.Addons, a)
+			added = true
+		}
+	}
+	slices.Sort(s.Addons)
+	return added
+}
+
+// startAll starts the core components; applyAddons starts the addons' after their API
+// objects are in.
 func startAll(l Layout, s Settings, out io.Writer) error {
-	for _, c := range components(l, s) {
+	for _, c := range coreComponents(l, s) {
 		fmt.Fprintf(out, "local-cluster: starting %s (log %s)\n", c.name, l.LogFile(c.name))
 		if _, err := l.start(c); err != nil {
 			return err
@@ -118,8 +150,12 @@ func startAll(l Layout, s Settings, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	runner := components(l, s)[3]
-	return waitFor(l, runner, nodeTimeout, func() error { return nodeReady(client, s.NodeName) })
+	for _, c := range coreComponents(l, s) {
+		if c.name == "pod-runner" {
+			return waitFor(l, c, nodeTimeout, func() error { return nodeReady(client, s.NodeName) })
+		}
+	}
+	return fmt.Errorf("no pod runner among the components")
 }
 
 // waitFor polls check until it passes, the component dies, or timeout.

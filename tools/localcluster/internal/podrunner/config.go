@@ -1,11 +1,13 @@
 // Package podrunner stands in for the kubelet of a one-node local cluster: it registers
-// the node, binds unscheduled pods to it, and runs each pod's containers as local
+// the node, and runs the containers of each pod the scheduler binds to it as local
 // processes, each pod in its own network namespace, reporting status back to the API.
 package podrunner
 
 import (
 	"net/netip"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Config is everything the runner needs to know about its host and cluster.
@@ -47,6 +49,11 @@ type Config struct {
 	TLSCertFile  string
 	TLSKeyFile   string
 	ClientCAFile string
+
+	// What the node advertises: CPU, memory and nvidia.com/gpu (a number, no devices).
+	CPU    resource.Quantity
+	Memory resource.Quantity
+	GPUs   int
 
 	// ShutdownGrace caps the termination grace period when the runner itself stops.
 	ShutdownGrace time.Duration

@@ -5,7 +5,6 @@ import (
 	"log"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,8 +23,8 @@ const (
 	leaseDuration    = 40 * time.Second
 	leaseRenewPeriod = 10 * time.Second
 	statusPeriod     = 30 * time.Second
-	// GPUResource is reported with capacity 0, so GPU pods stay Pending as on a real
-	// node without GPUs.
+	// GPUResource is advertised as the NVIDIA device plugin would, Config.GPUs of them,
+	// so the scheduler counts GPUs for real; no device stands behind them.
 	GPUResource = v1.ResourceName("nvidia.com/gpu")
 )
 
@@ -37,11 +36,11 @@ type nodeAgent struct {
 
 func (n *nodeAgent) capacity() v1.ResourceList {
 	return v1.ResourceList{
-		v1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		v1.ResourceMemory:           *resource.NewQuantity(totalMemory(), resource.BinarySI),
+		v1.ResourceCPU:              n.cfg.CPU,
+		v1.ResourceMemory:           n.cfg.Memory,
 		v1.ResourcePods:             resource.MustParse("250"),
 		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
-		GPUResource:                 resource.MustParse("0"),
+		GPUResource:                 *resource.NewQuantity(int64(n.cfg.GPUs), resource.DecimalSI),
 	}
 }
 
@@ -167,23 +166,6 @@ func (n *nodeAgent) renewLease(ctx context.Context, node *v1.Node) error {
 	lease.Spec.HolderIdentity = ptr.To(n.cfg.NodeName)
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
-}
-
-func totalMemory() int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 8 << 30
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kib, err := strconv.ParseInt(fields[1], 10, 64)
-			if err == nil {
-				return kib << 10
-			}
-		}
-	}
-	return 8 << 30
 }
 
 func osImage() string {

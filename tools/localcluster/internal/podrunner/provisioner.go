@@ -154,27 +154,3 @@ func unusableClaim(pvc *v1.PersistentVolumeClaim) string {
 	}
 	return ""
 }
-
-// claimNames lists the claims a pod's volumes use.
-func claimNames(pod *v1.Pod) []string {
-	var names []string
-	for _, vol := range pod.Spec.Volumes {
-		if vol.PersistentVolumeClaim != nil {
-			names = append(names, vol.PersistentVolumeClaim.ClaimName)
-		}
-	}
-	return names
-}
-
-// usesClaim says whether the pod mounts the claim namespace/name.
-func usesClaim(pod *v1.Pod, namespace, name string) bool {
-	if pod.Namespace != namespace {
-		return false
-	}
-	for _, c := range claimNames(pod) {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}

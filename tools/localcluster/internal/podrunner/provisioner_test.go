@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -142,60 +141,5 @@ func TestAPersistentVolumeClaimVolumeIsItsBoundVolumesDirectory(t *testing.T) {
 	}
 	if info, err := os.Stat(paths["data"]); err != nil || !info.IsDir() {
 		t.Errorf("the volume's directory is made when missing: %v", err)
-	}
-}
-
-func TestAPodWaitsForItsClaimToBeBound(t *testing.T) {
-	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "coordinator", Namespace: "ml", UID: "pod-1"},
-		Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
-			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "state"},
-		}}}},
-	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "local"}}
-	cases := []struct {
-		name   string
-		claims []*v1.PersistentVolumeClaim
-		want   string // the PodScheduled condition's message; "" once bound to the node
-	}{
-		{"no claim", nil, `persistentvolumeclaim "state" not found`},
-		{"pending", []*v1.PersistentVolumeClaim{claim("state")}, `persistentvolumeclaim "state" is not bound yet (phase Pending)`},
-		{"bound", []*v1.PersistentVolumeClaim{bound(claim("state"), "pvc-u-state")}, ""},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset(pod.DeepCopy(), node)
-			for _, c := range tc.claims {
-				if _, err := client.CoreV1().PersistentVolumeClaims("ml").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			b := &binder{client: client, nodeName: "local", pending: map[types.UID]bool{}}
-			if err := b.bind(context.Background(), pod); err != nil {
-				t.Fatal(err)
-			}
-			var bindings int
-			for _, a := range client.Actions() {
-				if a.GetVerb() == "create" && a.GetSubresource() == "binding" {
-					bindings++
-				}
-			}
-			got, _ := client.CoreV1().Pods("ml").Get(context.Background(), "coordinator", metav1.GetOptions{})
-			var message string
-			for _, c := range got.Status.Conditions {
-				if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
-					message = c.Message
-				}
-			}
-			if tc.want == "" {
-				if bindings != 1 || message != "" {
-					t.Errorf("bindings %d, unschedulable %q: want the pod bound", bindings, message)
-				}
-				return
-			}
-			if bindings != 0 || !strings.Contains(message, tc.want) {
-				t.Errorf("bindings %d, unschedulable %q: want it waiting with %q", bindings, message, tc.want)
-			}
-		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -35,7 +34,6 @@ type Runner struct {
 	pool     *hostnet.AddressPool
 	hosts    *hostsWriter
 	events   record.EventRecorder
-	binder   *binder
 	// provisioner makes volumes for claims; nil without Config.VolumeDir.
 	provisioner *provisioner
 
@@ -56,7 +54,6 @@ func New(cfg Config, client kubernetes.Interface) *Runner {
 		workers: map[types.UID]*podWorker{},
 	}
 	r.events = newEventRecorder(client, cfg.NodeName)
-	r.binder = &binder{client: client, nodeName: cfg.NodeName, pending: map[types.UID]bool{}}
 	if cfg.VolumeDir != "" {
 		r.provisioner = &provisioner{client: client, dir: cfg.VolumeDir}
 	}
@@ -85,7 +82,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.pods = podInformer.Lister()
 	r.services = serviceInformer.Lister()
 	r.hosts = newHostsWriter(r)
-	r.binder.node = node
 
 	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.podChanged(obj) },
@@ -121,26 +117,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// watchClaims provisions volumes for claims and releases them, and considers the pods
-// waiting for a claim again once it changes (bound).
+// watchClaims provisions volumes for claims and releases them. The scheduler holds a pod
+// whose claim is not bound yet and places it once the claim is bound.
 func (r *Runner) watchClaims(ctx context.Context, factory informers.SharedInformerFactory) error {
+	if r.provisioner == nil {
+		return nil
+	}
 	claimChanged := func(obj any) {
-		pvc, ok := obj.(*v1.PersistentVolumeClaim)
-		if !ok {
-			return
-		}
-		if r.provisioner != nil {
+		if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok {
 			if err := r.provisioner.claimChanged(ctx, pvc); err != nil {
 				log.Printf("provision: %v", err)
-			}
-		}
-		pods, err := r.pods.Pods(pvc.Namespace).List(labels.Everything())
-		if err != nil {
-			return
-		}
-		for _, pod := range pods {
-			if pod.Spec.NodeName == "" && usesClaim(pod, pvc.Namespace, pvc.Name) {
-				r.binder.consider(pod)
 			}
 		}
 	}
@@ -149,9 +135,6 @@ func (r *Runner) watchClaims(ctx context.Context, factory informers.SharedInform
 		UpdateFunc: func(_, obj any) { claimChanged(obj) },
 	}); err != nil {
 		return err
-	}
-	if r.provisioner == nil {
-		return nil
 	}
 	volumeChanged := func(obj any) {
 		if pv, ok := obj.(*v1.PersistentVolume); ok {
@@ -173,10 +156,6 @@ func (r *Runner) podChanged(obj any) {
 		return
 	}
 	r.hosts.changed()
-	if pod.Spec.NodeName == "" {
-		r.binder.consider(pod)
-		return
-	}
 	if pod.Spec.NodeName != r.cfg.NodeName {
 		return
 	}
