@@ -162,6 +162,13 @@ int main(int argc, char** argv) {
       },
       "the namespace whose pods (Prometheus) the NetworkPolicy lets reach the coordinators' "
       "HTTP port and the sidecars' (default: --operator-namespace; empty: none)");
+  std::string kueue = "auto";
+  app.add_option("--kueue", kueue,
+                 "Kueue: jobs labelled kueue.x-k8s.io/queue-name wait for their Workload's "
+                 "admission. on (Kueue's API must be served), off (the label is ignored) or "
+                 "auto (on when the API server serves kueue.x-k8s.io/v1beta2 Workloads)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--workers", workers, "jobs reconciled in parallel")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -269,6 +276,7 @@ int main(int argc, char** argv) {
   options.settings = settings;
   options.coordinator_poll = poll;
   options.identity = identity;
+  options.kueue = kueue;
   cohort::controller::JobController controller(&client, &metrics, options);
 
   std::atomic<bool> stop{false};
@@ -320,7 +328,15 @@ int main(int argc, char** argv) {
   } else {
     leader_gauge.Set(1);
   }
-  if (!stop && controller.StartAndSync(stop)) controller.Run();
+  int exit_code = 0;
+  if (!stop) {
+    if (absl::Status s = controller.StartAndSync(stop); s.ok()) {
+      controller.Run();
+    } else if (!absl::IsCancelled(s)) {
+      spdlog::error("{}", std::string(s.message()));
+      exit_code = 1;
+    }
+  }
 
   stop = true;
   if (holder.joinable()) holder.join();
@@ -331,5 +347,5 @@ int main(int argc, char** argv) {
   signal_thread.join();
   http.Stop();
   spdlog::info("stopped");
-  return 0;
+  return exit_code;
 }

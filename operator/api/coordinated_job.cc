@@ -336,12 +336,12 @@ bool TaskRuntimeStatus::operator==(const TaskRuntimeStatus& o) const {
 }
 
 bool JobStatus::operator==(const JobStatus& o) const {
-  return phase == o.phase && restarts == o.restarts &&
-         coordinator_restarts == o.coordinator_restarts && coordinator_pod == o.coordinator_pod &&
-         tasks == o.tasks && task_runtime == o.task_runtime &&
-         coordinator_address == o.coordinator_address && start_time == o.start_time &&
-         completion_time == o.completion_time && observed_generation == o.observed_generation &&
-         conditions == o.conditions;
+  return phase == o.phase && restarts == o.restarts && uncounted_restarts == o.uncounted_restarts &&
+         gang_start_time == o.gang_start_time && coordinator_restarts == o.coordinator_restarts &&
+         coordinator_pod == o.coordinator_pod && tasks == o.tasks &&
+         task_runtime == o.task_runtime && coordinator_address == o.coordinator_address &&
+         start_time == o.start_time && completion_time == o.completion_time &&
+         observed_generation == o.observed_generation && conditions == o.conditions;
 }
 
 std::string FormatRfc3339(absl::Time t) {
@@ -520,6 +520,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   }
   s.failure_policy.retryable_exit_codes = *retryable;
   s.failure_policy.permanent_exit_codes = *permanent;
+  if (auto r = ParseFailureRules(failure, &s.failure_policy); !r.ok()) return r;
 
   const std::string success = Str(spec, "successPolicy", "AllWorkers");
   if (success == "AllWorkers") {
@@ -550,11 +551,18 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     if (auto t = ParseTasks(spec["tasks"], &tasks); !t.ok()) return t;
     s.tasks = std::move(tasks);
   }
+  if (spec.contains("gangScheduling") && !spec["gangScheduling"].is_null()) {
+    GangSchedulingSpec gang;
+    if (auto g = ParseGangScheduling(spec["gangScheduling"], &gang); !g.ok()) return g;
+    s.gang_scheduling = std::move(gang);
+  }
 
   const json status = object.value("status", json::object());
   JobStatus& st = job.status;
   st.phase = Str(status, "phase");
   st.restarts = Count(status, "restarts");
+  st.uncounted_restarts = Count(status, "uncountedRestarts");
+  st.gang_start_time = ParseRfc3339(Str(status, "gangStartTime"));
   st.coordinator_restarts = Count(status, "coordinatorRestarts");
   const json coordinator_pod = status.value("coordinatorPod", json::object());
   st.coordinator_pod.uid = Str(coordinator_pod, "uid");
@@ -594,6 +602,8 @@ json StatusToJson(const JobStatus& st) {
   json out = json::object();
   if (!st.phase.empty()) out["phase"] = st.phase;
   out["restarts"] = st.restarts;
+  if (st.uncounted_restarts > 0) out["uncountedRestarts"] = st.uncounted_restarts;
+  if (st.gang_start_time) out["gangStartTime"] = FormatRfc3339(*st.gang_start_time);
   out["coordinatorRestarts"] = st.coordinator_restarts;
   const CoordinatorPodStatus& pod = st.coordinator_pod;
   if (!pod.uid.empty() || pod.container_restarts != 0 || pod.last_restart_time) {

@@ -68,10 +68,39 @@ struct SidecarSpec {
   bool dcgm_metrics = false;
 };
 
+// spec.failurePolicy.rules (operator/api/failure_rules.cc): matched in order against what ended
+// a gang; the first that matches decides, before the exit code rule.
+enum class FailureAction {
+  kFailJob,               // the job fails
+  kRestartGang,           // the gang restarts, counted against maxRestarts
+  kRestartGangUncounted,  // the gang restarts; status.uncountedRestarts counts it
+};
+// What ended a gang, as rules name it.
+namespace failure_reason {
+inline constexpr char kEvicted[] = "Evicted";        // the kubelet or the eviction API
+inline constexpr char kPreempted[] = "Preempted";    // the scheduler, for a pod of more priority
+inline constexpr char kOOMKilled[] = "OOMKilled";    // a workload container over its memory
+inline constexpr char kNodeLost[] = "NodeLost";      // the node went away or shut down
+inline constexpr char kPodDeleted[] = "PodDeleted";  // deleted by someone, no other reason
+inline constexpr char kGPUFault[] = "GPUFault";      // the sidecar's GPU health check
+inline constexpr char kHeartbeatTimeout[] = "HeartbeatTimeout";
+inline constexpr char kCoordinatorLost[] = "CoordinatorLost";
+inline constexpr char kTaskError[] = "TaskError";  // any other error a task reported
+}  // namespace failure_reason
+struct FailureRule {
+  FailureAction action = FailureAction::kRestartGang;
+  std::vector<int> on_exit_codes;       // a worker that exited first exited with one of these
+  std::vector<std::string> on_reasons;  // or what ended the gang is one of these
+};
+
 struct FailurePolicy {
   int max_restarts = 3;
   std::vector<int> retryable_exit_codes;  // in addition to / instead of the default rule
   std::vector<int> permanent_exit_codes;
+  std::vector<FailureRule> rules;
+  // A gang whose workers are not all running this long after it started fails the job
+  // (StartupDeadlineExceeded). None: no deadline.
+  std::optional<int64_t> startup_deadline_seconds;
 };
 
 // spec.tasks: the task runtime (docs/tasks.md, "On Kubernetes") instead of a gang.
@@ -81,6 +110,16 @@ struct TaskRuntimeSpec {
   int task_retries = 3;
   std::string task_liveness_timeout = "5s";
   json driver_template = json::object();  // a PodTemplateSpec
+};
+
+// spec.gangScheduling: a PodGroup for the job's pods, so that a gang scheduler places all of
+// them or none (operator/api/gang_scheduling.cc; docs/operator.md, "Gang scheduling").
+enum class PodGroupKind { kSchedulerPlugins, kVolcano };
+struct GangSchedulingSpec {
+  PodGroupKind pod_group = PodGroupKind::kSchedulerPlugins;
+  std::string scheduler_name;  // "" : the provider's (scheduler-plugins-scheduler, volcano)
+  std::optional<int> schedule_timeout_seconds;  // SchedulerPlugins only
+  std::string queue;                            // Volcano only
 };
 
 struct JobSpec {
@@ -95,6 +134,7 @@ struct JobSpec {
   std::optional<int> ttl_seconds_after_finished;
   bool suspend = false;
   std::optional<TaskRuntimeSpec> tasks;
+  std::optional<GangSchedulingSpec> gang_scheduling;
 };
 
 struct Condition {
@@ -138,6 +178,12 @@ struct TaskRuntimeStatus {
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
+  // Gang restarts a failure rule did not count (RestartGangUncounted): not against maxRestarts.
+  int uncounted_restarts = 0;
+  // When the current gang started (its first start, a restart, a resume or an admission).
+  std::optional<absl::Time> gang_start_time;
+  // The current gang's number, the cohort.dev/restart label of its pods.
+  int Gang() const { return restarts + uncounted_restarts; }
   // Coordinator restarts that kept the gang: its container restarted in place, or its pod
   // was recreated on the job's PersistentVolumeClaim.
   int coordinator_restarts = 0;
@@ -170,6 +216,15 @@ struct CoordinatedJob {
 absl::StatusOr<CoordinatedJob> ParseCoordinatedJob(const json& object);
 
 json StatusToJson(const JobStatus& status);
+
+// Reads spec.failurePolicy's rules and startupDeadlineSeconds into `out`; InvalidArgument
+// names the field.
+absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out);
+std::string FailureActionName(FailureAction action);
+
+// Reads spec.gangScheduling into `out`; InvalidArgument names the field.
+absl::Status ParseGangScheduling(const json& gang, GangSchedulingSpec* out);
+std::string PodGroupKindName(PodGroupKind kind);
 
 // Whether a worker exit code restarts the gang (true) or fails the job (false): the
 // job's lists first, then the default rule (128 and above: killed by a signal, retryable).

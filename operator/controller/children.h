@@ -209,6 +209,21 @@ void AddTaskRuntime(const api::CoordinatedJob& job, json* pod);
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
                const OperatorSettings& settings, JobTls tls = JobTls::kNone);
 
+// spec.gangScheduling: the job's PodGroup, named as the job, for scheduler-plugins' coscheduling
+// plugin (scheduling.x-k8s.io/v1alpha1) or Volcano (scheduling.volcano.sh/v1beta1); none
+// without spec.gangScheduling. Its members are the gang's workers, minMember all of them: the
+// workers hold the accelerators two half-placed jobs would deadlock on, and they are made once
+// the coordinator is ready (which a group that waited for the coordinator too never would be).
+// The coordinator (and a task runtime job's driver) is placed on its own, by the template's
+// scheduler. JoinPodGroup makes a worker pod one of the group's: the label or annotation that
+// names it, and the gang scheduler as its scheduler.
+inline constexpr char kSchedulerPluginsPodGroupLabel[] = "scheduling.x-k8s.io/pod-group";
+inline constexpr char kVolcanoPodGroupAnnotation[] = "scheduling.k8s.io/group-name";
+inline constexpr char kSchedulerPluginsScheduler[] = "scheduler-plugins-scheduler";
+inline constexpr char kVolcanoScheduler[] = "volcano";
+std::optional<json> PodGroup(const api::CoordinatedJob& job);
+void JoinPodGroup(const api::CoordinatedJob& job, json* pod);
+
 }  // namespace cohort::controller
 
 #endif  // COHORT_OPERATOR_CONTROLLER_CHILDREN_H_

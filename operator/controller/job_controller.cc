@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "operator/controller/kueue.h"
 #include "operator/kube/leader_election.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +35,12 @@ const kube::Resource& ResourceFor(const json& object) {
   if (kind == "Secret") return kube::kSecrets;
   if (kind == "NetworkPolicy") return kube::kNetworkPolicies;
   if (kind == "Certificate") return kube::kCertificates;
+  if (kind == "Workload") return kube::kWorkloads;
+  if (kind == "PodGroup") {
+    return object.value("apiVersion", "") == "scheduling.volcano.sh/v1beta1"
+               ? kube::kVolcanoPodGroups
+               : kube::kSchedulerPluginsPodGroups;
+  }
   return kube::kPods;
 }
 
@@ -82,8 +89,9 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   // Every series exists from the start, so rates and dashboards see 0 rather than nothing.
   for (const char* result : {"success", "error", "conflict"})
     reconcile_total_->WithLabels({result});
-  for (const char* resource : {"coordinatedjobs", "pods", "services", "configmaps",
-                               "persistentvolumeclaims", "secrets", "networkpolicies"}) {
+  for (const char* resource :
+       {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims", "secrets",
+        "networkpolicies", "workloads", "resourceflavors"}) {
     watch_restarts_->WithLabels({resource});
   }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
@@ -132,22 +140,72 @@ void JobController::EnqueueOwner(const json& child) {
   if (!job.empty()) queue_.Add(KeyOf(kube::Namespace(child), job));
 }
 
-bool JobController::StartAndSync(const std::atomic<bool>& stop) {
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get(), network_policies_.get()}) {
-    informer->Start();
+std::vector<kube::Informer*> JobController::Informers() const {
+  std::vector<kube::Informer*> all = {
+      jobs_.get(),   pods_.get(),    services_.get(),        config_maps_.get(),
+      claims_.get(), secrets_.get(), network_policies_.get()};
+  if (workloads_) all.push_back(workloads_.get());
+  if (flavors_) all.push_back(flavors_.get());
+  return all;
+}
+
+absl::Status JobController::DecideKueue() {
+  if (options_.kueue == "off") {
+    spdlog::info("Kueue: off (--kueue=off); queue-name labels are ignored");
+    return absl::OkStatus();
   }
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get(), network_policies_.get()}) {
-    if (!informer->WaitForSync(stop)) return false;
+  kube::ListOptions one;
+  one.limit = 1;
+  auto probe = client_->List(kube::kWorkloads, options_.namespace_name, one);
+  if (!probe.ok()) {
+    const std::string why =
+        absl::StrCat("Kueue's API (", kube::kWorkloads.api_path, "/", kube::kWorkloads.plural,
+                     ") is not usable: ", probe.status().message());
+    if (options_.kueue == "on") {
+      return absl::FailedPreconditionError(
+          absl::StrCat(why, "; install Kueue (v0.16 or newer) or run with --kueue=auto or off"));
+    }
+    spdlog::info("Kueue: off (--kueue=auto): {}; queue-name labels are ignored", why);
+    return absl::OkStatus();
+  }
+  kube::Informer::Options workload_options;
+  workload_options.namespace_name = options_.namespace_name;
+  workload_options.selector.label_selector = absl::StrCat(kManagedByLabel, "=", kManagedBy);
+  workload_options.index_label = kJobLabel;
+  workloads_ = std::make_unique<kube::Informer>(
+      client_, kube::kWorkloads, workload_options,
+      kube::Informer::Handlers{
+          [this](const json& o) { EnqueueOwner(o); }, [this](const json& o) { EnqueueOwner(o); },
+          [this](const std::string&) { watch_restarts_->WithLabels({"workloads"}).Inc(); }});
+  // A flavor made or changed after a job's admission named it: the jobs waiting for it look
+  // again after their requeue (kueue_plan.cc), so changes need no handler.
+  flavors_ = std::make_unique<kube::Informer>(
+      client_, kube::kResourceFlavors, kube::Informer::Options{},
+      kube::Informer::Handlers{
+          [](const json&) {}, [](const json&) {},
+          [this](const std::string&) { watch_restarts_->WithLabels({"resourceflavors"}).Inc(); }});
+  kueue_ = true;
+  spdlog::info("Kueue: on; jobs labelled {} wait for their Workload's admission",
+               kueue::kQueueNameLabel);
+  return absl::OkStatus();
+}
+
+absl::Status JobController::StartAndSync(const std::atomic<bool>& stop) {
+  if (absl::Status s = DecideKueue(); !s.ok()) return s;
+  for (auto* informer : Informers()) informer->Start();
+  for (auto* informer : Informers()) {
+    if (!informer->WaitForSync(stop)) return absl::CancelledError("stopped");
   }
   synced_ = true;
   spdlog::info(
       "caches synced: {} CoordinatedJobs, {} pods, {} services, {} config maps, {} claims, {} "
-      "secrets, {} network policies",
+      "secrets, {} network policies{}",
       jobs_->Size(), pods_->Size(), services_->Size(), config_maps_->Size(), claims_->Size(),
-      secrets_->Size(), network_policies_->Size());
-  return true;
+      secrets_->Size(), network_policies_->Size(),
+      workloads_ ? absl::StrCat(", ", workloads_->Size(), " Workloads, ", flavors_->Size(),
+                                " ResourceFlavors")
+                 : std::string());
+  return absl::OkStatus();
 }
 
 void JobController::Run() {
@@ -184,8 +242,7 @@ void JobController::StopWorkers() { queue_.ShutDown(); }
 void JobController::Stop() {
   queue_.ShutDown();
   watcher_.StopAll();
-  for (auto* informer : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(),
-                         claims_.get(), secrets_.get(), network_policies_.get()}) {
+  for (auto* informer : Informers()) {
     if (informer) informer->Stop();
   }
 }
@@ -196,8 +253,11 @@ absl::Status JobController::Reconcile(const std::string& key) {
   if (!object) {
     // Deleted: its children go with it (owner references); forget what we kept.
     watcher_.Unwatch(key);
-    std::lock_guard<std::mutex> lock(failures_mu_);
-    failure_seen_.erase(key);
+    {
+      std::lock_guard<std::mutex> lock(failures_mu_);
+      failure_seen_.erase(key);
+    }
+    ReleaseWorkloads(ns, name);
     return absl::OkStatus();
   }
   if (object->contains("/metadata/deletionTimestamp"_json_pointer)) return absl::OkStatus();
@@ -206,6 +266,12 @@ absl::Status JobController::Reconcile(const std::string& key) {
 
   Observed observed;
   observed.now = absl::Now();
+  if (workloads_) {
+    KueueObserved kq;
+    kq.workload = workloads_->Get(ns, kueue::WorkloadName(*job));
+    for (const auto& flavor : flavors_->All()) kq.flavors[kube::Name(flavor)] = flavor;
+    observed.kueue = std::move(kq);
+  }
   for (const auto& pod : pods_->ByIndex(ns, name)) observed.pods.push_back(ObservePod(pod));
   observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
   observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
@@ -256,7 +322,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
         claim->contains("/metadata/deletionTimestamp"_json_pointer);
   }
 
-  const int gang = job->status.restarts;
+  const int gang = job->status.Gang();
   const ObservedPod* coordinator = nullptr;
   for (const auto& p : observed.pods) {
     if (p.role == "coordinator" && p.restart == gang && !p.terminating) coordinator = &p;
@@ -285,9 +351,9 @@ absl::Status JobController::Reconcile(const std::string& key) {
 
   {
     std::lock_guard<std::mutex> lock(failures_mu_);
-    if (plan.failure_seen && plan.status.restarts == gang && !observed.failure_first_seen) {
+    if (plan.failure_seen && plan.status.Gang() == gang && !observed.failure_first_seen) {
       failure_seen_[key] = {gang, observed.now};
-    } else if (!plan.failure_seen || plan.status.restarts != gang) {
+    } else if (!plan.failure_seen || plan.status.Gang() != gang) {
       failure_seen_.erase(key);
     }
   }
@@ -343,8 +409,8 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     if (plan.status.phase != job.status.phase) {
       spdlog::info("CoordinatedJob {}: {} -> {}{}", key,
                    job.status.phase.empty() ? "new" : job.status.phase, plan.status.phase,
-                   plan.status.restarts != job.status.restarts
-                       ? absl::StrCat(" (restart ", plan.status.restarts, ")")
+                   plan.status.Gang() != job.status.Gang()
+                       ? absl::StrCat(" (gang ", plan.status.Gang(), ")")
                        : "");
     }
   }
@@ -395,10 +461,22 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
   std::vector<std::string> created_pods;
   std::string invalid;
   constexpr size_t kParallel = 16;
-  for (size_t begin = 0; begin < plan.create.size(); begin += kParallel) {
+  // Everything else before the pods, which may name it (a PodGroup, a Secret they mount).
+  std::vector<std::vector<const json*>> waves(2);
+  for (const json& object : plan.create) {
+    waves[object.value("kind", "") == "Pod" ? 1 : 0].push_back(&object);
+  }
+  std::vector<std::vector<const json*>> batches;
+  for (const auto& wave : waves) {
+    for (size_t begin = 0; begin < wave.size(); begin += kParallel) {
+      batches.emplace_back(
+          wave.begin() + static_cast<std::ptrdiff_t>(begin),
+          wave.begin() + static_cast<std::ptrdiff_t>(std::min(wave.size(), begin + kParallel)));
+    }
+  }
+  for (const auto& objects : batches) {
     std::vector<std::pair<const json*, std::future<absl::StatusOr<json>>>> batch;
-    for (size_t i = begin; i < std::min(plan.create.size(), begin + kParallel); ++i) {
-      const json* object = &plan.create[i];
+    for (const json* object : objects) {
       batch.emplace_back(object, std::async(std::launch::async, [this, &job, object] {
                            return client_->Create(ResourceFor(*object), job.namespace_name,
                                                   *object);
@@ -421,7 +499,11 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           secrets_->Upsert(created);
         } else if (kind == "NetworkPolicy") {
           network_policies_->Upsert(created);
-        } else if (kind == "Certificate") {
+        } else if (kind == "Workload") {
+          if (workloads_) workloads_->Upsert(created);
+          spdlog::info("CoordinatedJob {}: created Workload {} (LocalQueue {})", key,
+                       kube::Name(created), kueue::QueueName(job));
+        } else if (kind == "Certificate" || kind == "PodGroup") {
           // Not cached: cert-manager's Secret, once issued, is what the plan looks at.
         } else {
           config_maps_->Upsert(created);
@@ -437,6 +519,13 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
         }
       } else if (!absl::IsAlreadyExists(result.status()) && first_error.ok()) {
         first_error = result.status();
+        if (object->value("kind", "") == "PodGroup" && absl::IsNotFound(first_error)) {
+          first_error = absl::FailedPreconditionError(
+              absl::StrCat("cannot create PodGroup ", kube::Name(*object),
+                           " (spec.gangScheduling): ", object->value("apiVersion", ""),
+                           " is not served here; install the gang scheduler's CRDs (",
+                           result.status().message(), ")"));
+        }
         if (object->value("kind", "") == "Certificate" && absl::IsNotFound(first_error)) {
           first_error = absl::FailedPreconditionError(absl::StrCat(
               "cannot create Certificate ", kube::Name(*object),
@@ -458,6 +547,7 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     auto latest = jobs_->Get(job.namespace_name, job.name);
     return FailInvalid(latest ? *latest : job.object, invalid);
   }
+  if (absl::Status s = ApplyWorkload(job, plan); !s.ok() && first_error.ok()) first_error = s;
   if (plan.delete_job) {
     spdlog::info("CoordinatedJob {}: ttlSecondsAfterFinished passed; deleting it", key);
     kube::DeleteOptions options;
@@ -467,6 +557,74 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
   }
   return first_error;
+}
+
+absl::Status JobController::ApplyWorkload(const api::CoordinatedJob& job, const Plan& plan) {
+  if (!workloads_) return absl::OkStatus();
+  const std::string name = kueue::WorkloadName(job);
+  const std::string key = KeyOf(job.namespace_name, job.name);
+  std::optional<json> current = workloads_->Get(job.namespace_name, name);
+  if (plan.workload_status) {
+    const bool had_admission = current && current->contains("/status/admission"_json_pointer);
+    auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name,
+                                    *plan.workload_status, "status");
+    if (!written.ok()) return written.status();
+    (*written)["kind"] = "Workload";
+    workloads_->Upsert(*written);
+    current = *written;
+    if (had_admission && !plan.workload_status->contains("/status/admission"_json_pointer)) {
+      spdlog::info("CoordinatedJob {}: Workload {}: its pods are gone; its quota is given back",
+                   key, name);
+    }
+  }
+  if (plan.release_workload && current) {
+    json released = *current;
+    json& finalizers = released["metadata"]["finalizers"];
+    if (finalizers.is_array()) {
+      json kept = json::array();
+      for (const json& f : finalizers) {
+        if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
+      }
+      if (kept.size() != finalizers.size()) {
+        finalizers = std::move(kept);
+        auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name, released);
+        if (!written.ok() && !absl::IsNotFound(written.status())) return written.status();
+        if (written.ok()) {
+          (*written)["kind"] = "Workload";
+          workloads_->Upsert(*written);
+        }
+      }
+    }
+  }
+  if (plan.delete_workload) {
+    kube::DeleteOptions options;
+    options.propagation_policy = "Background";
+    absl::Status s = client_->Delete(kube::kWorkloads, job.namespace_name, name, options);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    spdlog::info("CoordinatedJob {}: deleted Workload {}: it no longer describes the job", key,
+                 name);
+  }
+  return absl::OkStatus();
+}
+
+void JobController::ReleaseWorkloads(const std::string& ns, const std::string& job) {
+  if (!workloads_) return;
+  for (json workload : workloads_->ByIndex(ns, job)) {
+    json& finalizers = workload["metadata"]["finalizers"];
+    if (!finalizers.is_array()) continue;
+    json kept = json::array();
+    for (const json& f : finalizers) {
+      if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
+    }
+    if (kept.size() == finalizers.size()) continue;
+    finalizers = std::move(kept);
+    auto written = client_->Replace(kube::kWorkloads, ns, kube::Name(workload), workload);
+    if (!written.ok() && !absl::IsNotFound(written.status())) {
+      spdlog::warn("Workload {}/{} of deleted CoordinatedJob {}: {}", ns, kube::Name(workload), job,
+                   written.status().ToString());
+      queue_.AddRateLimited(KeyOf(ns, job));
+    }
+  }
 }
 
 void JobController::RecordEvent(const json& involved, const std::string& type,

@@ -32,6 +32,9 @@ class JobController {
     OperatorSettings settings;
     absl::Duration coordinator_poll = absl::Milliseconds(500);
     std::string identity = "cohort-operator";  // Events' reportingInstance
+    // Kueue (kueue.h): "on" (its API must be served), "off" (queue-name labels are ignored)
+    // or "auto" (on when the API server serves kueue.x-k8s.io/v1beta2 Workloads at start).
+    std::string kueue = "auto";
   };
 
   JobController(kube::KubeClient* client, MetricsRegistry* metrics, Options options);
@@ -39,8 +42,9 @@ class JobController {
   JobController(const JobController&) = delete;
   JobController& operator=(const JobController&) = delete;
 
-  // Starts the informers and returns once their first lists are cached (false: stopped).
-  bool StartAndSync(const std::atomic<bool>& stop);
+  // Starts the informers and returns once their first lists are cached: Cancelled when `stop`
+  // came first, FailedPrecondition when Options::kueue is "on" and Kueue's API is not served.
+  absl::Status StartAndSync(const std::atomic<bool>& stop);
   // Reconciles with `workers` threads until StopWorkers() or Stop().
   void Run();
   // Ends Run() once the reconciles in progress finish; informers keep running.
@@ -49,12 +53,20 @@ class JobController {
   // watches in progress end).
   void Stop();
   bool synced() const { return synced_.load(); }
+  // Whether the controller works with Kueue (known once StartAndSync has begun).
+  bool kueue() const { return kueue_.load(); }
 
  private:
   absl::Status Reconcile(const std::string& key);
   absl::Status Apply(const api::CoordinatedJob& job, const Plan& plan);
   absl::Status WriteStatus(const api::CoordinatedJob& job, const api::JobStatus& status);
   absl::Status FailInvalid(const json& object, const std::string& message);
+  // Kueue: whether to work with it (Options::kueue, and the API server); the Workload's status
+  // and finalizer from a plan; the finalizers of a deleted job's Workloads.
+  absl::Status DecideKueue();
+  absl::Status ApplyWorkload(const api::CoordinatedJob& job, const Plan& plan);
+  void ReleaseWorkloads(const std::string& ns, const std::string& job);
+  std::vector<kube::Informer*> Informers() const;
   void RecordEvent(const json& involved, const std::string& type, const std::string& reason,
                    const std::string& message);
   void EnqueueOwner(const json& child);
@@ -66,6 +78,9 @@ class JobController {
   CoordinatorWatcher watcher_;
   std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_, secrets_,
       network_policies_;
+  // With Kueue only: the operator's Workloads, and every ResourceFlavor.
+  std::unique_ptr<kube::Informer> workloads_, flavors_;
+  std::atomic<bool> kueue_{false};
   std::atomic<bool> synced_{false};
   std::vector<std::thread> threads_;
 

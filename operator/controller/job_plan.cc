@@ -3,23 +3,20 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "operator/controller/kueue.h"
 #include "operator/controller/planner.h"
 
 namespace cohort::controller {
 
-using planning::ChildrenState;
-using planning::DescribeExit;
 using planning::Field;
-using planning::Finished;
 using planning::Int;
 using planning::IntLabel;
 using planning::Items;
-using planning::PlanChildren;
-using planning::Planner;
 using planning::Text;
 using json = nlohmann::json;
 namespace phase = api::phase;
@@ -53,8 +50,13 @@ ObservedPod ObservePod(const json& pod) {
   p.phase = Text(Field(status, "phase"));
   p.pod_ip = Text(Field(status, "podIP"));
   for (const auto& c : Items(Field(status, "conditions"))) {
-    if (Text(Field(c, "type")) == "Ready") p.ready = Text(Field(c, "status")) == "True";
+    const std::string type = Text(Field(c, "type"));
+    const bool is_true = Text(Field(c, "status")) == "True";
+    if (type == "Ready") p.ready = is_true;
+    if (type == "DisruptionTarget" && is_true) p.disruption = Text(Field(c, "reason"));
+    if (type == "PodScheduled" && !is_true) p.unschedulable = Text(Field(c, "message"));
   }
+  p.pod_reason = Text(Field(status, "reason"));
   // Kubernetes' default restartPolicy is Always.
   const json& policy = Field(Field(pod, "spec"), "restartPolicy");
   p.restarts_in_place = !policy.is_string() || policy.get<std::string>() == "Always";
@@ -86,7 +88,51 @@ ObservedPod ObservePod(const json& pod) {
   return p;
 }
 
+std::string FailureReasonOf(const ObservedPod& p) {
+  namespace reason = api::failure_reason;
+  // The disruption first: a container that exits while its pod is evicted exits because of it.
+  if (p.disruption == "PreemptionByScheduler") return reason::kPreempted;
+  if (p.disruption == "EvictionByEvictionAPI" || p.pod_reason == "Evicted") return reason::kEvicted;
+  if (p.disruption == "DeletionByTaintManager" || p.disruption == "DeletionByPodGC" ||
+      p.disruption == "TerminationByKubelet" || p.pod_reason == "NodeLost" ||
+      p.pod_reason == "NodeShutdown" || p.pod_reason == "Shutdown" ||
+      p.pod_reason == "Terminated") {
+    return reason::kNodeLost;
+  }
+  if (p.reason == "OOMKilled") return reason::kOOMKilled;
+  if (!p.disruption.empty()) return reason::kEvicted;
+  return "";
+}
+
 namespace planning {
+
+std::string TaskErrorReason(const CoordinatorView::TaskError& e) {
+  // The sidecar reports its GPU health check's findings as INTERNAL errors of its own task;
+  // the coordinator marks a task that stopped sending heartbeats UNAVAILABLE, saying so.
+  if (e.auxiliary && e.code == 13) return api::failure_reason::kGPUFault;
+  if (e.code == 14 && absl::StrContains(e.message, "sent no heartbeat")) {
+    return api::failure_reason::kHeartbeatTimeout;
+  }
+  return api::failure_reason::kTaskError;
+}
+
+RuleMatch MatchFailureRule(const api::FailurePolicy& policy, const FailureFacts& facts) {
+  for (size_t i = 0; i < policy.rules.size(); ++i) {
+    const api::FailureRule& rule = policy.rules[i];
+    for (int code : rule.on_exit_codes) {
+      if (std::find(facts.exit_codes.begin(), facts.exit_codes.end(), code) !=
+          facts.exit_codes.end()) {
+        return {&rule, static_cast<int>(i), absl::StrCat("exit code ", code)};
+      }
+    }
+    for (const std::string& reason : rule.on_reasons) {
+      if (std::find(facts.reasons.begin(), facts.reasons.end(), reason) != facts.reasons.end()) {
+        return {&rule, static_cast<int>(i), reason};
+      }
+    }
+  }
+  return {};
+}
 
 ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
                            const ObservedPod* coordinator, bool recreate_coordinator, bool on_claim,
@@ -150,12 +196,50 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
 
 }  // namespace planning
 
+namespace {
+
+// spec.gangScheduling: the workers the plan makes join the job's PodGroup, which is made
+// (again: creating one that exists changes nothing) whenever they are.
+void PlanPodGroup(const api::CoordinatedJob& job, Plan* plan) {
+  std::optional<json> group = PodGroup(job);
+  if (!group) return;
+  bool workers = false;
+  for (json& object : plan->create) {
+    if (object.value("kind", "") != "Pod" ||
+        object.value("/metadata/labels/cohort.dev~1role"_json_pointer, "") != "worker") {
+      continue;
+    }
+    JoinPodGroup(job, &object);
+    workers = true;
+  }
+  if (workers) plan->create.insert(plan->create.begin(), std::move(*group));
+}
+
+}  // namespace
+
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings) {
+  const std::string queue = kueue::QueueName(job);
+  Plan plan = !queue.empty() && observed.kueue ? planning::PlanQueued(job, observed, settings)
+                                               : planning::PlanRun(job, observed, settings);
+  if (!queue.empty() && !observed.kueue && job.status.phase.empty()) {
+    plan.events.push_back(
+        {"Warning", "QueueIgnored",
+         absl::StrCat("the job names LocalQueue ", queue, " (label ", kueue::kQueueNameLabel,
+                      "), but this operator runs without Kueue (--kueue): it starts now")});
+  }
+  PlanPodGroup(job, &plan);
+  return plan;
+}
+
+namespace planning {
+
+Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
+             const OperatorSettings& settings, const Resume& resume) {
   Planner P{job, observed, Plan{}};
   api::JobStatus& st = P.plan.status = job.status;
   const int replicas = job.spec.replicas;
-  const int gang = st.restarts;
+  const int gang = st.Gang();
   st.observed_generation = job.generation;
   st.tasks.total = replicas;
   st.coordinator_address = CoordinatorAddress(job);
@@ -187,10 +271,12 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   if (st.phase == phase::kSuspended) {
     st.phase = phase::kPending;
     st.start_time = observed.now;  // the deadline counts from the resume
-    P.Condition(kConditionSuspended, false, "Resumed", "spec.suspend is false");
-    P.Event("Normal", "Resumed", "the job is resumed: starting its pods");
+    st.gang_start_time = observed.now;
+    P.Condition(kConditionSuspended, false, resume.reason, resume.message);
+    P.Event("Normal", resume.reason, absl::StrCat(resume.message, ": starting its pods"));
   }
   if (!st.start_time) st.start_time = observed.now;
+  if (!st.gang_start_time) st.gang_start_time = observed.now;
 
   // ---- Deadline.
   if (job.spec.active_deadline_seconds) {
@@ -389,20 +475,67 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
     const std::string what = !infra.empty()       ? infra
                              : first_exit.empty() ? signals.front()
                                                   : first_exit;
+    // ---- failurePolicy.rules: what ended the gang (the first exits, lost pods, the
+    // coordinator, errors it holds), matched in order before the exit code rule.
+    FailureFacts facts;
+    for (const ObservedPod* w : exits) {
+      if (w->finished_at.value_or(observed.now) > earliest + absl::Seconds(1)) continue;
+      if (*w->exit_code > 0) facts.exit_codes.push_back(*w->exit_code);
+      facts.reasons.push_back(FailureReasonOf(*w));
+    }
+    if (st.phase == phase::kRunning) {
+      for (int i = 0; i < replicas; ++i) {
+        if (!workers[i]) {
+          facts.reasons.push_back(api::failure_reason::kPodDeleted);
+        } else if (workers[i]->terminating && !workers[i]->exit_code) {
+          const std::string r = FailureReasonOf(*workers[i]);
+          facts.reasons.push_back(r.empty() ? api::failure_reason::kPodDeleted : r);
+        }
+      }
+    }
+    if (coordinator_lost) {
+      facts.reasons.push_back(api::failure_reason::kCoordinatorLost);
+      if (coordinator) facts.reasons.push_back(FailureReasonOf(*coordinator));
+    }
+    if (observed.coordinator) {
+      for (const auto& e : observed.coordinator->errors) {
+        if (!e.IsWorkloadExitReport()) facts.reasons.push_back(TaskErrorReason(e));
+      }
+    }
+    if (const RuleMatch m = MatchFailureRule(job.spec.failure_policy, facts); m.rule) {
+      const std::string by =
+          absl::StrCat("failurePolicy.rules[", m.index, "] (",
+                       api::FailureActionName(m.rule->action), " on ", m.matched, ")");
+      switch (m.rule->action) {
+        case api::FailureAction::kFailJob:
+          P.Finish(false, "FailureRule", absl::StrCat(what, "; ", by, " fails the job"));
+          return std::move(P.plan);
+        case api::FailureAction::kRestartGangUncounted:
+          P.Restart(
+              cause,
+              absl::StrCat("gang restart, not counted against maxRestarts by ", by, ": ", what),
+              what, /*counted=*/false);
+          return std::move(P.plan);
+        case api::FailureAction::kRestartGang:
+          permanent = false;
+          break;
+      }
+    }
     if (permanent) {
       P.Finish(false, "WorkerFailed",
                absl::StrCat(what, ", which failurePolicy counts as permanent"));
       return std::move(P.plan);
     }
-    if (gang >= job.spec.failure_policy.max_restarts) {
+    const int counted = st.restarts;
+    if (counted >= job.spec.failure_policy.max_restarts) {
       P.Finish(false, "MaxRestartsExceeded",
-               absl::StrCat("the gang failed after ", gang, " restart", gang == 1 ? "" : "s",
+               absl::StrCat("the gang failed after ", counted, " restart", counted == 1 ? "" : "s",
                             " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
                             "); last failure: ", what));
       return std::move(P.plan);
     }
     P.Restart(cause,
-              absl::StrCat("gang restart ", gang + 1, " of at most ",
+              absl::StrCat("gang restart ", counted + 1, " of at most ",
                            job.spec.failure_policy.max_restarts, ": ", what),
               what);
     return std::move(P.plan);
@@ -435,6 +568,34 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
       P.Event("Normal", "Running", absl::StrCat("all ", replicas, " workers are running"));
     }
   }
+  // ---- A gang that does not start in time (pods the cluster cannot place, images that do
+  // not pull) fails the job, saying what it waited for.
+  const std::optional<int64_t> startup = job.spec.failure_policy.startup_deadline_seconds;
+  if (st.phase != phase::kRunning && startup && st.gang_start_time) {
+    const absl::Time deadline = *st.gang_start_time + absl::Seconds(*startup);
+    if (observed.now >= deadline) {
+      std::vector<std::string> waiting;
+      const auto why = [](const ObservedPod* p, const std::string& name) {
+        if (!p) return absl::StrCat(name, " was not made yet");
+        return absl::StrCat(name, " is ", p->phase.empty() ? "Pending" : p->phase,
+                            p->unschedulable.empty() ? "" : absl::StrCat(": ", p->unschedulable));
+      };
+      if (!coordinator || coordinator->phase != "Running") {
+        waiting.push_back(why(coordinator, "the coordinator"));
+      }
+      for (int i = 0; i < replicas && waiting.size() < 3; ++i) {
+        if (!workers[i] || (workers[i]->phase != "Running" && !Finished(*workers[i]))) {
+          waiting.push_back(why(workers[i], absl::StrCat("worker ", i)));
+        }
+      }
+      P.Finish(false, "StartupDeadlineExceeded",
+               absl::StrCat(
+                   "gang ", gang, " did not start within ", *startup,
+                   " s (failurePolicy.startupDeadlineSeconds): ", absl::StrJoin(waiting, "; ")));
+      return std::move(P.plan);
+    }
+    P.Requeue(deadline - observed.now);
+  }
   if (ready == replicas) {
     P.Condition(kConditionReady, true, "AllWorkersReady",
                 absl::StrCat("all ", replicas, " workers are ready"));
@@ -453,5 +614,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
   }
   return std::move(P.plan);
 }
+
+}  // namespace planning
 
 }  // namespace cohort::controller

@@ -6,6 +6,7 @@
 #ifndef COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
 #define COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,13 @@ struct ObservedPod {
   std::optional<int> exit_code;
   std::optional<absl::Time> finished_at;
   std::string reason;  // why it ended, for messages
+  // The pod's DisruptionTarget condition's reason (EvictionByEvictionAPI,
+  // PreemptionByScheduler, DeletionByTaintManager, ...), and its own status.reason
+  // (Evicted, NodeLost, ...), when it has them.
+  std::string disruption;
+  std::string pod_reason;
+  // Why the scheduler has not placed it (PodScheduled False), when it has not.
+  std::string unschedulable;
   // A pod whose containers restart in place (restartPolicy Always: a coordinator with a state
   // volume): a container's exit is not the pod's end, only its phase says that.
   bool restarts_in_place = false;
@@ -44,6 +52,10 @@ struct ObservedPod {
 };
 
 ObservedPod ObservePod(const nlohmann::json& pod);
+
+// What ended a pod, as failure rules name it (api::failure_reason): an eviction, a
+// preemption, the node's loss or an OOM kill; "" for a plain exit.
+std::string FailureReasonOf(const ObservedPod& pod);
 
 // The coordinator's cluster snapshot, reduced to what decisions need.
 struct CoordinatorView {
@@ -64,8 +76,16 @@ struct CoordinatorView {
   std::optional<api::TaskRuntimeStatus> task_runtime;
 };
 
+// Kueue's objects for a job, when the operator runs with Kueue (kueue.h).
+struct KueueObserved {
+  std::optional<nlohmann::json> workload;         // the job's (kueue::WorkloadName)
+  std::map<std::string, nlohmann::json> flavors;  // ResourceFlavors by name
+};
+
 struct Observed {
   std::vector<ObservedPod> pods;
+  // Absent when the operator runs without Kueue: a queue-name label is then ignored.
+  std::optional<KueueObserved> kueue;
   // The job's token Secret exists. When it does not, the plan creates it holding
   // `fresh_token`, a random token the controller made (the plan has no randomness of its own).
   bool token_secret = false;
@@ -114,6 +134,12 @@ struct Plan {
   // A failure is being observed: the controller remembers when it first saw one.
   bool failure_seen = false;
   std::optional<absl::Duration> requeue_after;
+  // Kueue (kueue.h): the job's Workload with the status to write (PUT of /status, conditional
+  // on its resourceVersion); its finalizer to remove (the job finished, or its Workload is
+  // going), after that status; the Workload to delete (it no longer describes the job).
+  std::optional<nlohmann::json> workload_status;
+  bool release_workload = false;
+  bool delete_workload = false;
 };
 
 // Condition types the operator sets.
@@ -141,6 +167,9 @@ inline constexpr char kConditionSuspended[] = "Suspended";
 //   CoordinatorRestarted. A pod lost with its state (EmptyDir, None) still restarts the gang
 //   (CoordinatorLost), and so do workers that exit because their coordinator went away
 //   (CoordinatorRestarted): from a second before it went until its heartbeat timeout after.
+//
+// A job labelled kueue.x-k8s.io/queue-name, when the operator runs with Kueue, waits for its
+// Workload's admission, suspended (kueue.h; PlanQueued in kueue_plan.cc).
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings);
 

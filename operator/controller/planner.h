@@ -5,6 +5,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -161,9 +162,12 @@ struct Planner {
                          ", which holds its state; the gang goes on"));
     }
   }
-  // Starts the job over (every pod deleted, the next gang made): status.restarts counts it.
-  void Restart(const std::string& cause, const std::string& message, const std::string& what) {
-    st().restarts += 1;
+  // Starts the job over (every pod deleted, the next gang made): status.restarts counts it,
+  // or, `counted` false (a failure rule's RestartGangUncounted), status.uncountedRestarts.
+  void Restart(const std::string& cause, const std::string& message, const std::string& what,
+               bool counted = true) {
+    (counted ? st().restarts : st().uncounted_restarts) += 1;
+    st().gang_start_time = now();
     st().phase = phase::kRestarting;
     st().tasks.registered = st().tasks.ready = 0;
     st().coordinator_pod = api::CoordinatorPodStatus{};  // the next gang's coordinator is new
@@ -183,6 +187,38 @@ struct Planner {
     }
   }
 };
+
+// Why a suspended job starts again (the Suspended condition's False reason and message).
+struct Resume {
+  std::string reason = "Resumed";
+  std::string message = "spec.suspend is false";
+};
+
+// The plan of a job that may run now: PlanJob for a job that is not queued, and for a queued
+// one Kueue has admitted (`resume` then says so).
+Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
+             const OperatorSettings& settings, const Resume& resume = Resume{});
+
+// The plan of a job queued by Kueue (kueue_plan.cc).
+Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
+                const OperatorSettings& settings);
+
+// What ended a gang, for failurePolicy.rules: the exit codes of the workers that exited first,
+// and the failure reasons (api::failure_reason) of those exits, of lost pods, of a lost
+// coordinator and of the errors the coordinator holds.
+struct FailureFacts {
+  std::vector<int> exit_codes;
+  std::vector<std::string> reasons;
+};
+struct RuleMatch {
+  const api::FailureRule* rule = nullptr;  // none matched
+  int index = -1;
+  std::string matched;  // "exit code 137", "Evicted"
+};
+// The first rule with an exit code or a reason among the facts.
+RuleMatch MatchFailureRule(const api::FailurePolicy& policy, const FailureFacts& facts);
+// A task error as a failure reason: GPUFault, HeartbeatTimeout or TaskError.
+std::string TaskErrorReason(const CoordinatorView::TaskError& e);
 
 // What PlanChildren found of the objects every job needs.
 struct ChildrenState {

@@ -16,7 +16,7 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   const Observed& observed = P.observed;
   api::JobStatus& st = P.st();
   const int replicas = job.spec.replicas;
-  const int gang = st.restarts;
+  const int gang = st.Gang();
 
   // ---- Sort pods. Workers past spec.replicas (the pool shrank) and pods of an earlier gang
   // go; a worker's SIGTERM lets it finish its task first (python -m cohort.worker).
@@ -99,15 +99,16 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
       P.Requeue(first + settings.failure_settle - observed.now);
       return std::move(P.plan);
     }
-    if (gang >= job.spec.failure_policy.max_restarts) {
+    const int counted = st.restarts;
+    if (counted >= job.spec.failure_policy.max_restarts) {
       P.Finish(false, "MaxRestartsExceeded",
-               absl::StrCat("the job was started again ", gang, " time", gang == 1 ? "" : "s",
+               absl::StrCat("the job was started again ", counted, " time", counted == 1 ? "" : "s",
                             " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
                             "); last failure: ", what));
       return std::move(P.plan);
     }
     P.Restart("CoordinatorLost",
-              absl::StrCat("restart ", gang + 1, " of at most ",
+              absl::StrCat("restart ", counted + 1, " of at most ",
                            job.spec.failure_policy.max_restarts, ": ", what,
                            " and the scheduler's state with it (give the coordinator a state "
                            "volume to keep it)"),

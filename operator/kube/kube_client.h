@@ -44,6 +44,15 @@ inline const Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease",
 // cert-manager's (--job-tls=cert-manager): created, never watched.
 inline const Resource kCertificates{"/apis/cert-manager.io/v1", "certificates", "Certificate",
                                     true};
+// Kueue's (--kueue): the jobs' Workloads, and the ResourceFlavors their admissions name.
+inline const Resource kWorkloads{"/apis/kueue.x-k8s.io/v1beta2", "workloads", "Workload", true};
+inline const Resource kResourceFlavors{"/apis/kueue.x-k8s.io/v1beta2", "resourceflavors",
+                                       "ResourceFlavor", false};
+// spec.gangScheduling's PodGroups: created, never watched.
+inline const Resource kSchedulerPluginsPodGroups{"/apis/scheduling.x-k8s.io/v1alpha1", "podgroups",
+                                                 "PodGroup", true};
+inline const Resource kVolcanoPodGroups{"/apis/scheduling.volcano.sh/v1beta1", "podgroups",
+                                        "PodGroup", true};
 inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",
                                        "CoordinatedJob", true};
 

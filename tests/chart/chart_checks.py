@@ -32,7 +32,20 @@ EXPECTED_RULES = sorted([
     ("", "secrets", ("create", "get", "list", "watch")),
     ("", "events", ("create",)),
     ("networking.k8s.io", "networkpolicies", ("create", "delete", "get", "list", "update", "watch")),
+    ("scheduling.x-k8s.io", "podgroups", ("create",)),
+    ("scheduling.volcano.sh", "podgroups", ("create",)),
+    ("kueue.x-k8s.io", "workloads", ("create", "delete", "get", "list", "update", "watch")),
+    ("kueue.x-k8s.io", "workloads/status", ("get", "update")),
+    ("kueue.x-k8s.io", "workloads/finalizers", ("update",)),
 ])
+# With kueue.mode (not off): the ResourceFlavors admissions name, cluster-wide, and Kueue's
+# controller's read access to CoordinatedJobs.
+KUEUE_FLAVOR_RULES = [("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch"))]
+KUEUE_READER_RULES = [("cohort.dev", "coordinatedjobs", ("get", "list", "watch"))]
+
+
+def is_kueue_role(o):
+    return o["metadata"]["name"].endswith("-kueue") or o["metadata"]["name"].endswith("-kueue-reader")
 
 failures = 0
 
@@ -222,10 +235,31 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
         kind = "Role" if watch_ns else "ClusterRole"
         other = "ClusterRole" if watch_ns else None
         main = [o for o in by_kind.get(kind, [])
-                if not o["metadata"]["name"].endswith("-leader-election")]
+                if not o["metadata"]["name"].endswith("-leader-election") and not is_kueue_role(o)]
         report(len(main) == 1, f"[{set_name}] one {kind} for the operator's work", len(main))
         if other:
-            report(not by_kind.get(other), f"[{set_name}] no {other} when one namespace is watched")
+            report(not [o for o in by_kind.get(other, []) if not is_kueue_role(o)],
+                   f"[{set_name}] no {other} but Kueue's when one namespace is watched")
+        kueue_roles = {o["metadata"]["name"].rsplit("-", 1)[-1]: o
+                       for o in by_kind.get("ClusterRole", []) if is_kueue_role(o)}
+        if set(kueue_roles) == {"kueue", "reader"}:
+            flavors, reader = kueue_roles["kueue"], kueue_roles["reader"]
+            report(rules_of(flavors) == KUEUE_FLAVOR_RULES,
+                   f"[{set_name}] Kueue: ResourceFlavors read cluster-wide, nothing more",
+                   rules_of(flavors))
+            report(rules_of(reader) == KUEUE_READER_RULES,
+                   f"[{set_name}] Kueue's controller may read CoordinatedJobs, nothing more",
+                   rules_of(reader))
+            subjects = {b["roleRef"]["name"]: b["subjects"]
+                        for b in by_kind.get("ClusterRoleBinding", [])}
+            report(subjects.get(reader["metadata"]["name"]) == [
+                {"kind": "ServiceAccount", "name": "kueue-controller-manager",
+                 "namespace": "kueue-system"}] and
+                subjects.get(flavors["metadata"]["name"]) == [
+                {"kind": "ServiceAccount", "name": sa_name, "namespace": release_ns}],
+                f"[{set_name}] Kueue's ClusterRoles are bound to the operator and to Kueue's controller")
+        else:
+            report(False, f"[{set_name}] Kueue's two ClusterRoles (kueue.mode auto)", sorted(kueue_roles))
         if main:
             role = main[0]
             if watch_ns:

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Gang scheduling with a PodGroup (spec.gangScheduling: SchedulerPlugins) on the local cluster:
+# scheduler-plugins' coscheduling scheduler runs beside the real kube-scheduler
+# (tools/local-cluster up --addons coscheduling), on a node of 4 (fake) nvidia.com/gpu.
+#
+# Two jobs of 3 one-GPU workers each arrive together: 6 GPUs asked of 4. Placed pod by pod,
+# one of them would get 3 and the other the last one, which it would hold while its other two
+# wait for GPUs that the first only frees when it ends. With their PodGroups the second job
+# gets none until all three of its workers fit: it is never half-scheduled, and both succeed
+# one after the other.
+set -uo pipefail
+NS="cosched-test-$$"
+source "$(dirname "$0")/lib.sh"
+
+cluster_up coscheduling
+start_operator operator
+
+# job NAME: three workers of one GPU each, gang-scheduled.
+job() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $1
+spec:
+  replicas: 3
+  gangScheduling:
+    podGroup: SchedulerPlugins
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "16", --step-seconds, "0.5"]
+          resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+}
+# placed: "LEFT RIGHT", how many workers of each job hold a place on the node (bound by a
+# scheduler and not finished: a finished pod's GPU is free again), from one list, so that both
+# counts are of the same moment.
+placed() {
+  k get pods -l cohort.dev/role=worker \
+    -o jsonpath='{range .items[*]}{.metadata.labels.cohort\.dev/job}|{.spec.nodeName}|{.status.phase}{"\n"}{end}' 2>/dev/null |
+    awk -F'|' '$2 != "" && $3 != "Succeeded" && $3 != "Failed" {n[$1]++} END {print n["left"] + 0, n["right"] + 0}'
+}
+
+job left
+job right
+
+# ---- 1. The PodGroups: every worker of a job in one group of minMember 3, placed by the
+# coscheduling scheduler.
+workers() { k get pods -l cohort.dev/role=worker -o name 2>/dev/null | wc -l; }
+if until_true 60 '(($(workers) >= 6))'; then
+  got=$(field podgroup.scheduling.x-k8s.io/left '{.spec.minMember} {.metadata.ownerReferences[0].kind}')
+  pod=$(field pod/left-worker-0 '{.metadata.labels.scheduling\.x-k8s\.io/pod-group} {.spec.schedulerName}')
+  if [[ "$got" == "3 CoordinatedJob" && "$pod" == "left scheduler-plugins-scheduler" ]]; then
+    pass "each job's workers form a PodGroup (minMember 3) placed by the coscheduling scheduler"
+  else
+    fail "PodGroup" "group '$got', pod '$pod'"
+  fi
+else
+  fail "both jobs make their workers" "$(k get pods 2>&1 | head -20)"
+fi
+
+# ---- 2. Never half-scheduled: while one job runs, the other has no worker on the node.
+first=""
+half=0
+deadline=$((SECONDS + 120))
+while ((SECONDS < deadline)); do
+  read -r l r <<<"$(placed)"
+  if ((l > 0 && l < 3 && r > 0)) || ((r > 0 && r < 3 && l > 0)) || ((l + r > 4)); then
+    if ((half == 0)); then
+      echo "  left has $l workers placed, right $r"
+      k get pods -l cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.status.containerStatuses[0].state} {.metadata.deletionTimestamp}{"\n"}{end}'
+    fi
+    half=1
+  fi
+  if [[ -z "$first" ]]; then
+    ((l == 3)) && first=left
+    ((r == 3)) && first=right
+  fi
+  [[ "$(field cjob/left '{.status.phase}')/$(field cjob/right '{.status.phase}')" == Succeeded/Succeeded ]] && break
+  sleep 0.3
+done
+if [[ -n "$first" && $half == 0 ]]; then
+  pass "with 4 GPUs for 6 workers, $first ran whole first and the other was never half-placed"
+else
+  fail "gang scheduling" "first '$first', half-placed seen: $half"
+  k get pods -o wide
+fi
+
+# ---- 3. Both finish.
+if wait_for cjob/left '{.status.phase}' Succeeded 60 && wait_for cjob/right '{.status.phase}' Succeeded 60; then
+  pass "both jobs succeed, one after the other ($(field cjob/left '{.status.restarts}')/$(field cjob/right '{.status.restarts}') restarts)"
+else
+  fail "both jobs succeed"
+  pod_logs left
+  pod_logs right
+fi
+
+finish

@@ -1,0 +1,264 @@
+// spec.failurePolicy.rules and startupDeadlineSeconds: the spec as read, what ended a pod as
+// rules name it, and PlanJob's decisions with them.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "operator/controller/job_plan.h"
+
+namespace cohort::controller {
+namespace {
+
+using json = nlohmann::json;
+namespace phase = api::phase;
+namespace reason = api::failure_reason;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+json JobObject(json failure_policy) {
+  return {
+      {"apiVersion", "cohort.dev/v1alpha1"},
+      {"kind", "CoordinatedJob"},
+      {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}, {"generation", 1}}},
+      {"spec",
+       {{"replicas", 2},
+        {"failurePolicy", failure_policy},
+        {"template",
+         {{"spec", {{"containers", json::array({{{"name", "w"}, {"image", "example/w:1"}}})}}}}}}}};
+}
+
+api::CoordinatedJob Running(json failure_policy, int restarts = 0, int uncounted = 0) {
+  json object = JobObject(std::move(failure_policy));
+  object["status"] = {{"phase", phase::kRunning},
+                      {"restarts", restarts},
+                      {"uncountedRestarts", uncounted},
+                      {"startTime", api::FormatRfc3339(kNow - absl::Minutes(5))},
+                      {"gangStartTime", api::FormatRfc3339(kNow - absl::Minutes(5))}};
+  auto job = api::ParseCoordinatedJob(object);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+ObservedPod Pod(const std::string& name, const std::string& role, int index, int gang = 0) {
+  ObservedPod p;
+  p.name = name;
+  p.role = role;
+  p.index = index;
+  p.restart = gang;
+  p.phase = "Running";
+  p.ready = true;
+  p.pod_ip = "10.0.0.2";
+  return p;
+}
+
+// The gang with worker 1 ended as `worker1` says.
+Observed Gang(ObservedPod worker1, int gang = 0) {
+  Observed o;
+  o.pods = {Pod("train-coordinator", "coordinator", -1, gang),
+            Pod("train-worker-0", "worker", 0, gang), std::move(worker1)};
+  o.token_secret = o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  o.network_policy =
+      NetworkPolicy(*api::ParseCoordinatedJob(JobObject(json::object())), OperatorSettings{});
+  o.now = kNow;
+  o.failure_first_seen = kNow - absl::Seconds(10);  // settled
+  return o;
+}
+
+ObservedPod Exited(int code, const std::string& why = "Error", int gang = 0) {
+  ObservedPod p = Pod("train-worker-1", "worker", 1, gang);
+  p.phase = "Failed";
+  p.ready = false;
+  p.exit_code = code;
+  p.reason = why;
+  p.finished_at = kNow - absl::Seconds(5);
+  return p;
+}
+
+const api::Condition* Find(const Plan& plan, const char* type) {
+  return api::FindCondition(plan.status.conditions, type);
+}
+
+TEST(FailureRulesTest, RulesAreReadAndBadOnesRefusedNamingTheField) {
+  auto job = api::ParseCoordinatedJob(
+      JobObject({{"startupDeadlineSeconds", 600},
+                 {"rules", json::array({{{"action", "RestartGangUncounted"},
+                                         {"onReasons", json::array({"Evicted", "Preempted"})}},
+                                        {{"action", "FailJob"}, {"onExitCodes", {3}}}})}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const api::FailurePolicy& policy = job->spec.failure_policy;
+  ASSERT_EQ(policy.rules.size(), 2u);
+  EXPECT_EQ(policy.rules[0].action, api::FailureAction::kRestartGangUncounted);
+  EXPECT_EQ(policy.rules[0].on_reasons, (std::vector<std::string>{"Evicted", "Preempted"}));
+  EXPECT_EQ(policy.rules[1].on_exit_codes, std::vector<int>{3});
+  EXPECT_EQ(policy.startup_deadline_seconds, 600);
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"rules", {{{"action", "Retry"}, {"onExitCodes", {1}}}}}},
+       "spec.failurePolicy.rules[0].action"},
+      {{{"rules", {{{"action", "FailJob"}}}}}, "spec.failurePolicy.rules[0]"},
+      {{{"rules", {{{"action", "FailJob"}, {"onReasons", {"Sunspots"}}}}}},
+       "spec.failurePolicy.rules[0].onReasons"},
+      {{{"rules", {{{"action", "FailJob"}, {"onExitCodes", {0}}}}}},
+       "spec.failurePolicy.rules[0].onExitCodes"},
+      {{{"rules", "FailJob"}}, "spec.failurePolicy.rules"},
+      {{{"startupDeadlineSeconds", 0}}, "spec.failurePolicy.startupDeadlineSeconds"},
+  };
+  for (const auto& [policy_json, field] : bad) {
+    auto parsed = api::ParseCoordinatedJob(JobObject(policy_json));
+    ASSERT_FALSE(parsed.ok()) << policy_json.dump();
+    EXPECT_EQ(parsed.status().message().substr(0, field.size()), field) << parsed.status();
+  }
+}
+
+TEST(FailureRulesTest, WhatEndedAPodIsNamedAsRulesNameIt) {
+  ObservedPod p;
+  EXPECT_EQ(FailureReasonOf(p), "");
+  p.reason = "OOMKilled";
+  EXPECT_EQ(FailureReasonOf(p), reason::kOOMKilled);
+  p.disruption = "PreemptionByScheduler";
+  EXPECT_EQ(FailureReasonOf(p), reason::kPreempted) << "the disruption explains the exit";
+  p.disruption = "EvictionByEvictionAPI";
+  EXPECT_EQ(FailureReasonOf(p), reason::kEvicted);
+  p.disruption = "DeletionByTaintManager";
+  EXPECT_EQ(FailureReasonOf(p), reason::kNodeLost);
+  p = ObservedPod{};
+  p.pod_reason = "Evicted";  // the kubelet, under node pressure
+  EXPECT_EQ(FailureReasonOf(p), reason::kEvicted);
+
+  // A pod read from the API server as it carries them.
+  ObservedPod read = ObservePod(
+      {{"metadata", {{"name", "train-worker-1"}, {"labels", {{"cohort.dev/role", "worker"}}}}},
+       {"spec", {{"restartPolicy", "Never"}}},
+       {"status",
+        {{"phase", "Pending"},
+         {"conditions", json::array({{{"type", "DisruptionTarget"},
+                                      {"status", "True"},
+                                      {"reason", "PreemptionByScheduler"}},
+                                     {{"type", "PodScheduled"},
+                                      {"status", "False"},
+                                      {"message", "0/1 nodes are available"}}})}}}});
+  EXPECT_EQ(FailureReasonOf(read), reason::kPreempted);
+  EXPECT_EQ(read.unschedulable, "0/1 nodes are available");
+}
+
+TEST(FailureRulesTest, AnEvictionRestartsTheGangWithoutCountingIt) {
+  const json policy = {{"maxRestarts", 1},
+                       {"rules", json::array({{{"action", "RestartGangUncounted"},
+                                               {"onReasons", {"Evicted", "Preempted"}}}})}};
+  ObservedPod evicted = Exited(-1, "Evicted", /*gang=*/1);
+  evicted.pod_reason = "Evicted";
+  // Already at maxRestarts: only an uncounted restart keeps the job going.
+  Plan plan = PlanJob(Running(policy, /*restarts=*/1), Gang(evicted, 1), OperatorSettings{});
+  ASSERT_EQ(plan.status.phase, phase::kRestarting)
+      << (Find(plan, kConditionFailed) ? Find(plan, kConditionFailed)->message : "");
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.uncounted_restarts, 1);
+  EXPECT_EQ(plan.status.Gang(), 2);
+  EXPECT_EQ(plan.status.gang_start_time, kNow);
+  EXPECT_NE(Find(plan, kConditionRestarting)->message.find("failurePolicy.rules[0]"),
+            std::string::npos)
+      << Find(plan, kConditionRestarting)->message;
+
+  // The same failure without the rule counts, and maxRestarts ends the job.
+  plan = PlanJob(Running({{"maxRestarts", 1}}, 1), Gang(evicted, 1), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(plan, kConditionFailed)->reason, "MaxRestartsExceeded");
+
+  // The next gang's pods carry the gang number, counted and uncounted restarts together.
+  api::CoordinatedJob restarted = Running(policy, 1, 1);
+  Observed next = Gang(Pod("train-worker-1", "worker", 1, 2), 2);
+  next.failure_first_seen.reset();
+  plan = PlanJob(restarted, next, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_TRUE(plan.delete_pods.empty());
+}
+
+TEST(FailureRulesTest, RulesMatchInOrderOnExitCodesAndReasons) {
+  const json policy = {
+      {"rules", json::array({{{"action", "FailJob"}, {"onExitCodes", {42}}},
+                             {{"action", "RestartGang"}, {"onExitCodes", {1}}},
+                             {{"action", "FailJob"}, {"onReasons", {"OOMKilled"}}}})}};
+  Plan plan = PlanJob(Running(policy), Gang(Exited(42)), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(plan, kConditionFailed)->reason, "FailureRule");
+  EXPECT_NE(Find(plan, kConditionFailed)->message.find("rules[0] (FailJob on exit code 42)"),
+            std::string::npos)
+      << Find(plan, kConditionFailed)->message;
+
+  // Exit 1 is permanent by default; the rule makes it restart the gang, counted.
+  plan = PlanJob(Running(policy), Gang(Exited(1)), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.uncounted_restarts, 0);
+
+  // 137 from the OOM killer is retryable by default; the rule fails the job.
+  plan = PlanJob(Running(policy), Gang(Exited(137, "OOMKilled")), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_NE(Find(plan, kConditionFailed)->message.find("OOMKilled"), std::string::npos);
+
+  // No rule matches: the exit code rule decides, as without rules.
+  plan = PlanJob(Running(policy), Gang(Exited(137)), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+}
+
+TEST(FailureRulesTest, ErrorsAtTheCoordinatorAreNamedByWhatTheyAre) {
+  const json policy = {
+      {"rules", json::array({{{"action", "RestartGangUncounted"}, {"onReasons", {"GPUFault"}}},
+                             {{"action", "FailJob"}, {"onReasons", {"HeartbeatTimeout"}}}})}};
+  Observed gpu = Gang(Pod("train-worker-1", "worker", 1));
+  CoordinatorView view;
+  view.registered = 2;
+  view.errors.push_back(
+      {"/job:cohort_sidecar/task:1", true, 13, "GPU 0 (GPU-1) of worker 1 is unhealthy: XID 79"});
+  gpu.coordinator = view;
+  Plan plan = PlanJob(Running(policy), gpu, OperatorSettings{});
+  EXPECT_EQ(plan.status.uncounted_restarts, 1);
+
+  Observed silent = Gang(Pod("train-worker-1", "worker", 1));
+  view.errors = {{"/job:worker/task:1", false, 14,
+                  "/job:worker/task:1 (incarnation 7) sent no heartbeat for 31s, over the "
+                  "heartbeat timeout of 30s"}};
+  silent.coordinator = view;
+  plan = PlanJob(Running(policy), silent, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(plan, kConditionFailed)->reason, "FailureRule");
+}
+
+TEST(FailureRulesTest, AGangThatDoesNotStartInTimeFailsTheJobSayingWhy) {
+  json object = JobObject({{"startupDeadlineSeconds", 60}});
+  object["status"] = {{"phase", phase::kPending},
+                      {"startTime", api::FormatRfc3339(kNow - absl::Seconds(30))},
+                      {"gangStartTime", api::FormatRfc3339(kNow - absl::Seconds(30))}};
+  api::CoordinatedJob job = *api::ParseCoordinatedJob(object);
+  ObservedPod pending = Pod("train-worker-1", "worker", 1);
+  pending.phase = "Pending";
+  pending.ready = false;
+  pending.unschedulable = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.";
+  Observed o = Gang(pending);
+  o.failure_first_seen.reset();
+
+  Plan early = PlanJob(job, o, OperatorSettings{});
+  EXPECT_EQ(early.status.phase, phase::kPending);
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_LE(*early.requeue_after, absl::Seconds(30));
+
+  o.now = kNow + absl::Seconds(31);
+  Plan late = PlanJob(job, o, OperatorSettings{});
+  EXPECT_EQ(late.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(late, kConditionFailed)->reason, "StartupDeadlineExceeded");
+  EXPECT_NE(Find(late, kConditionFailed)
+                ->message.find("worker 1 is Pending: 0/1 nodes are "
+                               "available: 1 Insufficient nvidia.com/gpu"),
+            std::string::npos)
+      << Find(late, kConditionFailed)->message;
+
+  // A running gang has no deadline any more.
+  api::CoordinatedJob running = Running({{"startupDeadlineSeconds", 60}});
+  Plan fine = PlanJob(running, Gang(Pod("train-worker-1", "worker", 1)), OperatorSettings{});
+  EXPECT_EQ(fine.status.phase, phase::kRunning);
+}
+
+}  // namespace
+}  // namespace cohort::controller
