@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -342,8 +343,9 @@ absl::Status JobController::Reconcile(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(failures_mu_);
     auto it = failure_seen_.find(key);
-    if (it != failure_seen_.end() && it->second.first == gang) {
-      observed.failure_first_seen = it->second.second;
+    if (it != failure_seen_.end() && it->second.gang == gang) {
+      observed.failure_first_seen = it->second.first;
+      observed.failure_reasons = it->second.reasons;
     }
   }
 
@@ -351,9 +353,15 @@ absl::Status JobController::Reconcile(const std::string& key) {
 
   {
     std::lock_guard<std::mutex> lock(failures_mu_);
-    if (plan.failure_seen && plan.status.Gang() == gang && !observed.failure_first_seen) {
-      failure_seen_[key] = {gang, observed.now};
-    } else if (!plan.failure_seen || plan.status.Gang() != gang) {
+    if (plan.failure_seen && plan.status.Gang() == gang) {
+      FailureSeen& seen = failure_seen_[key];
+      if (!observed.failure_first_seen) seen = FailureSeen{gang, observed.now, {}};
+      for (const std::string& r : plan.failure_reasons) {
+        if (std::find(seen.reasons.begin(), seen.reasons.end(), r) == seen.reasons.end()) {
+          seen.reasons.push_back(r);
+        }
+      }
+    } else {
       failure_seen_.erase(key);
     }
   }

@@ -85,7 +85,14 @@ class JobController {
   std::vector<std::thread> threads_;
 
   std::mutex failures_mu_;
-  std::map<std::string, std::pair<int, absl::Time>> failure_seen_;  // key -> (gang, first seen)
+  // A failure being settled, per job key: its gang, when it was first seen, and the failure
+  // reasons seen since (a pod's eviction is only visible while the pod is still there).
+  struct FailureSeen {
+    int gang = 0;
+    absl::Time first;
+    std::vector<std::string> reasons;
+  };
+  std::map<std::string, FailureSeen> failure_seen_;
 
   Histogram* reconcile_duration_;
   Family<Counter>* reconcile_total_;

@@ -407,6 +407,37 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
 
   if (!signals.empty()) {
     P.plan.failure_seen = true;
+    // What ended the gang as failure rules name it, as far as the pods show it now (an evicted
+    // pod may be gone by the time the failure settles: the controller keeps what was seen).
+    FailureFacts facts;
+    facts.reasons = observed.failure_reasons;
+    const auto note = [&facts](const std::string& r) {
+      if (!r.empty() &&
+          std::find(facts.reasons.begin(), facts.reasons.end(), r) == facts.reasons.end()) {
+        facts.reasons.push_back(r);
+      }
+    };
+    for (const ObservedPod* w : exits) note(FailureReasonOf(*w));
+    if (st.phase == phase::kRunning) {
+      for (int i = 0; i < replicas; ++i) {
+        if (!workers[i]) {
+          note(api::failure_reason::kPodDeleted);
+        } else if (workers[i]->terminating && !workers[i]->exit_code) {
+          const std::string r = FailureReasonOf(*workers[i]);
+          note(r.empty() ? api::failure_reason::kPodDeleted : r);
+        }
+      }
+    }
+    if (coordinator_lost) {
+      note(api::failure_reason::kCoordinatorLost);
+      if (coordinator) note(FailureReasonOf(*coordinator));
+    }
+    if (observed.coordinator) {
+      for (const auto& e : observed.coordinator->errors) {
+        if (!e.IsWorkloadExitReport()) note(TaskErrorReason(e));
+      }
+    }
+    P.plan.failure_reasons = facts.reasons;
     const absl::Time first = observed.failure_first_seen.value_or(observed.now);
     if (observed.now < first + settings.failure_settle) {
       P.Requeue(first + settings.failure_settle - observed.now);
@@ -475,32 +506,11 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
     const std::string what = !infra.empty()       ? infra
                              : first_exit.empty() ? signals.front()
                                                   : first_exit;
-    // ---- failurePolicy.rules: what ended the gang (the first exits, lost pods, the
-    // coordinator, errors it holds), matched in order before the exit code rule.
-    FailureFacts facts;
+    // ---- failurePolicy.rules: what ended the gang (the exit codes of the first exits, and
+    // the reasons above), matched in order before the exit code rule.
     for (const ObservedPod* w : exits) {
       if (w->finished_at.value_or(observed.now) > earliest + absl::Seconds(1)) continue;
       if (*w->exit_code > 0) facts.exit_codes.push_back(*w->exit_code);
-      facts.reasons.push_back(FailureReasonOf(*w));
-    }
-    if (st.phase == phase::kRunning) {
-      for (int i = 0; i < replicas; ++i) {
-        if (!workers[i]) {
-          facts.reasons.push_back(api::failure_reason::kPodDeleted);
-        } else if (workers[i]->terminating && !workers[i]->exit_code) {
-          const std::string r = FailureReasonOf(*workers[i]);
-          facts.reasons.push_back(r.empty() ? api::failure_reason::kPodDeleted : r);
-        }
-      }
-    }
-    if (coordinator_lost) {
-      facts.reasons.push_back(api::failure_reason::kCoordinatorLost);
-      if (coordinator) facts.reasons.push_back(FailureReasonOf(*coordinator));
-    }
-    if (observed.coordinator) {
-      for (const auto& e : observed.coordinator->errors) {
-        if (!e.IsWorkloadExitReport()) facts.reasons.push_back(TaskErrorReason(e));
-      }
     }
     if (const RuleMatch m = MatchFailureRule(job.spec.failure_policy, facts); m.rule) {
       const std::string by =

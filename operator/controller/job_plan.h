@@ -111,6 +111,9 @@ struct Observed {
   std::optional<CoordinatorView> coordinator;  // absent: not reachable (yet)
   // When the controller first saw a failure of the current gang (absent: not yet).
   std::optional<absl::Time> failure_first_seen;
+  // The failure reasons (api::failure_reason) the plans have seen since then: an evicted
+  // pod's reason is gone with the pod, which may be before the failure settles.
+  std::vector<std::string> failure_reasons;
   absl::Time now;
 };
 
@@ -131,8 +134,10 @@ struct Plan {
   bool delete_job = false;  // ttlSecondsAfterFinished has passed
   api::JobStatus status;
   std::vector<PlannedEvent> events;
-  // A failure is being observed: the controller remembers when it first saw one.
+  // A failure is being observed: the controller remembers when it first saw one, and the
+  // failure reasons seen (Observed::failure_reasons).
   bool failure_seen = false;
+  std::vector<std::string> failure_reasons;
   std::optional<absl::Duration> requeue_after;
   // Kueue (kueue.h): the job's Workload with the status to write (PUT of /status, conditional
   // on its resourceVersion); its finalizer to remove (the job finished, or its Workload is

@@ -276,6 +276,7 @@ bool IsTrue(const json& workload, const std::string& type) {
 
 bool SetCondition(json* workload, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, absl::Time now) {
+  if (!workload->is_object()) return false;
   json& status = (*workload)["status"];
   if (!status.is_object()) status = json::object();
   json& conditions = status["conditions"];
@@ -302,6 +303,7 @@ bool SetCondition(json* workload, const std::string& type, bool value, const std
 }
 
 bool ClearAdmission(json* workload, absl::Time now) {
+  if (!workload->is_object()) return false;
   json& status = (*workload)["status"];
   if (!status.is_object() || !status.contains("admission")) return false;
   status.erase("admission");

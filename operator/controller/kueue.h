@@ -87,7 +87,7 @@ const json* FindCondition(const json& workload, const std::string& type);
 bool IsTrue(const json& workload, const std::string& type);
 
 // Sets a condition in a Workload's status (lastTransitionTime kept while its status stays);
-// true if anything changed.
+// true if anything changed (false, and nothing changed, for anything but an object).
 bool SetCondition(json* workload, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, absl::Time now);
 

@@ -2,9 +2,9 @@
 # Every end-to-end test on the local cluster, in order, on one cluster: the smoke test (it
 # starts and stops a cluster of its own), then one cluster up for the CRD, operator, JAX
 # example with its coordinator crashing, task runtime, Kueue (with Kueue's API added to the
-# cluster), gang scheduling (with the coscheduling scheduler added), Helm chart, helm install,
-# isolation, cert-manager certificates and dashboard tests, and down again at the end whatever
-# happened.
+# cluster), gang scheduling (with the coscheduling scheduler added), failure rules, Helm chart,
+# helm install, isolation, cert-manager certificates and dashboard tests, and down again at the
+# end whatever happened.
 # Runs every test even after a failure; exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +33,7 @@ run bash tests/e2e/jax_restart_test.sh
 run bash tests/e2e/tasks_test.sh
 run bash tests/e2e/kueue_test.sh
 run bash tests/e2e/coscheduling_test.sh
+run bash tests/e2e/failure_rules_test.sh
 run bash bench/tasks_k8s_bench.sh --smoke --out "$(mktemp -d)/tasks_k8s.json"
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh

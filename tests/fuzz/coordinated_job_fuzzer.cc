@@ -1,10 +1,13 @@
 // libFuzzer target: a CoordinatedJob as the operator reads it from the API server (JSON
 // bytes), decoded, planned and rendered into the objects the operator would create (in each
-// TLS mode, cert-manager's Certificates included); the same
-// bytes read as an observed pod. Whatever the bytes: a clear error or a job whose plan and
-// children are built without a crash, an exception escaping, or an out-of-bounds read.
+// TLS mode, cert-manager's Certificates included; its PodGroup, its Kueue Workload); the same
+// bytes read as an observed pod, and as a Kueue Workload and ResourceFlavor (its admission
+// read, its conditions set and cleared, and the job planned with it). Whatever the bytes: a clear
+// error or a job whose plan and children are built without a crash, an exception escaping, or an
+// out-of-bounds read.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -12,6 +15,7 @@
 #include "operator/api/coordinated_job.h"
 #include "operator/controller/children.h"
 #include "operator/controller/job_plan.h"
+#include "operator/controller/kueue.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -30,6 +34,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                 /*allow_exceptions=*/false);
   if (object.is_discarded()) return 0;
   controller::ObservePod(object);
+  // The bytes as a Workload (and as the flavor its admission names).
+  std::map<std::string, nlohmann::json> flavors = {{"default", object}};
+  const absl::Time then = absl::FromUnixSeconds(1'790'000'000);
+  controller::kueue::ReadAdmission(object, flavors);
+  {
+    nlohmann::json workload = object;
+    controller::kueue::IsTrue(workload, "Admitted");
+    controller::kueue::ClearAdmission(&workload, then);
+    controller::kueue::SetCondition(&workload, "PodsReady", true, "Started", "", then);
+  }
   auto job = api::ParseCoordinatedJob(object);
   if (!job.ok()) return 0;
   controller::OperatorSettings settings;
@@ -49,12 +63,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& certificate : controller::CertManagerCertificates(*job, settings)) {
     certificate.dump();
   }
+  if (auto group = controller::PodGroup(*job)) group->dump();
+  nlohmann::json desired = controller::kueue::DesiredWorkload(*job, settings);
+  controller::kueue::Equivalent(object, desired);
   for (const char* mode : {"none", "cert-manager"}) {
     settings.job_tls = mode;
     controller::Observed observed;
     observed.now = now;
     observed.fresh_token = "00";
     controller::PlanJob(*job, observed, settings);
+    // Queued with Kueue: with no Workload yet, with the one it would make, and with the bytes
+    // themselves as its Workload.
+    const nlohmann::json* workloads[] = {nullptr, &desired, &object};
+    for (const nlohmann::json* workload : workloads) {
+      controller::KueueObserved kq;
+      if (workload) kq.workload = *workload;
+      kq.flavors = flavors;
+      observed.kueue = kq;
+      controller::PlanJob(*job, observed, settings);
+    }
   }
   api::StatusToJson(job->status).dump();
   return 0;

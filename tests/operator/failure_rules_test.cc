@@ -175,6 +175,36 @@ TEST(FailureRulesTest, AnEvictionRestartsTheGangWithoutCountingIt) {
   EXPECT_TRUE(plan.delete_pods.empty());
 }
 
+TEST(FailureRulesTest, AnEvictionSeenWhileThePodWasThereStillCountsOnceItIsGone) {
+  const json policy = {
+      {"maxRestarts", 0},
+      {"rules", json::array({{{"action", "RestartGangUncounted"}, {"onReasons", {"Evicted"}}}})}};
+  // First sight: the worker is being evicted (the eviction API marked it, then deleted it).
+  ObservedPod leaving = Pod("train-worker-1", "worker", 1);
+  leaving.terminating = true;
+  leaving.disruption = "EvictionByEvictionAPI";
+  Observed first = Gang(leaving);
+  first.failure_first_seen.reset();
+  Plan settling = PlanJob(Running(policy), first, OperatorSettings{});
+  EXPECT_TRUE(settling.failure_seen);
+  EXPECT_EQ(settling.failure_reasons, std::vector<std::string>{reason::kEvicted});
+  EXPECT_EQ(settling.status.phase, phase::kRunning) << "it settles first";
+
+  // Settled, the pod is gone: what the controller kept decides.
+  Observed later = Gang(Pod("train-worker-1", "worker", 1));
+  later.pods.pop_back();
+  later.failure_reasons = settling.failure_reasons;
+  Plan plan = PlanJob(Running(policy), later, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.uncounted_restarts, 1);
+  EXPECT_EQ(plan.status.restarts, 0);
+
+  // Without the memory, the pod's loss is all there is: PodDeleted, counted, and maxRestarts 0.
+  later.failure_reasons.clear();
+  plan = PlanJob(Running(policy), later, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+}
+
 TEST(FailureRulesTest, RulesMatchInOrderOnExitCodesAndReasons) {
   const json policy = {
       {"rules", json::array({{{"action", "FailJob"}, {"onExitCodes", {42}}},

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# failurePolicy.rules and startupDeadlineSeconds on the local cluster with the real
+# kube-scheduler (a node of 4 fake nvidia.com/gpu):
+#
+# - a worker pod evicted through the eviction API (as kubectl drain does) restarts the gang
+#   without using up maxRestarts (0 here) when a rule says RestartGangUncounted on Evicted,
+#   and the job then succeeds; without the rule the same eviction fails it (MaxRestartsExceeded);
+# - a job whose workers ask for more GPUs than any node has fails at its startup deadline,
+#   saying which pod waited and the scheduler's reason.
+set -uo pipefail
+NS="rules-test-$$"
+source "$(dirname "$0")/lib.sh"
+
+cluster_up
+start_operator operator
+
+# job NAME STEPS [failurePolicy lines] [GPUs per worker]
+job() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $1
+spec:
+  replicas: 2
+  failurePolicy:
+    maxRestarts: 0
+${3:-}
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "$2", --step-seconds, "0.5"]
+          ${4:+resources: {limits: {nvidia.com/gpu: $4\}\}}
+YAML
+}
+# evict POD: the eviction API, as kubectl drain uses it.
+evict() {
+  "$KUBECTL" create --raw "/api/v1/namespaces/$NS/pods/$1/eviction" -f - >/dev/null <<JSON
+{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "$1", "namespace": "$NS"}}
+JSON
+}
+
+# ---- 1. An eviction the rules do not count.
+job spot 30 '    rules:
+      - {action: RestartGangUncounted, onReasons: [Evicted, Preempted, NodeLost]}'
+job plain 30
+for j in spot plain; do
+  wait_for "cjob/$j" '{.status.phase}' Running 90 || fail "$j runs"
+done
+evict spot-worker-1 || fail "evict spot-worker-1"
+evict plain-worker-1 || fail "evict plain-worker-1"
+if wait_for cjob/spot '{.status.uncountedRestarts}' 1 60 && wait_for cjob/spot '{.status.phase}' Succeeded 120; then
+  restart=$(k get events --field-selector involvedObject.name=spot,reason=GangRestart -o jsonpath='{.items[0].message}')
+  got="$(field cjob/spot '{.status.restarts} {.status.uncountedRestarts}') $restart"
+  if [[ "$got" == "0 1 "*"failurePolicy.rules[0] (RestartGangUncounted on Evicted)"* ]]; then
+    pass "an evicted worker restarts the gang without using maxRestarts (0), and the job succeeds"
+  else
+    fail "uncounted eviction" "$got"
+  fi
+else
+  fail "the evicted job restarts and succeeds" "$(field cjob/spot '{.status}')"
+  pod_logs spot
+fi
+if wait_for cjob/plain '{.status.phase}' Failed 60; then
+  reason=$(field cjob/plain '{.status.conditions[?(@.type=="Failed")].reason}')
+  [[ "$reason" == MaxRestartsExceeded ]] && pass "without the rule the same eviction counts, and maxRestarts 0 fails the job" ||
+    fail "eviction without the rule" "$reason"
+else
+  fail "the job without the rule fails"
+fi
+
+# ---- 2. A gang that cannot be placed fails at its startup deadline.
+job huge 4 '    startupDeadlineSeconds: 8' 5
+if wait_for cjob/huge '{.status.phase}' Failed 60; then
+  got=$(field cjob/huge '{.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+  if [[ "$got" == "StartupDeadlineExceeded: gang 0 did not start within 8 s"*"worker 0 is Pending"*"Insufficient nvidia.com/gpu"* ]]; then
+    pass "a gang that asks for 5 of 4 GPUs fails at its startup deadline, saying why"
+  else
+    fail "startup deadline message" "$got"
+  fi
+else
+  fail "the unplaceable job fails at its deadline" "$(field cjob/huge '{.status}')"
+fi
+
+finish
