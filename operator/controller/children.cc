@@ -275,10 +275,12 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job, JobTls tls) {
   if (tls == JobTls::kCertManager) {
     absl::StrAppend(&config, "tls-client-name: ", ClientIdentity(job), "\n");
   }
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
-          {"data", {{"coordinator.yaml", config}}}};
+  json config_map = {{"apiVersion", "v1"},
+                     {"kind", "ConfigMap"},
+                     {"metadata", Metadata(job, CoordinatorName(job), Labels(job, "coordinator"))},
+                     {"data", {{"coordinator.yaml", config}}}};
+  StampSpecHash(SpecHash(job), &config_map);
+  return config_map;
 }
 
 json TokenSecret(const api::CoordinatedJob& job, const std::string& token,
@@ -541,7 +543,9 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
       spec[field] = workers[field];
     }
   }
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
+  StampSpecHash(SpecHash(job), &pod);
+  return pod;
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
@@ -581,6 +585,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
 
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};
   if (job.spec.tasks) AddTaskRuntime(job, &pod);
+  StampSpecHash(SpecHash(job), &pod);
   return pod;
 }
 

@@ -224,6 +224,17 @@ inline constexpr char kVolcanoScheduler[] = "volcano";
 std::optional<json> PodGroup(const api::CoordinatedJob& job);
 void JoinPodGroup(const api::CoordinatedJob& job, json* pod);
 
+// What a gang is made from: a hash of spec fields that shape the pods and the coordinator's
+// configuration (all but failurePolicy, successPolicy, activeDeadlineSeconds,
+// ttlSecondsAfterFinished and suspend, which take effect as they are). Each gang's pods and
+// the coordinator's ConfigMap carry it (kSpecHashAnnotation); a gang made from another spec is
+// replaced by a new one (spec_change.cc). CoordinatorConfigMap, CoordinatorPod and WorkerPod
+// (so DriverPod) stamp it.
+inline constexpr char kSpecHashAnnotation[] = "cohort.dev/spec-hash";
+std::string SpecHash(const api::CoordinatedJob& job);
+// Marks an object made for the job with SpecHash.
+void StampSpecHash(const std::string& hash, json* object);
+
 }  // namespace cohort::controller
 
 #endif  // COHORT_OPERATOR_CONTROLLER_CHILDREN_H_

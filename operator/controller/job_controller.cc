@@ -274,7 +274,12 @@ absl::Status JobController::Reconcile(const std::string& key) {
     observed.kueue = std::move(kq);
   }
   for (const auto& pod : pods_->ByIndex(ns, name)) observed.pods.push_back(ObservePod(pod));
-  observed.coordinator_config_map = config_maps_->Get(ns, CoordinatorName(*job)).has_value();
+  if (auto config = config_maps_->Get(ns, CoordinatorName(*job))) {
+    observed.coordinator_config_map = true;
+    observed.coordinator_config_hash = config->value(
+        json::json_pointer("/metadata/annotations/cohort.dev~1spec-hash"), std::string());
+    observed.coordinator_config_version = kube::ResourceVersion(*config);
+  }
   observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
   observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
   observed.network_policy = network_policies_->Get(ns, NetworkPolicyName(*job));
@@ -461,9 +466,15 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     }
     json updated = *result;
     updated["kind"] = object.value("kind", "");
-    if (updated["kind"] == "NetworkPolicy") network_policies_->Upsert(updated);
-    spdlog::warn("CoordinatedJob {}: {} {} differed from the operator's; wrote it back", key,
-                 object.value("kind", ""), kube::Name(object));
+    if (updated["kind"] == "NetworkPolicy") {
+      network_policies_->Upsert(updated);
+      spdlog::warn("CoordinatedJob {}: {} {} differed from the operator's; wrote it back", key,
+                   object.value("kind", ""), kube::Name(object));
+    } else if (updated["kind"] == "ConfigMap") {
+      config_maps_->Upsert(updated);
+      spdlog::info("CoordinatedJob {}: ConfigMap {} written anew for the job's changed spec", key,
+                   kube::Name(object));
+    }
   }
 
   std::vector<std::string> created_pods;

@@ -57,6 +57,7 @@ ObservedPod ObservePod(const json& pod) {
     if (type == "PodScheduled" && !is_true) p.unschedulable = Text(Field(c, "message"));
   }
   p.pod_reason = Text(Field(status, "reason"));
+  p.spec_hash = Text(Field(Field(metadata, "annotations"), kSpecHashAnnotation));
   // Kubernetes' default restartPolicy is Always.
   const json& policy = Field(Field(pod, "spec"), "restartPolicy");
   p.restarts_in_place = !policy.is_string() || policy.get<std::string>() == "Always";
@@ -174,7 +175,19 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
   } else if (observed.network_policy) {
     P.plan.delete_network_policy = true;
   }
-  if (!observed.coordinator_config_map) P.plan.create.push_back(CoordinatorConfigMap(job, tls));
+  // A claim being deleted is not used; the next one gets the pod.
+  const bool coordinator_pod_exists =
+      std::any_of(observed.pods.begin(), observed.pods.end(),
+                  [&](const ObservedPod& p) { return p.name == CoordinatorName(job); });
+  // The coordinator's configuration follows the spec: written anew between gangs (before the
+  // next coordinator starts) when the spec it was written from changed.
+  if (!observed.coordinator_config_map) {
+    P.plan.create.push_back(CoordinatorConfigMap(job, tls));
+  } else if (observed.coordinator_config_hash != SpecHash(job) && !coordinator_pod_exists) {
+    json config = CoordinatorConfigMap(job, tls);
+    config["metadata"]["resourceVersion"] = observed.coordinator_config_version;
+    P.plan.update.push_back(std::move(config));
+  }
   if (!observed.coordinator_service) P.plan.create.push_back(CoordinatorService(job));
   if (!observed.workers_service) P.plan.create.push_back(WorkersService(job));
   if (on_claim && !observed.coordinator_state_claim) {
@@ -183,10 +196,6 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
   if (recreate_coordinator && coordinator && Finished(*coordinator) && !coordinator->terminating) {
     P.plan.delete_pods.push_back(coordinator->name);  // evicted: make room for the new one
   }
-  // A claim being deleted is not used; the next one gets the pod.
-  const bool coordinator_pod_exists =
-      std::any_of(observed.pods.begin(), observed.pods.end(),
-                  [&](const ObservedPod& p) { return p.name == CoordinatorName(job); });
   if (!coordinator_pod_exists && !observed.coordinator_state_claim_terminating && policy_in_place &&
       certificates_ready) {
     P.plan.create.push_back(CoordinatorPod(job, gang, *P.st().start_time, settings, tls));
@@ -306,6 +315,31 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
       workers[p.index] = &p;
     } else if (!p.terminating) {
       P.plan.delete_pods.push_back(p.name);
+    }
+  }
+
+  // ---- A spec changed under a running gang (replicas, the template, the coordinator's
+  // settings): a clean new gang starts from it. Not a failure: it is not counted against
+  // maxRestarts. Pods made before operators marked them are left alone.
+  {
+    const std::string hash = SpecHash(job);
+    const ObservedPod* stale = nullptr;
+    if (coordinator && !coordinator->spec_hash.empty() && coordinator->spec_hash != hash) {
+      stale = coordinator;
+    }
+    for (const ObservedPod* w : workers) {
+      if (!stale && w && !w->spec_hash.empty() && w->spec_hash != hash) stale = w;
+    }
+    // A worker index past the new replicas (the gang shrank) was sorted out as a leftover.
+    for (const auto& p : observed.pods) {
+      if (!stale && p.restart == gang && p.role == "worker" && p.index >= replicas) stale = &p;
+    }
+    if (stale) {
+      P.Restart("SpecChanged",
+                absl::StrCat("the job's spec changed (generation ", job.generation,
+                             "): a new gang starts from it; not counted against maxRestarts"),
+                "the spec changed", /*counted=*/false);
+      return std::move(P.plan);
     }
   }
 

@@ -43,6 +43,9 @@ struct ObservedPod {
   std::string pod_reason;
   // Why the scheduler has not placed it (PodScheduled False), when it has not.
   std::string unschedulable;
+  // The spec it was made from (children.h, SpecHash); "" for pods made before operators
+  // marked them.
+  std::string spec_hash;
   // A pod whose containers restart in place (restartPolicy Always: a coordinator with a state
   // volume): a container's exit is not the pod's end, only its phase says that.
   bool restarts_in_place = false;
@@ -102,6 +105,9 @@ struct Observed {
   // The job's NetworkPolicy as the API server has it (absent: there is none).
   std::optional<nlohmann::json> network_policy;
   bool coordinator_config_map = false;
+  // Its SpecHash annotation ("" if none) and resourceVersion, for writing it anew.
+  std::string coordinator_config_hash;
+  std::string coordinator_config_version;
   bool coordinator_service = false;
   bool workers_service = false;
   // The coordinator's PersistentVolumeClaim (spec.coordinator.state.volume

@@ -27,7 +27,7 @@ EXPECTED_RULES = sorted([
     ("cohort.dev", "coordinatedjobs/finalizers", ("update",)),
     ("", "pods", ("create", "delete", "get", "list", "watch")),
     ("", "services", ("create", "get", "list", "watch")),
-    ("", "configmaps", ("create", "get", "list", "watch")),
+    ("", "configmaps", ("create", "get", "list", "update", "watch")),
     ("", "persistentvolumeclaims", ("create", "get", "list", "watch")),
     ("", "secrets", ("create", "get", "list", "watch")),
     ("", "events", ("create",)),

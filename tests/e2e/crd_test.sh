@@ -79,6 +79,20 @@ else
   fail "spec.coordinator.state is immutable" "$out"
 fi
 
+# What makes another job cannot change; what a new gang can take (replicas) can.
+refused=""
+for patch in '{"spec":{"framework":"jax"}}' \
+  '{"spec":{"tasks":{"driver":{"template":{"spec":{"containers":[{"name":"d","image":"x"}]}}}}}}' \
+  '{"spec":{"gangScheduling":{"podGroup":"Volcano"}}}'; do
+  out=$(k patch cjob quickstart --dry-run=server --type merge -p "$patch" 2>&1) && refused+=" accepted:$patch"
+  [[ "$out" == *"cannot"* ]] || refused+=" $out"
+done
+if [[ -z "$refused" ]] && k patch cjob quickstart --dry-run=server --type merge -p '{"spec":{"replicas":6}}' >/dev/null 2>&1; then
+  pass "framework, spec.tasks and gangScheduling cannot change once the job exists; replicas can"
+else
+  fail "immutable fields" "$refused"
+fi
+
 if out=$(k patch cjob quickstart --subresource=status --type=merge \
   -p '{"status":{"phase":"Running","restarts":1,"tasks":{"total":4,"ready":4}}}' 2>&1) &&
   [[ "$(k get cjob quickstart -o jsonpath='{.status.phase}/{.status.tasks.ready}')" == "Running/4" ]]; then

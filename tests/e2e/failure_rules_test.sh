@@ -6,7 +6,9 @@
 #   without using up maxRestarts (0 here) when a rule says RestartGangUncounted on Evicted,
 #   and the job then succeeds; without the rule the same eviction fails it (MaxRestartsExceeded);
 # - a job whose workers ask for more GPUs than any node has fails at its startup deadline,
-#   saying which pod waited and the scheduler's reason.
+#   saying which pod waited and the scheduler's reason;
+# - a running job whose replicas change goes on as a new gang of the new size (its coordinator's
+#   configuration written anew), not counted against maxRestarts, and succeeds.
 set -uo pipefail
 NS="rules-test-$$"
 source "$(dirname "$0")/lib.sh"
@@ -82,6 +84,27 @@ if wait_for cjob/huge '{.status.phase}' Failed 60; then
   fi
 else
   fail "the unplaceable job fails at its deadline" "$(field cjob/huge '{.status}')"
+fi
+
+# ---- 3. A changed spec: a new gang.
+job grow 30
+if wait_for cjob/grow '{.status.phase}' Running 90; then
+  k patch cjob grow --type merge -p '{"spec":{"replicas":3}}' >/dev/null
+  if wait_for cjob/grow '{.status.uncountedRestarts}' 1 30 &&
+    wait_for cjob/grow '{.status.tasks.registered}' 3 90; then
+    config=$(field configmap/grow-coordinator '{.data.coordinator\.yaml}')
+    got="$(field cjob/grow '{.status.restarts} {.status.tasks.total}') $(field pod/grow-worker-2 '{.metadata.labels.cohort\.dev/restart}')"
+    if [[ "$got" == "0 3 1" && "$config" == *'"worker=3"'* ]]; then
+      pass "replicas 2 -> 3 on a running job: a new gang of 3 (gang 1, restarts 0), the coordinator configured for 3"
+    else
+      fail "spec change" "'$got'; $(grep job: <<<"$config")"
+    fi
+  else
+    fail "a changed spec makes a new gang" "$(field cjob/grow '{.status}')"
+  fi
+  wait_for cjob/grow '{.status.phase}' Succeeded 120 && pass "the grown job succeeds" || fail "the grown job succeeds"
+else
+  fail "grow runs"
 fi
 
 finish

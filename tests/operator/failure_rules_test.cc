@@ -290,5 +290,65 @@ TEST(FailureRulesTest, AGangThatDoesNotStartInTimeFailsTheJobSayingWhy) {
   EXPECT_EQ(fine.status.phase, phase::kRunning);
 }
 
+TEST(SpecChangeTest, AChangedSpecMakesACleanNewGangAndANewConfiguration) {
+  api::CoordinatedJob old_job = Running(json::object());
+  const std::string old_hash = SpecHash(old_job);
+  // Pods and the configuration carry the spec they are made from.
+  EXPECT_EQ(
+      WorkerPod(old_job, 0, 0, OperatorSettings{})["metadata"]["annotations"][kSpecHashAnnotation],
+      old_hash);
+  EXPECT_EQ(CoordinatorConfigMap(old_job)["metadata"]["annotations"][kSpecHashAnnotation],
+            old_hash);
+
+  json changed = JobObject(json::object());
+  changed["spec"]["replicas"] = 3;
+  changed["status"] = old_job.object["status"];
+  api::CoordinatedJob job = *api::ParseCoordinatedJob(changed);
+  EXPECT_NE(SpecHash(job), old_hash);
+  // What takes effect as it is leaves the hash alone.
+  json policy_only = JobObject({{"maxRestarts", 9}});
+  EXPECT_EQ(SpecHash(*api::ParseCoordinatedJob(policy_only)), old_hash);
+
+  Observed o = Gang(Pod("train-worker-1", "worker", 1));
+  for (ObservedPod& p : o.pods) p.spec_hash = old_hash;
+  o.failure_first_seen.reset();
+  o.coordinator_config_hash = old_hash;
+  o.coordinator_config_version = "41";
+  Plan plan = PlanJob(job, o, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(Find(plan, kConditionRestarting)->reason, "SpecChanged");
+  EXPECT_EQ(plan.status.restarts, 0);
+  EXPECT_EQ(plan.status.uncounted_restarts, 1);
+  EXPECT_EQ(plan.delete_pods.size(), 3u);
+  EXPECT_TRUE(plan.update.empty()) << "not while the old coordinator runs";
+
+  // The old gang gone: the configuration is written anew, then the next coordinator made.
+  api::CoordinatedJob restarting = job;
+  restarting.status = plan.status;
+  Observed between = o;
+  between.pods.clear();
+  plan = PlanJob(restarting, between, OperatorSettings{});
+  ASSERT_EQ(plan.update.size(), 1u);
+  EXPECT_EQ(plan.update[0]["kind"], "ConfigMap");
+  EXPECT_EQ(plan.update[0]["metadata"]["resourceVersion"], "41");
+  EXPECT_NE(plan.update[0]["data"]["coordinator.yaml"].get<std::string>().find("worker=3"),
+            std::string::npos);
+  bool coordinator = false;
+  for (const json& c : plan.create) {
+    if (c["kind"] == "Pod") {
+      coordinator = true;
+      EXPECT_EQ(c["metadata"]["labels"]["cohort.dev/restart"], "1");
+    }
+  }
+  EXPECT_TRUE(coordinator);
+
+  // Pods made before operators marked them are left alone.
+  Observed unmarked = Gang(Pod("train-worker-1", "worker", 1));
+  unmarked.failure_first_seen.reset();
+  unmarked.coordinator_config_hash = SpecHash(job);
+  plan = PlanJob(Running(json::object()), unmarked, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+}
+
 }  // namespace
 }  // namespace cohort::controller
