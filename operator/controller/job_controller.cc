@@ -19,10 +19,6 @@
 namespace cohort::controller {
 namespace {
 
-std::string KeyOf(const std::string& ns, const std::string& name) {
-  return absl::StrCat(ns, "/", name);
-}
-
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
   auto slash = key.find('/');
   return {key.substr(0, slash), key.substr(slash + 1)};
@@ -105,8 +101,8 @@ JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics,
   jobs_ = std::make_unique<kube::Informer>(
       client_, kube::kCoordinatedJobs, job_options,
       kube::Informer::Handlers{
-          [this](const json& o) { queue_.Add(KeyOf(kube::Namespace(o), kube::Name(o))); },
-          [this](const json& o) { queue_.Add(KeyOf(kube::Namespace(o), kube::Name(o))); },
+          [this](const json& o) { queue_.Add(JobKey(kube::Namespace(o), kube::Name(o))); },
+          [this](const json& o) { queue_.Add(JobKey(kube::Namespace(o), kube::Name(o))); },
           watch_restart("coordinatedjobs")});
   // Children are cached only when the operator made them (the managed-by label).
   kube::Informer::Options child_options;
@@ -138,7 +134,7 @@ JobController::~JobController() { Stop(); }
 
 void JobController::EnqueueOwner(const json& child) {
   const std::string job = child.value(json::json_pointer("/metadata/labels/cohort.dev~1job"), "");
-  if (!job.empty()) queue_.Add(KeyOf(kube::Namespace(child), job));
+  if (!job.empty()) queue_.Add(JobKey(kube::Namespace(child), job));
 }
 
 std::vector<kube::Informer*> JobController::Informers() const {
@@ -148,47 +144,6 @@ std::vector<kube::Informer*> JobController::Informers() const {
   if (workloads_) all.push_back(workloads_.get());
   if (flavors_) all.push_back(flavors_.get());
   return all;
-}
-
-absl::Status JobController::DecideKueue() {
-  if (options_.kueue == "off") {
-    spdlog::info("Kueue: off (--kueue=off); queue-name labels are ignored");
-    return absl::OkStatus();
-  }
-  kube::ListOptions one;
-  one.limit = 1;
-  auto probe = client_->List(kube::kWorkloads, options_.namespace_name, one);
-  if (!probe.ok()) {
-    const std::string why =
-        absl::StrCat("Kueue's API (", kube::kWorkloads.api_path, "/", kube::kWorkloads.plural,
-                     ") is not usable: ", probe.status().message());
-    if (options_.kueue == "on") {
-      return absl::FailedPreconditionError(
-          absl::StrCat(why, "; install Kueue (v0.16 or newer) or run with --kueue=auto or off"));
-    }
-    spdlog::info("Kueue: off (--kueue=auto): {}; queue-name labels are ignored", why);
-    return absl::OkStatus();
-  }
-  kube::Informer::Options workload_options;
-  workload_options.namespace_name = options_.namespace_name;
-  workload_options.selector.label_selector = absl::StrCat(kManagedByLabel, "=", kManagedBy);
-  workload_options.index_label = kJobLabel;
-  workloads_ = std::make_unique<kube::Informer>(
-      client_, kube::kWorkloads, workload_options,
-      kube::Informer::Handlers{
-          [this](const json& o) { EnqueueOwner(o); }, [this](const json& o) { EnqueueOwner(o); },
-          [this](const std::string&) { watch_restarts_->WithLabels({"workloads"}).Inc(); }});
-  // A flavor made or changed after a job's admission named it: the jobs waiting for it look
-  // again after their requeue (kueue_plan.cc), so changes need no handler.
-  flavors_ = std::make_unique<kube::Informer>(
-      client_, kube::kResourceFlavors, kube::Informer::Options{},
-      kube::Informer::Handlers{
-          [](const json&) {}, [](const json&) {},
-          [this](const std::string&) { watch_restarts_->WithLabels({"resourceflavors"}).Inc(); }});
-  kueue_ = true;
-  spdlog::info("Kueue: on; jobs labelled {} wait for their Workload's admission",
-               kueue::kQueueNameLabel);
-  return absl::OkStatus();
 }
 
 absl::Status JobController::StartAndSync(const std::atomic<bool>& stop) {
@@ -415,7 +370,7 @@ absl::Status JobController::FailInvalid(const json& object, const std::string& m
 }
 
 absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& plan) {
-  const std::string key = KeyOf(job.namespace_name, job.name);
+  const std::string key = JobKey(job.namespace_name, job.name);
   // Status first: a restart is counted before its pods go, and a conflict stops here.
   if (plan.status != job.status) {
     if (absl::Status s = WriteStatus(job, plan.status); !s.ok()) return s;
@@ -578,74 +533,6 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
   return first_error;
 }
 
-absl::Status JobController::ApplyWorkload(const api::CoordinatedJob& job, const Plan& plan) {
-  if (!workloads_) return absl::OkStatus();
-  const std::string name = kueue::WorkloadName(job);
-  const std::string key = KeyOf(job.namespace_name, job.name);
-  std::optional<json> current = workloads_->Get(job.namespace_name, name);
-  if (plan.workload_status) {
-    const bool had_admission = current && current->contains("/status/admission"_json_pointer);
-    auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name,
-                                    *plan.workload_status, "status");
-    if (!written.ok()) return written.status();
-    (*written)["kind"] = "Workload";
-    workloads_->Upsert(*written);
-    current = *written;
-    if (had_admission && !plan.workload_status->contains("/status/admission"_json_pointer)) {
-      spdlog::info("CoordinatedJob {}: Workload {}: its pods are gone; its quota is given back",
-                   key, name);
-    }
-  }
-  if (plan.release_workload && current) {
-    json released = *current;
-    json& finalizers = released["metadata"]["finalizers"];
-    if (finalizers.is_array()) {
-      json kept = json::array();
-      for (const json& f : finalizers) {
-        if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
-      }
-      if (kept.size() != finalizers.size()) {
-        finalizers = std::move(kept);
-        auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name, released);
-        if (!written.ok() && !absl::IsNotFound(written.status())) return written.status();
-        if (written.ok()) {
-          (*written)["kind"] = "Workload";
-          workloads_->Upsert(*written);
-        }
-      }
-    }
-  }
-  if (plan.delete_workload) {
-    kube::DeleteOptions options;
-    options.propagation_policy = "Background";
-    absl::Status s = client_->Delete(kube::kWorkloads, job.namespace_name, name, options);
-    if (!s.ok() && !absl::IsNotFound(s)) return s;
-    spdlog::info("CoordinatedJob {}: deleted Workload {}: it no longer describes the job", key,
-                 name);
-  }
-  return absl::OkStatus();
-}
-
-void JobController::ReleaseWorkloads(const std::string& ns, const std::string& job) {
-  if (!workloads_) return;
-  for (json workload : workloads_->ByIndex(ns, job)) {
-    json& finalizers = workload["metadata"]["finalizers"];
-    if (!finalizers.is_array()) continue;
-    json kept = json::array();
-    for (const json& f : finalizers) {
-      if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
-    }
-    if (kept.size() == finalizers.size()) continue;
-    finalizers = std::move(kept);
-    auto written = client_->Replace(kube::kWorkloads, ns, kube::Name(workload), workload);
-    if (!written.ok() && !absl::IsNotFound(written.status())) {
-      spdlog::warn("Workload {}/{} of deleted CoordinatedJob {}: {}", ns, kube::Name(workload), job,
-                   written.status().ToString());
-      queue_.AddRateLimited(KeyOf(ns, job));
-    }
-  }
-}
-
 void JobController::RecordEvent(const json& involved, const std::string& type,
                                 const std::string& reason, const std::string& message) {
   const std::string ns = kube::Namespace(involved);
@@ -670,55 +557,6 @@ void JobController::RecordEvent(const json& involved, const std::string& type,
   auto s = client_->Create(kube::kEvents, ns, event);
   if (!s.ok())
     spdlog::debug("event for {}/{}: {}", ns, kube::Name(involved), s.status().ToString());
-}
-
-std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
-  static const char* kPhases[] = {api::phase::kPending,    api::phase::kRunning,
-                                  api::phase::kRestarting, api::phase::kSucceeded,
-                                  api::phase::kFailed,     api::phase::kSuspended};
-  CollectedFamily by_phase{"cohort_operator_jobs", "CoordinatedJobs by phase.", "gauge", {}};
-  CollectedFamily job_phase{"cohort_operator_job_phase",
-                            "1 for the phase each CoordinatedJob is in, 0 for the others.",
-                            "gauge",
-                            {}};
-  CollectedFamily restarts{"cohort_operator_job_restarts",
-                           "Gang restarts of each CoordinatedJob (status.restarts).",
-                           "gauge",
-                           {}};
-  CollectedFamily coordinator_restarts{
-      "cohort_operator_job_coordinator_restarts",
-      "Coordinator restarts of each CoordinatedJob that kept its gang "
-      "(status.coordinatorRestarts).",
-      "gauge",
-      {}};
-  CollectedFamily watched{"cohort_operator_coordinators_watched",
-                          "Coordinators the operator follows through cluster snapshots.",
-                          "gauge",
-                          {}};
-  std::map<std::string, int> counts;
-  if (jobs_) {
-    for (const auto& o : jobs_->All()) {
-      std::string p = o.value("/status/phase"_json_pointer, std::string(api::phase::kPending));
-      counts[p]++;
-      const std::string ns = kube::Namespace(o), name = kube::Name(o);
-      for (const char* candidate : kPhases) {
-        job_phase.samples.push_back({{{"namespace", ns}, {"cjob", name}, {"phase", candidate}},
-                                     p == candidate ? 1.0 : 0.0});
-      }
-      restarts.samples.push_back(
-          {{{"namespace", ns}, {"cjob", name}},
-           static_cast<double>(o.value("/status/restarts"_json_pointer, 0))});
-      coordinator_restarts.samples.push_back(
-          {{{"namespace", ns}, {"cjob", name}},
-           static_cast<double>(o.value("/status/coordinatorRestarts"_json_pointer, 0))});
-    }
-  }
-  for (const char* p : kPhases) {
-    by_phase.samples.push_back({{{"phase", p}}, static_cast<double>(counts[p])});
-  }
-  watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
-  queue_depth_->Set(static_cast<double>(queue_.Depth()));
-  return {by_phase, job_phase, restarts, coordinator_restarts, watched};
 }
 
 }  // namespace cohort::controller

@@ -24,6 +24,11 @@
 
 namespace cohort::controller {
 
+// "<namespace>/<name>": a job's key in the work queue.
+inline std::string JobKey(const std::string& ns, const std::string& name) {
+  return ns + "/" + name;
+}
+
 class JobController {
  public:
   struct Options {

@@ -123,7 +123,9 @@ TEST(GangSchedulingTest, TheGangsPodsJoinOnePodGroupOfTheWholeGang) {
   plan = PlanJob(*job, Ready(), OperatorSettings{});
   for (const json& o : plan.create) {
     EXPECT_NE(o["kind"], "PodGroup");
-    if (o["kind"] == "Pod") EXPECT_FALSE(o["spec"].contains("schedulerName"));
+    if (o["kind"] == "Pod") {
+      EXPECT_FALSE(o["spec"].contains("schedulerName"));
+    }
   }
 }
 
