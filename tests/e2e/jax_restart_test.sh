@@ -97,7 +97,7 @@ coordinator_pid() {
 mid_run() {
   local i
   for i in 0 1 2 3; do
-    "$KUBECTL" -n "$1" logs "jax-cpu-worker-$i" -c worker 2>/dev/null | grep -q "step 10:" || return 1
+    "$KUBECTL" -n "$1" logs "jax-cpu-worker-$i" -c worker 2>/dev/null | grep "step 10:" >/dev/null || return 1
   done
 }
 phase() { "$KUBECTL" -n "$1" get cjob jax-cpu -o jsonpath='{.status.phase}' 2>/dev/null; }
@@ -121,9 +121,10 @@ run_case() {
   fi
   before=$(workers "$ns")
   # Mutual TLS is on: the job's Secret holds its certificates, the coordinator serves them and
-  # every sidecar dials it over TLS.
+  # every sidecar dials it over TLS. (grep reads all of kubectl's output: grep -q would stop at
+  # the first match, and kubectl, still writing, would die of SIGPIPE, which pipefail reports.)
   if [[ -n "$("$KUBECTL" -n "$ns" get secret jax-cpu-token -o jsonpath='{.data.ca\.crt}')" ]] &&
-    "$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep -q "TLS to the coordinator: mutual"; then
+    "$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep "TLS to the coordinator: mutual" >/dev/null; then
     pass "$how: the job runs in a restricted namespace over mutual TLS"
   else
     fail "$how: the job's certificates and its sidecar's TLS" "$("$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep TLS)"
