@@ -68,20 +68,12 @@ absl::Status JobController::ApplyWorkload(const api::CoordinatedJob& job, const 
   }
   if (plan.release_workload && current) {
     json released = *current;
-    json& finalizers = released["metadata"]["finalizers"];
-    if (finalizers.is_array()) {
-      json kept = json::array();
-      for (const json& f : finalizers) {
-        if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
-      }
-      if (kept.size() != finalizers.size()) {
-        finalizers = std::move(kept);
-        auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name, released);
-        if (!written.ok() && !absl::IsNotFound(written.status())) return written.status();
-        if (written.ok()) {
-          (*written)["kind"] = "Workload";
-          workloads_->Upsert(*written);
-        }
+    if (kueue::DropFinalizer(&released)) {
+      auto written = client_->Replace(kube::kWorkloads, job.namespace_name, name, released);
+      if (!written.ok() && !absl::IsNotFound(written.status())) return written.status();
+      if (written.ok()) {
+        (*written)["kind"] = "Workload";
+        workloads_->Upsert(*written);
       }
     }
   }
@@ -99,14 +91,7 @@ absl::Status JobController::ApplyWorkload(const api::CoordinatedJob& job, const 
 void JobController::ReleaseWorkloads(const std::string& ns, const std::string& job) {
   if (!workloads_) return;
   for (json workload : workloads_->ByIndex(ns, job)) {
-    json& finalizers = workload["metadata"]["finalizers"];
-    if (!finalizers.is_array()) continue;
-    json kept = json::array();
-    for (const json& f : finalizers) {
-      if (f != kueue::kResourceInUseFinalizer) kept.push_back(f);
-    }
-    if (kept.size() == finalizers.size()) continue;
-    finalizers = std::move(kept);
+    if (!kueue::DropFinalizer(&workload)) continue;
     auto written = client_->Replace(kube::kWorkloads, ns, kube::Name(workload), workload);
     if (!written.ok() && !absl::IsNotFound(written.status())) {
       spdlog::warn("Workload {}/{} of deleted CoordinatedJob {}: {}", ns, kube::Name(workload), job,

@@ -9,21 +9,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/controller/planner.h"
 
 namespace cohort::controller::kueue {
 namespace {
 
-const json& Get(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-std::string Str(const json& v) { return v.is_string() ? v.get<std::string>() : std::string(); }
-const json& Array(const json& v) {
-  static const json kEmpty = json::array();
-  return v.is_array() ? v : kEmpty;
-}
+// The planner's tolerant readers: a field of the wrong type reads as absent.
+const json& Get(const json& object, const char* key) { return planning::Field(object, key); }
+std::string Str(const json& v) { return planning::Text(v); }
+const json& Array(const json& v) { return planning::Items(v); }
 
 std::string Label(const json& object, const char* key) {
   return Str(Get(Get(Get(object, "metadata"), "labels"), key));
@@ -299,6 +293,19 @@ bool SetCondition(json* workload, const std::string& type, bool value, const std
     return true;
   }
   conditions.push_back(std::move(condition));
+  return true;
+}
+
+bool DropFinalizer(json* workload) {
+  if (!workload->is_object()) return false;
+  json& finalizers = (*workload)["metadata"]["finalizers"];
+  if (!finalizers.is_array()) return false;
+  json kept = json::array();
+  for (const json& f : finalizers) {
+    if (f != kResourceInUseFinalizer) kept.push_back(f);
+  }
+  if (kept.size() == finalizers.size()) return false;
+  finalizers = std::move(kept);
   return true;
 }
 

@@ -91,6 +91,9 @@ bool IsTrue(const json& workload, const std::string& type);
 bool SetCondition(json* workload, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, absl::Time now);
 
+// Removes kResourceInUseFinalizer from the Workload; false if it did not have it.
+bool DropFinalizer(json* workload);
+
 // After an eviction, once the job's pods are gone: the quota goes back (no admission,
 // QuotaReserved and Admitted False) and the Workload is queued again at once when Kueue
 // evicted it for a reason that is not the workload's own (preempted, node failures), else

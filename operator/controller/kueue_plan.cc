@@ -37,10 +37,8 @@ void FinishWorkload(Plan* plan, const json& workload, absl::Time now) {
                           c ? c->message : plan->status.phase, now)) {
     plan->workload_status = std::move(w);
   }
-  const json& finalizers = workload.value("/metadata/finalizers"_json_pointer, json::array());
-  for (const json& f : finalizers) {
-    if (f == kueue::kResourceInUseFinalizer) plan->release_workload = true;
-  }
+  json held = workload;
+  if (kueue::DropFinalizer(&held)) plan->release_workload = true;
 }
 
 }  // namespace
