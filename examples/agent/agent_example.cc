@@ -3,7 +3,13 @@
 // step and shuts down through the shutdown barrier, printing what it does.
 //
 // Identity comes from the env the cohort operator injects (COHORT_COORDINATOR_ADDRESS,
-// COHORT_JOB_NAME, COHORT_TASK_ID, COHORT_NUM_TASKS); flags override it.
+// COHORT_JOB_NAME, COHORT_TASK_ID, COHORT_NUM_TASKS, COHORT_RECOVERABLE); flags override it.
+//
+// Recoverable (--recoverable, or COHORT_RECOVERABLE=true in a job with
+// spec.coordinator.recoverable): a task that starts again while the others run on rejoins
+// them. It finds that it ran before (demo/started/<task>), publishes its address anew, and
+// resumes after the last step it finished (demo/progress/<task>); each step has a barrier of
+// its own (demo/step/<n>), which the others wait at until it arrives.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +17,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -51,7 +59,8 @@ int main(int argc, char** argv) {
   config.job_name = Env("COHORT_JOB_NAME", "worker");
   int num_tasks = std::atoi(Env("COHORT_NUM_TASKS", "1").c_str());
   task_id = std::atoi(Env("COHORT_TASK_ID", "0").c_str());
-  int steps = 3, exit_at_step = -1, exit_code = 1;
+  int steps = 3, exit_at_step = -1, exit_code = 1, exit_task = -1;
+  bool recoverable = Env("COHORT_RECOVERABLE", "false") == "true";
   double step_seconds = 0.2;
   app.add_option("--coordinator", config.coordinator_address,
                  "coordinator address ($COHORT_COORDINATOR_ADDRESS)")
@@ -65,8 +74,17 @@ int main(int argc, char** argv) {
   app.add_option("--exit-at-step", exit_at_step,
                  "exit with --exit-code at this step, as a crashing worker would (-1: never)");
   app.add_option("--exit-code", exit_code, "exit status for --exit-at-step")->capture_default_str();
+  app.add_option("--exit-task", exit_task,
+                 "only this task exits at --exit-at-step (-1: every task); a recoverable task "
+                 "that rejoins never does")
+      ->capture_default_str();
+  app.add_flag("--recoverable,!--no-recoverable", recoverable,
+               "rejoin a running job when started again: resume after the last finished step "
+               "($COHORT_RECOVERABLE)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   config.task_id = task_id;
+  config.recoverable = recoverable;
   spdlog::set_level(spdlog::level::warn);
 
   cohort::CoordinationAgent agent;
@@ -80,7 +98,31 @@ int main(int argc, char** argv) {
   Say(absl::StrCat("connecting to ", config.coordinator_address, " as /job:", config.job_name,
                    "/task:", task_id, " of ", num_tasks));
   if (auto s = agent.Connect(); !s.ok()) return Fail("connect", s);
-  Say("registered; every task of the job is here");
+  // A recoverable task that ran before rejoins the others where it left off.
+  bool rejoining = false;
+  int first_step = 0;
+  if (recoverable) {
+    const absl::Status first = agent.InsertKeyValue(absl::StrCat("demo/started/", task_id), "1");
+    rejoining = absl::IsAlreadyExists(first);
+    if (!first.ok() && !rejoining) return Fail("mark started", first);
+    auto progress = agent.TryGetKeyValue(absl::StrCat("demo/progress/", task_id));
+    if (progress.ok()) {
+      int done = -1;
+      if (!absl::SimpleAtoi(*progress, &done) || done < 0) {
+        return Fail("resume", absl::DataLossError(
+                                  absl::StrCat("demo/progress/", task_id, " holds \"", *progress,
+                                               "\", not the number of a finished step")));
+      }
+      first_step = done + 1;
+    } else if (!absl::IsNotFound(progress.status())) {
+      return Fail("read progress", progress.status());
+    }
+  }
+  if (rejoining) {
+    Say(absl::StrCat("registered again: rejoining the running job at step ", first_step));
+  } else {
+    Say("registered; every task of the job is here");
+  }
 
   // Watch the job's configuration: task 0 writes it, everyone sees it change.
   absl::Notification config_seen;
@@ -97,7 +139,10 @@ int main(int argc, char** argv) {
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   std::string address = absl::StrCat(host, ":", 9000 + task_id);
-  if (auto s = agent.InsertKeyValue(absl::StrCat("demo/peers/", task_id), address); !s.ok()) {
+  const std::string peer_key = absl::StrCat("demo/peers/", task_id);
+  if (auto s = rejoining ? agent.UpdateKeyValue(peer_key, address)
+                         : agent.InsertKeyValue(peer_key, address);
+      !s.ok()) {
     return Fail("publish address", s);
   }
   if (auto s = agent.WaitAtBarrier("demo/peers-published", absl::Minutes(5)); !s.ok()) {
@@ -117,15 +162,19 @@ int main(int argc, char** argv) {
   Say(absl::StrCat("found ", peers->size(), " peers, e.g. ", peers->front().first, " -> ",
                    peers->front().second));
 
-  if (task_id == 0 && !agent.InsertKeyValue("demo/config/learning_rate", "0.01").ok()) {
+  if (rejoining && agent.TryGetKeyValue("demo/config/learning_rate").ok()) {
+    config_seen.Notify();  // written before this task started again: the watch will not see it
+  }
+  if (task_id == 0 && !rejoining &&
+      !agent.InsertKeyValue("demo/config/learning_rate", "0.01").ok()) {
     return Fail("write config", absl::InternalError("insert failed"));
   }
   if (!config_seen.WaitForNotificationWithTimeout(absl::Minutes(5))) {
     return Fail("config watch", absl::DeadlineExceededError("no config within 5 minutes"));
   }
 
-  for (int step = 0; step < steps; ++step) {
-    if (step == exit_at_step) {
+  for (int step = first_step; step < steps; ++step) {
+    if (step == exit_at_step && !rejoining && (exit_task < 0 || exit_task == task_id)) {
       Say(absl::StrCat("exiting with status ", exit_code, " at step ", step, " as asked"));
       std::fflush(stdout);
       _exit(exit_code);
@@ -133,8 +182,18 @@ int main(int argc, char** argv) {
     absl::SleepFor(absl::Seconds(step_seconds));
     auto done = agent.IncrementKeyValue("demo/steps_done", 1);
     if (!done.ok()) return Fail("count step", done.status());
-    if (auto s = agent.WaitAtBarrier("demo/step", absl::Minutes(5)); !s.ok()) {
+    // One barrier id for every step (the agent counts its instances), or, for a task that
+    // may rejoin, one per step: a task started again has no count of the instances it missed.
+    const std::string barrier = recoverable ? absl::StrCat("demo/step/", step) : "demo/step";
+    if (auto s = agent.WaitAtBarrier(barrier, absl::Minutes(5)); !s.ok()) {
       return Fail(absl::StrCat("barrier of step ", step), s);
+    }
+    if (recoverable) {
+      if (auto s =
+              agent.UpdateKeyValue(absl::StrCat("demo/progress/", task_id), absl::StrCat(step));
+          !s.ok()) {
+        return Fail("record progress", s);
+      }
     }
     Say(absl::StrCat("step ", step, " done (", *done, " task-steps so far)"));
   }

@@ -310,6 +310,10 @@ absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
   if (coordinator.contains("state")) {
     if (auto s = ParseState(coordinator["state"], &c->state); !s.ok()) return s;
   }
+  if (auto it = coordinator.find("recoverable"); it != coordinator.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Invalid("spec.coordinator.recoverable", "must be true or false");
+    c->recoverable = it->get<bool>();
+  }
   return absl::OkStatus();
 }
 
@@ -336,7 +340,8 @@ bool TaskRuntimeStatus::operator==(const TaskRuntimeStatus& o) const {
 }
 
 bool JobStatus::operator==(const JobStatus& o) const {
-  return phase == o.phase && restarts == o.restarts && uncounted_restarts == o.uncounted_restarts &&
+  return phase == o.phase && restarts == o.restarts && worker_restarts == o.worker_restarts &&
+         restarting_workers == o.restarting_workers && uncounted_restarts == o.uncounted_restarts &&
          gang_start_time == o.gang_start_time && coordinator_restarts == o.coordinator_restarts &&
          coordinator_pod == o.coordinator_pod && tasks == o.tasks &&
          task_runtime == o.task_runtime && coordinator_address == o.coordinator_address &&
@@ -521,6 +526,25 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   s.failure_policy.retryable_exit_codes = *retryable;
   s.failure_policy.permanent_exit_codes = *permanent;
   if (auto r = ParseFailureRules(failure, &s.failure_policy); !r.ok()) return r;
+  for (size_t i = 0; i < s.failure_policy.rules.size(); ++i) {
+    if (s.failure_policy.rules[i].action != FailureAction::kRestartWorker) continue;
+    const std::string field = absl::StrCat("spec.failurePolicy.rules[", i, "].action");
+    if (!s.coordinator.recoverable) {
+      return Invalid(field,
+                     "RestartWorker needs spec.coordinator.recoverable: true (a worker restarted "
+                     "alone registers again with the running job, which must allow it)");
+    }
+    if (s.framework == Framework::kJax) {
+      return Invalid(field,
+                     "RestartWorker is for generic and tensorflow jobs: jaxlib's clients do not "
+                     "rejoin a running job");
+    }
+    if (spec.contains("tasks") && !spec["tasks"].is_null()) {
+      return Invalid(field,
+                     "RestartWorker is for gangs: the task runtime (spec.tasks) replaces its "
+                     "worker pods itself");
+    }
+  }
 
   const std::string success = Str(spec, "successPolicy", "AllWorkers");
   if (success == "AllWorkers") {
@@ -562,6 +586,15 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
   st.phase = Str(status, "phase");
   st.restarts = Count(status, "restarts");
   st.uncounted_restarts = Count(status, "uncountedRestarts");
+  st.worker_restarts = Count(status, "workerRestarts");
+  for (const json& w : status.value("restartingWorkers", json::array())) {
+    if (!w.is_object()) continue;
+    const std::optional<int64_t> index = Whole(w, "index", -1, 0);
+    if (index && *index >= 0 && *index < s.replicas) {
+      st.restarting_workers.push_back(
+          {static_cast<int>(*index), Str(w, "uid"), Str(w, "incarnation")});
+    }
+  }
   st.gang_start_time = ParseRfc3339(Str(status, "gangStartTime"));
   st.coordinator_restarts = Count(status, "coordinatorRestarts");
   const json coordinator_pod = status.value("coordinatorPod", json::object());
@@ -603,6 +636,16 @@ json StatusToJson(const JobStatus& st) {
   if (!st.phase.empty()) out["phase"] = st.phase;
   out["restarts"] = st.restarts;
   if (st.uncounted_restarts > 0) out["uncountedRestarts"] = st.uncounted_restarts;
+  if (st.worker_restarts > 0) out["workerRestarts"] = st.worker_restarts;
+  if (!st.restarting_workers.empty()) {
+    json list = json::array();
+    for (const RestartingWorker& w : st.restarting_workers) {
+      json entry = {{"index", w.index}, {"uid", w.uid}};
+      if (!w.incarnation.empty()) entry["incarnation"] = w.incarnation;
+      list.push_back(entry);
+    }
+    out["restartingWorkers"] = list;
+  }
   if (st.gang_start_time) out["gangStartTime"] = FormatRfc3339(*st.gang_start_time);
   out["coordinatorRestarts"] = st.coordinator_restarts;
   const CoordinatorPodStatus& pod = st.coordinator_pod;

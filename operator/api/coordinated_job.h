@@ -53,6 +53,10 @@ struct CoordinatorSpec {
   // of kCoordinatorSchedulingFields, which override those of the workers' template.
   json pod_template = json::object();
   CoordinatorStateSpec state;
+  // spec.coordinator.recoverable: the workload's tasks (and their sidecars) may leave and
+  // register again without failing the job (cohort-coordinator --recoverable-job); what lets a
+  // failure rule restart one worker alone (FailureAction::kRestartWorker).
+  bool recoverable = false;
 };
 
 // The pod spec fields the coordinator takes from spec.template.spec (unless
@@ -74,6 +78,9 @@ enum class FailureAction {
   kFailJob,               // the job fails
   kRestartGang,           // the gang restarts, counted against maxRestarts
   kRestartGangUncounted,  // the gang restarts; status.uncountedRestarts counts it
+  // Only the failed workers' pods are made again, the rest of the gang runs on
+  // (spec.coordinator.recoverable); status.workerRestarts counts it, against maxRestarts.
+  kRestartWorker,
 };
 // What ended a gang, as rules name it.
 namespace failure_reason {
@@ -175,9 +182,26 @@ struct TaskRuntimeStatus {
   bool operator!=(const TaskRuntimeStatus& o) const { return !(*this == o); }
 };
 
+// A worker whose pod a RestartWorker rule replaces (status.restartingWorkers): the pod that
+// failed, until its successor is there and its task no longer in error at the coordinator.
+struct RestartingWorker {
+  int index = 0;
+  std::string uid;  // the failed pod's
+  // Its task's incarnation at the coordinator when it failed (decimal; "" if unknown): the
+  // successor has rejoined once the task is connected with another.
+  std::string incarnation;
+  bool operator==(const RestartingWorker& o) const {
+    return index == o.index && uid == o.uid && incarnation == o.incarnation;
+  }
+};
+
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
+  // Workers restarted alone (RestartWorker), each counted against maxRestarts with restarts;
+  // the gang goes on.
+  int worker_restarts = 0;
+  std::vector<RestartingWorker> restarting_workers;
   // Gang restarts a failure rule did not count (RestartGangUncounted): not against maxRestarts.
   int uncounted_restarts = 0;
   // When the current gang started (its first start, a restart, a resume or an admission).

@@ -32,6 +32,8 @@ std::string FailureActionName(FailureAction action) {
       return "RestartGang";
     case FailureAction::kRestartGangUncounted:
       return "RestartGangUncounted";
+    case FailureAction::kRestartWorker:
+      return "RestartWorker";
   }
   return "RestartGang";
 }
@@ -63,10 +65,12 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
       rule.action = FailureAction::kRestartGang;
     } else if (action == "RestartGangUncounted") {
       rule.action = FailureAction::kRestartGangUncounted;
+    } else if (action == "RestartWorker") {
+      rule.action = FailureAction::kRestartWorker;
     } else {
       return Invalid(field + ".action", absl::StrCat(action.dump(),
-                                                     " is not FailJob, RestartGang or "
-                                                     "RestartGangUncounted"));
+                                                     " is not FailJob, RestartGang, "
+                                                     "RestartGangUncounted or RestartWorker"));
     }
     if (r.contains("onExitCodes")) {
       const json& codes = r["onExitCodes"];

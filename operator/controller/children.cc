@@ -45,7 +45,6 @@ json Env(const std::string& name, const std::string& value) {
   return {{"name", name}, {"value", value}};
 }
 
-// The env contract: every workload container and the sidecar get these.
 // The env contract. The workload's containers reach the coordinator through their pod's
 // sidecar (`for_workload`); the sidecar itself gets the coordinator's own address.
 json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool for_workload) {
@@ -61,6 +60,8 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool fo
       FieldEnv("POD_NAMESPACE", "metadata.namespace"),
       FieldEnv("POD_IP", "status.podIP"),
   });
+  // The workload may leave and register again (a worker restarted alone rejoins the gang).
+  if (job.spec.coordinator.recoverable) env.push_back(Env("COHORT_RECOVERABLE", "true"));
   if (job.spec.framework == api::Framework::kJax) {
     env.push_back(Env("JAX_COORDINATOR_ADDRESS", address));
     if (for_workload) env.push_back(Env("JAX_COORDINATOR_BIND_ADDRESS", kJaxUnusedServiceAddress));
@@ -260,6 +261,10 @@ json CoordinatorConfigMap(const api::CoordinatedJob& job, JobTls tls) {
       "register-timeout: ", c.register_timeout, "\n",
       "shutdown-barrier-timeout: ", c.shutdown_barrier_timeout, "\n",
       "auth-token-file: ", kTokenFile, "\n");
+  if (c.recoverable) {
+    // Workers restarted alone (RestartWorker) register again, with their sidecars.
+    absl::StrAppend(&config, "recoverable-job: [\"", workload, "\", \"sidecar\"]\n");
+  }
   if (c.state.volume != api::StateVolume::kNone) {
     absl::StrAppend(&config, "state-dir: ", kCoordinatorStateDir, "\n");
   }
@@ -563,7 +568,8 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   json spec = tmpl.value("spec", json::object());
   spec["hostname"] = WorkerPodName(job, index);
   spec["subdomain"] = WorkersServiceName(job);
-  spec["restartPolicy"] = "Never";  // the operator restarts the gang, never one worker
+  // The operator restarts the gang, or (RestartWorker) makes one worker's pod again.
+  spec["restartPolicy"] = "Never";
   if (settings.workload_liveness == "process") spec["shareProcessNamespace"] = true;
 
   const json contract = ContractEnv(job, index, restart, /*for_workload=*/true);

@@ -32,7 +32,10 @@ namespace {
 CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
   CoordinatorView view;
   for (const auto& t : snapshot.tasks()) {
-    if (!t.auxiliary() && t.state() == cohort::v1::CONNECTED) ++view.registered;
+    if (!t.auxiliary() && t.state() == cohort::v1::CONNECTED) {
+      ++view.registered;
+      view.workload_incarnations[t.task_id()] = t.incarnation();
+    }
     if (t.state() == cohort::v1::ERROR) {
       view.errors.push_back({absl::StrCat("/job:", t.job(), "/task:", t.task_id()), t.auxiliary(),
                              t.error_code(), t.error_message()});
@@ -43,7 +46,7 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
 
 bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b) {
   if (!a || a->registered != b.registered || a->errors.size() != b.errors.size() ||
-      a->task_runtime != b.task_runtime) {
+      a->task_runtime != b.task_runtime || a->workload_incarnations != b.workload_incarnations) {
     return false;
   }
   for (size_t i = 0; i < b.errors.size(); ++i) {

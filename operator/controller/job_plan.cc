@@ -157,6 +157,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
     }
     st.tasks.registered = st.tasks.ready = 0;
     st.coordinator_pod = api::CoordinatorPodStatus{};
+    st.restarting_workers.clear();
     return std::move(P.plan);
   }
   if (st.phase == phase::kSuspended) {
@@ -199,6 +200,9 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
       P.plan.delete_pods.push_back(p.name);
     }
   }
+
+  // ---- Workers being restarted alone (RestartWorker).
+  const WorkerRestarts restarts = FollowWorkerRestarts(P, workers);
 
   // ---- A spec changed under a running gang (replicas, the template, the coordinator's
   // settings): a clean new gang starts from it. Not a failure: it is not counted against
@@ -275,6 +279,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   const bool gang_started = st.phase == phase::kRunning || created > 0;
   if (st.phase == phase::kRunning) {
     for (int i = 0; i < replicas; ++i) {
+      if (restarts.Skips(i)) continue;
       if (!workers[i] || (workers[i]->terminating && !workers[i]->exit_code)) {
         signals.push_back(
             absl::StrCat("worker ", i, " pod ", WorkerPodName(job, i), " was deleted"));
@@ -311,12 +316,18 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
       (!coordinator_went_away || *coordinator->last_exit_at > *coordinator_went_away)) {
     coordinator_went_away = coordinator->last_exit_at;  // down now, or not counted yet
   }
+  // The coordinator's errors, but those of workers being restarted alone.
+  std::vector<CoordinatorView::TaskError> errors;
   if (observed.coordinator) {
     for (const auto& e : observed.coordinator->errors) {
+      if (!restarts.SkipsError(e)) errors.push_back(e);
+    }
+  }
+  if (!errors.empty()) {
+    for (const auto& e : errors) {
       signals.push_back(e.Describe());
     }
-    if (!observed.coordinator->errors.empty() && exits.empty() &&
-        signals.size() == observed.coordinator->errors.size()) {
+    if (exits.empty() && signals.size() == errors.size()) {
       cause = "TaskError";
     }
   }
@@ -336,6 +347,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
     for (const ObservedPod* w : exits) note(FailureReasonOf(*w));
     if (st.phase == phase::kRunning) {
       for (int i = 0; i < replicas; ++i) {
+        if (restarts.Skips(i)) continue;
         if (!workers[i]) {
           note(api::failure_reason::kPodDeleted);
         } else if (workers[i]->terminating && !workers[i]->exit_code) {
@@ -348,10 +360,8 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
       note(api::failure_reason::kCoordinatorLost);
       if (coordinator) note(FailureReasonOf(*coordinator));
     }
-    if (observed.coordinator) {
-      for (const auto& e : observed.coordinator->errors) {
-        if (!e.IsWorkloadExitReport()) note(TaskErrorReason(e));
-      }
+    for (const auto& e : errors) {
+      if (!e.IsWorkloadExitReport()) note(TaskErrorReason(e));
     }
     P.plan.failure_reasons = facts.reasons;
     const absl::Time first = observed.failure_first_seen.value_or(observed.now);
@@ -410,14 +420,12 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
         permanent = false;
       }
     }
-    if (observed.coordinator) {
-      for (const auto& e : observed.coordinator->errors) {
-        if (e.IsWorkloadExitReport() || !infra.empty()) continue;
-        infra = e.Describe();
-        cause = "TaskError";
-        permanent = false;
-        break;
-      }
+    for (const auto& e : errors) {
+      if (e.IsWorkloadExitReport() || !infra.empty()) continue;
+      infra = e.Describe();
+      cause = "TaskError";
+      permanent = false;
+      break;
     }
     const std::string what = !infra.empty()       ? infra
                              : first_exit.empty() ? signals.front()
@@ -445,6 +453,31 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
         case api::FailureAction::kRestartGang:
           permanent = false;
           break;
+        case api::FailureAction::kRestartWorker: {
+          // The failed workers alone, when the coordinator is still there for the rest of the
+          // gang (else the gang restarts, counted).
+          if (coordinator_lost) {
+            permanent = false;
+            break;
+          }
+          std::vector<int> failed;
+          for (int i = 0; i < replicas; ++i) {
+            const ObservedPod* w = workers[i];
+            const bool exited = w && w->exit_code && *w->exit_code != 0;
+            const bool lost = st.phase == phase::kRunning && !restarts.Skips(i) &&
+                              (!w || (w->terminating && !w->exit_code));
+            const bool in_error = std::any_of(errors.begin(), errors.end(), [i](const auto& e) {
+              return CoordinatorView::TaskIndex(e.task) == i;
+            });
+            if (exited || lost || in_error) failed.push_back(i);
+          }
+          if (failed.empty()) {
+            permanent = false;
+            break;
+          }
+          RestartWorkers(P, workers, failed, by, what);
+          return std::move(P.plan);
+        }
       }
     }
     if (permanent) {
@@ -452,10 +485,14 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
                absl::StrCat(what, ", which failurePolicy counts as permanent"));
       return std::move(P.plan);
     }
-    const int counted = st.restarts;
+    // Workers restarted alone count against maxRestarts too.
+    const int counted = st.restarts + st.worker_restarts;
     if (counted >= job.spec.failure_policy.max_restarts) {
       P.Finish(false, "MaxRestartsExceeded",
                absl::StrCat("the gang failed after ", counted, " restart", counted == 1 ? "" : "s",
+                            st.worker_restarts > 0
+                                ? absl::StrCat(" (", st.worker_restarts, " of single workers)")
+                                : "",
                             " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
                             "); last failure: ", what));
       return std::move(P.plan);

@@ -75,8 +75,14 @@ struct CoordinatorView {
     std::string Describe() const;
   };
   std::vector<TaskError> errors;  // tasks in ERROR
+  // The worker index of a task ("/job:worker/task:3" -> 3; the sidecar's task names the same
+  // worker); -1 for none.
+  static int TaskIndex(const std::string& task);
   // The task runtime's scheduler (Scheduler/TaskInfo), for task runtime jobs.
   std::optional<api::TaskRuntimeStatus> task_runtime;
+  // The incarnation of each CONNECTED task, by task id, of the workload's job: a worker
+  // restarted alone (RestartWorker) has rejoined once its task is connected with another.
+  std::map<int, uint64_t> workload_incarnations;
 };
 
 // Kueue's objects for a job, when the operator runs with Kueue (kueue.h).

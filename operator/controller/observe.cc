@@ -17,6 +17,15 @@ std::string CoordinatorView::TaskError::Describe() const {
   return absl::StrCat(auxiliary ? "the sidecar task " : "task ", task, " is in error: ", message);
 }
 
+int CoordinatorView::TaskIndex(const std::string& task) {
+  const size_t at = task.rfind("/task:");
+  int index = -1;
+  if (at == std::string::npos || !absl::SimpleAtoi(task.substr(at + 6), &index) || index < 0) {
+    return -1;
+  }
+  return index;
+}
+
 ObservedPod ObservePod(const json& pod) {
   // The API server hands out well-formed pods, but nothing here trusts a shape: a field of
   // an unexpected type reads as absent, never as an exception.

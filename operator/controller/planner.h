@@ -110,6 +110,7 @@ struct Planner {
   void Finish(bool succeeded, const std::string& reason, const std::string& message) {
     st().phase = succeeded ? phase::kSucceeded : phase::kFailed;
     st().completion_time = now();
+    st().restarting_workers.clear();
     Condition(succeeded ? kConditionSucceeded : kConditionFailed, true, reason, message);
     Condition(kConditionReady, false, "Finished", "the job has finished");
     if (const auto* c = api::FindCondition(st().conditions, kConditionRestarting);
@@ -171,6 +172,7 @@ struct Planner {
     st().phase = phase::kRestarting;
     st().tasks.registered = st().tasks.ready = 0;
     st().coordinator_pod = api::CoordinatorPodStatus{};  // the next gang's coordinator is new
+    st().restarting_workers.clear();                     // the next gang's workers are all new
     Condition(kConditionRestarting, true, cause, message);
     Condition(kConditionReady, false, cause, what);
     Event("Warning", "GangRestart", message);
@@ -219,6 +221,28 @@ struct RuleMatch {
 RuleMatch MatchFailureRule(const api::FailurePolicy& policy, const FailureFacts& facts);
 // A task error as a failure reason: GPUFault, HeartbeatTimeout or TaskError.
 std::string TaskErrorReason(const CoordinatorView::TaskError& e);
+
+// Workers being restarted alone (status.restartingWorkers, a RestartWorker rule;
+// worker_restart.cc). While a worker is, its failed pod is no worker of the gang, its missing
+// pod and its tasks' errors at the coordinator are no failure of the gang.
+struct WorkerRestarts {
+  std::vector<bool> restarting;  // by worker index
+  bool Skips(int index) const {
+    return index >= 0 && index < static_cast<int>(restarting.size()) && restarting[index];
+  }
+  bool SkipsError(const CoordinatorView::TaskError& e) const {
+    return Skips(CoordinatorView::TaskIndex(e.task));
+  }
+};
+// Follows status.restartingWorkers: takes each failed pod out of `workers` (deleting it if it
+// is not yet going) and ends an entry once its successor runs and its task has rejoined the
+// coordinator (connected with another incarnation, nothing of it in error).
+WorkerRestarts FollowWorkerRestarts(Planner& P, std::vector<const ObservedPod*>& workers);
+// RestartWorker: deletes the pods of the `failed` workers (their successors are made once they
+// are gone) and counts them in status.workerRestarts; or fails the job when that would pass
+// maxRestarts. `by` names the rule, `what` the failure.
+void RestartWorkers(Planner& P, const std::vector<const ObservedPod*>& workers,
+                    const std::vector<int>& failed, const std::string& by, const std::string& what);
 
 // What PlanChildren found of the objects every job needs.
 struct ChildrenState {

@@ -151,6 +151,10 @@ refused "a malformed state size" 'spec.coordinator.state.size' \
   '{"spec":{"coordinator":{"state":{"volume":"PersistentVolumeClaim","size":"1GB"}}}}'
 refused "a coordinator pod field that is not for scheduling" 'unknown field "spec.coordinator.podTemplate.spec.hostNetwork"' \
   '{"spec":{"coordinator":{"podTemplate":{"spec":{"hostNetwork":true}}}}}'
+refused "a RestartWorker rule in a job that is not recoverable" 'a RestartWorker failure rule needs spec.coordinator.recoverable true' \
+  '{"spec":{"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
+refused "a RestartWorker rule in a jax job" 'a RestartWorker failure rule needs' \
+  '{"spec":{"framework":"jax","coordinator":{"recoverable":true},"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
 
 echo "crd test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

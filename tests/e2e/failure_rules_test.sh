@@ -8,7 +8,11 @@
 # - a job whose workers ask for more GPUs than any node has fails at its startup deadline,
 #   saying which pod waited and the scheduler's reason;
 # - a running job whose replicas change goes on as a new gang of the new size (its coordinator's
-#   configuration written anew), not counted against maxRestarts, and succeeds.
+#   configuration written anew), not counted against maxRestarts, and succeeds;
+# - in a recoverable agent-library job (spec.coordinator.recoverable) a worker that exits 3 is
+#   restarted alone by a RestartWorker rule: its pod is made again, it rejoins the running gang
+#   at the step it left, the other workers' pods run on untouched, and the job succeeds with
+#   restarts 0 and workerRestarts 1.
 set -uo pipefail
 NS="rules-test-$$"
 source "$(dirname "$0")/lib.sh"
@@ -105,6 +109,55 @@ if wait_for cjob/grow '{.status.phase}' Running 90; then
   wait_for cjob/grow '{.status.phase}' Succeeded 120 && pass "the grown job succeeds" || fail "the grown job succeeds"
 else
   fail "grow runs"
+fi
+
+# ---- 4. A worker restarted alone rejoins a recoverable job.
+k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: rejoin
+spec:
+  replicas: 3
+  coordinator:
+    recoverable: true
+  failurePolicy:
+    maxRestarts: 1
+    rules:
+      - {action: RestartWorker, onExitCodes: [3]}
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "12", --step-seconds, "0.5", --exit-at-step, "4", --exit-code, "3",
+                 --exit-task, "1"]
+YAML
+uids() { k get pods -l cohort.dev/job=rejoin,cohort.dev/role=worker \
+  -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
+if wait_for cjob/rejoin '{.status.phase}' Running 90; then
+  before=$(uids)
+  if wait_for cjob/rejoin '{.status.workerRestarts}' 1 60 && wait_for cjob/rejoin '{.status.phase}' Succeeded 120; then
+    after=$(uids)
+    got="$(field cjob/rejoin '{.status.restarts} {.status.uncountedRestarts} {.status.workerRestarts}')"
+    logs=$(k logs rejoin-worker-1 -c worker 2>&1)
+    kept=0
+    for w in rejoin-worker-0 rejoin-worker-2; do
+      [[ " $before " == *" $w="* && " $after " == *" $(grep -o "$w=[^ ]*" <<<"$before") "* ]] && ((kept++))
+    done
+    replaced=$(grep -o 'rejoin-worker-1=[^ ]*' <<<"$before")
+    if [[ "$got" == "0  1" && $kept == 2 && -n "$replaced" && " $after " != *" $replaced "* &&
+      "$logs" == *"rejoining the running job at step 4"*"shut down cleanly"* ]]; then
+      pass "a worker that exits 3 is restarted alone and rejoins at step 4; workers 0 and 2 run on in their pods; restarts 0, workerRestarts 1; the job succeeds"
+    else
+      fail "worker restarted alone" "status '$got', pods kept $kept, before: $before, after: $after; worker 1: $(tail -n 5 <<<"$logs")"
+    fi
+  else
+    fail "the recoverable job restarts worker 1 and succeeds" "$(field cjob/rejoin '{.status}')"
+    pod_logs rejoin
+  fi
+else
+  fail "rejoin runs"
 fi
 
 finish

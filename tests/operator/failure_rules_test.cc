@@ -290,6 +290,143 @@ TEST(FailureRulesTest, AGangThatDoesNotStartInTimeFailsTheJobSayingWhy) {
   EXPECT_EQ(fine.status.phase, phase::kRunning);
 }
 
+// A recoverable job whose rule restarts a failed worker alone (RestartWorker).
+api::CoordinatedJob Recoverable(int max_restarts) {
+  json object = JobObject({{"maxRestarts", max_restarts},
+                           {"rules", json::array({{{"action", "RestartWorker"},
+                                                   {"onExitCodes", {3}},
+                                                   {"onReasons", {"Evicted"}}}})}});
+  object["spec"]["coordinator"] = {{"recoverable", true}};
+  object["status"] = {{"phase", phase::kRunning},
+                      {"restarts", 0},
+                      {"startTime", api::FormatRfc3339(kNow - absl::Minutes(5))},
+                      {"gangStartTime", api::FormatRfc3339(kNow - absl::Minutes(5))}};
+  auto job = api::ParseCoordinatedJob(object);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+TEST(FailureRulesTest, RestartWorkerNeedsARecoverableGangOfAFrameworkThatRejoins) {
+  json object =
+      JobObject({{"rules", json::array({{{"action", "RestartWorker"}, {"onExitCodes", {3}}}})}});
+  auto parsed = api::ParseCoordinatedJob(object);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("spec.coordinator.recoverable"), std::string::npos)
+      << parsed.status();
+  object["spec"]["coordinator"] = {{"recoverable", true}};
+  EXPECT_TRUE(api::ParseCoordinatedJob(object).ok());
+  object["spec"]["framework"] = "jax";
+  parsed = api::ParseCoordinatedJob(object);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("jaxlib"), std::string::npos) << parsed.status();
+  object["spec"]["framework"] = "generic";
+  object["spec"]["coordinator"]["recoverable"] = "yes";
+  parsed = api::ParseCoordinatedJob(object);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().message().substr(0, 27), "spec.coordinator.recoverabl");
+
+  // The coordinator lets the workload's and the sidecars' tasks register again, and the
+  // workload is told it may.
+  api::CoordinatedJob job = Recoverable(3);
+  const std::string config = CoordinatorConfigMap(job)["data"]["coordinator.yaml"];
+  EXPECT_NE(config.find("recoverable-job: [\"worker\", \"sidecar\"]"), std::string::npos) << config;
+  bool told = false;
+  const json pod = WorkerPod(job, 0, 0, OperatorSettings{});
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "COHORT_RECOVERABLE") told = e["value"] == "true";
+  }
+  EXPECT_TRUE(told);
+}
+
+TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItRejoins) {
+  api::CoordinatedJob job = Recoverable(2);
+  ObservedPod failed = Exited(3);
+  failed.uid = "old-1";
+  Observed o = Gang(failed);
+  o.coordinator = CoordinatorView{1,
+                                  {{"/job:sidecar/task:1", true, 14, "workload exited"}},
+                                  std::nullopt,
+                                  {{0, 100}, {1, 111}}};
+  Plan plan = PlanJob(job, o, OperatorSettings{});
+  ASSERT_EQ(plan.status.phase, phase::kRunning)
+      << (Find(plan, kConditionFailed) ? Find(plan, kConditionFailed)->message : "");
+  EXPECT_EQ(plan.status.restarts, 0);
+  EXPECT_EQ(plan.status.worker_restarts, 1);
+  EXPECT_EQ(plan.status.Gang(), 0) << "the gang is the same";
+  ASSERT_EQ(plan.status.restarting_workers.size(), 1u);
+  EXPECT_EQ(plan.status.restarting_workers[0], (api::RestartingWorker{1, "old-1", "111"}));
+  EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-worker-1"})
+      << "worker 0 and the coordinator stay";
+  EXPECT_FALSE(plan.failure_seen);
+  ASSERT_FALSE(plan.events.empty());
+  EXPECT_EQ(plan.events.back().reason, "WorkerRestart");
+  EXPECT_NE(
+      plan.events.back().message.find("failurePolicy.rules[0] (RestartWorker on exit code 3)"),
+      std::string::npos)
+      << plan.events.back().message;
+  // The status survives its round trip through the API server.
+  json written = job.object;
+  written["status"] = api::StatusToJson(plan.status);
+  EXPECT_EQ(api::ParseCoordinatedJob(written)->status, plan.status);
+
+  // The failed pod going, then gone: no failure of the gang, and its successor is made with the
+  // same name, in the same gang.
+  job.status = plan.status;
+  Observed going = Gang(failed);
+  going.pods[2].terminating = true;
+  going.failure_first_seen.reset();
+  going.coordinator = o.coordinator;
+  plan = PlanJob(job, going, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_TRUE(plan.create.empty()) << "not while the old pod is there";
+  Observed gone = going;
+  gone.pods.pop_back();
+  plan = PlanJob(job, gone, OperatorSettings{});
+  EXPECT_FALSE(plan.failure_seen);
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  ASSERT_EQ(plan.create.size(), 1u);
+  EXPECT_EQ(plan.create[0]["metadata"]["name"], "train-worker-1");
+  EXPECT_EQ(plan.create[0]["metadata"]["labels"]["cohort.dev/restart"], "0");
+
+  // The successor runs; until its task is connected anew the entry stays (the old incarnation
+  // is still connected, the sidecar's report still there).
+  ObservedPod successor = Pod("train-worker-1", "worker", 1);
+  successor.uid = "new-1";
+  Observed back = Gang(successor);
+  back.failure_first_seen.reset();
+  back.coordinator = o.coordinator;
+  plan = PlanJob(job, back, OperatorSettings{});
+  EXPECT_FALSE(plan.failure_seen) << "the old task's error is the restart's";
+  EXPECT_EQ(plan.status.restarting_workers.size(), 1u);
+  back.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 222}}};
+  plan = PlanJob(job, back, OperatorSettings{});
+  EXPECT_TRUE(plan.status.restarting_workers.empty());
+  EXPECT_EQ(plan.events.back().reason, "WorkerRejoined");
+  EXPECT_EQ(plan.status.worker_restarts, 1);
+
+  // Worker restarts count against maxRestarts: a second and a third failure pass it.
+  job.status = plan.status;
+  ObservedPod again = Exited(3);
+  again.uid = "new-1";
+  plan = PlanJob(job, Gang(again), OperatorSettings{});
+  EXPECT_EQ(plan.status.worker_restarts, 2);
+  job.status = plan.status;
+  job.status.restarting_workers.clear();
+  plan = PlanJob(job, Gang(again), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(plan, kConditionFailed)->reason, "MaxRestartsExceeded");
+
+  // A lost coordinator is no worker's failure: the gang restarts.
+  Observed lost = Gang(Exited(3));
+  lost.pods.erase(lost.pods.begin());
+  plan = PlanJob(Recoverable(2), lost, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.worker_restarts, 0);
+}
+
 TEST(SpecChangeTest, AChangedSpecMakesACleanNewGangAndANewConfiguration) {
   api::CoordinatedJob old_job = Running(json::object());
   const std::string old_hash = SpecHash(old_job);

@@ -329,7 +329,7 @@ TEST(JobPlanTest, AllWorkersRunningMakesTheJobRunning) {
 
 TEST(JobPlanTest, CoordinatorViewGivesRegisteredTasks) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
-  o.coordinator = CoordinatorView{2, {}, std::nullopt};
+  o.coordinator = CoordinatorView{2, {}, std::nullopt, {}};
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.tasks.registered, 2);
   EXPECT_FALSE(plan.failure_seen);
@@ -448,7 +448,7 @@ TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
 TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
   o.coordinator = CoordinatorView{
-      1, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt};
+      1, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt, {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
@@ -462,7 +462,7 @@ TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {
   // The coordinator told every task of the GPU fault; they all stopped with exit 1.
   Observed o = Everything({Coordinator(), Exited(0, 1), Exited(1, 1)});
   o.coordinator = CoordinatorView{
-      0, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt};
+      0, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt, {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
@@ -476,7 +476,8 @@ TEST(JobPlanTest, ASidecarsReportOfAPermanentExitStillFailsTheJob) {
   o.coordinator = CoordinatorView{
       0,
       {{"/job:sidecar/task:0", true, 14, "/job:worker/task:0 failed: workload exited"}},
-      std::nullopt};
+      std::nullopt,
+      {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kFailed);
