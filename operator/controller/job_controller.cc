@@ -62,9 +62,11 @@ std::string Summarize(const std::vector<std::string>& names) {
 
 }  // namespace
 
-JobController::JobController(kube::KubeClient* client, MetricsRegistry* metrics, Options options)
+JobController::JobController(kube::Client* client, MetricsRegistry* metrics, Options options)
     : client_(client),
       options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : &real_clock_),
+      queue_(absl::Milliseconds(100), absl::Seconds(60), clock_),
       watcher_(options_.coordinator_poll, [this](const std::string& key) { queue_.Add(key); }) {
   reconcile_duration_ = &metrics
                              ->AddHistogram("cohort_operator_reconcile_duration_seconds",
@@ -221,7 +223,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
   if (!job.ok()) return FailInvalid(*object, std::string(job.status().message()));
 
   Observed observed;
-  observed.now = absl::Now();
+  observed.now = clock_->Now();
   if (workloads_) {
     KueueObserved kq;
     kq.workload = workloads_->Get(ns, kueue::WorkloadName(*job));
@@ -348,7 +350,7 @@ absl::Status JobController::FailInvalid(const json& object, const std::string& m
     return absl::OkStatus();
   }
   json updated = object;
-  const std::string now = api::FormatRfc3339(absl::Now());
+  const std::string now = api::FormatRfc3339(clock_->Now());
   const int64_t generation = object.value("/metadata/generation"_json_pointer, int64_t{0});
   updated["status"] = {{"phase", api::phase::kFailed},
                        {"restarts", 0},
@@ -548,8 +550,8 @@ void JobController::RecordEvent(const json& involved, const std::string& type,
                 {"type", type},
                 {"reason", reason},
                 {"message", message.substr(0, 1024)},
-                {"firstTimestamp", api::FormatRfc3339(absl::Now())},
-                {"lastTimestamp", api::FormatRfc3339(absl::Now())},
+                {"firstTimestamp", api::FormatRfc3339(clock_->Now())},
+                {"lastTimestamp", api::FormatRfc3339(clock_->Now())},
                 {"count", 1},
                 {"source", {{"component", "cohort-operator"}}},
                 {"reportingComponent", "cohort.dev/operator"},

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "operator/controller/coordinator_watcher.h"
 #include "operator/controller/job_plan.h"
@@ -40,9 +41,12 @@ class JobController {
     // Kueue (kueue.h): "on" (its API must be served), "off" (queue-name labels are ignored)
     // or "auto" (on when the API server serves kueue.x-k8s.io/v1beta2 Workloads at start).
     std::string kueue = "auto";
+    // The time the plans see, Events carry and the work queue delays by (nullptr: the real
+    // clock).
+    const Clock* clock = nullptr;
   };
 
-  JobController(kube::KubeClient* client, MetricsRegistry* metrics, Options options);
+  JobController(kube::Client* client, MetricsRegistry* metrics, Options options);
   ~JobController();
   JobController(const JobController&) = delete;
   JobController& operator=(const JobController&) = delete;
@@ -61,6 +65,11 @@ class JobController {
   // Whether the controller works with Kueue (known once StartAndSync has begun).
   bool kueue() const { return kueue_.load(); }
 
+  // One reconcile of `key` on the caller's thread, as a worker would run it (tests drive the
+  // loop with this, with a FakeClient and a ManualClock), and the queue it feeds.
+  absl::Status ReconcileNow(const std::string& key) { return Reconcile(key); }
+  WorkQueue& queue() { return queue_; }
+
  private:
   absl::Status Reconcile(const std::string& key);
   absl::Status Apply(const api::CoordinatedJob& job, const Plan& plan);
@@ -77,8 +86,10 @@ class JobController {
   void EnqueueOwner(const json& child);
   std::vector<CollectedFamily> CollectJobMetrics() const;
 
-  kube::KubeClient* client_;
+  kube::Client* client_;
   Options options_;
+  RealClock real_clock_;
+  const Clock* clock_;
   WorkQueue queue_;
   CoordinatorWatcher watcher_;
   std::unique_ptr<kube::Informer> jobs_, pods_, services_, config_maps_, claims_, secrets_,

@@ -7,8 +7,10 @@
 
 namespace cohort::controller {
 
-WorkQueue::WorkQueue(absl::Duration base_backoff, absl::Duration max_backoff)
-    : base_backoff_(base_backoff), max_backoff_(max_backoff) {}
+WorkQueue::WorkQueue(absl::Duration base_backoff, absl::Duration max_backoff, const Clock* clock)
+    : base_backoff_(base_backoff),
+      max_backoff_(max_backoff),
+      clock_(clock ? clock : &real_clock_) {}
 
 void WorkQueue::Add(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -30,7 +32,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (shut_down_) return;
-  delayed_.emplace(absl::Now() + delay, key);
+  delayed_.emplace(clock_->Now() + delay, key);
   cv_.notify_all();
 }
 
@@ -72,13 +74,15 @@ std::optional<std::string> WorkQueue::Get() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (shut_down_) return std::nullopt;
-    PromoteDueLocked(absl::Now());
+    PromoteDueLocked(clock_->Now());
     if (!queue_.empty()) break;
     ++idle_;
     if (delayed_.empty()) {
       cv_.wait(lock);
     } else {
-      const absl::Duration wait = delayed_.begin()->first - absl::Now();
+      // A test's clock moves by Poke(), not with time: look again at least every 50 ms.
+      absl::Duration wait = delayed_.begin()->first - clock_->Now();
+      if (clock_ != &real_clock_) wait = std::min(wait, absl::Milliseconds(50));
       cv_.wait_for(
           lock, std::chrono::microseconds(std::max<int64_t>(1, absl::ToInt64Microseconds(wait))));
     }
@@ -98,6 +102,16 @@ void WorkQueue::Done(const std::string& key) {
     queue_.push_back(key);
     cv_.notify_one();
   }
+}
+
+void WorkQueue::Poke() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+std::vector<std::pair<absl::Time, std::string>> WorkQueue::Delayed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {delayed_.begin(), delayed_.end()};
 }
 
 void WorkQueue::ShutDown() {

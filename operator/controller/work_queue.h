@@ -12,15 +12,20 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace cohort::controller {
 
 class WorkQueue {
  public:
-  WorkQueue(absl::Duration base_backoff = absl::Milliseconds(100),
-            absl::Duration max_backoff = absl::Seconds(60));
+  // `clock` says when delayed keys are due (nullptr: the real clock). With a clock of its own a
+  // test moves time, then calls Poke() so that waiting workers look again.
+  explicit WorkQueue(absl::Duration base_backoff = absl::Milliseconds(100),
+                     absl::Duration max_backoff = absl::Seconds(60), const Clock* clock = nullptr);
 
   void Add(const std::string& key);
   void AddAfter(const std::string& key, absl::Duration delay);
@@ -34,6 +39,10 @@ class WorkQueue {
   // Processing of `key` finished (call after every Get).
   void Done(const std::string& key);
   void ShutDown();
+  // Wakes waiting workers to promote the delayed keys now due (after a test clock moved).
+  void Poke();
+  // Delayed keys and when they are due, earliest first.
+  std::vector<std::pair<absl::Time, std::string>> Delayed() const;
 
   size_t Depth() const;  // keys waiting now (not the delayed ones)
   int Idle() const;      // workers blocked in Get, waiting for a key
@@ -43,6 +52,8 @@ class WorkQueue {
   void PromoteDueLocked(absl::Time now);
 
   const absl::Duration base_backoff_, max_backoff_;
+  RealClock real_clock_;
+  const Clock* clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;

@@ -24,7 +24,7 @@ bool NewerResourceVersion(const std::string& a, const std::string& b) {
   return x > y;
 }
 
-Informer::Informer(KubeClient* client, Resource resource, Options options, Handlers handlers)
+Informer::Informer(Client* client, Resource resource, Options options, Handlers handlers)
     : client_(client),
       resource_(std::move(resource)),
       options_(std::move(options)),

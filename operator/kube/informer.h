@@ -34,7 +34,7 @@ class Informer {
     std::function<void(const std::string& why)> on_watch_restart;  // a watch ended in error
   };
 
-  Informer(KubeClient* client, Resource resource, Options options, Handlers handlers);
+  Informer(Client* client, Resource resource, Options options, Handlers handlers);
   ~Informer();
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
@@ -62,7 +62,7 @@ class Informer {
   void EraseLocked(const std::string& key);
   std::string IndexKey(const json& object) const;
 
-  KubeClient* client_;
+  Client* client_;
   const Resource resource_;
   const Options options_;
   const Handlers handlers_;

@@ -76,7 +76,53 @@ struct WatchEvent {
   json object;
 };
 
-class KubeClient {
+// The verbs cohort-operator uses, on any resource. KubeClient speaks them to an API server;
+// FakeClient (fake_client.h) keeps objects in memory and records every call, so informers,
+// leader election and the reconcile loop are tested without a cluster.
+class Client {
+ public:
+  virtual ~Client() = default;
+
+  virtual absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
+                                   const std::string& name) = 0;
+  // A whole list (following `continue` when options.limit pages it); the returned object's
+  // metadata.resourceVersion is the one to watch from.
+  virtual absl::StatusOr<json> List(const Resource& r, const std::string& ns,
+                                    const ListOptions& options) = 0;
+  virtual absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
+                                      const json& object) = 0;
+  // PUT of the whole object (or of its `subresource`, e.g. "status"; "" for the object); the
+  // object's metadata.resourceVersion makes it conditional.
+  virtual absl::StatusOr<json> Replace(const Resource& r, const std::string& ns,
+                                       const std::string& name, const json& object,
+                                       const std::string& subresource) = 0;
+  absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
+                               const json& object) {
+    return Replace(r, ns, name, object, "");
+  }
+  virtual absl::StatusOr<json> Patch(const Resource& r, const std::string& ns,
+                                     const std::string& name, PatchType type, const json& patch,
+                                     const std::string& subresource) = 0;
+  absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                             PatchType type, const json& patch) {
+    return Patch(r, ns, name, type, patch, "");
+  }
+  virtual absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                              const DeleteOptions& options) = 0;
+  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name) {
+    return Delete(r, ns, name, DeleteOptions{});
+  }
+  // Streams changes after `resource_version` to `on_event` until the server ends the watch
+  // (OK), an error (OutOfRange when the version is too old: list again), or Shutdown()
+  // (Cancelled). Bookmarks are asked for and delivered as BOOKMARK events.
+  virtual absl::Status Watch(const Resource& r, const std::string& ns, const ListOptions& options,
+                             const std::string& resource_version, int timeout_seconds,
+                             const std::function<void(const WatchEvent&)>& on_event) = 0;
+  // Ends every watch in progress and makes later calls fail with Cancelled.
+  virtual void Shutdown() = 0;
+};
+
+class KubeClient : public Client {
  public:
   struct Options {
     std::chrono::seconds request_timeout{30};
@@ -91,30 +137,26 @@ class KubeClient {
 
   const KubeConfig& config() const { return config_; }
 
-  absl::StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name);
-  // A whole list (following `continue` when options.limit pages it); the returned object's
-  // metadata.resourceVersion is the one to watch from.
-  absl::StatusOr<json> List(const Resource& r, const std::string& ns, const ListOptions& options);
-  absl::StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object);
-  // PUT of the whole object (or of its `subresource`, e.g. "status"); the object's
-  // metadata.resourceVersion makes it conditional.
+  using Client::Delete;
+  using Client::Patch;
+  using Client::Replace;
+  absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
+                           const std::string& name) override;
+  absl::StatusOr<json> List(const Resource& r, const std::string& ns,
+                            const ListOptions& options) override;
+  absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
+                              const json& object) override;
   absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
-                               const json& object, const std::string& subresource = "");
+                               const json& object, const std::string& subresource) override;
   absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
                              PatchType type, const json& patch,
-                             const std::string& subresource = "");
+                             const std::string& subresource) override;
   absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                      const DeleteOptions& options = {});
-
-  // Streams changes after `resource_version` to `on_event` until the server ends the watch
-  // (OK), an error (OutOfRange when the version is too old: list again), or Shutdown()
-  // (Cancelled). Bookmarks are asked for and delivered as BOOKMARK events.
+                      const DeleteOptions& options) override;
   absl::Status Watch(const Resource& r, const std::string& ns, const ListOptions& options,
                      const std::string& resource_version, int timeout_seconds,
-                     const std::function<void(const WatchEvent&)>& on_event);
-
-  // Ends every watch in progress and makes later calls fail with Cancelled.
-  void Shutdown();
+                     const std::function<void(const WatchEvent&)>& on_event) override;
+  void Shutdown() override;
 
   // "<api_path>/namespaces/<ns>/<plural>[/<name>][/<subresource>]"
   static std::string Path(const Resource& r, const std::string& ns, const std::string& name = "",

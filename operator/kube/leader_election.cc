@@ -22,11 +22,13 @@ std::string FormatMicroTime(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
 }
 
-LeaderElector::LeaderElector(KubeClient* client, Options options)
-    : client_(client), options_(std::move(options)) {}
+LeaderElector::LeaderElector(Client* client, Options options)
+    : client_(client),
+      options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : &real_clock_) {}
 
 bool LeaderElector::TryAcquireOrRenew() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   taken_by_other_ = false;
   const int duration_s = static_cast<int>(absl::ToInt64Seconds(options_.lease_duration));
   auto current = client_->Get(kLeases, options_.namespace_name, options_.lease_name);
@@ -119,17 +121,17 @@ bool LeaderElector::Acquire(const std::atomic<bool>& stop) {
 }
 
 void LeaderElector::HoldUntilLost(const std::atomic<bool>& stop) {
-  absl::Time last_renewal = absl::Now();
+  absl::Time last_renewal = clock_->Now();
   while (!stop) {
     SleepFor(options_.retry_period, stop);
     if (stop) break;
     if (TryAcquireOrRenew()) {
-      last_renewal = absl::Now();
+      last_renewal = clock_->Now();
       continue;
     }
     // Another holder means the lease is gone now; failures to write are retried until the
     // renew deadline.
-    if (taken_by_other_ || absl::Now() - last_renewal > options_.renew_deadline) {
+    if (taken_by_other_ || clock_->Now() - last_renewal > options_.renew_deadline) {
       spdlog::error("leader election: lost lease {}/{}{}", options_.namespace_name,
                     options_.lease_name, taken_by_other_ ? " to another candidate" : "");
       leader_ = false;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "operator/kube/kube_client.h"
 
 namespace cohort::kube {
@@ -25,9 +26,12 @@ class LeaderElector {
     absl::Duration lease_duration = absl::Seconds(15);
     absl::Duration renew_deadline = absl::Seconds(10);
     absl::Duration retry_period = absl::Seconds(2);
+    // Lease times and expiry are read from it (nullptr: the real clock); waits between rounds
+    // are real.
+    const Clock* clock = nullptr;
   };
 
-  LeaderElector(KubeClient* client, Options options);
+  LeaderElector(Client* client, Options options);
 
   // Blocks until this candidate holds the lease (true) or `stop` is set (false).
   bool Acquire(const std::atomic<bool>& stop);
@@ -44,8 +48,10 @@ class LeaderElector {
   bool TryAcquireOrRenew();
 
  private:
-  KubeClient* client_;
+  Client* client_;
   Options options_;
+  RealClock real_clock_;
+  const Clock* clock_;
   std::atomic<bool> leader_{false};
   bool taken_by_other_ = false;  // the last round found another holder's live lease
   // The last record seen and when (on our clock) it last changed.

@@ -1,0 +1,134 @@
+// FakeClient: the Client interface over objects kept in memory, with the API server's
+// semantics the operator relies on (resource versions and conditional writes, the status
+// subresource, generation, finalizers and deletionTimestamp, label and field selectors, merge
+// and JSON patches, watches from a resource version), every call recorded, and failures
+// injected per verb. For tests of informers, leader election and the reconcile loop without a
+// cluster; the e2e tests run the real API server.
+//
+// Hand-written: client-go's fake clientset is Go, and no C++ Kubernetes client ships a fake.
+#ifndef COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_
+#define COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "operator/kube/kube_client.h"
+
+namespace cohort::kube {
+
+class FakeClient : public Client {
+ public:
+  // A call as the API server would have seen it: "create pods ml/train-worker-0",
+  // "update coordinatedjobs/status ml/train".
+  struct Action {
+    std::string verb;  // get, list, watch, create, update, patch, delete
+    std::string resource;
+    std::string subresource;
+    std::string ns;
+    std::string name;
+    std::string ToString() const;
+  };
+
+  // `clock` stamps creationTimestamp and deletionTimestamp (nullptr: the real clock).
+  explicit FakeClient(const Clock* clock = nullptr);
+
+  // Puts an object in as if created (uid, resourceVersion, generation set when missing), without
+  // recording an action: a test's starting state. `r` says where it lives.
+  json Add(const Resource& r, json object);
+  // The stored object, or nothing (no action recorded).
+  std::optional<json> Peek(const Resource& r, const std::string& ns, const std::string& name);
+  // Every call so far; the writes only (create, update, patch, delete), as strings.
+  std::vector<Action> Actions() const;
+  std::vector<std::string> Writes() const;
+  void ClearActions();
+  // The next `times` calls of `verb` on `resource` ("*" for any) fail with `status`, changing
+  // nothing.
+  void FailNext(const std::string& verb, const std::string& resource, absl::Status status,
+                int times = 1);
+  // The resource is not served (as a CRD that is not installed): every call is NotFound.
+  void Unserve(const Resource& r);
+  // Waits until at least `watches` watches are open and every watch has delivered every change
+  // made so far (their callbacks returned): informers' caches then hold what was written. False
+  // after `timeout`.
+  bool WaitForWatches(size_t watches, absl::Duration timeout = absl::Seconds(10));
+  int ActiveWatches() const;
+
+  using Client::Delete;
+  using Client::Patch;
+  using Client::Replace;
+  absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
+                           const std::string& name) override;
+  absl::StatusOr<json> List(const Resource& r, const std::string& ns,
+                            const ListOptions& options) override;
+  absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
+                              const json& object) override;
+  absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
+                               const json& object, const std::string& subresource) override;
+  absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                             PatchType type, const json& patch,
+                             const std::string& subresource) override;
+  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                      const DeleteOptions& options) override;
+  // Delivers the changes after `resource_version` that match, then the new ones as they are
+  // made, until Shutdown() (Cancelled). `timeout_seconds` is not enforced: a fake watch ends only
+  // when the client shuts down.
+  absl::Status Watch(const Resource& r, const std::string& ns, const ListOptions& options,
+                     const std::string& resource_version, int timeout_seconds,
+                     const std::function<void(const WatchEvent&)>& on_event) override;
+  void Shutdown() override;
+
+ private:
+  struct Change {
+    int64_t version;
+    std::string resource;  // ResourceKey
+    std::string type;      // ADDED, MODIFIED, DELETED
+    json object;
+  };
+  struct Failure {
+    std::string verb, resource;
+    absl::Status status;
+    int times;
+  };
+
+  static std::string ResourceKey(const Resource& r) { return r.api_path + "/" + r.plural; }
+  // Records the call and returns the failure it must give, if any.
+  absl::Status BeginLocked(const std::string& verb, const Resource& r, const std::string& ns,
+                           const std::string& name, const std::string& subresource = "");
+  json StampLocked(const Resource& r, json object, const std::string& ns);
+  // Stores `updated` in place of `current` (same key): a new version, generation bumped when
+  // anything but metadata and status changed, deleted when its last finalizer went while it
+  // was being deleted.
+  json CommitLocked(const Resource& r, const std::string& key, const json& current, json updated);
+  void RecordLocked(const Resource& r, const std::string& type, const json& object);
+  std::string NowText() const;
+
+  const Clock* clock_;
+  RealClock real_clock_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;      // a change, a watch caught up, or Shutdown
+  std::map<std::string, json> objects_;  // "<resource>|<ns>|<name>"
+  std::vector<Change> log_;
+  int64_t version_ = 1000;
+  int64_t next_uid_ = 1;
+  std::vector<Action> actions_;
+  std::vector<Failure> failures_;
+  std::vector<std::string> unserved_;
+  std::map<int, size_t> watches_;  // watch id -> changes of log_ delivered
+  int next_watch_ = 0;
+  bool shut_down_ = false;
+};
+
+// Whether `object` matches a label selector ("a=b,c!=d,e,!f,g in (x,y),h notin (z)") and a
+// field selector ("metadata.name=x,status.phase!=Running"); InvalidArgument for one that does
+// not parse.
+absl::StatusOr<bool> MatchesSelectors(const json& object, const ListOptions& options);
+
+}  // namespace cohort::kube
+
+#endif  // COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_
