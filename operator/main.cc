@@ -142,6 +142,14 @@ int main(int argc, char** argv) {
                  "its Secret was made with")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "operator", "cert-manager"}));
+  app.add_option("--sidecar-gpu-access", settings.sidecar_gpu_access,
+                 "how a worker pod's sidecar sees the pod's GPUs with the NVIDIA device plugin: "
+                 "none (it sees none and says so in its log and cohort_sidecar_gpus_missing) or "
+                 "visible-devices (NVIDIA_VISIBLE_DEVICES=all and the kubelet's PodResources "
+                 "socket, a hostPath, as root: it watches the GPUs the kubelet gave its pod; the "
+                 "namespace must allow privileged pods). DRA claims are always shared")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "visible-devices"}));
   app.add_option("--job-tls-issuer", settings.job_tls_issuer,
                  "with --job-tls=cert-manager: the issuer of every job's certificates, "
                  "ClusterIssuer/<name> or Issuer/<name> (in the job's namespace). It must "

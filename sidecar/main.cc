@@ -7,6 +7,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -95,6 +96,24 @@ int main(int argc, char** argv) {
   app.add_option("--ignore-xids", ignore_xids,
                  "XIDs that leave a GPU healthy (application errors), comma-separated")
       ->capture_default_str();
+  std::string expected_gpus = Env("COHORT_EXPECTED_GPUS");
+  app.add_option("--expected-gpus", expected_gpus,
+                 "GPUs the pod's workload asks for (its nvidia.com/gpu limits; "
+                 "$COHORT_EXPECTED_GPUS): fewer seen is an error in the log and in "
+                 "cohort_sidecar_gpus_missing; empty: unknown");
+  options.pod_resources_socket = Env("COHORT_POD_RESOURCES_SOCKET");
+  app.add_option("--pod-resources-socket", options.pod_resources_socket,
+                 "the kubelet's PodResources socket ($COHORT_POD_RESOURCES_SOCKET): when NVML "
+                 "shows the node's GPUs, watch only those the kubelet gave the pod's other "
+                 "containers; empty: every GPU NVML shows is the pod's");
+  app.add_option("--gpu-resource", options.pod_gpu_resources,
+                 "extended resources whose devices are the pod's GPUs (a name, or a prefix "
+                 "before '-': nvidia.com/mig), with --pod-resources-socket; repeatable")
+      ->capture_default_str();
+  std::string gpu_uuids;
+  app.add_option("--gpu-uuids", gpu_uuids,
+                 "the pod's GPUs, comma-separated UUIDs (GPU-...): watch only these of the GPUs "
+                 "NVML shows");
   app.add_flag("--dcgm-metrics", options.dcgm_metrics,
                "also export DCGM exporter's metric names (DCGM_FI_DEV_*)");
   app.add_option("--workload-liveness", liveness,
@@ -156,6 +175,19 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(num_tasks, &options.num_tasks) || options.num_tasks <= options.task_id) {
     return Fail(absl::StrCat("--num-tasks \"", num_tasks, "\" must be a count above task ",
                              options.task_id));
+  }
+  if (!expected_gpus.empty() &&
+      (!absl::SimpleAtoi(expected_gpus, &options.expected_gpus) || options.expected_gpus < 0)) {
+    return Fail(
+        absl::StrCat("--expected-gpus \"", expected_gpus, "\" is not a count of GPUs (0, 1, ...)"));
+  }
+  for (absl::string_view uuid : absl::StrSplit(gpu_uuids, ',', absl::SkipWhitespace())) {
+    options.gpu_uuids.emplace_back(absl::StripAsciiWhitespace(uuid));
+  }
+  if (!options.gpu_uuids.empty() && !options.pod_resources_socket.empty()) {
+    return Fail(
+        "--gpu-uuids and --pod-resources-socket both say which GPUs are the pod's: "
+        "give one");
   }
   options.pod.job = options.workload_job;
   options.pod.task = absl::StrCat(options.task_id);

@@ -4,11 +4,17 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/grpc_status.h"
+#include "sidecar/pod_gpus.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
 namespace {
+
+// The sidecar's own container in the pod the operator makes (its devices are not the pod's
+// workload's).
+constexpr char kSidecarContainerName[] = "cohort-sidecar";
 
 // Readers of the hand-off directory never see a half-written file.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
@@ -95,11 +101,21 @@ absl::Status Sidecar::Start() {
     if (gpu_metrics_) gpu_metrics_->OnEvent(event);
   };
   gpu_options.log = [](const std::string& line) { spdlog::info("gpu: {}", line); };
+  std::string how_found;
+  ChoosePodGpus(&gpu_options, &how_found);
   gpus_ = std::make_unique<gpu::GpuMonitor>(gpu_options);
-  spdlog::info("{} GPUs on this node{}", gpus_->inventory().gpus.size(),
+  const int visible = static_cast<int>(gpus_->inventory().gpus.size());
+  spdlog::info("{} GPUs for this pod{}", visible,
                gpus_->inventory().gpus.empty()
                    ? ""
                    : absl::StrCat(", driver ", gpus_->inventory().driver.driver_version));
+  gpus_expected_ = options_.expected_gpus;
+  gpus_missing_ = gpus_expected_ > visible ? gpus_expected_ - visible : 0;
+  if (const std::string problem =
+          GpuVisibilityProblem(gpus_expected_, visible, gpus_->inventory().diagnostic, how_found);
+      !problem.empty()) {
+    spdlog::error("{}", problem);
+  }
   gpu_metrics_ = std::make_unique<GpuMetrics>(
       options_.pod, gpus_->inventory(), options_.dcgm_metrics, [this] { return gpus_->Health(); });
   gpu_metrics_->Register(*registry_);
@@ -333,6 +349,28 @@ void Sidecar::OnGpuProblem(const gpu::HealthEvent& event) {
                                           TaskString(), " is unhealthy: ", event.reason)));
 }
 
+void Sidecar::ChoosePodGpus(gpu::GpuMonitorOptions* options, std::string* how) const {
+  if (!options_.gpu_uuids.empty()) {
+    options->only_uuids = options_.gpu_uuids;
+    *how = absl::StrCat(options_.gpu_uuids.size(), " named by --gpu-uuids");
+    return;
+  }
+  if (options_.pod_resources_socket.empty()) return;
+  auto ids = PodDeviceIds(options_.pod_resources_socket, options_.pod.namespace_name,
+                          options_.pod.pod, kSidecarContainerName, options_.pod_gpu_resources);
+  if (!ids.ok()) {
+    // Watching the node's GPUs would blame this pod for its neighbours' faults: none then.
+    options->only_uuids = std::vector<std::string>{};
+    *how = std::string(ids.status().message());
+    spdlog::error("cannot tell which GPUs are the pod's: {}; watching none", *how);
+    return;
+  }
+  options->only_uuids = *ids;
+  *how = absl::StrCat("the kubelet gave the pod ", ids->size());
+  spdlog::info("the kubelet gave the pod's containers {} GPUs: {}", ids->size(),
+               absl::StrJoin(*ids, ", "));
+}
+
 // ---- Metrics --------------------------------------------------------------------------
 
 void Sidecar::RegisterMetrics() {
@@ -349,6 +387,20 @@ void Sidecar::RegisterMetrics() {
       "gpu_lost, workload_exit).",
       {"reason"});
   registry_->AddCollector([this] { return CollectAgentMetrics(); });
+  if (gpus_expected_ >= 0) {
+    registry_
+        ->AddGauge("cohort_sidecar_gpus_expected",
+                   "GPUs the pod's workload asks for (its nvidia.com/gpu limits).", {})
+        .WithLabels({})
+        .Set(gpus_expected_);
+  }
+  registry_
+      ->AddGauge("cohort_sidecar_gpus_missing",
+                 "GPUs the pod's workload asks for that the sidecar cannot see: its GPU health "
+                 "checks and metrics miss them (docs/sidecar.md, \"Seeing the pod's GPUs\").",
+                 {})
+      .WithLabels({})
+      .Set(gpus_missing_);
 }
 
 std::vector<CollectedFamily> Sidecar::CollectAgentMetrics() const {

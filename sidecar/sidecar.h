@@ -36,6 +36,15 @@ struct SidecarOptions {
   absl::Duration register_timeout = absl::Minutes(10);
   bool dcgm_metrics = false;
   gpu::GpuMonitorOptions gpu;
+  // GPUs the pod's workload asks for (its nvidia.com/gpu limits; -1: unknown, e.g. DRA): fewer
+  // seen is said in the log and in cohort_sidecar_gpus_missing.
+  int expected_gpus = -1;
+  // Where the pod's GPUs come from when NVML shows the node's: the kubelet's PodResources
+  // socket (asked for the devices of `pod_gpu_resources` given to the pod's other
+  // containers), or a fixed list of UUIDs. Neither: every GPU NVML shows is the pod's.
+  std::string pod_resources_socket;
+  std::vector<std::string> pod_gpu_resources = {"nvidia.com/gpu"};
+  std::vector<std::string> gpu_uuids;
   WorkloadWatch::Options workload;
   // Empty: no proxy. Else the workload's coordinator endpoint (every coordinator protocol,
   // forwarded to coordinator_address), which rides out coordinator outages up to
@@ -101,6 +110,11 @@ class Sidecar {
   CoordinationAgent agent_;
   std::unique_ptr<gpu::GpuMonitor> gpus_;
   std::unique_ptr<GpuMetrics> gpu_metrics_;
+  // The pod's GPUs against what its workload asked for (RegisterMetrics).
+  int gpus_expected_ = -1;
+  int gpus_missing_ = 0;
+  // Decides GpuMonitorOptions::only_uuids; says how in `how`.
+  void ChoosePodGpus(gpu::GpuMonitorOptions* options, std::string* how) const;
   std::unique_ptr<WorkloadWatch> workload_;
   HttpServer http_;
   std::thread lifecycle_thread_;

@@ -1,6 +1,9 @@
 #include "operator/controller/children.h"
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -134,6 +137,35 @@ std::string WorkloadProcessPattern(const json& pod_template) {
   return annotated.empty() ? "^(?!.*(cohort-sidecar|/pause)).+" : annotated;
 }
 
+// The GPUs the sidecar is given to see (docs/sidecar.md, "Seeing the pod's GPUs").
+void ShareGpus(const api::CoordinatedJob& job, const OperatorSettings& settings, json* container) {
+  const TemplateGpus gpus = TemplateGpusOf(job.spec.pod_template);
+  if (!gpus.claims.empty()) {
+    // DRA: the pod's claims, shared: the sidecar sees exactly their devices.
+    json& resources = (*container)["resources"];
+    if (!resources.is_object()) resources = json::object();
+    json claims = resources.value("claims", json::array());
+    for (const json& c : gpus.claims) {
+      if (std::find(claims.begin(), claims.end(), c) == claims.end()) claims.push_back(c);
+    }
+    resources["claims"] = claims;
+    return;
+  }
+  (*container)["env"].push_back(Env("COHORT_EXPECTED_GPUS", absl::StrCat(gpus.count)));
+  if (settings.sidecar_gpu_access != "visible-devices" || gpus.count == 0) return;
+  (*container)["env"].push_back(Env("NVIDIA_VISIBLE_DEVICES", "all"));
+  (*container)["env"].push_back(Env("NVIDIA_DRIVER_CAPABILITIES", "utility"));
+  (*container)["env"].push_back(
+      Env("COHORT_POD_RESOURCES_SOCKET", absl::StrCat(kPodResourcesDir, "/kubelet.sock")));
+  (*container)["volumeMounts"].push_back(
+      {{"name", "cohort-pod-resources"}, {"mountPath", kPodResourcesDir}, {"readOnly", true}});
+  // The kubelet's socket is root's alone.
+  json& security = (*container)["securityContext"];
+  security["runAsUser"] = 0;
+  security["runAsGroup"] = 0;
+  security["runAsNonRoot"] = false;
+}
+
 json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
                       const OperatorSettings& settings, JobTls tls) {
   json args = json::array(
@@ -189,10 +221,48 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
         {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
   if (!job.spec.sidecar.resources.empty()) container["resources"] = job.spec.sidecar.resources;
+  ShareGpus(job, settings, &container);
   return container;
 }
 
 }  // namespace
+
+TemplateGpus TemplateGpusOf(const json& pod_template) {
+  TemplateGpus out;
+  if (!pod_template.is_object()) return out;
+  const json spec = pod_template.value("spec", json::object());
+  const json containers = spec.is_object() ? spec.value("containers", json::array()) : json();
+  if (!containers.is_array()) return out;
+  for (const json& c : containers) {
+    if (!c.is_object()) continue;
+    const json resources = c.value("resources", json::object());
+    if (!resources.is_object()) continue;
+    const json limits = resources.value("limits", json::object());
+    if (limits.is_object()) {
+      for (const auto& [name, value] : limits.items()) {
+        if (name != "nvidia.com/gpu" && name.rfind("nvidia.com/mig-", 0) != 0) continue;
+        int64_t n = 0;
+        if (value.is_number_integer()) {
+          n = value.get<int64_t>();
+        } else if (value.is_string() && !absl::SimpleAtoi(value.get<std::string>(), &n)) {
+          n = 0;
+        }
+        // No node has more; the bound keeps a nonsense quantity from overflowing the sum.
+        constexpr int64_t kMostGpus = 1 << 16;
+        if (n > 0) out.count = static_cast<int>(std::min(kMostGpus, out.count + n));
+      }
+    }
+    const json claims = resources.value("claims", json::array());
+    if (!claims.is_array()) continue;
+    for (const json& claim : claims) {
+      if (claim.is_object() &&
+          std::find(out.claims.begin(), out.claims.end(), claim) == out.claims.end()) {
+        out.claims.push_back(claim);
+      }
+    }
+  }
+  return out;
+}
 
 std::string CoordinatorName(const api::CoordinatedJob& job) {
   return absl::StrCat(job.name, "-coordinator");
@@ -587,6 +657,12 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   json volumes = spec.value("volumes", json::array());
   volumes.push_back({{"name", "cohort-handoff"}, {"emptyDir", json::object()}});
   volumes.push_back(TokenVolume(job, /*coordinator=*/false, tls));  // the sidecar's alone
+  if (settings.sidecar_gpu_access == "visible-devices" &&
+      TemplateGpusOf(job.spec.pod_template).claims.empty() &&
+      TemplateGpusOf(job.spec.pod_template).count > 0) {
+    volumes.push_back({{"name", "cohort-pod-resources"},
+                       {"hostPath", {{"path", kPodResourcesDir}, {"type", "Directory"}}}});
+  }
   spec["volumes"] = volumes;
 
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};

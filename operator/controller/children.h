@@ -114,7 +114,24 @@ struct OperatorSettings {
   // With job_tls "cert-manager": the issuer, "Issuer/<name>" (in the job's namespace) or
   // "ClusterIssuer/<name>".
   std::string job_tls_issuer;
+  // How a worker pod's sidecar sees the pod's GPUs (docs/sidecar.md, "Seeing the pod's
+  // GPUs"). DRA claims of the workload's containers are always shared with the sidecar. With
+  // the NVIDIA device plugin: "none" (the sidecar sees no GPU, and says so) or
+  // "visible-devices" (the sidecar of a pod that asks for nvidia.com/gpu gets
+  // NVIDIA_VISIBLE_DEVICES=all and the kubelet's PodResources socket, and watches the GPUs the
+  // kubelet gave its pod; it runs as root for the socket, so the namespace must allow hostPath
+  // volumes and root containers: Pod Security level privileged).
+  std::string sidecar_gpu_access = "none";
 };
+
+// What a worker pod's template asks for in GPUs: the device plugin's nvidia.com/gpu (and MIG's
+// nvidia.com/mig-*) limits of its containers, and the pod-level DRA claims they reference.
+struct TemplateGpus {
+  int count = 0;
+  nlohmann::json claims = nlohmann::json::array();  // resources.claims entries, deduplicated
+};
+TemplateGpus TemplateGpusOf(const nlohmann::json& pod_template);
+inline constexpr char kPodResourcesDir[] = "/var/lib/kubelet/pod-resources";
 
 // The mode `job_tls` names for new jobs.
 JobTls NewJobTls(const OperatorSettings& settings);

@@ -1,5 +1,6 @@
 #include "sidecar/gpu/gpu_inventory.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -165,6 +166,51 @@ InventoryReading ReadInventory(const NvmlLibrary& library,
   }
   reading.topology = ReadTopology(api, reading.devices, &reading.gpus);
   return reading;
+}
+
+void KeepOnly(const std::vector<std::string>& uuids, InventoryReading* reading,
+              std::vector<std::string>* missing) {
+  std::vector<int> renumbered(reading->gpus.size(), -1);
+  std::vector<GpuInfo> gpus;
+  std::vector<nvml::Device> devices;
+  for (size_t i = 0; i < reading->gpus.size(); ++i) {
+    const GpuInfo& gpu = reading->gpus[i];
+    if (std::find(uuids.begin(), uuids.end(), gpu.uuid) == uuids.end()) continue;
+    renumbered[i] = static_cast<int>(gpus.size());
+    gpus.push_back(gpu);
+    gpus.back().index = renumbered[i];
+    devices.push_back(i < reading->devices.size() ? reading->devices[i] : nullptr);
+  }
+  for (GpuInfo& gpu : gpus) {
+    for (NvLink& link : gpu.nvlinks) {
+      if (!link.remote_gpu_index) continue;
+      const int remote = *link.remote_gpu_index;
+      link.remote_gpu_index =
+          remote >= 0 && remote < static_cast<int>(renumbered.size()) && renumbered[remote] >= 0
+              ? std::optional<int>(renumbered[remote])
+              : std::nullopt;
+    }
+  }
+  std::vector<GpuPairTopology> topology;
+  for (GpuPairTopology pair : reading->topology) {
+    if (pair.first < 0 || pair.second < 0 || pair.first >= static_cast<int>(renumbered.size()) ||
+        pair.second >= static_cast<int>(renumbered.size()) || renumbered[pair.first] < 0 ||
+        renumbered[pair.second] < 0) {
+      continue;
+    }
+    pair.first = renumbered[pair.first];
+    pair.second = renumbered[pair.second];
+    topology.push_back(pair);
+  }
+  for (const std::string& uuid : uuids) {
+    if (std::none_of(gpus.begin(), gpus.end(),
+                     [&uuid](const GpuInfo& g) { return g.uuid == uuid; })) {
+      missing->push_back(uuid);
+    }
+  }
+  reading->gpus = std::move(gpus);
+  reading->devices = std::move(devices);
+  reading->topology = std::move(topology);
 }
 
 }  // namespace cohort::gpu

@@ -28,6 +28,12 @@ struct InventoryReading {
 InventoryReading ReadInventory(const NvmlLibrary& library,
                                const std::string& sysfs_pci_devices_dir);
 
+// Keeps only the GPUs whose UUID is in `uuids` (the pod's, when NVML shows the whole node),
+// numbered 0.. in NVML's order as a container given just those GPUs would number them; their
+// NVLinks and the topology between them follow. The UUIDs no GPU has go to `missing`.
+void KeepOnly(const std::vector<std::string>& uuids, InventoryReading* reading,
+              std::vector<std::string>* missing);
+
 // Turns a NUL-terminated (or full) NVML string buffer into a string.
 std::string FromNvmlBuffer(const char* buffer, size_t size);
 

@@ -21,6 +21,15 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
   inventory_.missing_functions = library_->missing_functions();
 
   InventoryReading reading = ReadInventory(*library_, options_.sysfs_pci_devices_dir);
+  if (options_.only_uuids) {
+    const size_t on_node = reading.gpus.size();
+    std::vector<std::string> missing;
+    KeepOnly(*options_.only_uuids, &reading, &missing);
+    std::string line = "the pod's GPUs: " + std::to_string(reading.gpus.size()) + " of the " +
+                       std::to_string(on_node) + " NVML shows";
+    for (const std::string& uuid : missing) line += "; " + uuid + " is not among them";
+    Log(line);
+  }
   inventory_.driver = std::move(reading.driver);
   inventory_.gpus = std::move(reading.gpus);
   inventory_.topology = std::move(reading.topology);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,10 @@ struct GpuMonitorOptions {
   // The NVML library: a file path, or a name the dynamic loader searches for. Empty means
   // $COHORT_NVML_LIBRARY, else libnvidia-ml.so.1.
   std::string library_path;
+  // The pod's GPUs by UUID, when NVML shows more than the pod's (the whole node): the monitor
+  // keeps only these, numbered 0.. as the workload's container numbers them. Absent: every GPU
+  // NVML shows is the pod's.
+  std::optional<std::vector<std::string>> only_uuids;
   HealthPolicy health_policy;
   // Told about every new health problem, on the thread that found it (the caller of Sample or
   // PollEvents, or the event thread). It may call Health() and inventory(), but not Sample or

@@ -34,6 +34,7 @@ run bash tests/e2e/tasks_test.sh
 run bash tests/e2e/kueue_test.sh
 run bash tests/e2e/coscheduling_test.sh
 run bash tests/e2e/failure_rules_test.sh
+run bash tests/e2e/gpu_visibility_test.sh
 run bash bench/tasks_k8s_bench.sh --smoke --out "$(mktemp -d)/tasks_k8s.json"
 run bash tests/chart/chart_test.sh
 run bash tests/e2e/helm_install_test.sh

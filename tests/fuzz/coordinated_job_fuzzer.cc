@@ -59,6 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int i = 0; i < job->spec.replicas && i < 4; ++i) {
       controller::WorkerPod(*job, i, 0, settings, tls).dump();
     }
+    // The sidecar's GPUs as each access mode gives them (the template's limits and claims).
+    controller::OperatorSettings visible = settings;
+    visible.sidecar_gpu_access = "visible-devices";
+    controller::WorkerPod(*job, 0, 0, visible, tls).dump();
   }
   for (const auto& certificate : controller::CertManagerCertificates(*job, settings)) {
     certificate.dump();

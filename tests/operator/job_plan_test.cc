@@ -966,5 +966,75 @@ TEST(ObservePodTest, AnEvictedPodHasNoExitCodeButFailed) {
   EXPECT_EQ(p.index, -1);
 }
 
+// The sidecar's container in a worker pod of `job`.
+json SidecarOf(const json& pod) {
+  for (const json& c : pod["spec"]["initContainers"]) {
+    if (c["name"] == kSidecarContainer) return c;
+  }
+  ADD_FAILURE() << "no sidecar in " << pod.dump();
+  return json::object();
+}
+std::string EnvOf(const json& container, const std::string& name) {
+  for (const json& e : container.value("env", json::array())) {
+    if (e["name"] == name) return e.value("value", "");
+  }
+  return "<unset>";
+}
+
+TEST(JobPlanTest, TheSidecarIsGivenThePodsGpusAsTheClusterAllows) {
+  // The device plugin: the sidecar is told how many to expect, and sees none unless the
+  // operator gives it the node's and the kubelet's socket (visible-devices).
+  api::CoordinatedJob job = Job();
+  job.spec.pod_template["spec"]["containers"][0]["resources"] = {
+      {"limits", {{"nvidia.com/gpu", 4}, {"cpu", "8"}}}};
+  json pod = WorkerPod(job, 1, 0, Settings());
+  json sidecar = SidecarOf(pod);
+  EXPECT_EQ(EnvOf(sidecar, "COHORT_EXPECTED_GPUS"), "4");
+  EXPECT_EQ(EnvOf(sidecar, "NVIDIA_VISIBLE_DEVICES"), "<unset>");
+  EXPECT_EQ(sidecar["securityContext"]["runAsNonRoot"], true);
+  OperatorSettings visible = Settings();
+  visible.sidecar_gpu_access = "visible-devices";
+  pod = WorkerPod(job, 1, 0, visible);
+  sidecar = SidecarOf(pod);
+  EXPECT_EQ(EnvOf(sidecar, "NVIDIA_VISIBLE_DEVICES"), "all");
+  EXPECT_EQ(EnvOf(sidecar, "COHORT_POD_RESOURCES_SOCKET"),
+            "/var/lib/kubelet/pod-resources/kubelet.sock");
+  EXPECT_EQ(sidecar["securityContext"]["runAsUser"], 0);
+  bool mounted = false, volume = false;
+  for (const json& m : sidecar["volumeMounts"]) {
+    mounted = mounted || (m["mountPath"] == kPodResourcesDir && m["readOnly"] == true);
+  }
+  for (const json& v : pod["spec"]["volumes"]) {
+    volume = volume || v.value("/hostPath/path"_json_pointer, "") == kPodResourcesDir;
+  }
+  EXPECT_TRUE(mounted && volume) << pod.dump();
+  // The workload's container is untouched; a pod that asks for no GPU gets nothing of it.
+  EXPECT_EQ(EnvOf(pod["spec"]["containers"][0], "NVIDIA_VISIBLE_DEVICES"), "<unset>");
+  json plain = SidecarOf(WorkerPod(Job(), 0, 0, visible));
+  EXPECT_EQ(EnvOf(plain, "COHORT_EXPECTED_GPUS"), "0");
+  EXPECT_EQ(EnvOf(plain, "NVIDIA_VISIBLE_DEVICES"), "<unset>");
+
+  // DRA: the workload's claims are the sidecar's too, so it sees exactly their devices.
+  api::CoordinatedJob dra = Job();
+  dra.spec.pod_template["spec"]["resourceClaims"] = {
+      {{"name", "gpus"}, {"resourceClaimTemplateName", "eight-gpus"}}};
+  dra.spec.pod_template["spec"]["containers"][0]["resources"] = {
+      {"claims", json::array({{{"name", "gpus"}}})}};
+  sidecar = SidecarOf(WorkerPod(dra, 0, 0, visible));
+  EXPECT_EQ(sidecar["resources"]["claims"], json::array({{{"name", "gpus"}}}));
+  EXPECT_EQ(EnvOf(sidecar, "COHORT_EXPECTED_GPUS"), "<unset>") << "a claim's count is the driver's";
+  EXPECT_EQ(EnvOf(sidecar, "NVIDIA_VISIBLE_DEVICES"), "<unset>");
+
+  // Nonsense quantities count as none, and a sum stays bounded.
+  EXPECT_EQ(TemplateGpusOf({{"spec",
+                             {{"containers",
+                               {{{"resources", {{"limits", {{"nvidia.com/gpu", "many"}}}}}},
+                                {{"resources", {{"limits", {{"nvidia.com/mig-1g.5gb", "2"}}}}}},
+                                {{"resources", "none"}}}}}}})
+                .count,
+            2);
+  EXPECT_EQ(TemplateGpusOf(json("not a template")).count, 0);
+}
+
 }  // namespace
 }  // namespace cohort::controller

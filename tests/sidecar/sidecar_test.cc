@@ -16,7 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kubelet/podresources/v1/podresources.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/subprocess.h"
@@ -450,6 +452,151 @@ TEST_F(SidecarTest, BadFlagsAreOneClearLine) {
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_EQ(result.err,
             "cohort-sidecar: --workload-liveness process needs --workload-process REGEX\n");
+}
+
+// The kubelet's PodResources API as a kubelet serves it on its unix socket: one pod whose
+// worker container holds two of the node's eight GPUs (the sidecar's own devices and other
+// resources are not the pod's GPUs). Records what it was asked.
+class FakeKubelet final : public ::v1::PodResourcesLister::Service {
+ public:
+  explicit FakeKubelet(const std::string& socket) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeKubelet() override { server_->Shutdown(); }
+  grpc::Status Get(grpc::ServerContext*, const ::v1::GetPodResourcesRequest* request,
+                   ::v1::GetPodResourcesResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    asked_.push_back(request->pod_namespace() + "/" + request->pod_name());
+    if (request->pod_name() != "train-worker-0") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "pod not found");
+    }
+    ::v1::PodResources* pod = response->mutable_pod_resources();
+    pod->set_name(request->pod_name());
+    pod->set_namespace_(request->pod_namespace());
+    ::v1::ContainerResources* worker = pod->add_containers();
+    worker->set_name("worker");
+    ::v1::ContainerDevices* gpus = worker->add_devices();
+    gpus->set_resource_name("nvidia.com/gpu");
+    gpus->add_device_ids("GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001003");
+    gpus->add_device_ids("GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001006");
+    ::v1::ContainerDevices* other = worker->add_devices();
+    other->set_resource_name("example.com/fpga");
+    other->add_device_ids("GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001000");
+    ::v1::ContainerResources* sidecar = pod->add_containers();
+    sidecar->set_name("cohort-sidecar");
+    ::v1::ContainerDevices* own = sidecar->add_devices();
+    own->set_resource_name("nvidia.com/gpu");
+    own->add_device_ids("GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001001");
+    return grpc::Status::OK;
+  }
+  std::vector<std::string> asked() {
+    absl::MutexLock lock(&mu_);
+    return asked_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> asked_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(SidecarTest, OnANodeOfEightTheSidecarWatchesTheTwoGpusTheKubeletGaveItsPod) {
+  StartCoordinator(1);
+  const std::string socket = absl::StrCat(::testing::TempDir(), "kubelet-", getpid(), ".sock");
+  FakeKubelet kubelet(socket);
+  SidecarProcess sidecar = StartSidecar(0, 1, "eight_gpus.json",
+                                        {"--pod-resources-socket", socket, "--expected-gpus", "2"});
+  ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); })) << ReadFile(sidecar.log);
+  EXPECT_EQ(kubelet.asked(), std::vector<std::string>{"ml/train-worker-0"});
+  Json cluster = Json::parse(ReadFile(sidecar.handoff + "/cluster.json"));
+  ASSERT_EQ(cluster["local_gpus"].size(), 2u) << cluster.dump();
+  EXPECT_EQ(cluster["local_gpus"][0]["uuid"], "GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001003");
+  EXPECT_EQ(cluster["local_gpus"][1]["uuid"], "GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001006");
+  std::string metrics;
+  ASSERT_TRUE(Eventually([&] {
+    metrics = sidecar.Get("/metrics");
+    return !std::isnan(Sample(metrics, "cohort_gpu_temperature_celsius", {{"gpu", "1"}}));
+  }));
+  EXPECT_EQ(Sample(metrics, "cohort_gpus"), 2);
+  // Numbered as the workload's container numbers them: 0 and 1.
+  EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy",
+                   {{"gpu", "1"}, {"uuid", "GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001006"}}),
+            1);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_gpus_expected"), 2);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_gpus_missing"), 0);
+  const std::string log = ReadFile(sidecar.log);
+  EXPECT_NE(log.find("the pod's GPUs: 2 of the 8 NVML shows"), std::string::npos) << log;
+  EXPECT_EQ(log.find("cannot see the pod's GPUs"), std::string::npos) << log;
+  // A fault on a GPU that is not the pod's is not this pod's to report; one on the pod's is,
+  // under the index the workload knows it by.
+  sidecar.Inject("xid 0 79");
+  sidecar.Inject("xid 3 79");
+  ASSERT_TRUE(Eventually([&] {
+    return Sample(sidecar.Get("/metrics"), "cohort_sidecar_errors_reported_total",
+                  {{"reason", "xid"}}) == 1;
+  })) << ReadFile(sidecar.log);
+  const std::string reported = ReadFile(sidecar.log);
+  EXPECT_NE(reported.find("GPU 0 (GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001003)"), std::string::npos)
+      << reported;
+  EXPECT_EQ(reported.find("000000001000) of"), std::string::npos) << reported;
+}
+
+TEST_F(SidecarTest, ASidecarThatCannotSeeThePodsGpusSaysSoInItsLogAndMetrics) {
+  StartCoordinator(3);
+  // Two of the four GPUs asked for (--gpu-uuids names the pod's as the node shows them).
+  SidecarProcess sidecar = StartSidecar(
+      0, 3, "eight_gpus.json",
+      {"--gpu-uuids",
+       "GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001002,GPU-6f1c3a52-8d2e-4b7a-9c1d-000000009999",
+       "--expected-gpus", "4"});
+  ASSERT_TRUE(Eventually([&] {
+    return !std::isnan(Sample(sidecar.Get("/metrics"), "cohort_sidecar_gpus_missing"));
+  })) << ReadFile(sidecar.log);
+  std::string metrics = sidecar.Get("/metrics");
+  EXPECT_EQ(Sample(metrics, "cohort_gpus"), 1);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_gpus_expected"), 4);
+  EXPECT_EQ(Sample(metrics, "cohort_sidecar_gpus_missing"), 3);
+  std::string log = ReadFile(sidecar.log);
+  EXPECT_NE(log.find("GPU-6f1c3a52-8d2e-4b7a-9c1d-000000009999 is not among them"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("cannot see the pod's GPUs: its workload asks for 4 (nvidia.com/gpu), the "
+                     "sidecar sees 1"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("--sidecar-gpu-access=visible-devices"), std::string::npos) << log;
+
+  // A node without the driver: the same, with NVML's reason.
+  SidecarProcess bare = StartSidecar(1, 3, "", {"--expected-gpus", "1"});
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(bare.log).find("cannot see the pod's GPUs") != std::string::npos;
+  })) << ReadFile(bare.log);
+  EXPECT_NE(ReadFile(bare.log).find("libnvidia-ml"), std::string::npos);
+
+  // A kubelet that does not answer: no GPU is blamed on this pod.
+  SidecarProcess lost = StartSidecar(
+      2, 3, "eight_gpus.json",
+      {"--pod-resources-socket", ::testing::TempDir() + "no-kubelet.sock", "--expected-gpus", "2"});
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(lost.log).find("cannot tell which GPUs are the pod's") != std::string::npos;
+  })) << ReadFile(lost.log);
+  EXPECT_NE(ReadFile(lost.log).find("watching none"), std::string::npos);
+}
+
+TEST_F(SidecarTest, BadGpuFlagsAreOneClearLine) {
+  StartCoordinator(1);
+  for (const auto& [flags, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--expected-gpus", "two"}, "--expected-gpus \"two\" is not a count of GPUs"},
+           {{"--gpu-uuids", "GPU-1", "--pod-resources-socket", "/x.sock"},
+            "--gpu-uuids and --pod-resources-socket both say"}}) {
+    SidecarProcess s = StartSidecar(0, 1, "", flags);
+    ProcessResult result = s.process->Wait();
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_NE(ReadFile(s.log).find(want), std::string::npos) << ReadFile(s.log);
+  }
 }
 
 }  // namespace

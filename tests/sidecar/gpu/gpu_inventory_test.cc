@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -54,9 +56,13 @@ class FakeSysfs {
 
 class GpuInventoryTest : public ::testing::Test {
  protected:
-  const GpuInventory& Open(const std::string& config, const char* library = kFakeNvml) {
+  const GpuInventory& Open(const std::string& config, const char* library = kFakeNvml,
+                           std::optional<std::vector<std::string>> only = std::nullopt) {
+    monitor_.reset();
+    node_.reset();
     node_ = std::make_unique<ScopedFakeNode>(config);
     GpuMonitorOptions options = recorder_.Options(library);
+    options.only_uuids = std::move(only);
     options.sysfs_pci_devices_dir = sysfs_.path();
     monitor_ = std::make_unique<GpuMonitor>(options);
     return monitor_->inventory();
@@ -166,6 +172,34 @@ TEST_F(GpuInventoryTest, DirectNvLinksPointAtThePeerGpu) {
   EXPECT_FALSE(Pair(0, 1).nvswitch);
   // This driver reports no PCIe topology.
   EXPECT_EQ(Pair(0, 1).pcie, std::nullopt);
+}
+
+TEST_F(GpuInventoryTest, ThePodsGpusAloneAreNumberedAsItsContainerNumbersThem) {
+  nlohmann::json config = ReadConfig("nvlink_mesh.json");
+  const std::string second = config["gpus"][1]["uuid"], last = config["gpus"][3]["uuid"];
+  const GpuInventory& inventory = Open("nvlink_mesh.json", kFakeNvml, {{last, second}});
+  ASSERT_EQ(inventory.gpus.size(), 2u);
+  // NVML's order, renumbered from 0.
+  EXPECT_EQ(inventory.gpus[0].uuid, second);
+  EXPECT_EQ(inventory.gpus[0].index, 0);
+  EXPECT_EQ(inventory.gpus[1].uuid, last);
+  EXPECT_EQ(inventory.gpus[1].index, 1);
+  // GPU 1 -> 3 was one direct link; a link to a GPU that is not the pod's has no index.
+  ASSERT_EQ(inventory.topology.size(), 1u);
+  EXPECT_EQ(Pair(0, 1).direct_nvlinks, 1);
+  int to_peer = 0, elsewhere = 0;
+  for (const NvLink& link : inventory.gpus[0].nvlinks) {
+    if (link.remote_gpu_index == 1) ++to_peer;
+    if (link.peer == NvLinkPeer::kGpu && !link.remote_gpu_index) ++elsewhere;
+  }
+  EXPECT_EQ(to_peer, 1);
+  EXPECT_EQ(elsewhere, 3);
+  EXPECT_EQ(monitor_->Sample().size(), 2u);
+  // A UUID the node does not have is named in the log.
+  const GpuInventory& none = Open("nvlink_mesh.json", kFakeNvml, {{"GPU-nowhere"}});
+  EXPECT_TRUE(none.gpus.empty());
+  EXPECT_THAT(recorder_.logs(),
+              ::testing::Contains(::testing::HasSubstr("GPU-nowhere is not among them")));
 }
 
 TEST_F(GpuInventoryTest, FieldsTheGpuDoesNotSupportAreEmpty) {
