@@ -228,6 +228,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
     KueueObserved kq;
     kq.workload = workloads_->Get(ns, kueue::WorkloadName(*job));
     for (const auto& flavor : flavors_->All()) kq.flavors[kube::Name(flavor)] = flavor;
+    if (!kq.workload && !kueue::QueueName(*job).empty()) kq.priority = ReadPriority(*job);
     observed.kueue = std::move(kq);
   }
   for (const auto& pod : pods_->ByIndex(ns, name)) observed.pods.push_back(ObservePod(pod));

@@ -79,6 +79,9 @@ class JobController {
   // and finalizer from a plan; the finalizers of a deleted job's Workloads.
   absl::Status DecideKueue();
   absl::Status ApplyWorkload(const api::CoordinatedJob& job, const Plan& plan);
+  // The priority a queued job's new Workload gets (kueue::PrioritySourceOf), read from the
+  // API server: a WorkloadPriorityClass, a PriorityClass, or the globalDefault one.
+  KueueObserved::Priority ReadPriority(const api::CoordinatedJob& job);
   void ReleaseWorkloads(const std::string& ns, const std::string& job);
   std::vector<kube::Informer*> Informers() const;
   void RecordEvent(const json& involved, const std::string& type, const std::string& reason,

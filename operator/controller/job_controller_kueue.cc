@@ -88,6 +88,40 @@ absl::Status JobController::ApplyWorkload(const api::CoordinatedJob& job, const 
   return absl::OkStatus();
 }
 
+KueueObserved::Priority JobController::ReadPriority(const api::CoordinatedJob& job) {
+  const kueue::PriorityClassSource source = kueue::PrioritySourceOf(job);
+  std::optional<json> found;
+  if (source.kind == kueue::PriorityClassSource::kGlobalDefault) {
+    auto classes = client_->List(kube::kPriorityClasses, "", {});
+    if (!classes.ok()) {
+      spdlog::warn(
+          "CoordinatedJob {}/{}: cannot list PriorityClasses for its Workload's "
+          "priority: {}; priority 0",
+          job.namespace_name, job.name, classes.status().ToString());
+      return {};
+    }
+    // Kueue, as the API server: the lowest of the globalDefault classes.
+    for (const json& c : classes->value("items", json::array())) {
+      if (!c.value("globalDefault", false)) continue;
+      if (!found || c.value("value", 0) < found->value("value", 0)) found = c;
+    }
+  } else {
+    const kube::Resource& r = source.kind == kueue::PriorityClassSource::kWorkloadPriorityClass
+                                  ? kube::kWorkloadPriorityClasses
+                                  : kube::kPriorityClasses;
+    auto got = client_->Get(r, "", source.name);
+    if (got.ok()) {
+      found = *got;
+    } else if (!absl::IsNotFound(got.status())) {
+      KueueObserved::Priority unreadable;
+      unreadable.error =
+          absl::StrCat(r.kind, " ", source.name, " cannot be read: ", got.status().message());
+      return unreadable;
+    }
+  }
+  return kueue::PriorityFrom(source, found);
+}
+
 void JobController::ReleaseWorkloads(const std::string& ns, const std::string& job) {
   if (!workloads_) return;
   for (json workload : workloads_->ByIndex(ns, job)) {

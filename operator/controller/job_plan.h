@@ -89,6 +89,14 @@ struct CoordinatorView {
 struct KueueObserved {
   std::optional<nlohmann::json> workload;         // the job's (kueue::WorkloadName)
   std::map<std::string, nlohmann::json> flavors;  // ResourceFlavors by name
+  // The Workload's priority, as Kueue's integrations derive it (kueue::PriorityFor), read by
+  // the controller while the job has no Workload.
+  struct Priority {
+    std::optional<nlohmann::json> ref;  // spec.priorityClassRef; none: no class applies
+    int32_t value = 0;
+    std::string error;  // the class the job names does not exist (or could not be read)
+  };
+  Priority priority;
 };
 
 struct Observed {

@@ -120,7 +120,38 @@ std::string PodSetOf(const json& pod) {
   return "";
 }
 
-json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& settings) {
+PriorityClassSource PrioritySourceOf(const api::CoordinatedJob& job) {
+  const std::string label = Label(job.object, kPriorityClassLabel);
+  if (!label.empty()) return {PriorityClassSource::kWorkloadPriorityClass, label};
+  const std::string pods = Str(Get(Get(job.spec.pod_template, "spec"), "priorityClassName"));
+  if (!pods.empty()) return {PriorityClassSource::kPriorityClass, pods};
+  return {PriorityClassSource::kGlobalDefault, ""};
+}
+
+KueueObserved::Priority PriorityFrom(const PriorityClassSource& source,
+                                     const std::optional<json>& found) {
+  KueueObserved::Priority out;
+  if (source.kind == PriorityClassSource::kNone) return out;
+  if (!found) {
+    if (source.kind == PriorityClassSource::kGlobalDefault) return out;  // none: priority 0
+    out.error = source.kind == PriorityClassSource::kWorkloadPriorityClass
+                    ? absl::StrCat("WorkloadPriorityClass ", source.name, " (label ",
+                                   kPriorityClassLabel, ") does not exist")
+                    : absl::StrCat("PriorityClass ", source.name,
+                                   " (the pods' priorityClassName) does not exist");
+    return out;
+  }
+  const bool workload_class = source.kind == PriorityClassSource::kWorkloadPriorityClass;
+  const json& value = Get(*found, "value");
+  out.value = value.is_number_integer() ? value.get<int32_t>() : 0;
+  out.ref = json{{"group", workload_class ? "kueue.x-k8s.io" : "scheduling.k8s.io"},
+                 {"kind", workload_class ? "WorkloadPriorityClass" : "PriorityClass"},
+                 {"name", Str(Get(Get(*found, "metadata"), "name"))}};
+  return out;
+}
+
+json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& settings,
+                     const KueueObserved::Priority* priority) {
   json pod_sets = json::array();
   pod_sets.push_back(PodSet(job, kCoordinatorPodSet, 1,
                             CoordinatorPod(job, 0, absl::UnixEpoch(), settings, JobTls::kNone)));
@@ -139,6 +170,10 @@ json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& set
         {"ownerReferences", json::array({OwnerReference(job)})},
         {"finalizers", json::array({kResourceInUseFinalizer})}}},
       {"spec", {{"queueName", QueueName(job)}, {"podSets", pod_sets}}}};
+  if (priority && priority->error.empty()) {
+    if (priority->ref) workload["spec"]["priorityClassRef"] = *priority->ref;
+    workload["spec"]["priority"] = priority->value;
+  }
   int seconds = 0;
   if (absl::SimpleAtoi(Label(job.object, "kueue.x-k8s.io/max-exec-time-seconds"), &seconds) &&
       seconds > 0) {
@@ -314,6 +349,7 @@ bool ClearAdmission(json* workload, absl::Time now) {
   json& status = (*workload)["status"];
   if (!status.is_object() || !status.contains("admission")) return false;
   status.erase("admission");
+  status.erase("reclaimablePods");  // a new admission starts with every pod needed
   const json* evicted = FindCondition(*workload, "Evicted");
   const std::string reason = evicted ? Str(Get(*evicted, "reason")) : "";
   const std::string message = evicted ? Str(Get(*evicted, "message")) : "";

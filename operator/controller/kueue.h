@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
 #include "operator/controller/children.h"
+#include "operator/controller/job_plan.h"
 
 namespace cohort::controller::kueue {
 
@@ -26,6 +27,7 @@ using json = nlohmann::json;
 
 inline constexpr char kApiVersion[] = "kueue.x-k8s.io/v1beta2";
 inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
+inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 inline constexpr char kJobUidLabel[] = "kueue.x-k8s.io/job-uid";
 inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
 inline constexpr char kWorkloadAnnotation[] = "kueue.x-k8s.io/workload";
@@ -49,7 +51,22 @@ std::string PodSetOf(const json& pod);
 // The Workload the job should have: its queue, and a pod set per role whose template is the
 // role's pod as the operator makes it (gang 0), so that Kueue counts the sidecar's requests
 // and sees the pods' node selectors, affinity and tolerations.
-json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& settings);
+// With `priority` (no error), its spec.priorityClassRef and spec.priority.
+json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& settings,
+                     const KueueObserved::Priority* priority = nullptr);
+
+// Where a queued job's priority comes from, as Kueue's integrations decide it: the job's
+// kueue.x-k8s.io/priority-class label names a WorkloadPriorityClass; else the pods'
+// priorityClassName (the workers' template) names a PriorityClass; else the cluster's
+// globalDefault PriorityClass, if any; else none (priority 0).
+struct PriorityClassSource {
+  enum Kind { kNone, kWorkloadPriorityClass, kPriorityClass, kGlobalDefault } kind = kNone;
+  std::string name;
+};
+PriorityClassSource PrioritySourceOf(const api::CoordinatedJob& job);
+// The Workload's priority from the class object `found` of `source` (nullopt: not found).
+KueueObserved::Priority PriorityFrom(const PriorityClassSource& source,
+                                     const std::optional<json>& found);
 
 // Whether `workload` still describes the job as `desired` does: the same pod sets in the same
 // order, with the same counts and the same containers (names and resources). Anything else a

@@ -64,7 +64,14 @@ Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
   const std::string queue = kueue::QueueName(job);
 
   if (!workload) {
-    P.plan.create.push_back(desired);
+    if (!kq.priority.error.empty()) {
+      // Kueue's integrations make no Workload for a job whose priority class is missing.
+      Hold(P, "PriorityClassNotFound",
+           absl::StrCat("no Workload yet: ", kq.priority.error, "; the job waits for it"));
+      P.Requeue(absl::Seconds(10));
+      return std::move(P.plan);
+    }
+    P.plan.create.push_back(kueue::DesiredWorkload(job, settings, &kq.priority));
     Hold(P, "Queued",
          absl::StrCat("waiting for Kueue to admit Workload ", name, " (LocalQueue ", queue, ")"));
     return std::move(P.plan);
@@ -149,7 +156,19 @@ Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
                                was ? "At least one pod has failed, waiting for recovery"
                                    : "Not all pods are ready or succeeded",
                                observed.now);
-  if (changed) plan.workload_status = std::move(w);
+  // Workers whose workload already exited 0 while the rest run need their quota no more:
+  // reclaimablePods lets Kueue give it to other Workloads (it only grows within an admission).
+  bool reclaimed = false;
+  if (const int done = plan.status.tasks.succeeded; done > 0) {
+    const json want = json::array({{{"name", kueue::kWorkersPodSet}, {"count", done}}});
+    json& status = w["status"];
+    if (!status.is_object()) status = json::object();
+    if (status.value("reclaimablePods", json()) != want) {
+      status["reclaimablePods"] = want;
+      reclaimed = true;
+    }
+  }
+  if (changed || reclaimed) plan.workload_status = std::move(w);
   return plan;
 }
 

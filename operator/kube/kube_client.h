@@ -48,6 +48,11 @@ inline const Resource kCertificates{"/apis/cert-manager.io/v1", "certificates", 
 inline const Resource kWorkloads{"/apis/kueue.x-k8s.io/v1beta2", "workloads", "Workload", true};
 inline const Resource kResourceFlavors{"/apis/kueue.x-k8s.io/v1beta2", "resourceflavors",
                                        "ResourceFlavor", false};
+// A queued job's priority (kueue::Priority): read when its Workload is made.
+inline const Resource kWorkloadPriorityClasses{
+    "/apis/kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", false};
+inline const Resource kPriorityClasses{"/apis/scheduling.k8s.io/v1", "priorityclasses",
+                                       "PriorityClass", false};
 // spec.gangScheduling's PodGroups: created, never watched.
 inline const Resource kSchedulerPluginsPodGroups{"/apis/scheduling.x-k8s.io/v1alpha1", "podgroups",
                                                  "PodGroup", true};

@@ -8,7 +8,9 @@
 # Two jobs that each need all 4 GPUs wait, suspended, with a Workload each; admitted in turn,
 # they run one after the other and both succeed, their Workloads Finished; a job evicted
 # mid-run stops without counting a restart, gives its quota back (admission cleared, queued
-# again) and, admitted again, runs; a job deleted takes its Workload with it.
+# again) and, admitted again, runs; a job deleted takes its Workload with it; a job's
+# Workload takes its priority from the WorkloadPriorityClass its label names, and a job that
+# names one that does not exist waits, saying so, until it does.
 set -uo pipefail
 NS="kueue-test-$$"
 source "$(dirname "$0")/lib.sh"
@@ -47,16 +49,17 @@ kind: LocalQueue
 metadata: {name: gpus, namespace: $NS}
 spec: {clusterQueue: $FLAVOR}
 YAML
-trap 'cleanup; "$KUBECTL" delete resourceflavor,clusterqueue "$FLAVOR" --wait=false >/dev/null 2>&1' EXIT
+trap 'cleanup; "$KUBECTL" delete resourceflavor,clusterqueue,workloadpriorityclass "$FLAVOR" --wait=false >/dev/null 2>&1' EXIT
 
-# job NAME STEPS: two workers of 2 GPUs each (all of the node's 4), queued in LocalQueue gpus.
+# job NAME STEPS [PRIORITY-CLASS]: two workers of 2 GPUs each (all of the node's 4), queued in
+# LocalQueue gpus.
 job() {
   k apply -f - >/dev/null <<YAML
 apiVersion: cohort.dev/v1alpha1
 kind: CoordinatedJob
 metadata:
   name: $1
-  labels: {kueue.x-k8s.io/queue-name: gpus}
+  labels: {kueue.x-k8s.io/queue-name: gpus${3:+, kueue.x-k8s.io/priority-class: $3}}
 spec:
   replicas: 2
   template:
@@ -195,5 +198,29 @@ if until_true 20 '[[ -n $(workload_of third) ]]'; then
 else
   fail "third job gets a Workload"
 fi
+
+# ---- 5. Priority: the WorkloadPriorityClass the job's label names; a missing one holds it.
+job urgent 4 "$FLAVOR"
+if wait_for cjob/urgent '{.status.conditions[?(@.type=="Suspended")].reason}' PriorityClassNotFound 30 &&
+  [[ -z $(workload_of urgent) ]]; then
+  pass "a job whose WorkloadPriorityClass does not exist gets no Workload and says why"
+else
+  fail "missing priority class" "$(field cjob/urgent '{.status.conditions}'), workload '$(workload_of urgent)'"
+fi
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: $FLAVOR}
+value: 1000
+YAML
+if until_true 30 '[[ -n $(workload_of urgent) ]]'; then
+  got=$(field "workload/$(workload_of urgent)" '{.spec.priority} {.spec.priorityClassRef.kind}/{.spec.priorityClassRef.name}')
+  [[ "$got" == "1000 WorkloadPriorityClass/$FLAVOR" ]] &&
+    pass "once the class exists the Workload is made with its priority ($got)" ||
+    fail "workload priority" "$got"
+else
+  fail "the Workload is made once the priority class exists" "$(field cjob/urgent '{.status.conditions}')"
+fi
+k delete cjob urgent --wait=false >/dev/null
 
 finish

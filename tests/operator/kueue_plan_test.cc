@@ -198,6 +198,53 @@ TEST(KueuePlanTest, AQueuedJobGetsItsWorkloadAndNoPod) {
   EXPECT_TRUE(plan.events.empty()) << plan.events[0].message;
 }
 
+TEST(KueuePlanTest, TheWorkloadTakesItsPriorityAsKueuesIntegrationsDo) {
+  // Where it comes from: the job's label, else the pods' priorityClassName, else the default.
+  json labelled = JobObject();
+  labelled["metadata"]["labels"][kueue::kPriorityClassLabel] = "production";
+  labelled["spec"]["template"]["spec"]["priorityClassName"] = "pods-high";
+  kueue::PriorityClassSource source = kueue::PrioritySourceOf(Job(labelled));
+  EXPECT_EQ(source.kind, kueue::PriorityClassSource::kWorkloadPriorityClass);
+  EXPECT_EQ(source.name, "production");
+  json pods_only = JobObject();
+  pods_only["spec"]["template"]["spec"]["priorityClassName"] = "pods-high";
+  source = kueue::PrioritySourceOf(Job(pods_only));
+  EXPECT_EQ(source.kind, kueue::PriorityClassSource::kPriorityClass);
+  EXPECT_EQ(source.name, "pods-high");
+  EXPECT_EQ(kueue::PrioritySourceOf(Job(JobObject())).kind,
+            kueue::PriorityClassSource::kGlobalDefault);
+
+  // The class's value, and a reference to it, go into the Workload.
+  const KueueObserved::Priority production =
+      kueue::PriorityFrom({kueue::PriorityClassSource::kWorkloadPriorityClass, "production"},
+                          json{{"metadata", {{"name", "production"}}}, {"value", 10000}});
+  Observed o = With({}, std::nullopt);
+  o.kueue->priority = production;
+  Plan plan = PlanJob(Job(labelled), o, OperatorSettings{});
+  ASSERT_EQ(plan.create.size(), 1u);
+  EXPECT_EQ(plan.create[0]["spec"]["priority"], 10000);
+  EXPECT_EQ(plan.create[0]["spec"]["priorityClassRef"], (json{{"group", "kueue.x-k8s.io"},
+                                                              {"kind", "WorkloadPriorityClass"},
+                                                              {"name", "production"}}));
+  // No class applies: priority 0 and no reference; a default PriorityClass's value otherwise.
+  EXPECT_FALSE(kueue::PriorityFrom({kueue::PriorityClassSource::kGlobalDefault, ""}, std::nullopt)
+                   .ref.has_value());
+  const KueueObserved::Priority default_class =
+      kueue::PriorityFrom({kueue::PriorityClassSource::kGlobalDefault, ""},
+                          json{{"metadata", {{"name", "normal"}}}, {"value", 100}});
+  EXPECT_EQ(default_class.value, 100);
+  EXPECT_EQ((*default_class.ref)["kind"], "PriorityClass");
+  // A class the job names that does not exist: no Workload, the job says why and waits.
+  o.kueue->priority = kueue::PriorityFrom(
+      {kueue::PriorityClassSource::kWorkloadPriorityClass, "production"}, std::nullopt);
+  plan = PlanJob(Job(labelled), o, OperatorSettings{});
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(Find(plan, kConditionSuspended)->reason, "PriorityClassNotFound");
+  EXPECT_NE(Find(plan, kConditionSuspended)->message.find("WorkloadPriorityClass production"),
+            std::string::npos);
+  EXPECT_TRUE(plan.requeue_after.has_value());
+}
+
 TEST(KueuePlanTest, AnAdmittedJobStartsWithTheFlavorsPlacement) {
   api::CoordinatedJob job = WithStatus(JobObject(), phase::kSuspended);
   // The flavor a100 is not there (yet): the job waits, and says which.
@@ -253,6 +300,26 @@ TEST(KueuePlanTest, PodsReadyFollowsTheGang) {
             "WaitForRecovery");
   Plan still = PlanJob(job, With(down, *lost.workload_status, A100()), OperatorSettings{});
   EXPECT_FALSE(still.workload_status.has_value());
+}
+
+TEST(KueuePlanTest, AWorkerDoneBeforeTheRestGivesItsQuotaBack) {
+  api::CoordinatedJob job = WithStatus(JobObject(), phase::kRunning);
+  Plan plan = PlanJob(job, With(Gang(), Admitted(Created(job)), A100()), OperatorSettings{});
+  const json running = *plan.workload_status;
+  EXPECT_FALSE(running["status"].contains("reclaimablePods"));
+  std::vector<ObservedPod> one_done = Gang();
+  one_done[1].phase = "Succeeded";
+  one_done[1].exit_code = 0;
+  plan = PlanJob(job, With(one_done, running, A100()), OperatorSettings{});
+  ASSERT_TRUE(plan.workload_status.has_value());
+  EXPECT_EQ((*plan.workload_status)["status"]["reclaimablePods"],
+            json::array({{{"name", "workers"}, {"count", 1}}}));
+  // Said once; an eviction's cleared admission starts over with every pod needed.
+  EXPECT_FALSE(PlanJob(job, With(one_done, *plan.workload_status, A100()), OperatorSettings{})
+                   .workload_status.has_value());
+  json evicted = *plan.workload_status;
+  kueue::ClearAdmission(&evicted, kNow);
+  EXPECT_FALSE(evicted["status"].contains("reclaimablePods"));
 }
 
 TEST(KueuePlanTest, AnEvictedJobStopsWithoutARestartAndGivesItsQuotaBackOnceItsPodsAreGone) {

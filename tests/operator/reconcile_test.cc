@@ -318,8 +318,11 @@ TEST_F(ReconcileTest, KueueOnWithoutItsApiRefusesToStartAndAQueuedJobWaitsForAdm
 
 TEST_F(ReconcileTest, AQueuedJobMakesItsWorkloadAndNoPodUntilAdmitted) {
   json job = Job(2);
-  job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-a"}};
+  job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-a"},
+                               {"kueue.x-k8s.io/priority-class", "production"}};
   client_->Add(kube::kCoordinatedJobs, job);
+  client_->Add(kube::kWorkloadPriorityClasses,
+               {{"metadata", {{"name", "production"}}}, {"value", 10000}});
   JobController::Options on;
   on.kueue = "on";
   Start(on);
@@ -333,6 +336,10 @@ TEST_F(ReconcileTest, AQueuedJobMakesItsWorkloadAndNoPodUntilAdmitted) {
       << ::testing::PrintToString(writes);
   for (const std::string& w : writes) EXPECT_EQ(w.find("create pods"), std::string::npos) << w;
   EXPECT_EQ(Status()["phase"], phase::kSuspended);
+  auto workloads = client_->List(kube::kWorkloads, kNs, {});
+  ASSERT_EQ((*workloads)["items"].size(), 1u);
+  EXPECT_EQ((*workloads)["items"][0]["spec"]["priority"], 10000);
+  EXPECT_EQ((*workloads)["items"][0]["spec"]["priorityClassRef"]["name"], "production");
 }
 
 }  // namespace
