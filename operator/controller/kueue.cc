@@ -32,9 +32,52 @@ json TemplateOf(const json& pod) {
   return {{"metadata", metadata}, {"spec", Get(pod, "spec")}};
 }
 
-json PodSet(const api::CoordinatedJob& job, const char* name, int count, json pod) {
+// A pod set's topologyRequest from its pods' annotations, as Kueue builds it for its own
+// integrations (one of required, preferred or unconstrained; a slice layer; a group name with
+// required or preferred); none without any of them unless the pods have an index label.
+std::optional<json> TopologyRequest(const json& pod, const std::string& index_label) {
+  const json& annotations = Get(Get(pod, "metadata"), "annotations");
+  const auto annotation = [&annotations](const char* key) -> std::optional<std::string> {
+    const json& v = Get(annotations, key);
+    if (!v.is_string()) return std::nullopt;
+    return v.get<std::string>();
+  };
+  json request = json::object();
+  const auto required = annotation("kueue.x-k8s.io/podset-required-topology");
+  const auto preferred = annotation("kueue.x-k8s.io/podset-preferred-topology");
+  const auto unconstrained = annotation("kueue.x-k8s.io/podset-unconstrained-topology");
+  const auto slice = annotation("kueue.x-k8s.io/podset-slice-required-topology");
+  const auto slice_size = annotation("kueue.x-k8s.io/podset-slice-size");
+  int slice_pods = 0;
+  const bool sliced =
+      slice && slice_size && absl::SimpleAtoi(*slice_size, &slice_pods) && slice_pods > 0;
+  if (required) {
+    request["required"] = *required;
+  } else if (preferred) {
+    request["preferred"] = *preferred;
+  } else if (unconstrained) {
+    request["unconstrained"] = *unconstrained == "true";
+  } else if (!sliced && index_label.empty()) {
+    return std::nullopt;
+  }
+  if (sliced) {
+    request["podSetSliceRequiredTopology"] = *slice;
+    request["podSetSliceSize"] = slice_pods;
+  }
+  if (!index_label.empty()) request["podIndexLabel"] = index_label;
+  if (const auto group = annotation("kueue.x-k8s.io/podset-group-name");
+      group && (required || preferred)) {
+    request["podSetGroupName"] = *group;
+  }
+  return request;
+}
+
+json PodSet(const api::CoordinatedJob& job, const char* name, int count, json pod,
+            const std::string& index_label = "") {
   JoinPodGroup(job, &pod);
-  return {{"name", name}, {"count", count}, {"template", TemplateOf(pod)}};
+  json set = {{"name", name}, {"count", count}, {"template", TemplateOf(pod)}};
+  if (auto topology = TopologyRequest(pod, index_label)) set["topologyRequest"] = *topology;
+  return set;
 }
 
 // The containers of a template as quota sees them: names and resources, in order.
@@ -156,7 +199,7 @@ json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& set
   pod_sets.push_back(PodSet(job, kCoordinatorPodSet, 1,
                             CoordinatorPod(job, 0, absl::UnixEpoch(), settings, JobTls::kNone)));
   pod_sets.push_back(PodSet(job, kWorkersPodSet, job.spec.replicas,
-                            WorkerPod(job, 0, 0, settings, JobTls::kNone)));
+                            WorkerPod(job, 0, 0, settings, JobTls::kNone), kIndexLabel));
   if (job.spec.tasks) {
     pod_sets.push_back(PodSet(job, kDriverPodSet, 1, DriverPod(job, 0, settings, JobTls::kNone)));
   }
@@ -211,6 +254,7 @@ AdmissionOrError ReadAdmission(const json& workload, const std::map<std::string,
   for (const json& assignment : Array(Get(admission, "podSetAssignments"))) {
     const std::string set = Str(Get(assignment, "name"));
     PodSetInfo info;
+    info.topology_gate = Get(assignment, "topologyAssignment").is_object();
     info.labels[kPodSetLabel] = set;
     info.annotations[kWorkloadAnnotation] = name;
     std::set<std::string> names;
@@ -277,6 +321,14 @@ std::string ApplyPodSetInfo(const PodSetInfo& info, json* pod) {
   if (std::string e = ApplyMap(&spec, "nodeSelector", info.node_selector, "node selector");
       !e.empty()) {
     return e;
+  }
+  if (info.topology_gate) {
+    // Kueue's TopologyUngater takes the gate off once it has given the pod its domain.
+    json& gates = spec["schedulingGates"];
+    if (gates.is_null()) gates = json::array();
+    if (!gates.is_array()) return "schedulingGates is not a list";
+    const json gate = {{"name", kTopologyGate}};
+    if (std::find(gates.begin(), gates.end(), gate) == gates.end()) gates.push_back(gate);
   }
   if (!info.tolerations.empty()) {
     json& tolerations = spec["tolerations"];

@@ -32,6 +32,9 @@ inline constexpr char kJobUidLabel[] = "kueue.x-k8s.io/job-uid";
 inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
 inline constexpr char kWorkloadAnnotation[] = "kueue.x-k8s.io/workload";
 inline constexpr char kResourceInUseFinalizer[] = "kueue.x-k8s.io/resource-in-use";
+// Topology-aware scheduling: the gate a pod of a pod set with a topology assignment waits
+// behind until Kueue's TopologyUngater places it in its domain.
+inline constexpr char kTopologyGate[] = "kueue.x-k8s.io/topology";
 // The pod sets of a job's Workload, one per role.
 inline constexpr char kCoordinatorPodSet[] = "coordinator";
 inline constexpr char kWorkersPodSet[] = "workers";
@@ -50,7 +53,11 @@ std::string PodSetOf(const json& pod);
 
 // The Workload the job should have: its queue, and a pod set per role whose template is the
 // role's pod as the operator makes it (gang 0), so that Kueue counts the sidecar's requests
-// and sees the pods' node selectors, affinity and tolerations.
+// and sees the pods' node selectors, affinity and tolerations. A pod set's topologyRequest
+// comes from its pods' TAS annotations (kueue.x-k8s.io/podset-required-topology,
+// -preferred-topology, -unconstrained-topology, -slice-required-topology with -slice-size,
+// podset-group-name) as Kueue reads them for its own integrations; the workers' pod index
+// label is cohort.dev/task-index.
 // With `priority` (no error), its spec.priorityClassRef and spec.priority.
 json DesiredWorkload(const api::CoordinatedJob& job, const OperatorSettings& settings,
                      const KueueObserved::Priority* priority = nullptr);
@@ -75,6 +82,7 @@ bool Equivalent(const json& workload, const json& desired);
 
 // What a pod of an admitted pod set gets (Kueue's PodSetInfo).
 struct PodSetInfo {
+  bool topology_gate = false;  // the admission assigns the pod set a topology (TAS)
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   std::map<std::string, std::string> node_selector;

@@ -10,7 +10,10 @@
 # mid-run stops without counting a restart, gives its quota back (admission cleared, queued
 # again) and, admitted again, runs; a job deleted takes its Workload with it; a job's
 # Workload takes its priority from the WorkloadPriorityClass its label names, and a job that
-# names one that does not exist waits, saying so, until it does.
+# names one that does not exist waits, saying so, until it does; a job that asks for a
+# topology (Kueue's TAS annotations) gets a Workload whose workers' pod set asks for it, and,
+# admitted with a topology assignment, its workers wait behind Kueue's scheduling gate until
+# the test, playing Kueue's TopologyUngater, places them; then it runs and succeeds.
 set -uo pipefail
 NS="kueue-test-$$"
 source "$(dirname "$0")/lib.sh"
@@ -222,5 +225,55 @@ else
   fail "the Workload is made once the priority class exists" "$(field cjob/urgent '{.status.conditions}')"
 fi
 k delete cjob urgent --wait=false >/dev/null
+
+# ---- 6. Topology-aware scheduling: the request from the template's annotations; the
+# admission's topology assignment gates the workers until Kueue (here the test) places them.
+k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: placed
+  labels: {kueue.x-k8s.io/queue-name: gpus}
+spec:
+  replicas: 2
+  template:
+    metadata:
+      annotations: {kueue.x-k8s.io/podset-required-topology: kubernetes.io/hostname}
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "4", --step-seconds, "0.5"]
+          resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+if until_true 30 '[[ -n $(workload_of placed) ]]'; then
+  wl6=$(workload_of placed)
+  request=$(field "workload/$wl6" '{.spec.podSets[1].topologyRequest.required} {.spec.podSets[1].topologyRequest.podIndexLabel}')
+  [[ "$request" == "kubernetes.io/hostname cohort.dev/task-index" ]] &&
+    pass "the workers' pod set asks for the template's topology ($request)" ||
+    fail "topology request" "$request"
+  admit "$wl6"
+  k patch workload "$wl6" --subresource=status --type=json -p '[{"op": "add", "path": "/status/admission/podSetAssignments/1/topologyAssignment",
+    "value": {"levels": ["kubernetes.io/hostname"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "'$NODE'"}], "podCounts": {"universal": 2}}]}}]' >/dev/null
+  if until_true 60 '[[ $(field pod/placed-worker-1 "{.spec.schedulingGates[0].name}") == kueue.x-k8s.io/topology ]]'; then
+    phase=$(field pod/placed-worker-0 '{.status.phase} {.status.conditions[?(@.type=="PodScheduled")].reason}')
+    [[ "$phase" == "Pending SchedulingGated" ]] &&
+      pass "admitted with a topology assignment, the workers wait behind Kueue's topology gate" ||
+      fail "gated workers" "$phase"
+    # Kueue's TopologyUngater: each pod in its domain, then the gate off.
+    for i in 0 1; do
+      k patch pod "placed-worker-$i" --type=json -p '[{"op": "add", "path": "/spec/nodeSelector/kubernetes.io~1hostname", "value": "'$NODE'"},
+        {"op": "remove", "path": "/spec/schedulingGates"}]' >/dev/null ||
+        fail "ungate placed-worker-$i"
+    done
+    wait_for cjob/placed '{.status.phase}' Succeeded 90 &&
+      pass "placed in their domain and ungated, the workers run and the job succeeds" ||
+      fail "the TAS job succeeds" "$(field cjob/placed '{.status}')"
+  else
+    fail "gated workers appear" "$(k get pods -l cohort.dev/job=placed -o wide 2>&1)"
+  fi
+else
+  fail "the TAS job gets a Workload"
+fi
 
 finish

@@ -245,6 +245,55 @@ TEST(KueuePlanTest, TheWorkloadTakesItsPriorityAsKueuesIntegrationsDo) {
   EXPECT_TRUE(plan.requeue_after.has_value());
 }
 
+TEST(KueuePlanTest, TopologyRequestsAndAssignmentsFollowKueuesTopologyAwareScheduling) {
+  // The workers' pod set always names their index label; a TAS annotation on the template
+  // asks for a topology, with a group that keeps the coordinator with them.
+  json plain = kueue::DesiredWorkload(Job(JobObject()), OperatorSettings{});
+  EXPECT_FALSE(plain["spec"]["podSets"][0].contains("topologyRequest")) << "the coordinator's";
+  EXPECT_EQ(plain["spec"]["podSets"][1]["topologyRequest"],
+            (json{{"podIndexLabel", "cohort.dev/task-index"}}));
+  json object = JobObject();
+  object["spec"]["template"]["metadata"]["annotations"] = {
+      {"kueue.x-k8s.io/podset-required-topology", "cloud.example.com/rack"},
+      {"kueue.x-k8s.io/podset-group-name", "gang"},
+      {"kueue.x-k8s.io/podset-slice-required-topology", "kubernetes.io/hostname"},
+      {"kueue.x-k8s.io/podset-slice-size", "2"}};
+  object["spec"]["coordinator"]["podTemplate"]["metadata"]["annotations"] = {
+      {"kueue.x-k8s.io/podset-preferred-topology", "cloud.example.com/rack"},
+      {"kueue.x-k8s.io/podset-group-name", "gang"}};
+  api::CoordinatedJob job = Job(object);
+  json tas = kueue::DesiredWorkload(job, OperatorSettings{});
+  EXPECT_EQ(tas["spec"]["podSets"][1]["topologyRequest"],
+            (json{{"required", "cloud.example.com/rack"},
+                  {"podSetGroupName", "gang"},
+                  {"podSetSliceRequiredTopology", "kubernetes.io/hostname"},
+                  {"podSetSliceSize", 2},
+                  {"podIndexLabel", "cohort.dev/task-index"}}));
+  EXPECT_EQ(tas["spec"]["podSets"][0]["topologyRequest"],
+            (json{{"preferred", "cloud.example.com/rack"}, {"podSetGroupName", "gang"}}));
+
+  // Admitted with a topology assignment for the workers: their pods wait behind Kueue's gate
+  // (its TopologyUngater places each in its domain); the coordinator's set has none.
+  json workload = Admitted(Created(job));
+  workload["status"]["admission"]["podSetAssignments"][1]["topologyAssignment"] = {
+      {"levels", {"kubernetes.io/hostname"}},
+      {"slices", json::array({{{"domainCount", 1}, {"podCounts", {{"universal", 2}}}}})}};
+  api::CoordinatedJob waiting = WithStatus(object, phase::kSuspended);
+  Plan started = PlanJob(waiting, With({}, workload, A100()), OperatorSettings{});
+  ASSERT_FALSE(Pods(started).empty());
+  EXPECT_FALSE(Pods(started)[0]["spec"].contains("schedulingGates"))
+      << Pods(started)[0]["metadata"]["name"];
+  Plan workers = PlanJob(
+      WithStatus(object, phase::kPending),
+      With({Pod("train-coordinator", "coordinator", -1, "Running", true)}, workload, A100()),
+      OperatorSettings{});
+  ASSERT_EQ(Pods(workers).size(), 2u);
+  for (const json& pod : Pods(workers)) {
+    EXPECT_EQ(pod["spec"]["schedulingGates"], json::array({{{"name", "kueue.x-k8s.io/topology"}}}))
+        << pod["metadata"]["name"];
+  }
+}
+
 TEST(KueuePlanTest, AnAdmittedJobStartsWithTheFlavorsPlacement) {
   api::CoordinatedJob job = WithStatus(JobObject(), phase::kSuspended);
   // The flavor a100 is not there (yet): the job waits, and says which.
