@@ -138,7 +138,7 @@ void Informer::Apply(const WatchEvent& event, std::string* resource_version) {
 }
 
 void Informer::Run() {
-  std::chrono::milliseconds backoff(500);
+  std::chrono::milliseconds backoff = options_.initial_backoff;
   const auto sleep = [this](std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, d, [this] { return stop_.load(); });
@@ -150,7 +150,7 @@ void Informer::Run() {
       spdlog::warn("list {}: {} (again in {} ms)", resource_.plural, s.ToString(), backoff.count());
       if (handlers_.on_watch_restart) handlers_.on_watch_restart(std::string(s.message()));
       sleep(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+      backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
     // Watch until the version is gone or an error; a normal end (timeout) watches again.
@@ -160,7 +160,7 @@ void Informer::Run() {
                                       [&](const WatchEvent& e) { Apply(e, &rv); });
       if (stop_ || absl::IsCancelled(s)) return;
       if (s.ok()) {
-        backoff = std::chrono::milliseconds(500);
+        backoff = options_.initial_backoff;
         continue;
       }
       if (handlers_.on_watch_restart) handlers_.on_watch_restart(std::string(s.message()));
@@ -170,7 +170,7 @@ void Informer::Run() {
         spdlog::warn("watch {}: {} (list again in {} ms)", resource_.plural, s.ToString(),
                      backoff.count());
         sleep(backoff);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+        backoff = std::min(backoff * 2, options_.max_backoff);
       }
       break;
     }

@@ -6,6 +6,7 @@
 #define COHORT_OPERATOR_KUBE_INFORMER_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -27,6 +28,9 @@ class Informer {
     ListOptions selector;        // label/field selector scoping the cache
     std::string index_label;     // objects are also indexed by this label's value ("": none)
     int watch_timeout_seconds = 300;
+    // After a failed list or watch the informer waits this long, doubling up to max_backoff.
+    std::chrono::milliseconds initial_backoff{500};
+    std::chrono::milliseconds max_backoff{30000};
   };
   struct Handlers {
     std::function<void(const json&)> on_upsert;  // added or changed (also after every list)

@@ -136,6 +136,33 @@ TEST(FakeClientTest, AnInformersCacheFollowsWritesFromItsListsVersion) {
   informer.Stop();
 }
 
+TEST(FakeClientTest, AnInformerThatFailsToListOrWatchTriesAgainAndCatchesUp) {
+  FakeClient client;
+  ASSERT_TRUE(client.Create(kPods, "ml", Pod("first")).ok());
+  client.FailNext("list", "pods", absl::UnavailableError("the API server is restarting"), 2);
+  client.FailNext("watch", "pods", absl::InternalError("the watch broke"));
+  std::atomic<int> restarts{0};
+  Informer::Options options;
+  options.initial_backoff = std::chrono::milliseconds(1);
+  Informer informer(&client, kPods, options,
+                    {nullptr, nullptr, [&](const std::string&) { ++restarts; }});
+  informer.Start();
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(informer.WaitForSync(stop));
+  // Two failed lists and a failed watch, each followed by a list: a change made meanwhile is
+  // in the cache once the watch that follows has caught up.
+  ASSERT_TRUE(client.Create(kPods, "ml", Pod("second")).ok());
+  ASSERT_TRUE(client.WaitForWatches(1));
+  EXPECT_TRUE(informer.Get("ml", "first").has_value());
+  EXPECT_TRUE(informer.Get("ml", "second").has_value());
+  EXPECT_EQ(restarts.load(), 3);
+  int lists = 0;
+  for (const FakeClient::Action& a : client.Actions()) lists += a.verb == "list";
+  EXPECT_EQ(lists, 4);
+  client.Shutdown();
+  informer.Stop();
+}
+
 TEST(FakeClientTest, ALeaseIsTakenOverOnlyAfterItsHolderStopsRenewingForItsDuration) {
   ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   FakeClient client(&clock);
