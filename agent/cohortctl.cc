@@ -27,6 +27,7 @@
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/grpc_tls.h"
+#include "common/yaml_config.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -56,7 +57,7 @@ class Client {
   absl::Status Init() {
     if (!absl::ParseDuration(options_.timeout, &timeout_) || timeout_ <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--timeout \"", options_.timeout, "\" is not a duration such as 10s"));
+          absl::StrCat("--dial-timeout \"", options_.timeout, "\" is not a duration such as 10s"));
     }
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -128,6 +129,31 @@ int Fail(const absl::Status& status) {
   }
 }
 
+// A value as one line of a table: newlines and tabs shown as \n and \t, so that one value is
+// one line (the JSON output has it as it is).
+std::string OneLine(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// At most `width` characters of `text`, on one line, with "..." when cut.
+std::string Clip(const std::string& text, size_t width) {
+  std::string line = OneLine(text);
+  if (line.size() <= width) return line;
+  return line.substr(0, width - 3) + "...";
+}
+
 int Check(const grpc::Status& status) {
   return status.ok() ? 0 : Fail(cohort::FromGrpcStatus(status));
 }
@@ -192,6 +218,7 @@ Json SnapshotJson(const cohort::v1::ClusterSnapshot& snapshot) {
   return {{"service_incarnation", absl::StrCat(absl::Hex(snapshot.service_incarnation()))},
           {"default_job", snapshot.default_job()},
           {"cluster_registered", snapshot.cluster_registered()},
+          {"job_error", snapshot.job_error().empty() ? Json() : Json(snapshot.job_error())},
           {"tasks", tasks},
           {"barriers", barriers},
           {"key_value",
@@ -209,8 +236,13 @@ void PrintTasks(const cohort::v1::ClusterSnapshot& snapshot) {
                                 : absl::StrFormat("%.1fs", task.seconds_since_heartbeat());
     std::string incarnation =
         task.incarnation() == 0 ? "-" : absl::StrCat(absl::Hex(task.incarnation()));
-    std::printf("%-24s %-14s %-18s %-10s %s\n", name.c_str(), StateName(task.state()),
-                incarnation.c_str(), heartbeat.c_str(), task.error_message().c_str());
+    // A task that never registered and one that registered and left (shut down, reset) are
+    // both DISCONNECTED to the coordinator; the table tells them apart.
+    const bool never = task.state() == cohort::v1::DISCONNECTED && task.incarnation() == 0 &&
+                       task.seconds_since_heartbeat() < 0;
+    std::printf("%-24s %-14s %-18s %-10s %s\n", name.c_str(),
+                never ? "NOT-REGISTERED" : StateName(task.state()), incarnation.c_str(),
+                heartbeat.c_str(), Clip(task.error_message(), 60).c_str());
   }
 }
 
@@ -235,10 +267,17 @@ int Status(Client& client) {
     connected += task.state() == cohort::v1::CONNECTED;
     errors += task.state() == cohort::v1::ERROR;
   }
-  std::printf("coordinator %s (incarnation %s): %d/%d workload tasks connected, %d in error%s\n",
-              snapshot->default_job().c_str(),
-              absl::StrCat(absl::Hex(snapshot->service_incarnation())).c_str(), connected, workload,
-              errors, snapshot->cluster_registered() ? "" : ", still registering");
+  std::printf(
+      "coordinator incarnation %s, default job \"%s\": %d/%d workload tasks connected, "
+      "%d in error%s\n",
+      absl::StrCat(absl::Hex(snapshot->service_incarnation())).c_str(),
+      snapshot->default_job().c_str(), connected, workload, errors,
+      snapshot->cluster_registered() ? "" : ", still registering");
+  if (!snapshot->job_error().empty()) {
+    // Propagated to every task: the job has failed, even while its tasks still show CONNECTED
+    // (until they stop or miss their heartbeats).
+    std::printf("the job failed: %s\n", Clip(snapshot->job_error(), 200).c_str());
+  }
   std::printf("key-value: %lld keys, %lld bytes, revision %lld\n\n",
               static_cast<long long>(snapshot->key_count()),
               static_cast<long long>(snapshot->key_bytes()),
@@ -344,14 +383,22 @@ int Watch(Client& client, const std::string& key, int64_t revision) {
           std::cout << line.dump() << std::endl;
         } else {
           std::cout << cohort::KeyChangeTypeName(change->type) << " " << change->key;
-          if (change->type != cohort::KeyChange::Type::kDeleted) std::cout << " " << change->value;
+          if (change->type != cohort::KeyChange::Type::kDeleted) {
+            std::cout << " " << OneLine(change->value);
+          }
           std::cout << std::endl;
         }
       },
       options);
   if (!watcher.ok()) return Fail(watcher.status());
-  std::fprintf(stderr, "watching \"%s\" after revision %lld (Ctrl-C to stop)\n", key.c_str(),
-               static_cast<long long>((*watcher)->created_revision()));
+  if (revision > 0) {
+    std::fprintf(stderr, "watching \"%s\" from revision %lld (now %lld; Ctrl-C to stop)\n",
+                 key.c_str(), static_cast<long long>(revision),
+                 static_cast<long long>((*watcher)->created_revision()));
+  } else {
+    std::fprintf(stderr, "watching \"%s\" after revision %lld (Ctrl-C to stop)\n", key.c_str(),
+                 static_cast<long long>((*watcher)->created_revision()));
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!done.HasBeenNotified() && !g_interrupted.load(std::memory_order_relaxed)) {
@@ -420,9 +467,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   auto* put = kv->add_subcommand("put", "store a value; fails if the key exists");
   put->add_option("KEY", key)->required();
-  put->add_option("VALUE", value, "the value; - reads stdin")->required();
+  put->add_option("VALUE", value, "the value; - reads stdin (less one trailing newline)")
+      ->required();
   put->add_flag("--overwrite", overwrite, "replace an existing value");
-  auto* ls = kv->add_subcommand("ls", "list keys (and values) under a directory");
+  auto* ls = kv->add_subcommand(
+      "ls", "list keys and values under a directory (newlines in values shown as \\n)");
   ls->add_option("PREFIX", key)->required();
   auto* rm = kv->add_subcommand("rm", "remove a key");
   rm->add_option("KEY", key)->required();
@@ -456,7 +505,8 @@ int main(int argc, char** argv) {
   report->add_option("--task", task_text, "the reporting task, JOB/N")->required();
   report->add_option("MESSAGE", message)->required();
 
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
 
   Client client(options);
   if (auto s = client.Init(); !s.ok()) return Fail(s);
@@ -496,7 +546,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (put->parsed()) {
-    if (value == "-") value.assign(std::istreambuf_iterator<char>(std::cin), {});
+    if (value == "-") {
+      value.assign(std::istreambuf_iterator<char>(std::cin), {});
+      // `echo 0.01 | cohortctl kv put lr -` stores 0.01, as $(...) would read it.
+      if (!value.empty() && value.back() == '\n') value.pop_back();
+      if (!value.empty() && value.back() == '\r') value.pop_back();
+    }
     tensorflow::InsertKeyValueRequest request;
     request.mutable_kv()->set_key(key);
     request.mutable_kv()->set_value(value);
@@ -520,7 +575,9 @@ int main(int argc, char** argv) {
       for (const auto& kv : response.kv()) out[kv.key()] = kv.value();
       std::cout << out.dump(2) << "\n";
     } else {
-      for (const auto& kv : response.kv()) std::cout << kv.key() << "\t" << kv.value() << "\n";
+      for (const auto& kv : response.kv()) {
+        std::cout << kv.key() << "\t" << OneLine(kv.value()) << "\n";
+      }
     }
     return 0;
   }

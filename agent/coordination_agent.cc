@@ -160,7 +160,7 @@ absl::Status CoordinationAgent::CheckState(AgentState want, const char* what) co
   if (state_ == want) return absl::OkStatus();
   std::string message = absl::StrCat(what, " needs the agent ", AgentStateName(want),
                                      ", but it is ", AgentStateName(state_));
-  if (state_ == AgentState::kError) absl::StrAppend(&message, ": ", error_.ToString());
+  if (state_ == AgentState::kError) absl::StrAppend(&message, ": ", DescribeStatus(error_));
   return absl::FailedPreconditionError(message);
 }
 
@@ -197,7 +197,7 @@ tensorflow::CoordinatedTask CoordinationAgent::OwnTaskProto() const {
   return task;
 }
 
-void CoordinationAgent::SetError(const absl::Status& error) {
+void CoordinationAgent::SetError(const absl::Status& error, bool log) {
   ErrorCallback callback;
   {
     absl::MutexLock lock(&mu_);
@@ -206,8 +206,10 @@ void CoordinationAgent::SetError(const absl::Status& error) {
     error_ = error;
     callback = on_error_;
   }
-  spdlog::error("task {} entered ERROR: {}", TaskString(config_.job_name, config_.task_id),
-                error.ToString());
+  if (log) {
+    spdlog::error("task {} entered ERROR: {}", TaskString(config_.job_name, config_.task_id),
+                  DescribeStatus(error));
+  }
   if (callback) callback(error);
 }
 
@@ -254,7 +256,7 @@ absl::Status CoordinationAgent::Connect() {
     if (absl::Now() + backoff >= give_up) break;
     spdlog::info("registering {} with {} failed (attempt {}): {}; retrying in {}",
                  TaskString(config_.job_name, config_.task_id), config_.coordinator_address,
-                 attempt, status.ToString(), absl::FormatDuration(backoff));
+                 attempt, DescribeStatus(status), absl::FormatDuration(backoff));
     if (config_.on_connect_retry) config_.on_connect_retry(attempt, status);
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
@@ -266,7 +268,7 @@ absl::Status CoordinationAgent::Connect() {
                                   ": ", status.message()));
   status.ForEachPayload(
       [&error](absl::string_view key, const absl::Cord& value) { error.SetPayload(key, value); });
-  SetError(error);
+  SetError(error, /*log=*/false);
   return error;
 }
 
@@ -379,7 +381,8 @@ void CoordinationAgent::OnPollDone(const absl::Status& status) {
   if (IsCoordinationServiceError(status)) {
     SetError(status.ok() ? absl::InternalError("the error poll ended without an error") : status);
   } else {
-    spdlog::debug("error poll ended without an answer from the coordinator: {}", status.ToString());
+    spdlog::debug("error poll ended without an answer from the coordinator: {}",
+                  DescribeStatus(status));
   }
 }
 
@@ -453,7 +456,7 @@ absl::Status CoordinationAgent::Reset() {
   auto context = Context(config_.rpc_timeout);
   absl::Status status = FromGrpcStatus(stub_->ResetTask(context.get(), request, &response));
   // A coordinator that restarted or is gone has nothing to reset; the task starts over.
-  if (!status.ok()) spdlog::info("ResetTask: {} (resetting locally)", status.ToString());
+  if (!status.ok()) spdlog::info("ResetTask: {} (resetting locally)", DescribeStatus(status));
   StopBackground();
   absl::MutexLock lock(&mu_);
   leaving_ = false;
@@ -486,7 +489,7 @@ absl::Status CoordinationAgent::Shutdown() {
     tensorflow::ShutdownTaskResponse response;
     auto context = Context(config_.shutdown_timeout);
     status = FromGrpcStatus(stub_->ShutdownTask(context.get(), request, &response));
-    if (!status.ok()) spdlog::warn("shutdown barrier: {}", status.ToString());
+    if (!status.ok()) spdlog::warn("shutdown barrier: {}", DescribeStatus(status));
   } else {
     spdlog::info("shutting down in ERROR: skipping the shutdown barrier");
   }

@@ -172,7 +172,8 @@ class CoordinationAgent {
   absl::Status Put(const char* what, const std::string& key, const std::string& value,
                    bool overwrite);
   // Moves to ERROR with `error` and runs the callback, unless already there.
-  void SetError(const absl::Status& error);
+  // `log`: say so in the log (not for a failed Connect, whose caller has the error).
+  void SetError(const absl::Status& error, bool log = true);
   void StartBackground();
   void StopBackground();
   void HeartbeatLoop();

@@ -1,6 +1,8 @@
 #include "agent/grpc_status.h"
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "tensorflow/coordination_service.pb.h"
 #include "tensorflow/grpc_payload.pb.h"
 
@@ -40,6 +42,21 @@ std::optional<int64_t> GetBarrierCounter(const absl::Status& status) {
   tensorflow::BarrierError error;
   if (!error.ParseFromString(std::string(*payload))) return std::nullopt;
   return error.counter();
+}
+
+std::string DescribeStatus(const absl::Status& status) {
+  if (status.ok()) return "OK";
+  std::string text = absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+  if (auto source = GetErrorSource(status); source && !source->job.empty()) {
+    const std::string task = absl::StrCat("/job:", source->job, "/task:", source->task_id);
+    if (!absl::StrContains(status.message(), task)) {
+      absl::StrAppend(&text, " (", source->is_reported_error ? "reported by " : "from ", task, ")");
+    }
+  }
+  if (auto counter = GetBarrierCounter(status)) {
+    absl::StrAppend(&text, " (barrier instance ", *counter, ")");
+  }
+  return text;
 }
 
 }  // namespace cohort

@@ -31,4 +31,9 @@ std::optional<ErrorSource> GetErrorSource(const absl::Status& status);
 // The counter of the barrier instance an error is about.
 std::optional<int64_t> GetBarrierCounter(const absl::Status& status);
 
+// A status for a log line or a message: "CODE: message", with the task its
+// CoordinationServiceError payload names (when the message does not already) and its barrier
+// instance, instead of absl::Status::ToString()'s raw payload bytes.
+std::string DescribeStatus(const absl::Status& status);
+
 }  // namespace cohort

@@ -271,14 +271,15 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-failure-bench: failure detection time and sidecar cost"};
   Options o;
   std::vector<std::string> scenarios = {"exit", "xid", "heartbeat", "resources"};
-  app.add_option("--bin-dir", o.bin_dir)->capture_default_str();
+  app.add_option("--bin-dir", o.bin_dir, "where cohort-coordinator and cohort-sidecar are")
+      ->capture_default_str();
   app.add_option("--fake-nvml", o.fake_nvml, "the test suite's fake libnvidia-ml.so.1")->required();
   app.add_option("--gpu-config", o.gpu_config, "fake node JSON (8 GPUs)")->required();
-  app.add_option("--rounds", o.rounds)->capture_default_str();
+  app.add_option("--rounds", o.rounds, "measurements per scenario")->capture_default_str();
   app.add_option("--seconds", o.seconds, "resources: how long to measure")->capture_default_str();
   app.add_option("--heartbeat-timeout", o.heartbeat_timeout, "the coordinator's")
       ->capture_default_str();
-  app.add_option("--work-dir", o.work_dir)->capture_default_str();
+  app.add_option("--work-dir", o.work_dir, "logs of the programs it starts")->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks of the job: the victim and simulated observers")
       ->capture_default_str();
   app.add_option("scenarios", scenarios)->capture_default_str();

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -267,6 +268,20 @@ HttpResponse HttpServer::Dispatch(const HttpRequest& request) const {
   } catch (...) {
     return {500, "text/plain; charset=utf-8", "internal error\n"};
   }
+}
+
+absl::Status ProbeListenAddress(const std::string& host_port) {
+  int fd = -1;
+  absl::Status s = Listen(host_port, &fd);
+  if (fd >= 0) close(fd);
+  if (s.ok()) return s;
+  if (absl::StrContains(s.message(), "Address already in use")) {
+    return absl::UnavailableError("the address is already in use (another program listens there)");
+  }
+  if (absl::StrContains(s.message(), "Cannot assign requested address")) {
+    return absl::InvalidArgumentError("the host is not an address of this machine");
+  }
+  return s;
 }
 
 }  // namespace cohort

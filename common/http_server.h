@@ -33,6 +33,12 @@ struct HttpResponse {
   std::string body;
 };
 
+// Whether something could listen on HOST:PORT now (port 0: always): binds a socket and lets it
+// go. "the address is already in use" (another program has the port), "... is not an address
+// of this machine", or the reason; for a one-line error before a server (gRPC prints its own
+// multi-line trace) tries.
+absl::Status ProbeListenAddress(const std::string& host_port);
+
 // A small HTTP/1.1 server for /metrics and health endpoints, over libmicrohttpd. Handlers run on
 // the server's worker threads and may run concurrently with each other.
 class HttpServer {

@@ -11,4 +11,9 @@ namespace cohort {
 absl::Status SetUpLogging(const std::string& name, const std::string& format,
                           const std::string& level);
 
+// "1 task", "2 tasks": a count with its noun, for messages (the plural adds an s).
+inline std::string Plural(long long n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 }  // namespace cohort

@@ -88,6 +88,115 @@ void AddYamlConfigOption(CLI::App& app) {
   app.allow_config_extras(false);
 }
 
+const char* Version() { return COHORT_VERSION; }
+
+void AddVersionFlag(CLI::App& app) {
+  app.set_version_flag("--version", app.get_name() + " " + Version(), "print the version and exit");
+  auto formatter = std::make_shared<HelpFormatter>();
+  formatter->column_width(app.get_formatter()->get_column_width());
+  // Subcommands made before this took their parent's formatter then.
+  std::vector<CLI::App*> apps = {&app};
+  for (size_t i = 0; i < apps.size(); ++i) {
+    apps[i]->formatter(formatter);
+    for (CLI::App* sub : apps[i]->get_subcommands([](CLI::App*) { return true; })) {
+      apps.push_back(sub);
+    }
+  }
+}
+
+namespace {
+
+bool EndsWith(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// What an option's value is, from its name, where CLI11 only knows TEXT.
+std::string ValueKind(const std::string& name) {
+  for (const char* tail : {"timeout", "interval", "tolerance", "period", "deadline", "duration",
+                           "retention", "refresh", "settle", "poll", "-for", "wait"}) {
+    if (EndsWith(name, tail)) return "DURATION";
+  }
+  for (const char* tail : {"listen", "advertise", "address", "coordinator", "scheduler"}) {
+    if (EndsWith(name, tail)) return "HOST:PORT";
+  }
+  for (const char* tail :
+       {"-dir", "file", "-ca", "-cert", "-key", "library", "socket", "kubeconfig"}) {
+    if (EndsWith(name, tail)) return "PATH";
+  }
+  for (const char* whole : {"task", "num-tasks", "workers", "replicas", "expected-gpus"}) {
+    if (name == whole) return "N";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string HelpFormatter::make_option_name(const CLI::Option* opt, bool positional) const {
+  // "--register-barrier,--no-register-barrier{false}" -> "--register-barrier,
+  // --no-register-barrier"
+  std::string name = CLI::Formatter::make_option_name(opt, positional);
+  std::string out;
+  bool in_default = false;
+  for (char c : name) {
+    if (c == '{') in_default = true;
+    if (!in_default) out += c == ',' ? std::string(", ") : std::string(1, c);
+    if (c == '}') in_default = false;
+  }
+  return out;
+}
+
+std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
+  if (!opt->get_option_text().empty() || opt->get_type_size() == 0) {
+    return CLI::Formatter::make_option_opts(opt);
+  }
+  std::string type = opt->get_type_name();
+  std::string fallback = opt->get_default_str();
+  const std::string name = opt->get_lnames().empty() ? "" : opt->get_lnames().front();
+  if (type == "BOOLEAN") {
+    type = "true|false";
+    if (fallback == "1") fallback = "true";
+    if (fallback == "0") fallback = "false";
+  } else if (type == "TEXT" || type == "INT" || type == "UINT") {
+    const std::string kind = ValueKind(name);
+    if (!kind.empty()) {
+      type = kind;
+    } else if (type != "TEXT") {
+      type = "N";
+    }
+  }
+  std::string out;
+  if (!type.empty()) out += " " + get_label(type);
+  if (!fallback.empty()) out += "=" + fallback;
+  if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) out += " ...";
+  if (opt->get_required()) out += " " + get_label("REQUIRED");
+  return out;
+}
+
+namespace {
+
+// The deepest command on the command line that wants a subcommand and got none: the app
+// itself, or one of its subcommands ("kv" of "cohortctl kv").
+CLI::App* MissingSubcommand(CLI::App* app) {
+  for (CLI::App* sub : app->get_subcommands()) {
+    if (CLI::App* deeper = MissingSubcommand(sub)) return deeper;
+  }
+  if (app->get_require_subcommand_min() > 0 && app->get_subcommands().empty()) return app;
+  return nullptr;
+}
+
+// "status, kv, barrier": the subcommands of `app`.
+std::string SubcommandNames(const CLI::App* app) {
+  std::string names;
+  for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+    if (!names.empty()) names += ", ";
+    names += sub->get_name();
+  }
+  return names;
+}
+
+}  // namespace
+
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
@@ -95,8 +204,41 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
+    // A flag nobody knows is the first thing to say, before what is missing because of it.
+    std::string unknown_flag;
+    for (const std::string& arg : app.remaining(/*recurse=*/true)) {
+      if (arg.size() > 1 && arg[0] == '-') {
+        unknown_flag = arg.substr(0, arg.find('='));
+        break;
+      }
+    }
+    if (!unknown_flag.empty() && (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+                                  dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)) {
+      message = "unknown flag " + unknown_flag + " (see " + app.get_name() + " --help)";
+    } else if (CLI::App* command = MissingSubcommand(&app);
+               command != nullptr && (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+                                      dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)) {
+      // CLI11 says "A subcommand is required" or "The following argument was not expected":
+      // name what was given instead, and what would do.
+      std::vector<std::string> rest = command->remaining();
+      if (rest.empty()) rest = app.remaining(/*recurse=*/true);
+      const bool top = command == &app;
+      const std::string help = top ? app.get_name() : app.get_name() + " " + command->get_name();
+      const std::string choices =
+          "(commands: " + SubcommandNames(command) + "; see " + help + " --help)";
+      if (!rest.empty() && !rest.front().empty() && rest.front()[0] != '-') {
+        message = "unknown command \"" + rest.front() + "\"" +
+                  (top ? "" : " for " + command->get_name()) + " " + choices;
+      } else {
+        message =
+            (top ? std::string("no command given") : command->get_name() + " needs a command") +
+            " " + choices;
+      }
+    }
     const std::string unknown = "INI was not able to parse ";
     if (message.rfind(unknown, 0) == 0) {
       message = "the config file sets \"" + message.substr(unknown.size()) +

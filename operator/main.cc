@@ -28,7 +28,7 @@
 
 namespace {
 
-constexpr char kVersion[] = "0.1.0";
+const char* const kVersion = cohort::Version();
 
 std::string Env(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
@@ -183,13 +183,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
-  app.add_flag_callback(
-      "--version",
-      [] {
-        std::printf("cohort-operator %s\n", kVersion);
-        std::exit(0);
-      },
-      "print the version and exit");
+  cohort::AddVersionFlag(app);
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (auto s = cohort::SetUpLogging("operator", log_format, log_level); !s.ok()) {
     return Fail(std::string(s.message()));

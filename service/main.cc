@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  cohort::AddVersionFlag(app);
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (auto s = cohort::SetUpLogging("coordinator", log_format, log_level); !s.ok()) return Fail(s);
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
   restored.reset();
   metrics.Attach(service->get());
   for (const JobConfig& job : config.jobs) {
-    spdlog::info("job {}: {} tasks{}{}", job.name, job.num_tasks,
+    spdlog::info("job {}: {}{}{}", job.name, cohort::Plural(job.num_tasks, "task"),
                  job.auxiliary ? " (auxiliary)" : "", job.recoverable ? " (recoverable)" : "");
   }
   cohort::runtime::AddSchedulerMetrics(registry, &scheduler);

@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
+  cohort::AddVersionFlag(app);
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (auto s = cohort::SetUpLogging("sidecar", log_format, log_level); !s.ok()) {
     return Fail(std::string(s.message()));

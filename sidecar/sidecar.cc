@@ -3,9 +3,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/grpc_status.h"
+#include "common/logging.h"
 #include "sidecar/pod_gpus.h"
 #include "spdlog/spdlog.h"
 
@@ -52,8 +54,10 @@ Sidecar::Sidecar(SidecarOptions options, MetricsRegistry* registry)
 Sidecar::~Sidecar() { Stop(); }
 
 std::string Sidecar::TaskString() const {
-  return absl::StrCat("/job:", options_.workload_job, "/task:", options_.task_id, " (pod ",
-                      options_.pod.pod, ")");
+  // By hand (no POD_NAME) there is no pod to name.
+  return absl::StrCat(
+      "/job:", options_.workload_job, "/task:", options_.task_id,
+      options_.pod.pod.empty() ? "" : absl::StrCat(" (pod ", options_.pod.pod, ")"));
 }
 
 int Sidecar::http_port() const { return http_.port(); }
@@ -152,7 +156,15 @@ absl::Status Sidecar::Start() {
     workload_->Ping();
     return HttpResponse{204, "text/plain", ""};
   });
-  if (auto s = http_.Start(options_.http_listen); !s.ok()) return s;
+  if (auto s = http_.Start(options_.http_listen); !s.ok()) {
+    if (absl::StrContains(s.message(), "Address already in use")) {
+      // Two sidecars by hand on one machine both take the default port.
+      return absl::Status(s.code(), absl::StrCat(s.message(),
+                                                 " (another sidecar on this host? give each "
+                                                 "its own --http-listen, e.g. 127.0.0.1:9478)"));
+    }
+    return s;
+  }
   spdlog::info("sidecar of {} serving /metrics /healthz /readyz /v1/cluster on {} (port {})",
                TaskString(), options_.http_listen, http_.port());
 
@@ -188,7 +200,7 @@ void Sidecar::Stop() {
   if (lifecycle_thread_.joinable()) lifecycle_thread_.join();
   if (agent_.state() == AgentState::kConnected) {
     // The sidecar job is auxiliary: no shutdown barrier waits for it.
-    if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", s.ToString());
+    if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", DescribeStatus(s));
   }
   http_.Stop();
   if (objstore_) {
@@ -231,12 +243,12 @@ void Sidecar::Lifecycle() {
     if (status.ok()) heartbeat_rtt_->Observe(absl::ToDoubleSeconds(rtt));
   };
   auto on_error = [this](const absl::Status& error) {
-    spdlog::warn("the job is failing: {}", error.ToString());
+    spdlog::warn("the job is failing: {}", DescribeStatus(error));
     absl::MutexLock lock(&mu_);
     ready_ = false;
   };
   if (auto s = agent_.Initialize(config, on_error); !s.ok()) {
-    spdlog::error("cannot start the agent: {}", s.ToString());
+    spdlog::error("cannot start the agent: {}", DescribeStatus(s));
     return;
   }
   // A coordinator that comes up after this pod, or restarts, is waited for.
@@ -252,7 +264,7 @@ void Sidecar::Lifecycle() {
   if (pending) Report(pending->first, pending->second);
 
   if (auto s = ExchangeTopology(); !s.ok()) {
-    spdlog::error("topology exchange failed: {}", s.ToString());
+    spdlog::error("topology exchange failed: {}", DescribeStatus(s));
     return;
   }
 }
@@ -263,9 +275,26 @@ bool Sidecar::Connected() {
     if (stopped_) return true;  // nothing more to do
   }
   absl::Status s = agent_.Connect();
-  if (s.ok()) return true;
-  spdlog::warn("cannot register {} with {}: {}", TaskString(), options_.coordinator_address,
-               s.ToString());
+  if (s.ok()) {
+    last_connect_error_.clear();
+    return true;
+  }
+  // Said once, and again when it changes; the retries every 2 s in between are debug lines.
+  std::string why = DescribeStatus(s);
+  if (absl::IsInvalidArgument(s) && absl::StrContains(s.message(), options_.sidecar_job)) {
+    absl::StrAppend(&why,
+                    "; the coordinator must declare the sidecars' job: run it with "
+                    "--auxiliary-job ",
+                    options_.sidecar_job, "=", options_.num_tasks);
+  }
+  if (why != last_connect_error_) {
+    spdlog::warn("cannot register {} with {} (retrying every 2s): {}", TaskString(),
+                 options_.coordinator_address, why);
+    last_connect_error_ = why;
+  } else {
+    spdlog::debug("cannot register {} with {}: {}", TaskString(), options_.coordinator_address,
+                  why);
+  }
   return false;
 }
 
@@ -289,8 +318,9 @@ absl::Status Sidecar::ExchangeTopology() {
       if (auto s = WriteFileAtomically(options_.handoff_dir, name, content); !s.ok()) return s;
     }
   }
-  spdlog::info("cluster complete: {} tasks, {} GPUs; rank {} handed to the workload{}",
-               view.tasks.size(), GlobalGpus(view).size(), view.rank,
+  spdlog::info("cluster complete: {}, {}; rank {} handed to the workload{}",
+               Plural(static_cast<long long>(view.tasks.size()), "task"),
+               Plural(static_cast<long long>(GlobalGpus(view).size()), "GPU"), view.rank,
                options_.handoff_dir.empty() ? "" : absl::StrCat(" in ", options_.handoff_dir));
   absl::MutexLock lock(&mu_);
   view_ = std::move(view);
@@ -326,7 +356,7 @@ void Sidecar::Report(const std::string& reason, const absl::Status& error) {
   spdlog::error("reporting to the coordinator: {}", std::string(error.message()));
   reported_->WithLabels({reason}).Inc();
   if (auto s = agent_.ReportError(error); !s.ok()) {
-    spdlog::error("the report did not reach the coordinator: {}", s.ToString());
+    spdlog::error("the report did not reach the coordinator: {}", DescribeStatus(s));
   }
 }
 

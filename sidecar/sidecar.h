@@ -110,6 +110,7 @@ class Sidecar {
   CoordinationAgent agent_;
   std::unique_ptr<gpu::GpuMonitor> gpus_;
   std::unique_ptr<GpuMetrics> gpu_metrics_;
+  std::string last_connect_error_;  // Connected()'s thread only
   // The pod's GPUs against what its workload asked for (RegisterMetrics).
   int gpus_expected_ = -1;
   int gpus_missing_ = 0;

@@ -12,6 +12,7 @@
 // its own (demo/step/<n>), which the others wait at until it arrives.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,7 +24,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
+#include "agent/grpc_status.h"
 #include "common/crash_report.h"
+#include "common/logging.h"
+#include "common/yaml_config.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -42,7 +46,7 @@ void Say(const std::string& what) {
 
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "[task %d] %s failed: %s\n", task_id, what.c_str(),
-               status.ToString().c_str());
+               cohort::DescribeStatus(status).c_str());
   return 1;
 }
 
@@ -82,14 +86,23 @@ int main(int argc, char** argv) {
                "rejoin a running job when started again: resume after the last finished step "
                "($COHORT_RECOVERABLE)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
+  if (num_tasks < 1 || task_id < 0 || task_id >= num_tasks) {
+    std::fprintf(stderr, "cohort-agent-example: --task %d is not one of --num-tasks %d (0..%d)\n",
+                 task_id, num_tasks, num_tasks - 1);
+    return 2;
+  }
   config.task_id = task_id;
   config.recoverable = recoverable;
   spdlog::set_level(spdlog::level::warn);
 
   cohort::CoordinationAgent agent;
+  // The job's failure while this task runs; a failed Connect is said once, below.
+  std::atomic<bool> connected{false};
   if (auto s = agent.Initialize(config,
-                                [](const absl::Status& error) {
+                                [&connected](const absl::Status& error) {
+                                  if (!connected) return;
                                   Say(absl::StrCat("the job failed: ", error.message()));
                                 });
       !s.ok()) {
@@ -98,6 +111,11 @@ int main(int argc, char** argv) {
   Say(absl::StrCat("connecting to ", config.coordinator_address, " as /job:", config.job_name,
                    "/task:", task_id, " of ", num_tasks));
   if (auto s = agent.Connect(); !s.ok()) return Fail("connect", s);
+  connected = true;
+  // The job must be as big as this task was told: the coordinator knows every task id.
+  if (auto last = agent.GetTaskState({{config.job_name, num_tasks - 1}}); !last.ok()) {
+    return Fail(absl::StrCat("check --num-tasks ", num_tasks), last.status());
+  }
   // A recoverable task that ran before rejoins the others where it left off.
   bool rejoining = false;
   int first_step = 0;
@@ -159,8 +177,8 @@ int main(int argc, char** argv) {
                                                  " addresses after the barrier, not ", num_tasks,
                                                  ":", found.empty() ? " none" : found)));
   }
-  Say(absl::StrCat("found ", peers->size(), " peers, e.g. ", peers->front().first, " -> ",
-                   peers->front().second));
+  Say(absl::StrCat("found ", cohort::Plural(static_cast<long long>(peers->size()), "peer"),
+                   ", e.g. ", peers->front().first, " -> ", peers->front().second));
 
   if (rejoining && agent.TryGetKeyValue("demo/config/learning_rate").ok()) {
     config_seen.Notify();  // written before this task started again: the watch will not see it

@@ -8,6 +8,7 @@
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
+#include "common/yaml_config.h"
 #include "runtime/objstore/object_store_server.h"
 #include "spdlog/spdlog.h"
 
@@ -39,7 +40,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "cohort-objstore: one object store of the task runtime. It registers with the scheduler "
       "(the coordinator's gRPC port), holds the objects its node's workers and drivers put and "
-      "the ones delivered to it from other stores, and serves them."};
+      "the ones delivered to it from other stores, and serves them.",
+      "cohort-objstore"};
   cohort::runtime::ObjectStoreOptions options;
   std::string capacity = "2GiB";
   std::string token_file;
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (!ParseBytes(capacity, &options.capacity_bytes)) {
     std::fprintf(stderr, "--capacity '%s': expected a positive number of bytes, e.g. 4GiB\n",

@@ -9,6 +9,7 @@
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
+#include "common/yaml_config.h"
 #include "runtime/worker/builtin_functions.h"
 #include "runtime/worker/cpp_worker.h"
 #include "spdlog/spdlog.h"
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
       "cohort-worker: C++ workers of the task runtime. Each registers with the "
       "scheduler (the coordinator's gRPC port) and runs tasks of the built-in "
       "functions (" +
-      functions + ") with its node's object store."};
+          functions + ") with its node's object store.",
+      "cohort-worker"};
   cohort::runtime::CppWorkerOptions options;
   int workers = 1;
   std::string token_file;
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (auto s = cohort::SetUpLogging("worker", log_format, log_level); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 2;

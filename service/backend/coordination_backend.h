@@ -40,6 +40,7 @@ struct CoordinatorSnapshot {
   uint64_t service_incarnation = 0;
   std::string default_job;
   bool cluster_registered = false;
+  absl::Status job_error;  // the error propagated to every task, if any
   std::vector<Task> tasks;
   std::vector<BarrierSnapshot> barriers;
   KeyValueStore::Stats key_values;

@@ -113,6 +113,7 @@ void LocalBackend::GetCoordinatorSnapshot(const CallContext&, Done<CoordinatorSn
   view.service_incarnation = service_->service_incarnation();
   view.default_job = service_->default_job();
   view.cluster_registered = service_->ClusterRegistered();
+  view.job_error = service_->PropagatedError();
   for (TaskStateInfo& info : service_->AllTasks()) {
     bool auxiliary = service_->IsAuxiliary(info.task.job);
     view.tasks.push_back({std::move(info), auxiliary});

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "service/core/errors.h"
 #include "spdlog/spdlog.h"
 
@@ -135,10 +136,11 @@ std::vector<std::shared_ptr<BarrierTable::Call>> BarrierTable::PassLocked(
   if (barrier.timer) timers_->Cancel(barrier.timer);
   absl::Duration open_for = clock_->Now() - barrier.started;
   if (result.ok()) {
-    spdlog::debug("barrier {}#{} passed: {} tasks in {}", barrier.id, barrier.counter,
-                  barrier.participants->size(), absl::FormatDuration(open_for));
+    spdlog::debug("barrier {}#{} passed: {} in {}", barrier.id, barrier.counter,
+                  Plural(static_cast<long long>(barrier.participants->size()), "task"),
+                  absl::FormatDuration(open_for));
   } else {
-    spdlog::warn("barrier {}#{} failed after {} with {} of {} tasks arrived: {}", barrier.id,
+    spdlog::warn("barrier {}#{} failed after {} with {} of {} arrived: {}", barrier.id,
                  barrier.counter, absl::FormatDuration(open_for), barrier.arrived.size(),
                  barrier.participants->size(), std::string(result.message()));
   }

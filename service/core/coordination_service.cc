@@ -330,9 +330,9 @@ absl::Status CoordinationService::CheckIncarnation(const TaskName& name,
   auto task = tasks_.Get(name);
   if (!task.ok()) return task.status();
   if ((*task)->ever_registered && (*task)->incarnation != incarnation) {
-    return ServiceError(absl::AbortedError(
-        absl::StrCat("request from ", name.ToString(), " carries incarnation ", incarnation,
-                     " but the task is registered with incarnation ", (*task)->incarnation)));
+    return ServiceError(absl::AbortedError(absl::StrCat(
+        "request from ", name.ToString(), " carries incarnation 0x", absl::Hex(incarnation),
+        " but the task is registered with incarnation 0x", absl::Hex((*task)->incarnation))));
   }
   return absl::OkStatus();
 }
@@ -520,7 +520,7 @@ void CoordinationService::Stop(const absl::Status& status) {
   }
   // The barriers this fails stay open in the saved state: their tasks come back to them.
   barriers_.set_journal(nullptr, jobs_.workload());
-  spdlog::info("coordination service stopping: {}", std::string(status.message()));
+  spdlog::debug("coordination service stopping: {}", std::string(status.message()));
   // UNAVAILABLE, not ABORTED: the barrier did not fail, the coordinator went away. A
   // sidecar's proxy holds the arrival and sends it again to the coordinator that comes back
   // on the same state, where the barrier is still open.

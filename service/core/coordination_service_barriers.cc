@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
 #include "spdlog/spdlog.h"
@@ -26,10 +27,10 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
       answer = tasks_.Get(name).status();
     } else if (task->state == TaskState::kConnected && task->incarnation != incarnation &&
                !task->job->recoverable) {
-      absl::Status error = absl::AbortedError(
-          absl::StrCat(name.ToString(), " registered again with incarnation ", incarnation,
-                       " while connected with incarnation ", task->incarnation,
-                       ": the task restarted, so its old incarnation is lost"));
+      absl::Status error = absl::AbortedError(absl::StrCat(
+          name.ToString(), " registered again with incarnation 0x", absl::Hex(incarnation),
+          " while connected with incarnation 0x", absl::Hex(task->incarnation),
+          ": the task restarted, so its old incarnation is lost"));
       SetErrorLocked(*task, error, /*reported_by_task=*/false, fx);
       answer = task->error;
     } else if (task->state == TaskState::kError && !task->job->recoverable) {
@@ -53,9 +54,9 @@ void CoordinationService::RegisterTask(const TaskName& name, uint64_t incarnatio
         for (auto& earlier : register_barrier_.TakeCallsOf(name)) {
           fx.FinishReplaced<absl::Status>(
               parked_, std::move(earlier),
-              ServiceError(absl::AlreadyExistsError(
-                  absl::StrCat("registration of ", name.ToString(),
-                               " superseded by a newer attempt with incarnation ", incarnation))));
+              ServiceError(absl::AlreadyExistsError(absl::StrCat(
+                  "registration of ", name.ToString(),
+                  " superseded by a newer attempt with incarnation 0x", absl::Hex(incarnation)))));
         }
       } else {
         // Registered, but still disconnected and sending no heartbeats until the barrier passes.
@@ -123,7 +124,8 @@ void CoordinationService::OnRegisterTimeout() {
     }
     absl::Status error = ServiceError(absl::DeadlineExceededError(absl::StrCat(
         "the register barrier timed out after ", absl::FormatDuration(config_.register_timeout),
-        " with ", missing.size(), " tasks missing: ", JoinTaskNames(missing))));
+        " with ", Plural(static_cast<long long>(missing.size()), "task"),
+        " missing: ", JoinTaskNames(missing))));
     spdlog::error("{}", std::string(error.message()));
     FailRegisterBarrierLocked(error, fx);
     absl::Status failed = ServiceError(
@@ -222,7 +224,8 @@ void CoordinationService::OnShutdownTimeout() {
     absl::Status error = ServiceError(absl::InternalError(
         absl::StrCat("the shutdown barrier failed: it timed out after ",
                      absl::FormatDuration(config_.shutdown_barrier_timeout), " with ",
-                     missing.size(), " tasks missing: ", JoinTaskNames(missing))));
+                     Plural(static_cast<long long>(missing.size()), "task"),
+                     " missing: ", JoinTaskNames(missing))));
     spdlog::error("{}", std::string(error.message()));
     // Everyone learns: the waiting tasks through the barrier, the missing ones and the
     // error pollers through their error state.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "service/core/errors.h"
 
 namespace cohort {
@@ -34,13 +35,13 @@ absl::StatusOr<TaskName> JobDirectory::ResolveTask(const std::string& job, int32
     return ServiceError(absl::InvalidArgumentError(
         absl::StrCat("unknown job \"", name, "\"; this coordinator serves ",
                      absl::StrJoin(jobs_, ", ", [](std::string* out, const JobConfig& j) {
-                       absl::StrAppend(out, j.name, " (", j.num_tasks, " tasks)");
+                       absl::StrAppend(out, j.name, " (", Plural(j.num_tasks, "task"), ")");
                      }))));
   }
   if (id < 0 || id >= config->num_tasks) {
     return ServiceError(absl::InvalidArgumentError(
         absl::StrCat("task id ", id, " is out of range for job \"", name, "\", which has ",
-                     config->num_tasks, " tasks (ids 0..", config->num_tasks - 1, ")")));
+                     Plural(config->num_tasks, "task"), " (ids 0..", config->num_tasks - 1, ")")));
   }
   return TaskName{name, id};
 }

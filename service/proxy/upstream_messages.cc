@@ -101,6 +101,7 @@ CoordinatorSnapshot FromWire(const v1::ClusterSnapshot& snapshot, absl::Time now
   view.service_incarnation = snapshot.service_incarnation();
   view.default_job = snapshot.default_job();
   view.cluster_registered = snapshot.cluster_registered();
+  if (!snapshot.job_error().empty()) view.job_error = absl::UnknownError(snapshot.job_error());
   for (const v1::TaskSnapshot& task : snapshot.tasks()) {
     CoordinatorSnapshot::Task t;
     t.info.task = TaskName{task.job(), task.task_id()};

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "service/rpc/park_stream.h"
 
@@ -168,6 +169,13 @@ void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response
   response->set_service_incarnation(view.service_incarnation);
   response->set_default_job(view.default_job);
   response->set_cluster_registered(view.cluster_registered);
+  if (!view.job_error.ok()) {
+    // As it came: a proxy passes the coordinator's text on (Unknown, already "CODE: ...").
+    response->set_job_error(view.job_error.code() == absl::StatusCode::kUnknown
+                                ? std::string(view.job_error.message())
+                                : absl::StrCat(absl::StatusCodeToString(view.job_error.code()),
+                                               ": ", view.job_error.message()));
+  }
   for (const CoordinatorSnapshot::Task& t : view.tasks) {
     const TaskStateInfo& info = t.info;
     v1::TaskSnapshot* task = response->add_tasks();

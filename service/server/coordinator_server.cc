@@ -26,8 +26,15 @@ CoordinatorServer::~CoordinatorServer() {
 absl::Status CoordinatorServer::Start() {
   auto creds = ServerCredentials(options_.tls);
   if (!creds.ok()) return creds.status();
+  // One line for a port in use, before gRPC would print its own trace of it.
+  if (auto free = ProbeListenAddress(options_.listen); !free.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", options_.listen, ": ", free.message()));
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, *creds, &grpc_port_);
+  // A second coordinator on the same port is refused, not handed half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&tensorflow_);
   builder.RegisterService(&xla_);
   builder.RegisterService(&distributed_runtime_);
@@ -96,7 +103,8 @@ void CoordinatorServer::Shutdown(const absl::Status& why) {
     if (stopping_) return;
     stopping_ = true;
   }
-  spdlog::info("coordinator shutting down: {}", std::string(why.message()));
+  // A coordinator that never served has nothing to shut down worth a line.
+  if (grpc_port_ != 0) spdlog::info("coordinator shutting down: {}", std::string(why.message()));
   service_->Stop(why);
   cohort_.ClosePark(why);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -17,6 +17,11 @@
 #include "sidecar/gpu/json_writer.h"
 
 namespace cohort::gpu {
+// The build passes cohort's version; built by hand (docs/sidecar.md) it has none.
+#ifndef COHORT_VERSION
+#define COHORT_VERSION "(built outside cohort's build)"
+#endif
+
 namespace {
 
 constexpr const char* kUsage = R"(Usage: cohort-gpu-info [options]
@@ -36,6 +41,7 @@ Options:
                        sample again and print events and health (implies --sample)
   --ignore-xids LIST   comma-separated XIDs that leave a GPU healthy
                        (default: 13,31,43,45,68,109; "" ignores none)
+  --version            print the version and exit
   --help               print this and exit
 )";
 
@@ -59,7 +65,8 @@ bool ParseXidList(const std::string& text, std::set<uint64_t>* xids) {
   return true;
 }
 
-// Returns 0 to go on, -1 after printing --help, else the exit status after an error.
+// Returns 0 to go on, -1 after printing --help or --version, else the exit status after an
+// error.
 int ParseFlags(int argc, char** argv, Flags* flags) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -72,6 +79,9 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
     std::string text;
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
+      return -1;
+    } else if (arg == "--version") {
+      std::cout << "cohort-gpu-info " << COHORT_VERSION << "\n";
       return -1;
     } else if (arg == "--sample") {
       flags->sample = true;

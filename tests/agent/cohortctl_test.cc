@@ -1,11 +1,14 @@
 // cohortctl, the binary, against a live coordinator on loopback.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "agent/coordination_agent.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -178,6 +181,54 @@ TEST_F(CohortctlTest, BarrierCancelAndReportErrorReachTheTasks) {
   EXPECT_NE(status.out.find("ERROR"), std::string::npos) << status.out;
 }
 
+TEST_F(CohortctlTest, StatusSaysWhatTheJobIsDoingInTermsANewcomerReads) {
+  // Before anyone registered: the sidecars are NOT-REGISTERED, not merely DISCONNECTED.
+  Result before = Run({"status"});
+  EXPECT_EQ(before.out.rfind("coordinator incarnation ", 0), 0u) << before.out;
+  EXPECT_NE(before.out.find(", default job \"worker\": 0/2 workload tasks connected"),
+            std::string::npos)
+      << before.out;
+  EXPECT_NE(before.out.find("NOT-REGISTERED"), std::string::npos) << before.out;
+  ConnectWorkers();
+  // An error reported by a task reaches everyone: the job has failed, though both tasks are
+  // still CONNECTED; the table keeps one line per task however long the error.
+  const std::string long_error(300, 'x');
+  ASSERT_EQ(
+      Run({"report-error", "--task", "worker/1", "GPU 3 fell off the bus " + long_error}).exit_code,
+      0);
+  ASSERT_TRUE(Eventually([&] { return agents_[0]->state() == AgentState::kError; }));
+  Result after = Run({"status"});
+  EXPECT_NE(after.out.find("\nthe job failed: "), std::string::npos) << after.out;
+  EXPECT_NE(after.out.find("GPU 3 fell off the bus"), std::string::npos) << after.out;
+  for (absl::string_view line : absl::StrSplit(after.out, '\n')) {
+    EXPECT_LE(line.size(), 240u) << line;
+  }
+  auto json = nlohmann::json::parse(Run({"status", "-o", "json"}).out);
+  EXPECT_NE(json["job_error"].get<std::string>().find(long_error), std::string::npos);
+}
+
+TEST_F(CohortctlTest, ValuesAreWhatWasMeantAndOneLineEach) {
+  // A value piped in is stored without the newline echo adds.
+  Result piped =
+      Subprocess({"/bin/sh", "-c",
+                  absl::StrCat("echo 0.01 | ", COHORT_BIN_DIR, "/cohortctl --coordinator ",
+                               coordinator_.address(), " kv put cfg/lr -")})
+          .Wait(kDeadline);
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(Run({"kv", "get", "cfg/lr"}).out, "0.01");  // raw: no newline off a terminal
+  // A value with newlines is one line in ls (as \n), and itself in JSON and get.
+  ASSERT_TRUE(coordinator_.service().InsertKeyValue("cfg/multi", "a\nb", false).ok());
+  EXPECT_EQ(Run({"kv", "ls", "cfg"}).out, "cfg/lr\t0.01\ncfg/multi\ta\\nb\n");
+  EXPECT_EQ(nlohmann::json::parse(Run({"-o", "json", "kv", "ls", "cfg"}).out)["cfg/multi"], "a\nb");
+  // A watch from an earlier revision says so, and replays from there.
+  Cohortctl watch({"--coordinator", coordinator_.address(), "kv", "watch", "cfg", "--rev", "1"});
+  ASSERT_TRUE(watch.WaitForStderr("watching \"cfg\" from revision 1 (now 2; Ctrl-C to stop)\n"));
+  EXPECT_EQ(watch.ReadLines(2, kDeadline),
+            (std::vector<std::string>{"insert cfg/lr 0.01", "insert cfg/multi a\\nb"}));
+  watch.Signal(SIGINT);
+  EXPECT_EQ(watch.Wait(kDeadline).exit_code, 0);
+}
+
 TEST_F(CohortctlTest, BadInputIsAClearErrorAndChangesNothing) {
   Result task = Run({"barrier", "wait", "b", "--task", "worker"});
   EXPECT_EQ(task.exit_code, 2);
@@ -191,6 +242,55 @@ TEST_F(CohortctlTest, BadInputIsAClearErrorAndChangesNothing) {
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
   EXPECT_EQ(coordinator_.service().KeyValueStats().revision, 0);
+}
+
+TEST_F(CohortctlTest, UsageErrorsExit2NamingWhatWasWrongAndWhatWouldDo) {
+  const std::string commands =
+      "(commands: status, tasks, objects, kv, barrier, report-error; see cohortctl --help)";
+  Result unknown = Run({"foo"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.err, "cohortctl: unknown command \"foo\" " + commands + "\n");
+  Result none = Run({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.err, "cohortctl: no command given " + commands + "\n");
+  Result kv = Run({"kv", "frobnicate"});
+  EXPECT_EQ(kv.exit_code, 2);
+  EXPECT_EQ(kv.err,
+            "cohortctl: unknown command \"frobnicate\" for kv (commands: get, put, ls, rm, watch, "
+            "incr; see cohortctl kv --help)\n");
+  Result bare_kv = Run({"kv"});
+  EXPECT_EQ(bare_kv.exit_code, 2);
+  EXPECT_NE(bare_kv.err.find("cohortctl: kv needs a command (commands: get, put"),
+            std::string::npos)
+      << bare_kv.err;
+  Result timeout = Run({"--dial-timeout", "5", "status"});
+  EXPECT_EQ(timeout.exit_code, 2);
+  EXPECT_EQ(timeout.err, "cohortctl: --dial-timeout \"5\" is not a duration such as 10s\n");
+  Result flag = Run({"status", "--bogus"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_EQ(flag.err.rfind("cohortctl: ", 0), 0u) << flag.err;
+  EXPECT_NE(flag.err.find("--bogus"), std::string::npos) << flag.err;
+  EXPECT_EQ(std::count(flag.err.begin(), flag.err.end(), '\n'), 1) << flag.err;
+  EXPECT_EQ(coordinator_.service().KeyValueStats().revision, 0);
+}
+
+// Every program says its name and version, and exits 0; a flag it does not know is one line
+// naming it, exit 2.
+TEST(CohortBinariesTest, EveryProgramHasVersionAndOneLineUsageErrors) {
+  for (const std::string program :
+       {"cohortctl", "cohort-coordinator", "cohort-sidecar", "cohort-operator", "cohort-objstore",
+        "cohort-worker", "cohort-agent-example", "cohort-gpu-info"}) {
+    SCOPED_TRACE(program);
+    const std::string path = std::string(COHORT_BIN_DIR) + "/" + program;
+    Result version = Subprocess({path, "--version"}).Wait(kDeadline);
+    EXPECT_EQ(version.exit_code, 0) << version.err;
+    EXPECT_EQ(version.out, program + " " + COHORT_VERSION + "\n");
+    Result bad = Subprocess({path, "--no-such-flag"}).Wait(kDeadline);
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_EQ(bad.err.rfind(program + ": ", 0), 0u) << bad.err;
+    EXPECT_NE(bad.err.find("--no-such-flag"), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  }
 }
 
 TEST_F(CohortctlTest, UnreachableCoordinatorIsAClearMessageNotAHang) {

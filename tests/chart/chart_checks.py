@@ -40,7 +40,9 @@ EXPECTED_RULES = sorted([
 ])
 # With kueue.mode (not off): the ResourceFlavors admissions name, cluster-wide, and Kueue's
 # controller's read access to CoordinatedJobs.
-KUEUE_FLAVOR_RULES = [("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch"))]
+KUEUE_FLAVOR_RULES = [("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch")),
+                      ("kueue.x-k8s.io", "workloadpriorityclasses", ("get",)),
+                      ("scheduling.k8s.io", "priorityclasses", ("get", "list"))]
 KUEUE_READER_RULES = [("cohort.dev", "coordinatedjobs", ("get", "list", "watch"))]
 
 
@@ -245,7 +247,7 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
         if set(kueue_roles) == {"kueue", "reader"}:
             flavors, reader = kueue_roles["kueue"], kueue_roles["reader"]
             report(rules_of(flavors) == KUEUE_FLAVOR_RULES,
-                   f"[{set_name}] Kueue: ResourceFlavors read cluster-wide, nothing more",
+                   f"[{set_name}] Kueue: ResourceFlavors and priority classes read cluster-wide, nothing more",
                    rules_of(flavors))
             report(rules_of(reader) == KUEUE_READER_RULES,
                    f"[{set_name}] Kueue's controller may read CoordinatedJobs, nothing more",

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -148,9 +149,11 @@ class SidecarTest : public ::testing::Test {
       env["COHORT_NVML_LIBRARY"] = COHORT_FAKE_NVML_PATH;
       env["FAKE_NVML_CONFIG"] = std::string(COHORT_GPU_TEST_DATA_DIR) + "/" + gpus;
     }
+    // `extra` may name the HTTP address itself (a port another sidecar holds).
+    const bool own_listen = std::find(extra.begin(), extra.end(), "--http-listen") != extra.end();
     std::vector<std::string> argv = {std::string(COHORT_BIN_DIR) + "/cohort-sidecar",
-                                     "--http-listen",
-                                     absl::StrCat("127.0.0.1:", s.port),
+                                     own_listen ? "--heartbeat-timeout" : "--http-listen",
+                                     own_listen ? "30s" : absl::StrCat("127.0.0.1:", s.port),
                                      "--handoff-dir",
                                      s.handoff,
                                      "--sample-interval",
@@ -597,6 +600,51 @@ TEST_F(SidecarTest, BadGpuFlagsAreOneClearLine) {
     EXPECT_NE(result.exit_code, 0);
     EXPECT_NE(ReadFile(s.log).find(want), std::string::npos) << ReadFile(s.log);
   }
+}
+
+TEST_F(SidecarTest, ACoordinatorWithoutTheSidecarsJobIsNamedOnceWithTheFlagThatFixesIt) {
+  coordinator_ = std::make_unique<TestCoordinator>(Jobs(1));  // no --auxiliary-job sidecar=1
+  SidecarProcess sidecar = StartSidecar(0, 1, "");
+  // Three tries at least (one every 2 s), one line.
+  absl::SleepFor(absl::Seconds(5));
+  const std::string log = ReadFile(sidecar.log);
+  const std::string hint = "run it with --auxiliary-job sidecar=1";
+  EXPECT_NE(log.find(hint), std::string::npos) << log;
+  EXPECT_EQ(log.find(hint), log.rfind(hint)) << "said more than once: " << log;
+  EXPECT_EQ(log.find("type.googleapis.com"), std::string::npos) << "raw payload bytes: " << log;
+  EXPECT_EQ(log.find("entered ERROR"), std::string::npos) << log;
+  sidecar.process->Signal(SIGTERM);
+  EXPECT_EQ(sidecar.process->Wait().exit_code, 0);
+}
+
+TEST_F(SidecarTest, TwoSidecarsOnOnePortAreToldToGiveEachItsOwn) {
+  StartCoordinator(2);
+  SidecarProcess first = StartSidecar(0, 2, "");
+  ASSERT_TRUE(Eventually([&] { return !first.Get("/metrics").empty(); })) << ReadFile(first.log);
+  SidecarProcess second =
+      StartSidecar(1, 2, "", {"--http-listen", absl::StrCat("127.0.0.1:", first.port)});
+  ProcessResult result = second.process->Wait();
+  EXPECT_NE(result.exit_code, 0);
+  const std::string log = ReadFile(second.log);
+  EXPECT_NE(log.find("another sidecar on this host? give each its own --http-listen"),
+            std::string::npos)
+      << log;
+}
+
+TEST_F(SidecarTest, AnAgentExampleToldOfMoreTasksThanTheJobHasSaysSoOnce) {
+  coordinator_ = std::make_unique<TestCoordinator>(Jobs(1));
+  Subprocess example({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+                      coordinator_->address(), "--task", "0", "--num-tasks", "2"});
+  ProcessResult result = example.Wait(absl::Seconds(30));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err,
+            "[task 0] check --num-tasks 2 failed: INVALID_ARGUMENT: task id 1 is out of range for "
+            "job \"worker\", which has 1 task (ids 0..0)\n");
+  ProcessResult bad = Subprocess({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--task",
+                                  "2", "--num-tasks", "2"})
+                          .Wait(absl::Seconds(30));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "cohort-agent-example: --task 2 is not one of --num-tasks 2 (0..1)\n");
 }
 
 }  // namespace

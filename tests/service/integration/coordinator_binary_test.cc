@@ -1,5 +1,8 @@
 // The cohort-coordinator binary as users run it: flags, YAML config, TLS, SIGTERM.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -175,6 +178,42 @@ TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
     EXPECT_NE(p.Wait(), 0) << c.message;
     EXPECT_NE(p.Log().find(c.message), std::string::npos) << "log: " << p.Log();
   }
+}
+
+TEST(CoordinatorBinaryTest, APortInUseIsOneLineThatSaysSoAndNoSecondCoordinatorSharesIt) {
+  // Another program listens on the port.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  Process p({"--job", "w=1", "--listen", taken, "--http-listen", ""});
+  EXPECT_EQ(p.Wait(), 2);
+  std::string log = p.Log();
+  EXPECT_NE(log.find(absl::StrCat("cohort-coordinator: cannot serve gRPC on ", taken,
+                                  ": the address is already in use")),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("chttp2"), std::string::npos) << "gRPC's own trace: " << log;
+  EXPECT_EQ(log.find("shutting down"), std::string::npos) << "it never served: " << log;
+  close(fd);
+
+  // A second coordinator on a running one's port is refused (gRPC would share the port).
+  const int port = FreePort();
+  Process first(
+      {"--job", "w=1", "--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", ""});
+  ASSERT_TRUE(WaitReady(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials())));
+  Process second(
+      {"--job", "w=1", "--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", ""});
+  EXPECT_EQ(second.Wait(), 2);
+  EXPECT_NE(second.Log().find("already in use"), std::string::npos) << second.Log();
+  EXPECT_EQ(first.Terminate(), 0);
 }
 
 TEST(CoordinatorBinaryTest, ServesTlsWithCertificatesFromFiles) {
