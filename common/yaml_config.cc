@@ -150,10 +150,22 @@ std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
   if (!opt->get_option_text().empty() || opt->get_type_size() == 0) {
     return CLI::Formatter::make_option_opts(opt);
   }
+  // CLI11 writes a checked option's type as "TYPE:CHECK": "TEXT:{table,json}",
+  // "INT:INT in [1 - 64]".
   std::string type = opt->get_type_name();
+  std::string check;
+  if (size_t colon = type.find(':'); colon != std::string::npos) {
+    check = type.substr(colon + 1);
+    type.resize(colon);
+  }
   std::string fallback = opt->get_default_str();
   const std::string name = opt->get_lnames().empty() ? "" : opt->get_lnames().front();
-  if (type == "BOOLEAN") {
+  if (check.size() > 2 && check.front() == '{' && check.back() == '}') {
+    // One of a set: "table|json", as true|false.
+    type = check.substr(1, check.size() - 2);
+    std::replace(type.begin(), type.end(), ',', '|');
+    check.clear();
+  } else if (type == "BOOLEAN") {
     type = "true|false";
     if (fallback == "1") fallback = "true";
     if (fallback == "0") fallback = "false";
@@ -164,6 +176,12 @@ std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
     } else if (type != "TEXT") {
       type = "N";
     }
+  }
+  // A range keeps its words with the kind's name: "N in [1 - 64]".
+  if (check.rfind("INT in ", 0) == 0 || check.rfind("UINT in ", 0) == 0) {
+    type += check.substr(check.find(' '));
+  } else if (!check.empty()) {
+    type += ":" + check;
   }
   std::string out;
   if (!type.empty()) out += " " + get_label(type);

@@ -100,7 +100,8 @@ void CoordinationService::CheckRegisterBarrierLocked(Effects& fx) {
     TaskRecord* task = tasks_.Find(name);
     ConnectLocked(*task, task->incarnation, fx);
   }
-  spdlog::info("all {} workload tasks registered", jobs_.workload()->size());
+  spdlog::info("every workload task registered ({})",
+               Plural(static_cast<long long>(jobs_.workload()->size()), "task"));
   fx.FinishAll<absl::Status>(parked_, std::move(calls), absl::OkStatus());
 }
 

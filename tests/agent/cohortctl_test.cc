@@ -290,6 +290,13 @@ TEST(CohortBinariesTest, EveryProgramHasVersionAndOneLineUsageErrors) {
     EXPECT_EQ(bad.err.rfind(program + ": ", 0), 0u) << bad.err;
     EXPECT_NE(bad.err.find("--no-such-flag"), std::string::npos) << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+    // Help names what options take, in the formatter's words, not CLI11's raw ones.
+    Result help = Subprocess({path, "--help"}).Wait(kDeadline);
+    EXPECT_EQ(help.exit_code, 0) << help.err;
+    EXPECT_NE(help.out.find("--version"), std::string::npos) << help.out;
+    for (const std::string raw : {"BOOLEAN", " INT", " UINT", "{false}", "{true}", ",--no-"}) {
+      EXPECT_EQ(help.out.find(raw), std::string::npos) << raw << " in:\n" << help.out;
+    }
   }
 }
 

@@ -123,8 +123,10 @@ class SidecarTest : public ::testing::Test {
   }
 
   // `gpus`: a file of testdata/ for the fake NVML, or "" for a node without the driver.
+  // `env`: replaces the operator's env of the same names (an empty POD_NAME: run by hand).
   SidecarProcess StartSidecar(int task, int num_tasks, const std::string& gpus,
-                              std::vector<std::string> extra = {}) {
+                              std::vector<std::string> extra = {},
+                              const std::map<std::string, std::string>& env_overrides = {}) {
     SidecarProcess s;
     s.port = FreePort();
     std::string dir = absl::StrCat(::testing::TempDir(), "sidecar-", getpid(), "-", s.port);
@@ -143,6 +145,7 @@ class SidecarTest : public ::testing::Test {
         {"POD_IP", absl::StrCat("10.0.0.", task + 1)},
         {"FAKE_NVML_CONTROL_FIFO", s.fifo},
     };
+    for (const auto& [key, value] : env_overrides) env[key] = value;
     if (gpus.empty()) {
       env["COHORT_NVML_LIBRARY"] = dir + "/no-driver/libnvidia-ml.so.1";
     } else {
@@ -645,6 +648,31 @@ TEST_F(SidecarTest, AnAgentExampleToldOfMoreTasksThanTheJobHasSaysSoOnce) {
                           .Wait(absl::Seconds(30));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "cohort-agent-example: --task 2 is not one of --num-tasks 2 (0..1)\n");
+}
+
+// Run by hand (no POD_NAME), the sidecar names its task without an empty "(pod )", and the
+// agent example's failed connect is one line, with the coordinator's reason.
+TEST_F(SidecarTest, ByHandTheLogNamesNoEmptyPodAndAFailedConnectIsSaidOnce) {
+  StartCoordinator(1);
+  const std::string coordinator = coordinator_->address();
+  SidecarProcess sidecar = StartSidecar(0, 1, "", {}, {{"POD_NAME", ""}, {"POD_NAMESPACE", ""}});
+  ASSERT_TRUE(Eventually([&] { return StateOf("sidecar", 0) == TaskState::kConnected; }))
+      << ReadFile(sidecar.log);
+  Subprocess example({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+                      coordinator, "--job", "other", "--task", "0"});
+  ProcessResult result = example.Wait(absl::Seconds(30));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err, absl::StrCat("[task 0] connect failed: INVALID_ARGUMENT: registering "
+                                     "/job:other/task:0 with ",
+                                     coordinator,
+                                     " failed: unknown job \"other\"; this coordinator serves "
+                                     "worker (1 task), sidecar (1 task)\n"));
+  sidecar.process->Signal(SIGTERM);
+  EXPECT_EQ(sidecar.process->Wait().exit_code, 0);
+  const std::string log = ReadFile(sidecar.log);
+  EXPECT_NE(log.find("sidecar of /job:worker/task:0 serving"), std::string::npos) << log;
+  EXPECT_NE(log.find("sidecar of /job:worker/task:0 stopped"), std::string::npos) << log;
+  EXPECT_EQ(log.find("(pod"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -149,6 +149,47 @@ TEST(CoordinatorBinaryTest, YamlConfigIsReadAndFlagsOverrideIt) {
   EXPECT_NE(p.Log().find("\"msg\":\"job worker: 3 tasks\""), std::string::npos) << p.Log();
 }
 
+// What the coordinator logs reads as words: one task is "1 task", incarnations are hex (as
+// every other line and status shows them), an error is its message without payload bytes.
+TEST(CoordinatorBinaryTest, LogLinesSayCountsInWordsAndIncarnationsInHexOnly) {
+  const int port = FreePort();
+  Process p({"--job", "worker=1", "--auxiliary-job", "sidecar=2", "--listen",
+             absl::StrCat("127.0.0.1:", port), "--http-listen", ""});
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(WaitReady(channel)) << p.Log();
+  auto stub = tf::CoordinationService::NewStub(channel);
+  tf::RegisterTaskRequest reg;
+  reg.mutable_source_task()->set_job_name("worker");
+  reg.mutable_source_task()->set_task_id(0);
+  reg.set_incarnation(0xabc);
+  tf::RegisterTaskResponse rr;
+  ASSERT_TRUE(stub->RegisterTask(Deadline().get(), reg, &rr).ok());
+  // The task "restarts": it registers again with a new incarnation while connected.
+  reg.set_incarnation(0xdef);
+  grpc::Status again = stub->RegisterTask(Deadline().get(), reg, &rr);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_NE(again.error_message().find("registered again with incarnation 0xdef while connected "
+                                       "with incarnation 0xabc"),
+            std::string::npos)
+      << again.error_message();
+  EXPECT_EQ(p.Terminate(), 0);
+  const std::string log = p.Log();
+  EXPECT_NE(log.find("job worker: 1 task\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("job sidecar: 2 tasks (auxiliary)"), std::string::npos) << log;
+  EXPECT_NE(log.find("every workload task registered (1 task)"), std::string::npos) << log;
+  EXPECT_NE(log.find("task /job:worker/task:0 connected with incarnation 0xabc"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("task /job:worker/task:0 (incarnation 0xabc) is in error: "
+                     "/job:worker/task:0 registered again with incarnation 0xdef"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("1 tasks"), std::string::npos) << log;
+  EXPECT_EQ(log.find("2748"), std::string::npos) << "0xabc in decimal: " << log;
+  EXPECT_EQ(log.find("3567"), std::string::npos) << "0xdef in decimal: " << log;
+  EXPECT_EQ(log.find("type.googleapis.com"), std::string::npos) << "payload bytes: " << log;
+}
+
 TEST(CoordinatorBinaryTest, BadInputIsRefusedWithAClearMessage) {
   // A config file whose key is a mapping (the fuzzer's first find: it threw out of main).
   const std::string complex_key = absl::StrCat(::testing::TempDir(), "/complex-key.yaml");
