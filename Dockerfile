@@ -42,6 +42,7 @@ RUN apt-get update \
       libgrpc++1.51 \
       libgrpc29 \
       libmicrohttpd12 \
+      libprometheus-cpp-core1.0 \
       libprotobuf32 \
       libspdlog1.10 \
       libssl3 \

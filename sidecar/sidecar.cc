@@ -239,7 +239,7 @@ void Sidecar::Lifecycle() {
   config.heartbeat_timeout = options_.heartbeat_timeout;
   config.register_timeout = options_.register_timeout;
   config.on_heartbeat = [this](absl::Duration rtt, const absl::Status& status) {
-    heartbeats_->WithLabels({status.ok() ? "ok" : "failed"}).Inc();
+    heartbeats_->WithLabels({status.ok() ? "ok" : "failed"}).Increment();
     if (status.ok()) heartbeat_rtt_->Observe(absl::ToDoubleSeconds(rtt));
   };
   auto on_error = [this](const absl::Status& error) {
@@ -354,7 +354,7 @@ void Sidecar::Report(const std::string& reason, const absl::Status& error) {
     }
   }
   spdlog::error("reporting to the coordinator: {}", std::string(error.message()));
-  reported_->WithLabels({reason}).Inc();
+  reported_->WithLabels({reason}).Increment();
   if (auto s = agent_.ReportError(error); !s.ok()) {
     spdlog::error("the report did not reach the coordinator: {}", DescribeStatus(s));
   }

@@ -96,7 +96,9 @@ JobController::JobController(kube::Client* client, MetricsRegistry* metrics, Opt
   metrics->AddCollector([this] { return CollectJobMetrics(); });
 
   const auto watch_restart = [this](const char* resource) {
-    return [this, resource](const std::string&) { watch_restarts_->WithLabels({resource}).Inc(); };
+    return [this, resource](const std::string&) {
+      watch_restarts_->WithLabels({resource}).Increment();
+    };
   };
   kube::Informer::Options job_options;
   job_options.namespace_name = options_.namespace_name;
@@ -174,15 +176,15 @@ void JobController::Run() {
         absl::Status s = Reconcile(*key);
         reconcile_duration_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
         if (s.ok()) {
-          reconcile_total_->WithLabels({"success"}).Inc();
+          reconcile_total_->WithLabels({"success"}).Increment();
           queue_.Forget(*key);
         } else if (absl::IsAborted(s)) {
           // Our cache was behind the API server; the watch event that follows requeues it.
-          reconcile_total_->WithLabels({"conflict"}).Inc();
+          reconcile_total_->WithLabels({"conflict"}).Increment();
           spdlog::debug("reconcile {}: {}", *key, s.ToString());
           queue_.AddRateLimited(*key);
         } else {
-          reconcile_total_->WithLabels({"error"}).Inc();
+          reconcile_total_->WithLabels({"error"}).Increment();
           spdlog::warn("reconcile {}: {} (retry {} with backoff)", *key, s.ToString(),
                        queue_.Failures(*key) + 1);
           queue_.AddRateLimited(*key);

@@ -34,14 +34,15 @@ absl::Status JobController::DecideKueue() {
       client_, kube::kWorkloads, workload_options,
       kube::Informer::Handlers{
           [this](const json& o) { EnqueueOwner(o); }, [this](const json& o) { EnqueueOwner(o); },
-          [this](const std::string&) { watch_restarts_->WithLabels({"workloads"}).Inc(); }});
+          [this](const std::string&) { watch_restarts_->WithLabels({"workloads"}).Increment(); }});
   // A flavor made or changed after a job's admission named it: the jobs waiting for it look
   // again after their requeue (kueue_plan.cc), so changes need no handler.
   flavors_ = std::make_unique<kube::Informer>(
       client_, kube::kResourceFlavors, kube::Informer::Options{},
-      kube::Informer::Handlers{
-          [](const json&) {}, [](const json&) {},
-          [this](const std::string&) { watch_restarts_->WithLabels({"resourceflavors"}).Inc(); }});
+      kube::Informer::Handlers{[](const json&) {}, [](const json&) {},
+                               [this](const std::string&) {
+                                 watch_restarts_->WithLabels({"resourceflavors"}).Increment();
+                               }});
   kueue_ = true;
   spdlog::info("Kueue: on; jobs labelled {} wait for their Workload's admission",
                kueue::kQueueNameLabel);

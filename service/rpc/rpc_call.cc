@@ -13,7 +13,8 @@ RpcMetrics::RpcMetrics(MetricsRegistry& registry)
 
 void RpcMetrics::Record(Protocol protocol, const char* method, absl::StatusCode code,
                         absl::Duration latency) {
-  requests_.WithLabels({ProtocolName(protocol), method, absl::StatusCodeToString(code)}).Inc();
+  requests_.WithLabels({ProtocolName(protocol), method, absl::StatusCodeToString(code)})
+      .Increment();
   latency_.WithLabels({ProtocolName(protocol), method}).Observe(absl::ToDoubleSeconds(latency));
 }
 

@@ -30,13 +30,13 @@ CoordinatorMetrics::CoordinatorMetrics(MetricsRegistry& registry)
 void CoordinatorMetrics::OnBarrierDone(const std::string&, int64_t, const absl::Status& result,
                                        absl::Duration open_for) {
   std::string label = result.ok() ? "passed" : absl::StatusCodeToString(result.code());
-  barriers_.WithLabels({label}).Inc();
+  barriers_.WithLabels({label}).Increment();
   barrier_seconds_.WithLabels({result.ok() ? "passed" : "failed"})
       .Observe(absl::ToDoubleSeconds(open_for));
 }
 
 void CoordinatorMetrics::OnErrorPropagated(const TaskName& source, const absl::Status&) {
-  errors_.WithLabels({source.job.empty() ? "service" : source.job}).Inc();
+  errors_.WithLabels({source.job.empty() ? "service" : source.job}).Increment();
 }
 
 void CoordinatorMetrics::Attach(const CoordinationService* service) {

@@ -19,9 +19,9 @@ namespace {
 TEST(MetricsTest, CounterRendersHelpTypeAndLabelledSamples) {
   MetricsRegistry registry;
   auto& requests = registry.AddCounter("cohort_requests_total", "RPCs served.", {"method", "code"});
-  requests.WithLabels({"Barrier", "OK"}).Inc();
-  requests.WithLabels({"Barrier", "OK"}).Inc(2);
-  requests.WithLabels({"Heartbeat", "OK"}).Inc(0.5);
+  requests.WithLabels({"Barrier", "OK"}).Increment();
+  requests.WithLabels({"Barrier", "OK"}).Increment(2);
+  requests.WithLabels({"Heartbeat", "OK"}).Increment(0.5);
 
   EXPECT_EQ(registry.Render(),
             "# HELP cohort_requests_total RPCs served.\n"
@@ -33,8 +33,8 @@ TEST(MetricsTest, CounterRendersHelpTypeAndLabelledSamples) {
 TEST(MetricsTest, CounterIgnoresNegativeIncrements) {
   MetricsRegistry registry;
   Counter& c = registry.AddCounter("c_total", "h", {}).WithLabels({});
-  c.Inc(5);
-  c.Inc(-3);
+  c.Increment(5);
+  c.Increment(-3);
   EXPECT_EQ(c.Value(), 5);
 }
 
@@ -42,8 +42,8 @@ TEST(MetricsTest, GaugeWithoutLabelsRendersBareName) {
   MetricsRegistry registry;
   Gauge& tasks = registry.AddGauge("cohort_tasks", "Connected tasks.", {}).WithLabels({});
   tasks.Set(10);
-  tasks.Inc();
-  tasks.Dec(4);
+  tasks.Increment();
+  tasks.Decrement(4);
 
   EXPECT_EQ(registry.Render(),
             "# HELP cohort_tasks Connected tasks.\n"
@@ -60,17 +60,17 @@ TEST(MetricsTest, HistogramRendersCumulativeBucketsSumAndCount) {
   h.Observe(5);
   h.Observe(100);
 
-  EXPECT_EQ(h.Count(), 4u);
-  EXPECT_DOUBLE_EQ(h.Sum(), 105.15);
+  EXPECT_EQ(h.Collect().histogram.sample_count, 4u);
+  EXPECT_DOUBLE_EQ(h.Collect().histogram.sample_sum, 105.15);
   EXPECT_EQ(registry.Render(),
             "# HELP rpc_seconds RPC latency.\n"
             "# TYPE rpc_seconds histogram\n"
+            "rpc_seconds_count{method=\"Barrier\"} 4\n"
+            "rpc_seconds_sum{method=\"Barrier\"} 105.15\n"
             "rpc_seconds_bucket{method=\"Barrier\",le=\"0.1\"} 2\n"
             "rpc_seconds_bucket{method=\"Barrier\",le=\"1\"} 2\n"
             "rpc_seconds_bucket{method=\"Barrier\",le=\"10\"} 3\n"
-            "rpc_seconds_bucket{method=\"Barrier\",le=\"+Inf\"} 4\n"
-            "rpc_seconds_sum{method=\"Barrier\"} 105.15\n"
-            "rpc_seconds_count{method=\"Barrier\"} 4\n");
+            "rpc_seconds_bucket{method=\"Barrier\",le=\"+Inf\"} 4\n");
 }
 
 TEST(MetricsTest, FamiliesRenderInRegistrationOrderAndChildrenByLabelValues) {
@@ -114,16 +114,35 @@ TEST(MetricsTest, HelpIsEscaped) {
 }
 
 TEST(MetricsTest, ValuesRenderWithoutExponentNoise) {
-  EXPECT_EQ(FormatMetricValue(0), "0");
-  EXPECT_EQ(FormatMetricValue(-0.0), "0");
-  EXPECT_EQ(FormatMetricValue(42), "42");
-  EXPECT_EQ(FormatMetricValue(-7), "-7");
-  EXPECT_EQ(FormatMetricValue(1234567890123), "1234567890123");
-  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
-  EXPECT_EQ(FormatMetricValue(2.5e-7), "2.5e-07");
-  EXPECT_EQ(FormatMetricValue(std::nan("")), "NaN");
-  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()), "+Inf");
-  EXPECT_EQ(FormatMetricValue(-std::numeric_limits<double>::infinity()), "-Inf");
+  for (const auto& [value, text] : std::vector<std::pair<double, std::string>>{
+           {0, "0"},
+           {42, "42"},
+           {-7, "-7"},
+           {1234567890123, "1234567890123"},
+           {0.1, "0.1"},
+           {2.5e-7, "2.5e-07"},
+           {std::numeric_limits<double>::infinity(), "+Inf"},
+           {-std::numeric_limits<double>::infinity(), "-Inf"}}) {
+    MetricsRegistry registry;
+    registry.AddGauge("g", "h", {}).WithLabels({}).Set(value);
+    EXPECT_EQ(registry.Render(), "# HELP g h\n# TYPE g gauge\ng " + text + "\n");
+  }
+}
+
+// The same label values are the same child; values go to the family's label names in the
+// order they were declared, and the exposition writes them in that order.
+TEST(MetricsTest, ChildrenAreKeyedByLabelValuesInDeclaredOrder) {
+  MetricsRegistry registry;
+  auto& g = registry.AddGauge("g", "h", {"pod", "namespace"});
+  Gauge& child = g.WithLabels({"train-0", "ml"});
+  EXPECT_EQ(&g.WithLabels({"train-0", "ml"}), &child);
+  EXPECT_NE(&g.WithLabels({"ml", "train-0"}), &child);
+  child.Set(1);
+  EXPECT_NE(registry.Render().find("g{pod=\"train-0\",namespace=\"ml\"} 1\n"), std::string::npos)
+      << registry.Render();
+  // A removed child is made anew, from zero.
+  g.Remove({"train-0", "ml"});
+  EXPECT_EQ(g.WithLabels({"train-0", "ml"}).Value(), 0);
 }
 
 TEST(MetricsTest, InvalidMetricNamesAreRejected) {
@@ -186,15 +205,16 @@ TEST(MetricsTest, ConcurrentIncrementsSumExactly) {
       Counter& c = counters.WithLabels({});
       Histogram& h = histograms.WithLabels({});
       for (int i = 0; i < kPerThread; ++i) {
-        c.Inc();
+        c.Increment();
         h.Observe(1);
       }
     });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(counters.WithLabels({}).Value(), kThreads * kPerThread);
-  EXPECT_EQ(histograms.WithLabels({}).Count(), uint64_t{kThreads * kPerThread});
-  EXPECT_EQ(histograms.WithLabels({}).Sum(), kThreads * kPerThread);
+  EXPECT_EQ(histograms.WithLabels({}).Collect().histogram.sample_count,
+            uint64_t{kThreads * kPerThread});
+  EXPECT_EQ(histograms.WithLabels({}).Collect().histogram.sample_sum, kThreads * kPerThread);
 }
 
 TEST(MetricsTest, CollectorFamiliesRenderAfterRegisteredOnes) {
@@ -264,8 +284,8 @@ TEST(MetricsTest, RenderedTextPassesPromtoolCheck) {
   MetricsRegistry registry;
   auto& requests =
       registry.AddCounter("cohort_rpc_requests_total", "RPCs \\ served\nby method.", {"method"});
-  requests.WithLabels({"Barrier"}).Inc(3);
-  requests.WithLabels({"odd \"value\"\nwith newline"}).Inc();
+  requests.WithLabels({"Barrier"}).Increment(3);
+  requests.WithLabels({"odd \"value\"\nwith newline"}).Increment();
   registry.AddCounter("cohort_restarts_total", "Restarts.", {});
   registry.AddGauge("cohort_tasks", "Tasks.", {"state"}).WithLabels({"running"}).Set(4);
   registry.AddGauge("cohort_nan", "Not a number.", {}).WithLabels({}).Set(std::nan(""));
