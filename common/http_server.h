@@ -1,5 +1,4 @@
-#ifndef COHORT_COMMON_HTTP_SERVER_H_
-#define COHORT_COMMON_HTTP_SERVER_H_
+#pragma once
 
 #include <sys/socket.h>
 
@@ -78,5 +77,3 @@ class HttpServer {
 };
 
 }  // namespace cohort
-
-#endif  // COHORT_COMMON_HTTP_SERVER_H_

@@ -5,8 +5,7 @@
 // (NVIDIA_VISIBLE_DEVICES=all) asks the kubelet's PodResources API which of them the kubelet
 // gave its pod's other containers, and watches only those. With DRA the sidecar references
 // the pod's claims and sees exactly their devices: nothing to ask.
-#ifndef COHORT_SIDECAR_POD_GPUS_H_
-#define COHORT_SIDECAR_POD_GPUS_H_
+#pragma once
 
 #include <string>
 #include <vector>
@@ -34,5 +33,3 @@ std::string GpuVisibilityProblem(int expected, int visible, const std::string& n
                                  const std::string& how_found);
 
 }  // namespace cohort
-
-#endif  // COHORT_SIDECAR_POD_GPUS_H_

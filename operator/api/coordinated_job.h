@@ -1,7 +1,6 @@
 // CoordinatedJob (cohort.dev/v1alpha1) as C++ types, read from and written to the JSON the
 // API server serves. The CRD in charts/cohort/crds/ is the schema; this file must agree.
-#ifndef COHORT_OPERATOR_API_COORDINATED_JOB_H_
-#define COHORT_OPERATOR_API_COORDINATED_JOB_H_
+#pragma once
 
 #include <cstdint>
 #include <optional>
@@ -280,5 +279,3 @@ void SetCondition(std::vector<Condition>* conditions, const std::string& type,
 const Condition* FindCondition(const std::vector<Condition>& conditions, const std::string& type);
 
 }  // namespace cohort::api
-
-#endif  // COHORT_OPERATOR_API_COORDINATED_JOB_H_

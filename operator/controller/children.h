@@ -3,8 +3,7 @@
 // the workers' headless Service, and worker Pods with the sidecar injected and the env
 // contract of DESIGN.md. Pure functions of the job and the operator's settings (and, for the
 // Secret, of a token made elsewhere).
-#ifndef COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
-#define COHORT_OPERATOR_CONTROLLER_CHILDREN_H_
+#pragma once
 
 #include <map>
 #include <optional>
@@ -253,5 +252,3 @@ std::string SpecHash(const api::CoordinatedJob& job);
 void StampSpecHash(const std::string& hash, json* object);
 
 }  // namespace cohort::controller
-
-#endif  // COHORT_OPERATOR_CONTROLLER_CHILDREN_H_

@@ -5,8 +5,7 @@
 // error) calls `on_change` with the job's key. Each call carries the job's token (the
 // coordinator refuses calls without it) and, for a job with TLS, goes over mutual TLS with the
 // job's client certificate.
-#ifndef COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
-#define COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_
+#pragma once
 
 #include <atomic>
 #include <functional>
@@ -67,5 +66,3 @@ class CoordinatorWatcher {
 };
 
 }  // namespace cohort::controller
-
-#endif  // COHORT_OPERATOR_CONTROLLER_COORDINATOR_WATCHER_H_

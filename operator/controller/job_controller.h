@@ -3,8 +3,7 @@
 // each reconcile gathers what exists, asks PlanJob what should, writes the status first
 // (conditional on resourceVersion, so two decisions can never both count a restart), then
 // creates, updates and deletes children and records Events.
-#ifndef COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
-#define COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
+#pragma once
 
 #include <atomic>
 #include <map>
@@ -120,5 +119,3 @@ class JobController {
 };
 
 }  // namespace cohort::controller
-
-#endif  // COHORT_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_

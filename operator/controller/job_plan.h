@@ -3,8 +3,7 @@
 // deleted and what the job's status should say. No I/O and no clock: the controller
 // gathers `Observed` and applies the `Plan`, so running it twice on the same input plans the
 // same thing (reconcile is idempotent).
-#ifndef COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
-#define COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_
+#pragma once
 
 #include <map>
 #include <optional>
@@ -199,5 +198,3 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings);
 
 }  // namespace cohort::controller
-
-#endif  // COHORT_OPERATOR_CONTROLLER_JOB_PLAN_H_

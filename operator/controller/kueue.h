@@ -7,8 +7,7 @@
 // counted) and gives the quota back by clearing the admission once the pods are gone; the
 // Workload's PodsReady and Finished conditions follow the job. docs/operator.md, "Queued by
 // Kueue", has the whole contract and the cluster's Kueue configuration.
-#ifndef COHORT_OPERATOR_CONTROLLER_KUEUE_H_
-#define COHORT_OPERATOR_CONTROLLER_KUEUE_H_
+#pragma once
 
 #include <map>
 #include <optional>
@@ -127,5 +126,3 @@ bool DropFinalizer(json* workload);
 bool ClearAdmission(json* workload, absl::Time now);
 
 }  // namespace cohort::controller::kueue
-
-#endif  // COHORT_OPERATOR_CONTROLLER_KUEUE_H_

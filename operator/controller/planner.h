@@ -1,7 +1,6 @@
 // The plan's building blocks, shared by the gang's plan (job_plan.cc) and the task
 // runtime's (task_runtime_plan.cc). Internal to operator/controller.
-#ifndef COHORT_OPERATOR_CONTROLLER_PLANNER_H_
-#define COHORT_OPERATOR_CONTROLLER_PLANNER_H_
+#pragma once
 
 #include <string>
 #include <utility>
@@ -263,5 +262,3 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
 Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings);
 
 }  // namespace cohort::controller::planning
-
-#endif  // COHORT_OPERATOR_CONTROLLER_PLANNER_H_

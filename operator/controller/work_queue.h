@@ -2,8 +2,7 @@
 // queue and never processed by two workers at once (a key added while it is processed is
 // processed again afterwards). Failed keys come back after a per-key exponential backoff;
 // AddAfter schedules a key for later (deadlines, TTLs, settling failures).
-#ifndef COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_
-#define COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_
+#pragma once
 
 #include <condition_variable>
 #include <deque>
@@ -67,5 +66,3 @@ class WorkQueue {
 };
 
 }  // namespace cohort::controller
-
-#endif  // COHORT_OPERATOR_CONTROLLER_WORK_QUEUE_H_

@@ -6,8 +6,7 @@
 // cluster; the e2e tests run the real API server.
 //
 // Hand-written: client-go's fake clientset is Go, and no C++ Kubernetes client ships a fake.
-#ifndef COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_
-#define COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_
+#pragma once
 
 #include <condition_variable>
 #include <cstdint>
@@ -130,5 +129,3 @@ class FakeClient : public Client {
 absl::StatusOr<bool> MatchesSelectors(const json& object, const ListOptions& options);
 
 }  // namespace cohort::kube
-
-#endif  // COHORT_OPERATOR_KUBE_FAKE_CLIENT_H_

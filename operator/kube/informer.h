@@ -2,8 +2,7 @@
 // list's resourceVersion (with bookmarks, so a reconnect resumes close to now), lists again
 // when the API server says the version is gone (410), and backs off on errors. Handlers run
 // on the informer's thread and should only enqueue work.
-#ifndef COHORT_OPERATOR_KUBE_INFORMER_H_
-#define COHORT_OPERATOR_KUBE_INFORMER_H_
+#pragma once
 
 #include <atomic>
 #include <chrono>
@@ -85,5 +84,3 @@ class Informer {
 bool NewerResourceVersion(const std::string& a, const std::string& b);
 
 }  // namespace cohort::kube
-
-#endif  // COHORT_OPERATOR_KUBE_INFORMER_H_

@@ -4,8 +4,7 @@
 // reason AlreadyExists), Aborted (409 conflict), OutOfRange (410 Gone), InvalidArgument (400,
 // 422), PermissionDenied (403), Unauthenticated (401), ResourceExhausted (429), Unavailable
 // (5xx or no connection).
-#ifndef COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_
-#define COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_
+#pragma once
 
 #include <atomic>
 #include <chrono>
@@ -188,5 +187,3 @@ std::string Uid(const json& object);
 std::string ResourceVersion(const json& object);
 
 }  // namespace cohort::kube
-
-#endif  // COHORT_OPERATOR_KUBE_KUBE_CLIENT_H_

@@ -1,7 +1,6 @@
 // Where the Kubernetes API is and how to authenticate to it: a kubeconfig file or the
 // service-account files a pod gets (in-cluster configuration).
-#ifndef COHORT_OPERATOR_KUBE_KUBE_CONFIG_H_
-#define COHORT_OPERATOR_KUBE_KUBE_CONFIG_H_
+#pragma once
 
 #include <string>
 
@@ -38,5 +37,3 @@ absl::StatusOr<KubeConfig> ResolveKubeConfig(const std::string& path);
 absl::StatusOr<std::string> CurrentToken(const KubeConfig& config);
 
 }  // namespace cohort::kube
-
-#endif  // COHORT_OPERATOR_KUBE_KUBE_CONFIG_H_

@@ -3,8 +3,7 @@
 // same record unchanged for leaseDurationSeconds (measured on its own clock, so clock skew
 // between machines does not matter). Writes are conditional on resourceVersion, so two
 // candidates can never both win the same round.
-#ifndef COHORT_OPERATOR_KUBE_LEADER_ELECTION_H_
-#define COHORT_OPERATOR_KUBE_LEADER_ELECTION_H_
+#pragma once
 
 #include <atomic>
 #include <chrono>
@@ -62,5 +61,3 @@ class LeaderElector {
 std::string FormatMicroTime(absl::Time t);
 
 }  // namespace cohort::kube
-
-#endif  // COHORT_OPERATOR_KUBE_LEADER_ELECTION_H_
