@@ -2,8 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cohort/runtime/v1/services.grpc.pb.h"
@@ -21,8 +19,8 @@ struct CoordinatorWatcher::Follow {
   bool task_runtime = false;  // also asks the scheduler for its task counts
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
-  std::mutex mu;
-  std::condition_variable cv;
+  absl::Mutex mu;
+  absl::CondVar cv;
   std::optional<CoordinatorView> view;  // guarded by CoordinatorWatcher::mu_
   std::thread thread;
 };
@@ -67,7 +65,7 @@ void CoordinatorWatcher::Watch(const std::string& key, const std::string& addres
                                const CoordinatorCredentials& credentials, bool task_runtime) {
   std::shared_ptr<Follow> old;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = follows_.find(key);
     if (it != follows_.end()) {
       if (it->second->address == address && it->second->restart == restart &&
@@ -92,8 +90,8 @@ void CoordinatorWatcher::Watch(const std::string& key, const std::string& addres
 // An old follow ends within one call's deadline; it is joined later, never waited for here.
 void CoordinatorWatcher::Retire(const std::shared_ptr<Follow>& old) {
   old->stop = true;
-  old->cv.notify_all();
-  std::lock_guard<std::mutex> lock(mu_);
+  old->cv.SignalAll();
+  absl::MutexLock lock(&mu_);
   retired_.push_back(old);
   for (auto it = retired_.begin(); it != retired_.end();) {
     if ((*it)->done) {
@@ -108,7 +106,7 @@ void CoordinatorWatcher::Retire(const std::shared_ptr<Follow>& old) {
 void CoordinatorWatcher::Unwatch(const std::string& key) {
   std::shared_ptr<Follow> old;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = follows_.find(key);
     if (it == follows_.end()) return;
     old = it->second;
@@ -118,28 +116,28 @@ void CoordinatorWatcher::Unwatch(const std::string& key) {
 }
 
 std::optional<CoordinatorView> CoordinatorWatcher::View(const std::string& key, int restart) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = follows_.find(key);
   if (it == follows_.end() || it->second->restart != restart) return std::nullopt;
   return it->second->view;
 }
 
 size_t CoordinatorWatcher::Watched() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return follows_.size();
 }
 
 void CoordinatorWatcher::StopAll() {
   std::map<std::string, std::shared_ptr<Follow>> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     all.swap(follows_);
     for (auto& f : retired_) all[absl::StrCat("retired/", all.size())] = f;
     retired_.clear();
   }
   for (auto& [key, f] : all) {
     f->stop = true;
-    f->cv.notify_all();
+    f->cv.SignalAll();
   }
   for (auto& [key, f] : all) {
     if (f->thread.joinable()) f->thread.join();
@@ -183,7 +181,7 @@ void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
       }
       bool changed = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         changed = !SameView(follow->view, view);
         follow->view = std::move(view);
       }
@@ -193,9 +191,10 @@ void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
                     status.error_message());
       said_unreachable = true;
     }
-    std::unique_lock<std::mutex> lock(follow->mu);
-    follow->cv.wait_for(lock, absl::ToChronoMicroseconds(interval_),
-                        [&] { return follow->stop.load(); });
+    const absl::Time until = absl::Now() + interval_;
+    absl::MutexLock lock(&follow->mu);
+    while (!follow->stop.load() && !follow->cv.WaitWithDeadline(&follow->mu, until)) {
+    }
   }
   follow->done = true;
 }

@@ -11,12 +11,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "operator/controller/job_plan.h"
 
@@ -60,7 +60,7 @@ class CoordinatorWatcher {
 
   const absl::Duration interval_;
   const std::function<void(const std::string&)> on_change_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Follow>> follows_;
   std::vector<std::shared_ptr<Follow>> retired_;  // stopping; joined once done
 };

@@ -214,7 +214,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
     // Deleted: its children go with it (owner references); forget what we kept.
     watcher_.Unwatch(key);
     {
-      std::lock_guard<std::mutex> lock(failures_mu_);
+      absl::MutexLock lock(&failures_mu_);
       failure_seen_.erase(key);
     }
     ReleaseWorkloads(ns, name);
@@ -306,7 +306,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
     watcher_.Unwatch(key);
   }
   {
-    std::lock_guard<std::mutex> lock(failures_mu_);
+    absl::MutexLock lock(&failures_mu_);
     auto it = failure_seen_.find(key);
     if (it != failure_seen_.end() && it->second.gang == gang) {
       observed.failure_first_seen = it->second.first;
@@ -317,7 +317,7 @@ absl::Status JobController::Reconcile(const std::string& key) {
   Plan plan = PlanJob(*job, observed, options_.settings);
 
   {
-    std::lock_guard<std::mutex> lock(failures_mu_);
+    absl::MutexLock lock(&failures_mu_);
     if (plan.failure_seen && plan.status.Gang() == gang) {
       FailureSeen& seen = failure_seen_[key];
       if (!observed.failure_first_seen) seen = FailureSeen{gang, observed.now, {}};

@@ -8,12 +8,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "operator/controller/coordinator_watcher.h"
@@ -102,7 +102,7 @@ class JobController {
   std::atomic<bool> synced_{false};
   std::vector<std::thread> threads_;
 
-  std::mutex failures_mu_;
+  absl::Mutex failures_mu_;
   // A failure being settled, per job key: its gang, when it was first seen, and the failure
   // reasons seen since (a pod's eviction is only visible while the pod is still there).
   struct FailureSeen {

@@ -13,7 +13,7 @@ WorkQueue::WorkQueue(absl::Duration base_backoff, absl::Duration max_backoff, co
       clock_(clock ? clock : &real_clock_) {}
 
 void WorkQueue::Add(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (shut_down_) return;
   if (processing_.count(key)) {
     dirty_.insert(key);
@@ -21,7 +21,7 @@ void WorkQueue::Add(const std::string& key) {
   }
   if (queued_.insert(key).second) {
     queue_.push_back(key);
-    cv_.notify_one();
+    cv_.Signal();
   }
 }
 
@@ -30,16 +30,16 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
     Add(key);
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (shut_down_) return;
   delayed_.emplace(clock_->Now() + delay, key);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
   absl::Duration delay;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const int n = failures_[key]++;
     delay = base_backoff_ * (1 << std::min(n, 20));
     if (delay > max_backoff_) delay = max_backoff_;
@@ -48,12 +48,12 @@ void WorkQueue::AddRateLimited(const std::string& key) {
 }
 
 void WorkQueue::Forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   failures_.erase(key);
 }
 
 int WorkQueue::Failures(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = failures_.find(key);
   return it == failures_.end() ? 0 : it->second;
 }
@@ -71,20 +71,19 @@ void WorkQueue::PromoteDueLocked(absl::Time now) {
 }
 
 std::optional<std::string> WorkQueue::Get() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (true) {
     if (shut_down_) return std::nullopt;
     PromoteDueLocked(clock_->Now());
     if (!queue_.empty()) break;
     ++idle_;
     if (delayed_.empty()) {
-      cv_.wait(lock);
+      cv_.Wait(&mu_);
     } else {
       // A test's clock moves by Poke(), not with time: look again at least every 50 ms.
       absl::Duration wait = delayed_.begin()->first - clock_->Now();
       if (clock_ != &real_clock_) wait = std::min(wait, absl::Milliseconds(50));
-      cv_.wait_for(
-          lock, std::chrono::microseconds(std::max<int64_t>(1, absl::ToInt64Microseconds(wait))));
+      cv_.WaitWithTimeout(&mu_, std::max(wait, absl::Microseconds(1)));
     }
     --idle_;
   }
@@ -96,37 +95,37 @@ std::optional<std::string> WorkQueue::Get() {
 }
 
 void WorkQueue::Done(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   processing_.erase(key);
   if (dirty_.erase(key) && !shut_down_ && queued_.insert(key).second) {
     queue_.push_back(key);
-    cv_.notify_one();
+    cv_.Signal();
   }
 }
 
 void WorkQueue::Poke() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  cv_.SignalAll();
 }
 
 std::vector<std::pair<absl::Time, std::string>> WorkQueue::Delayed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return {delayed_.begin(), delayed_.end()};
 }
 
 void WorkQueue::ShutDown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   shut_down_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 int WorkQueue::Idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return idle_;
 }
 
 size_t WorkQueue::Depth() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return queue_.size();
 }
 

@@ -4,16 +4,15 @@
 // AddAfter schedules a key for later (deadlines, TTLs, settling failures).
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 
@@ -53,8 +52,8 @@ class WorkQueue {
   const absl::Duration base_backoff_, max_backoff_;
   RealClock real_clock_;
   const Clock* clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
   std::deque<std::string> queue_;
   std::set<std::string> queued_;      // in queue_
   std::set<std::string> processing_;  // handed out by Get, not Done yet

@@ -171,11 +171,11 @@ json FakeClient::StampLocked(const Resource& r, json object, const std::string& 
 
 void FakeClient::RecordLocked(const Resource& r, const std::string& type, const json& object) {
   log_.push_back({version_, ResourceKey(r), type, object});
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 json FakeClient::Add(const Resource& r, json object) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string ns = r.namespaced ? Namespace(object) : "";
   object = StampLocked(r, std::move(object), ns);
   objects_[ObjectKey(ResourceKey(r), ns, Name(object))] = object;
@@ -185,14 +185,14 @@ json FakeClient::Add(const Resource& r, json object) {
 
 std::optional<json> FakeClient::Peek(const Resource& r, const std::string& ns,
                                      const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = objects_.find(ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name));
   if (it == objects_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<FakeClient::Action> FakeClient::Actions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return actions_;
 }
 
@@ -205,38 +205,43 @@ std::vector<std::string> FakeClient::Writes() const {
 }
 
 void FakeClient::ClearActions() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   actions_.clear();
 }
 
 void FakeClient::FailNext(const std::string& verb, const std::string& resource, absl::Status status,
                           int times) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   failures_.push_back({verb, resource, std::move(status), times});
 }
 
 void FakeClient::Unserve(const Resource& r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   unserved_.push_back(ResourceKey(r));
 }
 
 bool FakeClient::WaitForWatches(size_t watches, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this, watches] {
+  absl::MutexLock lock(&mu_);
+  const auto caught_up = [this, watches] {
     return watches_.size() >= watches &&
            std::all_of(watches_.begin(), watches_.end(),
                        [this](const auto& w) { return w.second == log_.size(); });
-  });
+  };
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!caught_up()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return caught_up();
+  }
+  return true;
 }
 
 int FakeClient::ActiveWatches() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(watches_.size());
 }
 
 absl::StatusOr<json> FakeClient::Get(const Resource& r, const std::string& ns,
                                      const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("get", r, ns, name); !s.ok()) return s;
   auto it = objects_.find(ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name));
   if (it == objects_.end()) {
@@ -247,7 +252,7 @@ absl::StatusOr<json> FakeClient::Get(const Resource& r, const std::string& ns,
 
 absl::StatusOr<json> FakeClient::List(const Resource& r, const std::string& ns,
                                       const ListOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("list", r, ns, ""); !s.ok()) return s;
   json items = json::array();
   const std::string prefix = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", "");
@@ -265,7 +270,7 @@ absl::StatusOr<json> FakeClient::List(const Resource& r, const std::string& ns,
 
 absl::StatusOr<json> FakeClient::Create(const Resource& r, const std::string& ns,
                                         const json& object) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string name = Name(object);
   if (absl::Status s = BeginLocked("create", r, ns, name); !s.ok()) return s;
   if (!object.is_object()) return absl::InvalidArgumentError("the object is not a JSON object");
@@ -327,7 +332,7 @@ json FakeClient::CommitLocked(const Resource& r, const std::string& key, const j
 absl::StatusOr<json> FakeClient::Replace(const Resource& r, const std::string& ns,
                                          const std::string& name, const json& object,
                                          const std::string& subresource) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("update", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
@@ -358,7 +363,7 @@ absl::StatusOr<json> FakeClient::Replace(const Resource& r, const std::string& n
 absl::StatusOr<json> FakeClient::Patch(const Resource& r, const std::string& ns,
                                        const std::string& name, PatchType type, const json& patch,
                                        const std::string& subresource) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("patch", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
@@ -394,7 +399,7 @@ absl::StatusOr<json> FakeClient::Patch(const Resource& r, const std::string& ns,
 
 absl::Status FakeClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
                                 const DeleteOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("delete", r, ns, name); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
@@ -425,7 +430,7 @@ absl::Status FakeClient::Delete(const Resource& r, const std::string& ns, const 
 absl::Status FakeClient::Watch(const Resource& r, const std::string& ns, const ListOptions& options,
                                const std::string& resource_version, int /*timeout_seconds*/,
                                const std::function<void(const WatchEvent&)>& on_event) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("watch", r, ns, ""); !s.ok()) return s;
   int64_t from = version_;
   if (!resource_version.empty() && resource_version != "0" &&
@@ -448,24 +453,24 @@ absl::Status FakeClient::Watch(const Resource& r, const std::string& ns, const L
       }
       auto match = MatchesSelectors(change.object, options);
       if (match.ok() && *match) {
-        lock.unlock();
+        mu_.Unlock();
         on_event(WatchEvent{change.type, change.object});
-        lock.lock();
+        mu_.Lock();
       }
       watches_[id] = next;
     }
-    changed_.notify_all();  // this watch caught up
-    changed_.wait(lock, [&] { return shut_down_ || next < log_.size(); });
+    changed_.SignalAll();  // this watch caught up
+    while (!shut_down_ && next >= log_.size()) changed_.Wait(&mu_);
   }
   watches_.erase(id);
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::CancelledError("the client was shut down");
 }
 
 void FakeClient::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   shut_down_ = true;
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 }  // namespace cohort::kube

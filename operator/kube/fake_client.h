@@ -8,14 +8,13 @@
 // Hand-written: client-go's fake clientset is Go, and no C++ Kubernetes client ships a fake.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "operator/kube/kube_client.h"
 
@@ -109,8 +108,8 @@ class FakeClient : public Client {
 
   const Clock* clock_;
   RealClock real_clock_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;      // a change, a watch caught up, or Shutdown
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;                // a change, a watch caught up, or Shutdown
   std::map<std::string, json> objects_;  // "<resource>|<ns>|<name>"
   std::vector<Change> log_;
   int64_t version_ = 1000;

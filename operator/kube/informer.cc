@@ -38,13 +38,13 @@ void Informer::Start() {
 
 void Informer::Stop() {
   stop_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 bool Informer::WaitForSync(const std::atomic<bool>& stop) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!synced_ && !stop && !stop_) cv_.wait_for(lock, std::chrono::milliseconds(100));
+  absl::MutexLock lock(&mu_);
+  while (!synced_ && !stop && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
   return synced_;
 }
 
@@ -93,7 +93,7 @@ absl::Status Informer::ListAndReplace(std::string* resource_version) {
   std::vector<json> removed;
   std::vector<json> present;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::map<std::string, json> previous;
     previous.swap(objects_);
     index_.clear();
@@ -108,7 +108,7 @@ absl::Status Informer::ListAndReplace(std::string* resource_version) {
   }
   *resource_version = ResourceVersion(*list);
   synced_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   for (const auto& o : removed) {
     if (handlers_.on_delete) handlers_.on_delete(o);
   }
@@ -124,14 +124,14 @@ void Informer::Apply(const WatchEvent& event, std::string* resource_version) {
   if (event.type == "BOOKMARK") return;
   if (event.type == "DELETED") {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       EraseLocked(Key(event.object));
     }
     if (handlers_.on_delete) handlers_.on_delete(event.object);
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     PutLocked(event.object);
   }
   if (handlers_.on_upsert) handlers_.on_upsert(event.object);
@@ -140,8 +140,10 @@ void Informer::Apply(const WatchEvent& event, std::string* resource_version) {
 void Informer::Run() {
   std::chrono::milliseconds backoff = options_.initial_backoff;
   const auto sleep = [this](std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, d, [this] { return stop_.load(); });
+    const absl::Time until = absl::Now() + absl::FromChrono(d);
+    absl::MutexLock lock(&mu_);
+    while (!stop_.load() && !cv_.WaitWithDeadline(&mu_, until)) {
+    }
   };
   while (!stop_) {
     std::string rv;
@@ -178,14 +180,14 @@ void Informer::Run() {
 }
 
 std::optional<json> Informer::Get(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key(ns, name));
   if (it == objects_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<json> Informer::ByIndex(const std::string& ns, const std::string& value) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<json> out;
   auto it = index_.find(Key(ns, value));
   if (it == index_.end()) return out;
@@ -194,7 +196,7 @@ std::vector<json> Informer::ByIndex(const std::string& ns, const std::string& va
 }
 
 std::vector<json> Informer::All() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<json> out;
   out.reserve(objects_.size());
   for (const auto& [key, object] : objects_) out.push_back(object);
@@ -202,12 +204,12 @@ std::vector<json> Informer::All() const {
 }
 
 size_t Informer::Size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return objects_.size();
 }
 
 void Informer::Upsert(const json& object) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = objects_.find(Key(object));
   if (it != objects_.end() &&
       !NewerResourceVersion(ResourceVersion(object), ResourceVersion(it->second))) {

@@ -6,16 +6,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "operator/kube/kube_client.h"
 
 namespace cohort::kube {
@@ -70,8 +69,8 @@ class Informer {
   const Options options_;
   const Handlers handlers_;
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
   std::map<std::string, json> objects_;                 // "ns/name" -> object
   std::map<std::string, std::set<std::string>> index_;  // "ns/value" -> keys
   std::atomic<bool> synced_{false};
