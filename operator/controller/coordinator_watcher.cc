@@ -144,7 +144,7 @@ void CoordinatorWatcher::StopAll() {
   }
 }
 
-void CoordinatorWatcher::Run(std::shared_ptr<Follow> follow) {
+void CoordinatorWatcher::Run(const std::shared_ptr<Follow>& follow) {
   grpc::ChannelArguments args;
   std::shared_ptr<grpc::ChannelCredentials> transport = grpc::InsecureChannelCredentials();
   if (const auto& tls = follow->credentials.tls) {

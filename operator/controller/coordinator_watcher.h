@@ -55,7 +55,7 @@ class CoordinatorWatcher {
 
  private:
   struct Follow;
-  void Run(std::shared_ptr<Follow> follow);
+  void Run(const std::shared_ptr<Follow>& follow);
   void Retire(const std::shared_ptr<Follow>& old);
 
   const absl::Duration interval_;
