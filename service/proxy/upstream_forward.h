@@ -1,5 +1,5 @@
 #pragma once
-// What the three files of UpstreamBackend share and nobody else sees: a call to the
+// What the files of UpstreamBackend share and nobody else sees: a call to the
 // coordinator (Forward), a task registered through the proxy (LocalTask), and Send, which
 // turns a typed request into a Forward.
 
