@@ -1,3 +1,4 @@
+// Reading and checking a CoordinatedJob's spec; what its values mean (sizes, names, exit codes).
 #include "operator/api/coordinated_job.h"
 
 #include <algorithm>
@@ -9,9 +10,41 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "operator/api/coordinated_job_internal.h"
 
 namespace cohort::api {
+namespace internal {
+
+std::string Str(const json& o, const char* key, const std::string& fallback) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+std::optional<int64_t> Whole(const json& o, const char* key, int64_t fallback, int64_t min,
+                             int64_t max) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return fallback;
+  int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return std::nullopt;
+    }
+    v = static_cast<int64_t>(it->get<uint64_t>());
+  } else if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+  } else {
+    return std::nullopt;
+  }
+  if (v < min || v > max) return std::nullopt;
+  return v;
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::Str;
+using internal::Whole;
 
 absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
@@ -77,39 +110,6 @@ absl::Status CheckName(const std::string& name) {
   }
   if (name.back() == '-') return Invalid("metadata.name", "must not end with '-'");
   return absl::OkStatus();
-}
-
-std::string Str(const json& o, const char* key, const std::string& fallback = "") {
-  auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
-// A whole number at `key` within [min, max]: `fallback` when the key is absent or null,
-// nullopt when it holds anything else (a fraction, a number out of range, a string). Never a
-// conversion of a float or an out-of-range number (the fuzzer found 1e126 as a generation).
-std::optional<int64_t> Whole(const json& o, const char* key, int64_t fallback,
-                             int64_t min = std::numeric_limits<int64_t>::min(),
-                             int64_t max = std::numeric_limits<int64_t>::max()) {
-  auto it = o.find(key);
-  if (it == o.end() || it->is_null()) return fallback;
-  int64_t v = 0;
-  if (it->is_number_unsigned()) {
-    if (it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return std::nullopt;
-    }
-    v = static_cast<int64_t>(it->get<uint64_t>());
-  } else if (it->is_number_integer()) {
-    v = it->get<int64_t>();
-  } else {
-    return std::nullopt;
-  }
-  if (v < min || v > max) return std::nullopt;
-  return v;
-}
-
-// A count the API server keeps (metadata, status): 0 when absent or not a count.
-int Count(const json& o, const char* key) {
-  return static_cast<int>(Whole(o, key, 0, 0, std::numeric_limits<int>::max()).value_or(0));
 }
 
 absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
@@ -318,47 +318,6 @@ absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
 }
 
 }  // namespace
-
-bool CoordinatorPodStatus::operator==(const CoordinatorPodStatus& o) const {
-  return uid == o.uid && container_restarts == o.container_restarts &&
-         last_restart_time == o.last_restart_time;
-}
-
-bool Condition::operator==(const Condition& o) const {
-  return type == o.type && status == o.status && reason == o.reason && message == o.message &&
-         last_transition_time == o.last_transition_time &&
-         observed_generation == o.observed_generation;
-}
-
-bool TaskCounts::operator==(const TaskCounts& o) const {
-  return total == o.total && registered == o.registered && ready == o.ready &&
-         succeeded == o.succeeded && failed == o.failed;
-}
-
-bool TaskRuntimeStatus::operator==(const TaskRuntimeStatus& o) const {
-  return succeeded == o.succeeded && failed == o.failed && running == o.running;
-}
-
-bool JobStatus::operator==(const JobStatus& o) const {
-  return phase == o.phase && restarts == o.restarts && worker_restarts == o.worker_restarts &&
-         restarting_workers == o.restarting_workers && uncounted_restarts == o.uncounted_restarts &&
-         gang_start_time == o.gang_start_time && coordinator_restarts == o.coordinator_restarts &&
-         coordinator_pod == o.coordinator_pod && tasks == o.tasks &&
-         task_runtime == o.task_runtime && coordinator_address == o.coordinator_address &&
-         start_time == o.start_time && completion_time == o.completion_time &&
-         observed_generation == o.observed_generation && conditions == o.conditions;
-}
-
-std::string FormatRfc3339(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
-}
-
-std::optional<absl::Time> ParseRfc3339(const std::string& text) {
-  absl::Time t;
-  std::string error;
-  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return std::nullopt;
-  return t;
-}
 
 std::optional<uint64_t> QuantityBytes(const std::string& text) {
   if (!IsQuantity(text)) return std::nullopt;
@@ -581,127 +540,9 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     s.gang_scheduling = std::move(gang);
   }
 
-  const json status = object.value("status", json::object());
-  JobStatus& st = job.status;
-  st.phase = Str(status, "phase");
-  st.restarts = Count(status, "restarts");
-  st.uncounted_restarts = Count(status, "uncountedRestarts");
-  st.worker_restarts = Count(status, "workerRestarts");
-  for (const json& w : status.value("restartingWorkers", json::array())) {
-    if (!w.is_object()) continue;
-    const std::optional<int64_t> index = Whole(w, "index", -1, 0);
-    if (index && *index >= 0 && *index < s.replicas) {
-      st.restarting_workers.push_back(
-          {static_cast<int>(*index), Str(w, "uid"), Str(w, "incarnation")});
-    }
-  }
-  st.gang_start_time = ParseRfc3339(Str(status, "gangStartTime"));
-  st.coordinator_restarts = Count(status, "coordinatorRestarts");
-  const json coordinator_pod = status.value("coordinatorPod", json::object());
-  st.coordinator_pod.uid = Str(coordinator_pod, "uid");
-  st.coordinator_pod.container_restarts = Count(coordinator_pod, "containerRestarts");
-  st.coordinator_pod.last_restart_time = ParseRfc3339(Str(coordinator_pod, "lastRestartTime"));
-  if (status.contains("taskRuntime") && status["taskRuntime"].is_object()) {
-    const json& t = status["taskRuntime"];
-    st.task_runtime = TaskRuntimeStatus{Whole(t, "succeeded", 0, 0).value_or(0),
-                                        Whole(t, "failed", 0, 0).value_or(0),
-                                        Whole(t, "running", 0, 0).value_or(0)};
-  }
-  const json tasks = status.value("tasks", json::object());
-  st.tasks.total = Count(tasks, "total");
-  st.tasks.registered = Count(tasks, "registered");
-  st.tasks.ready = Count(tasks, "ready");
-  st.tasks.succeeded = Count(tasks, "succeeded");
-  st.tasks.failed = Count(tasks, "failed");
-  st.coordinator_address = Str(status, "coordinatorAddress");
-  st.start_time = ParseRfc3339(Str(status, "startTime"));
-  st.completion_time = ParseRfc3339(Str(status, "completionTime"));
-  st.observed_generation = Whole(status, "observedGeneration", 0, 0).value_or(0);
-  for (const auto& c : status.value("conditions", json::array())) {
-    Condition cond;
-    cond.type = Str(c, "type");
-    cond.status = Str(c, "status");
-    cond.reason = Str(c, "reason");
-    cond.message = Str(c, "message");
-    cond.last_transition_time = Str(c, "lastTransitionTime");
-    cond.observed_generation = c.value("observedGeneration", int64_t{0});
-    st.conditions.push_back(cond);
-  }
+  job.status = internal::ParseJobStatus(object.value("status", json::object()), s.replicas);
   return job;
 }
 }  // namespace
-
-json StatusToJson(const JobStatus& st) {
-  json out = json::object();
-  if (!st.phase.empty()) out["phase"] = st.phase;
-  out["restarts"] = st.restarts;
-  if (st.uncounted_restarts > 0) out["uncountedRestarts"] = st.uncounted_restarts;
-  if (st.worker_restarts > 0) out["workerRestarts"] = st.worker_restarts;
-  if (!st.restarting_workers.empty()) {
-    json list = json::array();
-    for (const RestartingWorker& w : st.restarting_workers) {
-      json entry = {{"index", w.index}, {"uid", w.uid}};
-      if (!w.incarnation.empty()) entry["incarnation"] = w.incarnation;
-      list.push_back(entry);
-    }
-    out["restartingWorkers"] = list;
-  }
-  if (st.gang_start_time) out["gangStartTime"] = FormatRfc3339(*st.gang_start_time);
-  out["coordinatorRestarts"] = st.coordinator_restarts;
-  const CoordinatorPodStatus& pod = st.coordinator_pod;
-  if (!pod.uid.empty() || pod.container_restarts != 0 || pod.last_restart_time) {
-    json j = {{"containerRestarts", pod.container_restarts}};
-    if (!pod.uid.empty()) j["uid"] = pod.uid;
-    if (pod.last_restart_time) j["lastRestartTime"] = FormatRfc3339(*pod.last_restart_time);
-    out["coordinatorPod"] = j;
-  }
-  out["tasks"] = {{"total", st.tasks.total},
-                  {"registered", st.tasks.registered},
-                  {"ready", st.tasks.ready},
-                  {"succeeded", st.tasks.succeeded},
-                  {"failed", st.tasks.failed}};
-  if (st.task_runtime) {
-    out["taskRuntime"] = {{"succeeded", st.task_runtime->succeeded},
-                          {"failed", st.task_runtime->failed},
-                          {"running", st.task_runtime->running}};
-  }
-  if (!st.coordinator_address.empty()) out["coordinatorAddress"] = st.coordinator_address;
-  if (st.start_time) out["startTime"] = FormatRfc3339(*st.start_time);
-  if (st.completion_time) out["completionTime"] = FormatRfc3339(*st.completion_time);
-  out["observedGeneration"] = st.observed_generation;
-  json conditions = json::array();
-  for (const auto& c : st.conditions) {
-    json j = {{"type", c.type}, {"status", c.status}};
-    if (!c.reason.empty()) j["reason"] = c.reason;
-    if (!c.message.empty()) j["message"] = c.message;
-    if (!c.last_transition_time.empty()) j["lastTransitionTime"] = c.last_transition_time;
-    j["observedGeneration"] = c.observed_generation;
-    conditions.push_back(j);
-  }
-  out["conditions"] = conditions;
-  return out;
-}
-
-void SetCondition(std::vector<Condition>* conditions, const std::string& type,
-                  const std::string& status, const std::string& reason, const std::string& message,
-                  absl::Time now, int64_t generation) {
-  for (auto& c : *conditions) {
-    if (c.type != type) continue;
-    if (c.status != status) c.last_transition_time = FormatRfc3339(now);
-    c.status = status;
-    c.reason = reason;
-    c.message = message;
-    c.observed_generation = generation;
-    return;
-  }
-  conditions->push_back({type, status, reason, message, FormatRfc3339(now), generation});
-}
-
-const Condition* FindCondition(const std::vector<Condition>& conditions, const std::string& type) {
-  for (const auto& c : conditions) {
-    if (c.type == type) return &c;
-  }
-  return nullptr;
-}
 
 }  // namespace cohort::api
