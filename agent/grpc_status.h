@@ -5,15 +5,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/status_payloads.h"
 #include "grpcpp/support/status.h"
 
 namespace cohort {
-
-// The payload keys a coordinator puts in a status's details (a GrpcPayloadContainer). The
-// agent keeps them on the absl::Status under the same keys, as the TSL agent does.
-inline constexpr char kCoordinationServiceErrorUrl[] =
-    "type.googleapis.com/tensorflow.CoordinationServiceError";
-inline constexpr char kBarrierErrorUrl[] = "type.googleapis.com/tensorflow.BarrierError";
 
 // A gRPC status as an absl::Status, with the coordinator's payloads attached.
 absl::Status FromGrpcStatus(const grpc::Status& status);

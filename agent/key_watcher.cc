@@ -34,18 +34,6 @@ bool Retryable(absl::StatusCode code) {
 
 }  // namespace
 
-const char* KeyChangeTypeName(KeyChange::Type type) {
-  switch (type) {
-    case KeyChange::Type::kInserted:
-      return "insert";
-    case KeyChange::Type::kUpdated:
-      return "update";
-    case KeyChange::Type::kDeleted:
-      return "delete";
-  }
-  return "unknown";
-}
-
 struct KeyWatcher::State {
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::string key;

@@ -7,18 +7,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/key_change.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cohort {
-
-struct KeyChange {
-  enum class Type { kInserted, kUpdated, kDeleted };
-  Type type = Type::kInserted;
-  std::string key;
-  std::string value;  // empty for deletes
-  int64_t revision = 0;
-};
-const char* KeyChangeTypeName(KeyChange::Type type);
 
 // Follows cohort.v1.Coordinator.WatchKeys for one key (and everything under "key/") on a
 // thread of its own. A stream that drops (the coordinator unreachable for a moment, or this

@@ -57,8 +57,8 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
     fx->woken_value = value;
     waiters_.erase(w);
   }
-  KeyEvent event{it == entries_.end() ? KeyEvent::Type::kInserted : KeyEvent::Type::kUpdated, key,
-                 value, revision_};
+  KeyChange event{it == entries_.end() ? KeyChange::Type::kInserted : KeyChange::Type::kUpdated,
+                  key, value, revision_};
   if (it == entries_.end()) {
     entries_.emplace(key, std::move(value));
   } else {
@@ -68,8 +68,8 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
   return absl::OkStatus();
 }
 
-void KeyValueStore::RecordLocked(KeyEvent event, Effects* fx) {
-  auto shared = std::make_shared<const KeyEvent>(std::move(event));
+void KeyValueStore::RecordLocked(KeyChange event, Effects* fx) {
+  auto shared = std::make_shared<const KeyChange>(std::move(event));
   history_.Append(shared);
   for (auto it = watches_.begin(); it != watches_.end();) {
     KeyWatch& watch = **it;
@@ -244,7 +244,7 @@ absl::Status KeyValueStore::Delete(absl::string_view key) {
     ++revision_;
     if (journal_) journal_->KeyDeleted(k, revision_);
     for (std::string& gone : removed) {
-      RecordLocked(KeyEvent{KeyEvent::Type::kDeleted, std::move(gone), "", revision_}, &fx);
+      RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(gone), "", revision_}, &fx);
     }
   }
   Apply(fx);
@@ -269,13 +269,13 @@ absl::StatusOr<std::shared_ptr<KeyWatch>> KeyValueStore::Watch(absl::string_view
           "start revision ", start_revision, " is past the store's revision ", revision_,
           " (did the coordinator restart?): read the keys again and watch from now"));
     }
-    std::vector<KeyEventPtr> past;
+    std::vector<KeyChangePtr> past;
     if (start_revision != 0) {
       if (auto s = history_.Since(start_revision, &past); !s.ok()) return s;
     }
     if (auto s = parked_->Add(watch); !s.ok()) return s;
     watch->set_created_revision(revision_);
-    for (const KeyEventPtr& event : past) {
+    for (const KeyChangePtr& event : past) {
       if (!watch->Matches(event->key)) continue;
       // A replay longer than the queue still goes out whole: the client asked for it.
       watch->Push(event, SIZE_MAX, SIZE_MAX);

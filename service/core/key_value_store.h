@@ -103,7 +103,7 @@ class KeyValueStore {
   };
   absl::Status PutLocked(const std::string& key, std::string value, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordLocked(KeyEvent event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLocked(KeyChange event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void RemoveWatch(WaiterId id);
   void RemoveWaiter(const std::string& key, WaiterId id);

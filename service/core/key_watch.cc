@@ -9,21 +9,9 @@
 namespace cohort {
 namespace {
 
-size_t EventBytes(const KeyEvent& event) { return event.key.size() + event.value.size(); }
+size_t EventBytes(const KeyChange& event) { return event.key.size() + event.value.size(); }
 
 }  // namespace
-
-const char* KeyEventTypeName(KeyEvent::Type type) {
-  switch (type) {
-    case KeyEvent::Type::kInserted:
-      return "insert";
-    case KeyEvent::Type::kUpdated:
-      return "update";
-    case KeyEvent::Type::kDeleted:
-      return "delete";
-  }
-  return "unknown";
-}
 
 KeyWatch::KeyWatch(WaiterId id, std::string prefix, std::function<void()> notify)
     : ParkedCall(id, ParkKind::kWatchKeys, std::nullopt),
@@ -36,7 +24,7 @@ bool KeyWatch::Matches(const std::string& key) const {
   return key.size() == prefix_.size() || key[prefix_.size()] == '/';
 }
 
-bool KeyWatch::Push(const KeyEventPtr& event, size_t max_events, size_t max_bytes) {
+bool KeyWatch::Push(const KeyChangePtr& event, size_t max_events, size_t max_bytes) {
   absl::MutexLock lock(&mu_);
   if (end_) return true;  // ended: nothing more is delivered
   size_t bytes = EventBytes(*event);
@@ -57,7 +45,7 @@ KeyWatch::Batch KeyWatch::Take(size_t max_bytes) {
   absl::MutexLock lock(&mu_);
   size_t taken = 0;
   while (!queue_.empty()) {
-    const KeyEventPtr& next = queue_.front();
+    const KeyChangePtr& next = queue_.front();
     bool continues_revision =
         !batch.events.empty() && batch.events.back()->revision == next->revision;
     if (!batch.events.empty() && !continues_revision && taken >= max_bytes) break;
@@ -91,7 +79,7 @@ void KeyWatch::Notify() {
   if (notify_) notify_();
 }
 
-void KeyEventHistory::Append(const KeyEventPtr& event) {
+void KeyEventHistory::Append(const KeyChangePtr& event) {
   events_.push_back(event);
   bytes_ += EventBytes(*event);
   while (!events_.empty() && (events_.size() > max_events_ || bytes_ > max_bytes_)) {
@@ -106,7 +94,7 @@ void KeyEventHistory::Append(const KeyEventPtr& event) {
   }
 }
 
-absl::Status KeyEventHistory::Since(int64_t start, std::vector<KeyEventPtr>* out) const {
+absl::Status KeyEventHistory::Since(int64_t start, std::vector<KeyChangePtr>* out) const {
   if (start <= compacted_) {
     return absl::OutOfRangeError(absl::StrCat(
         "revision ", start, " is no longer in the watch history (revisions up to ", compacted_,
@@ -114,7 +102,7 @@ absl::Status KeyEventHistory::Since(int64_t start, std::vector<KeyEventPtr>* out
   }
   auto first = std::lower_bound(
       events_.begin(), events_.end(), start,
-      [](const KeyEventPtr& event, int64_t revision) { return event->revision < revision; });
+      [](const KeyChangePtr& event, int64_t revision) { return event->revision < revision; });
   out->insert(out->end(), first, events_.end());
   return absl::OkStatus();
 }

@@ -10,22 +10,12 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/key_change.h"
 #include "service/core/parked_call.h"
 
 namespace cohort {
 
-// One change to the key-value store. Every change bumps the store's revision; a recursive
-// delete removes several keys under one revision.
-struct KeyEvent {
-  enum class Type { kInserted, kUpdated, kDeleted };
-  Type type = Type::kInserted;
-  std::string key;
-  std::string value;  // empty for deletes
-  int64_t revision = 0;
-};
-using KeyEventPtr = std::shared_ptr<const KeyEvent>;
-
-const char* KeyEventTypeName(KeyEvent::Type type);
+using KeyChangePtr = std::shared_ptr<const KeyChange>;
 
 // A watch on a key and everything under "key/" (the empty key watches the whole store).
 // The store appends matching events in revision order; the consumer takes them in batches
@@ -35,7 +25,7 @@ const char* KeyEventTypeName(KeyEvent::Type type);
 class KeyWatch final : public ParkedCall {
  public:
   struct Batch {
-    std::vector<KeyEventPtr> events;
+    std::vector<KeyChangePtr> events;
     // Set once the queue is drained and the watch has ended: why.
     std::optional<absl::Status> end;
   };
@@ -59,7 +49,7 @@ class KeyWatch final : public ParkedCall {
 
   // For whoever produces the events (the local store, or a proxy relaying a coordinator's
   // stream). False (and nothing queued) when the queue is full. The caller notifies.
-  bool Push(const KeyEventPtr& event, size_t max_events, size_t max_bytes);
+  bool Push(const KeyChangePtr& event, size_t max_events, size_t max_bytes);
   // Set by the producer before the watch is shared.
   void set_created_revision(int64_t revision) { created_revision_ = revision; }
   void Notify();
@@ -69,7 +59,7 @@ class KeyWatch final : public ParkedCall {
   int64_t created_revision_ = 0;
 
   mutable absl::Mutex mu_;
-  std::deque<KeyEventPtr> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<KeyChangePtr> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
 
@@ -84,9 +74,9 @@ class KeyEventHistory {
   KeyEventHistory(size_t max_events, size_t max_bytes)
       : max_events_(max_events), max_bytes_(max_bytes) {}
 
-  void Append(const KeyEventPtr& event);
+  void Append(const KeyChangePtr& event);
   // Events with revision >= `start`, or OUT_OF_RANGE when some of them were dropped.
-  absl::Status Since(int64_t start, std::vector<KeyEventPtr>* out) const;
+  absl::Status Since(int64_t start, std::vector<KeyChangePtr>* out) const;
   // Starts empty after `revision` (a restarted coordinator keeps no history).
   void Restart(int64_t revision) {
     events_.clear();
@@ -99,7 +89,7 @@ class KeyEventHistory {
  private:
   const size_t max_events_;
   const size_t max_bytes_;
-  std::deque<KeyEventPtr> events_;
+  std::deque<KeyChangePtr> events_;
   size_t bytes_ = 0;
   int64_t compacted_ = 0;
 };

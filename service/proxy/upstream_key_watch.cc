@@ -10,14 +10,14 @@
 namespace cohort {
 namespace {
 
-KeyEvent::Type FromWire(v1::KeyEvent::Type type) {
+KeyChange::Type FromWire(v1::KeyEvent::Type type) {
   switch (type) {
     case v1::KeyEvent::UPDATED:
-      return KeyEvent::Type::kUpdated;
+      return KeyChange::Type::kUpdated;
     case v1::KeyEvent::DELETED:
-      return KeyEvent::Type::kDeleted;
+      return KeyChange::Type::kDeleted;
     default:
-      return KeyEvent::Type::kInserted;
+      return KeyChange::Type::kInserted;
   }
 }
 
@@ -95,8 +95,8 @@ void UpstreamKeyWatch::OnResponse(const v1::WatchKeysResponse& response) {
     watch = watch_;
     if (!watch) return;
     for (const v1::KeyEvent& e : response.events()) {
-      auto event = std::make_shared<const KeyEvent>(
-          KeyEvent{FromWire(e.type()), e.key(), e.value(), e.revision()});
+      auto event = std::make_shared<const KeyChange>(
+          KeyChange{FromWire(e.type()), e.key(), e.value(), e.revision()});
       if (!watch->Push(event, limits_.watch_queue_events, limits_.watch_queue_bytes)) {
         overflow = absl::ResourceExhaustedError(
             absl::StrCat("the watcher fell behind; watch again from revision ", e.revision()));

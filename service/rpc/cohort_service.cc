@@ -14,13 +14,13 @@ namespace {
 // A response carries at most this much of keys and values (one revision may exceed it).
 constexpr size_t kWatchBatchBytes = size_t{4} << 20;
 
-v1::KeyEvent::Type ToProto(KeyEvent::Type type) {
+v1::KeyEvent::Type ToProto(KeyChange::Type type) {
   switch (type) {
-    case KeyEvent::Type::kInserted:
+    case KeyChange::Type::kInserted:
       return v1::KeyEvent::INSERTED;
-    case KeyEvent::Type::kUpdated:
+    case KeyChange::Type::kUpdated:
       return v1::KeyEvent::UPDATED;
-    case KeyEvent::Type::kDeleted:
+    case KeyChange::Type::kDeleted:
       return v1::KeyEvent::DELETED;
   }
   return v1::KeyEvent::TYPE_UNSPECIFIED;
@@ -119,7 +119,7 @@ class WatchKeysReactor final : public grpc::ServerWriteReactor<v1::WatchKeysResp
     KeyWatch::Batch batch = watch_->Take(kWatchBatchBytes);
     if (!batch.events.empty()) {
       response_.Clear();
-      for (const KeyEventPtr& event : batch.events) {
+      for (const KeyChangePtr& event : batch.events) {
         v1::KeyEvent* out = response_.add_events();
         out->set_type(ToProto(event->type));
         out->set_key(event->key);

@@ -67,7 +67,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
     xla::coordination::CoordinationServiceError error;
     error.set_is_reported_error(info.is_reported_error);
     if (info.source) error.set_source_task_id(info.source->id);
-    payloads[kCoordinationErrorKey] = error.SerializeAsString();
+    payloads[kCoordinationServiceErrorUrl] = error.SerializeAsString();
   } else {
     tensorflow::CoordinationServiceError error;
     error.set_is_reported_error(info.is_reported_error);
@@ -75,7 +75,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
       error.mutable_source_task()->set_job_name(info.source->job);
       error.mutable_source_task()->set_task_id(info.source->id);
     }
-    payloads[kCoordinationErrorKey] = error.SerializeAsString();
+    payloads[kCoordinationServiceErrorUrl] = error.SerializeAsString();
   }
   if (auto barrier = GetBarrierError(status)) {
     tensorflow::BarrierError error;  // same fields in both protocols
@@ -84,7 +84,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
       error.set_barrier_id(barrier->barrier_id);
     }
     error.set_counter(barrier->counter);
-    payloads[kBarrierErrorKey] = error.SerializeAsString();
+    payloads[kBarrierErrorUrl] = error.SerializeAsString();
   }
   if (auto mismatch = status.GetPayload(kMismatchPayload)) {
     xla::coordination::ServiceMismatchError error;
@@ -92,7 +92,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status, Protocol protocol) {
     if (absl::SimpleAtoi(std::string(*mismatch), &incarnation)) {
       error.set_service_incarnation(incarnation);
     }
-    payloads[kServiceMismatchKey] = error.SerializeAsString();
+    payloads[kServiceMismatchErrorUrl] = error.SerializeAsString();
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), CutMessage(status.message()),
                       container.SerializeAsString());
@@ -106,7 +106,7 @@ absl::Status CoreStatusFromGrpc(const grpc::Status& status) {
     return out;
   }
   const auto& payloads = container.payloads();
-  if (auto it = payloads.find(kCoordinationErrorKey); it != payloads.end()) {
+  if (auto it = payloads.find(kCoordinationServiceErrorUrl); it != payloads.end()) {
     tensorflow::CoordinationServiceError error;
     error.ParseFromString(it->second);
     ServiceErrorInfo info;
@@ -116,12 +116,12 @@ absl::Status CoreStatusFromGrpc(const grpc::Status& status) {
     }
     out = WithServiceError(out, info);
   }
-  if (auto it = payloads.find(kBarrierErrorKey); it != payloads.end()) {
+  if (auto it = payloads.find(kBarrierErrorUrl); it != payloads.end()) {
     tensorflow::BarrierError error;
     error.ParseFromString(it->second);
     out = WithBarrierError(out, {error.barrier_id(), error.counter()});
   }
-  if (auto it = payloads.find(kServiceMismatchKey); it != payloads.end()) {
+  if (auto it = payloads.find(kServiceMismatchErrorUrl); it != payloads.end()) {
     xla::coordination::ServiceMismatchError error;
     error.ParseFromString(it->second);
     out.SetPayload(kMismatchPayload, absl::Cord(absl::StrCat(error.service_incarnation())));

@@ -5,18 +5,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/status_payloads.h"
 #include "grpcpp/support/status.h"
 
 namespace cohort {
 
 enum class Protocol { kTensorflow, kXla, kDistributedRuntime, kCohort };
 const char* ProtocolName(Protocol protocol);
-
-// Payload keys clients look up in the GrpcPayloadContainer of a status's details.
-inline constexpr char kCoordinationErrorKey[] =
-    "type.googleapis.com/tensorflow.CoordinationServiceError";
-inline constexpr char kBarrierErrorKey[] = "type.googleapis.com/tensorflow.BarrierError";
-inline constexpr char kServiceMismatchKey[] = "type.googleapis.com/tensorflow.ServiceMismatchError";
 
 // Clients' own servers cut messages at this length; so do we, counted as sent (gRPC sends a
 // byte outside printable ASCII as three), so that the status fits the client's metadata limit

@@ -14,11 +14,11 @@ namespace cohort {
 namespace {
 
 // "insert a=1@3" style lines: what a watcher saw, in order.
-std::vector<std::string> Lines(const std::vector<KeyEventPtr>& events) {
+std::vector<std::string> Lines(const std::vector<KeyChangePtr>& events) {
   std::vector<std::string> out;
-  for (const KeyEventPtr& e : events) {
+  for (const KeyChangePtr& e : events) {
     out.push_back(
-        absl::StrCat(KeyEventTypeName(e->type), " ", e->key, "=", e->value, "@", e->revision));
+        absl::StrCat(KeyChangeTypeName(e->type), " ", e->key, "=", e->value, "@", e->revision));
   }
   return out;
 }

@@ -121,7 +121,7 @@ TEST_F(ParkStreamTest, CallsOfOneStreamAnswerInTheOrderTheyEnd) {
   EXPECT_EQ(response.code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(response.message().find("boom"), std::string::npos) << response.message();
   auto payloads = Payloads(grpc::Status(grpc::StatusCode::INTERNAL, "", response.details()));
-  EXPECT_EQ(payloads.count(kCoordinationErrorKey), 1u);
+  EXPECT_EQ(payloads.count(kCoordinationServiceErrorUrl), 1u);
   EXPECT_EQ(Parked(ParkKind::kPollForError), 0);
 
   stream->WritesDone();

@@ -13,7 +13,7 @@ namespace {
 
 namespace tf = tensorflow;
 
-constexpr char kBarrierErrorKey[] = "type.googleapis.com/tensorflow.BarrierError";
+constexpr char kBarrierErrorUrl[] = "type.googleapis.com/tensorflow.BarrierError";
 
 tf::CoordinatedTask Task(int id) {
   tf::CoordinatedTask t;
@@ -94,7 +94,7 @@ TEST_F(WireLimitsTest, AnErrorNamingAHugeBarrierReachesTheClientCut) {
     EXPECT_TRUE(absl::StrContains(s.error_message(), "barrier \"" + unit + unit + unit))
         << s.error_message().substr(0, 200);
     EXPECT_LE(s.error_message().size(), 3072u);
-    EXPECT_TRUE(Payloads(s).count(kBarrierErrorKey));
+    EXPECT_TRUE(Payloads(s).count(kBarrierErrorUrl));
   }
 }
 

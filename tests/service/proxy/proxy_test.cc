@@ -255,7 +255,7 @@ TEST_F(ProxyTest, XlaProtocolIsForwardedWithTheCoordinatorsIncarnation) {
   grpc::Status late = stub->CancelBarrier(Deadline().get(), cancel, &cancelled);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   auto payloads = Payloads(late);
-  EXPECT_TRUE(payloads.count(kCoordinationErrorKey));
+  EXPECT_TRUE(payloads.count(kCoordinationServiceErrorUrl));
 
   xc::WatchTasksRequest watch;
   *watch.mutable_incarnations() = incarnations;
@@ -279,7 +279,7 @@ TEST_F(ProxyTest, XlaProtocolIsForwardedWithTheCoordinatorsIncarnation) {
   *get.mutable_incarnations() = incarnations;
   grpc::Status mismatch = stub->GetKeyValue(Deadline().get(), get, &got);
   EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_TRUE(Payloads(mismatch).count(kServiceMismatchKey));
+  EXPECT_TRUE(Payloads(mismatch).count(kServiceMismatchErrorUrl));
 }
 
 TEST_F(ProxyTest, DistributedRuntimeProtocolIsForwarded) {
