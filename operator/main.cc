@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "operator/controller/job_controller.h"
 #include "operator/kube/kube_client.h"
@@ -30,18 +31,9 @@ namespace {
 
 const char* const kVersion = cohort::Version();
 
-std::string Env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "cohort-operator: %s\n", message.c_str());
   return 2;
-}
-
-bool ParseDuration(const std::string& text, absl::Duration* out) {
-  return absl::ParseDuration(text, out) && *out >= absl::ZeroDuration();
 }
 
 // "key=value,key=value" -> labels; false (with `error` set) on anything else.
@@ -78,13 +70,13 @@ int main(int argc, char** argv) {
 
   std::string kubeconfig, namespace_name, http_listen = "0.0.0.0:8080";
   bool leader_elect = true;
-  std::string election_namespace = Env("POD_NAMESPACE", "default");
+  std::string election_namespace = cohort::EnvOr("POD_NAMESPACE", "default");
   std::string election_id = "cohort-operator";
   std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s";
   cohort::controller::OperatorSettings settings;
   std::string failure_settle = "1s", coordinator_poll = "500ms";
   int workers = 4;
-  std::string operator_namespace = Env("POD_NAMESPACE");
+  std::string operator_namespace = cohort::EnvOr("POD_NAMESPACE");
   std::string operator_pod_labels =
       "app.kubernetes.io/part-of=cohort,app.kubernetes.io/component=operator";
   std::string metrics_namespace;
@@ -207,9 +199,9 @@ int main(int argc, char** argv) {
                                  std::tuple{&retry_period, &retry, "--retry-period"},
                                  std::tuple{&failure_settle, &settle, "--failure-settle"},
                                  std::tuple{&coordinator_poll, &poll, "--coordinator-poll"}}) {
-    if (!ParseDuration(*text, out)) {
-      return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 15s or 500ms"));
-    }
+    auto d = cohort::ParseDurationFlag(flag, *text);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    *out = *d;
   }
   if (leader_elect && !(retry < renew && renew < lease)) {
     return Fail("leader election needs --retry-period < --renew-deadline < --lease-duration");
@@ -224,11 +216,7 @@ int main(int argc, char** argv) {
 
   // Signals are taken by one thread; everything else checks `stop`. Blocked before any
   // thread starts (cpprestsdk starts its pool with the first client), so all inherit it.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const cohort::StopSignals signals;
 
   auto config = cohort::kube::ResolveKubeConfig(kubeconfig);
   if (!config.ok()) return Fail(std::string(config.status().message()));
@@ -270,7 +258,7 @@ int main(int argc, char** argv) {
                            .WithLabels({});
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  const std::string identity = absl::StrCat(Env("POD_NAME", host), "_", getpid());
+  const std::string identity = absl::StrCat(cohort::EnvOr("POD_NAME", host), "_", getpid());
 
   cohort::controller::JobController::Options options;
   options.namespace_name = namespace_name;
@@ -301,9 +289,8 @@ int main(int argc, char** argv) {
   }
 
   std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (!stop) spdlog::info("signal {}: stopping", sig);
+    const int sig = signals.Wait();
+    if (!stop) spdlog::info("received {}: stopping", cohort::StopSignals::Name(sig));
     stop = true;
     controller.StopWorkers();
   });

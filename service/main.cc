@@ -15,6 +15,7 @@
 #include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "runtime/rpc/scheduler_metrics.h"
 #include "runtime/rpc/scheduler_service.h"
@@ -39,15 +40,6 @@ absl::StatusOr<JobConfig> ParseJob(const std::string& text, const char* flag) {
   }
   job.name = parts[0];
   return job;
-}
-
-absl::StatusOr<absl::Duration> ParseDuration(const std::string& text, const char* flag) {
-  absl::Duration d;
-  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " \"", text, "\" is not a duration such as 10s, 500ms or 5m"));
-  }
-  return d;
 }
 
 int Fail(const absl::Status& status) {
@@ -204,16 +196,16 @@ int main(int argc, char** argv) {
   config.default_job = default_job;
   config.register_barrier = register_barrier;
   config.service_incarnation = incarnation;
-  auto hb = ParseDuration(heartbeat, "--heartbeat-timeout");
-  auto rt = ParseDuration(reg, "--register-timeout");
-  auto st = ParseDuration(shutdown, "--shutdown-barrier-timeout");
-  auto br = ParseDuration(barrier_retention, "--finished-barrier-retention");
+  auto hb = cohort::ParseDurationFlag("--heartbeat-timeout", heartbeat);
+  auto rt = cohort::ParseDurationFlag("--register-timeout", reg);
+  auto st = cohort::ParseDurationFlag("--shutdown-barrier-timeout", shutdown);
+  auto br = cohort::ParseDurationFlag("--finished-barrier-retention", barrier_retention);
   for (const auto* d : {&hb, &rt, &st, &br}) {
     if (!d->ok()) return Fail(d->status());
   }
-  auto sync = ParseDuration(state_sync, "--state-sync-interval");
+  auto sync = cohort::ParseDurationFlag("--state-sync-interval", state_sync);
   if (!sync.ok()) return Fail(sync.status());
-  auto liveness = ParseDuration(task_liveness, "--task-liveness-timeout");
+  auto liveness = cohort::ParseDurationFlag("--task-liveness-timeout", task_liveness);
   if (!liveness.ok()) return Fail(liveness.status());
   if (*liveness < absl::Seconds(2)) {
     return Fail(absl::InvalidArgumentError(
@@ -233,12 +225,8 @@ int main(int argc, char** argv) {
   config.shutdown_barrier_timeout = *st;
   config.barriers.finished_retention = *br;
 
-  // Signals are taken by sigwait below; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals are taken by Wait below; every thread started later inherits the mask.
+  const cohort::StopSignals signals;
 
   cohort::RealClock clock;
   cohort::MetricsRegistry registry;
@@ -292,10 +280,8 @@ int main(int argc, char** argv) {
   if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
   transport.Start();
 
-  int sig = 0;
-  sigwait(&signals, &sig);
   spdlog::info("received {}; ending parked calls and exiting",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+               cohort::StopSignals::Name(signals.Wait()));
   transport.Stop();
   coordinator.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down (it received a termination signal)"));

@@ -17,24 +17,16 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "sidecar/sidecar.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
-std::string Env(const char* name, const std::string& fallback = "") {
-  const char* value = std::getenv(name);
-  return value && *value ? value : fallback;
-}
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "cohort-sidecar: %s\n", message.c_str());
   return 2;
-}
-
-bool ParseDuration(const std::string& text, absl::Duration* out) {
-  return absl::ParseDuration(text, out) && *out > absl::ZeroDuration();
 }
 
 }  // namespace
@@ -54,12 +46,13 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(40);
   cohort::AddYamlConfigOption(app);
   cohort::SidecarOptions options;
-  options.coordinator_address = Env("COHORT_COORDINATOR_ADDRESS");
-  options.workload_job = Env("COHORT_JOB_NAME", "worker");
-  std::string task = Env("COHORT_TASK_ID", "0"), num_tasks = Env("COHORT_NUM_TASKS", "1");
-  options.pod.pod = Env("POD_NAME", Env("HOSTNAME"));
-  options.pod.namespace_name = Env("POD_NAMESPACE");
-  options.pod_ip = Env("POD_IP");
+  options.coordinator_address = cohort::EnvOr("COHORT_COORDINATOR_ADDRESS");
+  options.workload_job = cohort::EnvOr("COHORT_JOB_NAME", "worker");
+  std::string task = cohort::EnvOr("COHORT_TASK_ID", "0"),
+              num_tasks = cohort::EnvOr("COHORT_NUM_TASKS", "1");
+  options.pod.pod = cohort::EnvOr("POD_NAME", cohort::EnvOr("HOSTNAME"));
+  options.pod.namespace_name = cohort::EnvOr("POD_NAMESPACE");
+  options.pod_ip = cohort::EnvOr("POD_IP");
   std::string sample = "5s", heartbeat = "5s", heartbeat_timeout = "30s", reg = "10m";
   std::string liveness = "none", stale = "10s", ignore_xids = "13,31,43,45,68,109";
   std::string log_format = "text", log_level = "info", outage_tolerance = "60s";
@@ -96,12 +89,12 @@ int main(int argc, char** argv) {
   app.add_option("--ignore-xids", ignore_xids,
                  "XIDs that leave a GPU healthy (application errors), comma-separated")
       ->capture_default_str();
-  std::string expected_gpus = Env("COHORT_EXPECTED_GPUS");
+  std::string expected_gpus = cohort::EnvOr("COHORT_EXPECTED_GPUS");
   app.add_option("--expected-gpus", expected_gpus,
                  "GPUs the pod's workload asks for (its nvidia.com/gpu limits; "
                  "$COHORT_EXPECTED_GPUS): fewer seen is an error in the log and in "
                  "cohort_sidecar_gpus_missing; empty: unknown");
-  options.pod_resources_socket = Env("COHORT_POD_RESOURCES_SOCKET");
+  options.pod_resources_socket = cohort::EnvOr("COHORT_POD_RESOURCES_SOCKET");
   app.add_option("--pod-resources-socket", options.pod_resources_socket,
                  "the kubelet's PodResources socket ($COHORT_POD_RESOURCES_SOCKET): when NVML "
                  "shows the node's GPUs, watch only those the kubelet gave the pod's other "
@@ -202,9 +195,9 @@ int main(int argc, char** argv) {
         std::tuple{&reg, &options.register_timeout, "--register-timeout"},
         std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"},
         std::tuple{&outage_tolerance, &options.outage_tolerance, "--outage-tolerance"}}) {
-    if (!ParseDuration(*text, out)) {
-      return Fail(absl::StrCat(flag, " \"", *text, "\" is not a duration such as 5s or 500ms"));
-    }
+    auto d = cohort::ParseDurationFlag(flag, *text, /*zero_ok=*/false);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    *out = *d;
   }
   if (!options.proxy_listen.empty()) {
     if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
@@ -274,11 +267,7 @@ int main(int argc, char** argv) {
     return Fail("--workload-liveness file needs --liveness-file PATH");
   }
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const cohort::StopSignals signals;
 
   cohort::MetricsRegistry registry;
   spdlog::info("TLS to the coordinator: {}",
@@ -287,9 +276,8 @@ int main(int argc, char** argv) {
                                   : "mutual, with the client certificate " + tls.cert);
   cohort::Sidecar sidecar(options, &registry);
   if (auto s = sidecar.Start(); !s.ok()) return Fail(std::string(s.message()));
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("received {}: shutting down (not a failure)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("received {}: shutting down (not a failure)",
+               cohort::StopSignals::Name(signals.Wait()));
   sidecar.Stop();
   return 0;
 }

@@ -27,15 +27,11 @@
 #include "agent/grpc_status.h"
 #include "common/crash_report.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "spdlog/spdlog.h"
 
 namespace {
-
-std::string Env(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value && *value ? value : fallback;
-}
 
 int task_id = 0;
 
@@ -59,12 +55,12 @@ int main(int argc, char** argv) {
       "address, watches demo/config, passes one barrier per step and shuts down.",
       "cohort-agent-example"};
   cohort::AgentConfig config;
-  config.coordinator_address = Env("COHORT_COORDINATOR_ADDRESS", "localhost:8476");
-  config.job_name = Env("COHORT_JOB_NAME", "worker");
-  int num_tasks = std::atoi(Env("COHORT_NUM_TASKS", "1").c_str());
-  task_id = std::atoi(Env("COHORT_TASK_ID", "0").c_str());
+  config.coordinator_address = cohort::EnvOr("COHORT_COORDINATOR_ADDRESS", "localhost:8476");
+  config.job_name = cohort::EnvOr("COHORT_JOB_NAME", "worker");
+  int num_tasks = std::atoi(cohort::EnvOr("COHORT_NUM_TASKS", "1").c_str());
+  task_id = std::atoi(cohort::EnvOr("COHORT_TASK_ID", "0").c_str());
   int steps = 3, exit_at_step = -1, exit_code = 1, exit_task = -1;
-  bool recoverable = Env("COHORT_RECOVERABLE", "false") == "true";
+  bool recoverable = cohort::EnvOr("COHORT_RECOVERABLE", "false") == "true";
   double step_seconds = 0.2;
   app.add_option("--coordinator", config.coordinator_address,
                  "coordinator address ($COHORT_COORDINATOR_ADDRESS)")

@@ -8,6 +8,7 @@
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "runtime/objstore/object_store_server.h"
 #include "spdlog/spdlog.h"
@@ -85,11 +86,7 @@ int main(int argc, char** argv) {
     }
     options.auth_token = *token;
   }
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const cohort::StopSignals signals;
 
   cohort::runtime::ObjectStoreServer server(options);
   if (auto s = server.Start(); !s.ok()) {
@@ -97,9 +94,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::thread stopper([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
-    spdlog::info("object store stopping (signal {})", signal);
+    spdlog::info("object store stopping ({})", cohort::StopSignals::Name(signals.Wait()));
     server.Shutdown();
   });
   server.Wait();

@@ -9,6 +9,7 @@
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "runtime/worker/builtin_functions.h"
 #include "runtime/worker/cpp_worker.h"
@@ -68,12 +69,8 @@ int main(int argc, char** argv) {
     }
     options.auth_token = *token;
   }
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGUSR1);  // the main thread's word that every worker ended
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGUSR1: the main thread's word that every worker ended.
+  const cohort::StopSignals signals({SIGUSR1});
 
   std::vector<std::unique_ptr<cohort::runtime::CppWorker>> pool;
   for (int i = 0; i < workers; ++i) {
@@ -84,12 +81,12 @@ int main(int argc, char** argv) {
     }
   }
   std::thread stopper([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = signals.Wait();
     if (signal == SIGUSR1) return;
     // Drained, as a pod being deleted is: each finishes the task at hand and tells the
     // scheduler it leaves, so that nothing new is sent to it.
-    spdlog::info("workers leaving (signal {}): finishing the tasks at hand", signal);
+    spdlog::info("workers leaving ({}): finishing the tasks at hand",
+                 cohort::StopSignals::Name(signal));
     for (auto& w : pool) w->Leave();
   });
   int code = 0;

@@ -1,5 +1,8 @@
 // The command line every cohort program shares (common/yaml_config.h): help that names what
 // each option takes, --version, and one-line usage errors; and the counted nouns of messages.
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,7 +11,9 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/yaml_config.h"
 #include "gtest/gtest.h"
 
@@ -158,6 +163,39 @@ TEST(PluralTest, OneIsSingular) {
   EXPECT_EQ(Plural(0, "task"), "0 tasks");
   EXPECT_EQ(Plural(1, "task"), "1 task");
   EXPECT_EQ(Plural(2, "GPU"), "2 GPUs");
+}
+
+TEST(ProcessTest, DurationFlagsNameTheFlagAndRefuseNegativesAndWhenAskedZero) {
+  EXPECT_EQ(*ParseDurationFlag("--heartbeat-timeout", "1m30s"), absl::Seconds(90));
+  EXPECT_EQ(*ParseDurationFlag("--retry", "0"), absl::ZeroDuration());
+  EXPECT_EQ(ParseDurationFlag("--heartbeat-timeout", "soon").status().message(),
+            "--heartbeat-timeout \"soon\" is not a duration such as 10s, 500ms or 5m");
+  EXPECT_EQ(ParseDurationFlag("--poll", "-1s").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDurationFlag("--sample-interval", "0s", /*zero_ok=*/false).status().message(),
+            "--sample-interval \"0s\" must be more than 0");
+}
+
+TEST(ProcessTest, AnEmptyVariableIsUnset) {
+  setenv("COHORT_PROCESS_TEST", "", 1);
+  EXPECT_EQ(EnvOr("COHORT_PROCESS_TEST", "worker"), "worker");
+  setenv("COHORT_PROCESS_TEST", "sidecar", 1);
+  EXPECT_EQ(EnvOr("COHORT_PROCESS_TEST", "worker"), "sidecar");
+  unsetenv("COHORT_PROCESS_TEST");
+  EXPECT_EQ(EnvOr("COHORT_PROCESS_TEST"), "");
+}
+
+TEST(ProcessTest, StopSignalsTakesABlockedSignalAndNamesIt) {
+  sigset_t before;
+  pthread_sigmask(SIG_SETMASK, nullptr, &before);
+  {
+    const StopSignals signals({SIGUSR2});
+    ASSERT_EQ(raise(SIGUSR2), 0);  // blocked: pending until Wait takes it
+    EXPECT_EQ(signals.Wait(), SIGUSR2);
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);  // the rest of this binary as it was
+  EXPECT_EQ(StopSignals::Name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(StopSignals::Name(SIGINT), "SIGINT");
+  EXPECT_EQ(StopSignals::Name(SIGUSR2), absl::StrCat("signal ", SIGUSR2));
 }
 
 }  // namespace
