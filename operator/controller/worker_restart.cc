@@ -21,7 +21,8 @@ WorkerRestarts FollowWorkerRestarts(Planner& P, std::vector<const ObservedPod*>&
       continue;
     }
     const ObservedPod* w = workers[r.index];
-    bool rejoined = false;
+    bool settled = false;   // no longer restarting
+    bool rejoined = false;  // and back in the gang, connected anew
     if (w && w->uid == r.uid) {
       // The pod that failed: no worker of the gang any more, and going.
       if (!w->terminating) P.plan.delete_pods.push_back(w->name);
@@ -35,13 +36,17 @@ WorkerRestarts FollowWorkerRestarts(Planner& P, std::vector<const ObservedPod*>&
       const bool in_error =
           std::any_of(view->errors.begin(), view->errors.end(),
                       [&](const auto& e) { return CoordinatorView::TaskIndex(e.task) == r.index; });
-      // A successor whose workload already ended is the gang's again: its exit decides.
-      rejoined = (connected_anew && !in_error) || Finished(*w);
+      rejoined = connected_anew && !in_error && w->phase != "Failed";
+      // A successor whose workload already ended is the gang's again: its exit decides (a
+      // failed one is no rejoining).
+      settled = rejoined || Finished(*w);
     }
-    if (rejoined) {
-      P.Event(
-          "Normal", "WorkerRejoined",
-          absl::StrCat("worker ", r.index, " (pod ", w->name, ") has rejoined the running gang"));
+    if (settled) {
+      if (rejoined) {
+        P.Event(
+            "Normal", "WorkerRejoined",
+            absl::StrCat("worker ", r.index, " (pod ", w->name, ") has rejoined the running gang"));
+      }
       continue;
     }
     out.restarting[r.index] = true;

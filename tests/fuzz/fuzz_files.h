@@ -7,16 +7,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace cohort::fuzz {
 
-// A directory of this process under /tmp, made on first use.
+// A directory of this process under /tmp, made on first use and removed at exit.
 inline const std::string& ScratchDir() {
   static const std::string* dir = [] {
     char pattern[] = "/tmp/cohort-fuzz-XXXXXX";
     if (!mkdtemp(pattern)) std::abort();
-    return new std::string(pattern);
+    auto* made = new std::string(pattern);
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(ScratchDir(), ignored);
+    });
+    return made;
   }();
   return *dir;
 }

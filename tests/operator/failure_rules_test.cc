@@ -405,6 +405,18 @@ TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItR
   EXPECT_TRUE(plan.status.restarting_workers.empty());
   EXPECT_EQ(plan.events.back().reason, "WorkerRejoined");
   EXPECT_EQ(plan.status.worker_restarts, 1);
+  {
+    // A successor that failed before it connected anew is no longer restarting, but it did
+    // not rejoin: no such Event (its exit is the gang's failure to handle).
+    ObservedPod failed_successor = successor;
+    failed_successor.phase = "Failed";
+    Observed ended = Gang(failed_successor);
+    ended.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 111}}};
+    ASSERT_EQ(job.status.restarting_workers.size(), 1u);
+    auto failed_plan = PlanJob(job, ended, OperatorSettings{});
+    EXPECT_TRUE(failed_plan.status.restarting_workers.empty());
+    for (const auto& event : failed_plan.events) EXPECT_NE(event.reason, "WorkerRejoined");
+  }
 
   // Worker restarts count against maxRestarts: a second and a third failure pass it.
   job.status = plan.status;
