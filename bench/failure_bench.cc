@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/task_client.h"
+#include "common/yaml_config.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -268,7 +269,8 @@ nlohmann::json Resources(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"cohort-failure-bench: failure detection time and sidecar cost"};
+  CLI::App app{"cohort-failure-bench: failure detection time and sidecar cost",
+               "cohort-failure-bench"};
   Options o;
   std::vector<std::string> scenarios = {"exit", "xid", "heartbeat", "resources"};
   app.add_option("--bin-dir", o.bin_dir, "where cohort-coordinator and cohort-sidecar are")
@@ -283,7 +285,8 @@ int main(int argc, char** argv) {
   app.add_option("--tasks", o.tasks, "tasks of the job: the victim and simulated observers")
       ->capture_default_str();
   app.add_option("scenarios", scenarios)->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   spdlog::set_level(spdlog::level::off);
   for (const std::string& s : scenarios) {
     nlohmann::json result = s == "resources" ? Resources(o) : Failure(o, s);

@@ -17,6 +17,7 @@
 #include "bench/kv_driver.h"
 #include "bench/scenarios.h"
 #include "bench/task_client.h"
+#include "common/yaml_config.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -35,7 +36,8 @@ namespace {
 
 int main(int argc, char** argv) {
   using namespace cohort::bench;
-  CLI::App app{"cohort-loadgen: simulated tasks against a running coordination service"};
+  CLI::App app{"cohort-loadgen: simulated tasks against a running coordination service",
+               "cohort-loadgen"};
   std::string address = "127.0.0.1:8476", scenario, protocol = "xla", job = "worker", ops;
   Options o;
   app.add_option("scenario", scenario, "register | barrier | heartbeat | kv | memory | failure")
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
   app.add_option("--clients", o.clients, "kv: concurrent clients")->capture_default_str();
   app.add_option("--value-bytes", o.value_bytes, "kv: value size")->capture_default_str();
   app.add_option("--ops", ops, "kv: comma-separated phases (set,get,blocking_get)");
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (!ops.empty()) {
     o.ops.clear();
     for (size_t start = 0; start <= ops.size();) {

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/task_client.h"
+#include "common/yaml_config.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -335,7 +336,8 @@ nlohmann::json Memory(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{
       "cohort-restart-bench: what a coordinator crash costs tasks behind sidecars, the "
-      "sidecar's added latency, and the coordinator's memory per task behind sidecars"};
+      "sidecar's added latency, and the coordinator's memory per task behind sidecars",
+      "cohort-restart-bench"};
   Options o;
   std::vector<std::string> scenarios = {"restart", "latency", "memory"};
   app.add_option("--bin-dir", o.bin_dir, "where cohort-coordinator and cohort-sidecar are")
@@ -350,7 +352,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--outage-tolerance", o.outage_tolerance, "the sidecars'")->capture_default_str();
   app.add_option("scenarios", scenarios, "restart, latency, memory")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  cohort::AddVersionFlag(app);
+  if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (o.tasks < 1 || o.proxies < 1 || o.rounds < 1) {
     std::fprintf(stderr, "cohort-restart-bench: --tasks, --sidecars and --rounds must be >= 1\n");
     return 2;

@@ -279,7 +279,8 @@ TEST_F(CohortctlTest, UsageErrorsExit2NamingWhatWasWrongAndWhatWouldDo) {
 TEST(CohortBinariesTest, EveryProgramHasVersionAndOneLineUsageErrors) {
   for (const std::string program :
        {"cohortctl", "cohort-coordinator", "cohort-sidecar", "cohort-operator", "cohort-objstore",
-        "cohort-worker", "cohort-agent-example", "cohort-gpu-info"}) {
+        "cohort-worker", "cohort-agent-example", "cohort-gpu-info", "cohort-loadgen",
+        "cohort-failure-bench", "cohort-restart-bench"}) {
     SCOPED_TRACE(program);
     const std::string path = std::string(COHORT_BIN_DIR) + "/" + program;
     Result version = Subprocess({path, "--version"}).Wait(kDeadline);
