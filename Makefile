@@ -5,8 +5,17 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
-WERROR ?= $(if $(CI),ON,OFF)
+# Warnings are errors in every build of the compiler that CI judges them by (g++), whether CI
+# is set or not: the same flags give the same compile commands, so CI's fresh clone finds the
+# objects a `make build` on the same machine left in ccache.
+WERROR ?= ON
 NINJA_JOBS ?= $(shell nproc)
+# Tests run side by side: most of them wait on sockets and child processes, not on the CPU.
+CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
+# What survives a fresh clone, outside it: ThreadSanitizer's abseil and gRPC, the venvs
+# (tools/venv.sh) and the local cluster's binaries, each keyed by its versions. Removing it
+# is always safe (the next run makes what it needs again).
+export COHORT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/cohort
 # ccache keys objects by paths relative to the checkout, so a fresh clone elsewhere (CI) hits
 # the objects an earlier build left; two builds (RelWithDebInfo and the sanitizers) fit in 10G.
 export CCACHE_BASEDIR := $(CURDIR)
@@ -42,31 +51,38 @@ test:
 
 # ctest fails when it finds no test at all (an empty or broken build directory).
 unit-test: build
-	cd $(BUILD) && ctest --output-on-failure --no-tests=error --timeout 600
+	cd $(BUILD) && ctest --output-on-failure --no-tests=error --timeout 600 -j $(CTEST_JOBS)
 
+# One clang build serves AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer
+# targets (its objects carry the fuzzer's coverage hooks, which cost the tests little), -O1:
+# sanitizers' usual optimisation, with assertions on (Debug).
+ASAN_CMAKE = cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_WERROR=OFF \
+  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON
 asan-test: deps nvml-header
-	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON >/dev/null
+	@$(ASAN_CMAKE) >/dev/null
 	ninja -C $(ASAN_BUILD) -j $(NINJA_JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure --no-tests=error --timeout 900
+	  ctest --output-on-failure --no-tests=error --timeout 900 -j $(CTEST_JOBS)
 
 # Every unit and integration test again under ThreadSanitizer (clang; a build of its own),
 # the programs the integration tests start included. abseil and gRPC are built with TSan first
-# (tools/build-tsan-deps.sh, once per build-tsan/: Debian's are not instrumented, and TSan must
+# (tools/build-tsan-deps.sh, once per machine, in $(COHORT_CACHE): Debian's are not instrumented, and TSan must
 # see how gRPC hands a call between its threads and what abseil's Mutex orders).
 # tests/tsan.supp says what the other system libraries need and why.
 TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|scheduler_forward_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test
+TSAN_DEPS = $(COHORT_CACHE)/tsan-deps
 TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example cohort-objstore \
   cohort-worker
 tsan-test: deps nvml-header
-	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_BUILD)/deps
+	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_DEPS)
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -Dabsl_DIR=$(CURDIR)/$(TSAN_BUILD)/deps/absl/lib/cmake/absl \
-	  -DCOHORT_TSAN_GRPC=$(CURDIR)/$(TSAN_BUILD)/deps/grpc/lib \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -Dabsl_DIR=$(TSAN_DEPS)/absl/lib/cmake/absl \
+	  -DCOHORT_TSAN_GRPC=$(TSAN_DEPS)/grpc/lib \
 	  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON >/dev/null
 	ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS)) $(TSAN_PROGRAMS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
-	  ctest --output-on-failure --no-tests=error --timeout 900 -L '^($(TSAN_TESTS))$$'
+	  ctest --output-on-failure --no-tests=error --timeout 900 -j $(CTEST_JOBS) -L '^($(TSAN_TESTS))$$'
 
 # Every program the tests, benchmarks and tools call comes from a Debian package that
 # tools/deps.sh installs (or its dependencies, or the base system): a tool installed by hand
@@ -132,14 +148,16 @@ bench: deps
 bench-smoke: build
 	bash tests/bench/smoke.sh
 
-# libFuzzer targets (tests/fuzz) built with clang into build-fuzz/: a fixed number of
+# libFuzzer targets (tests/fuzz), built in the ASan build (build-asan/): a fixed number of
 # executions per target (make fuzz, 10^7 in all; FUZZ_SECONDS=N runs each N seconds instead),
-# or 10 s each in make test (fuzz-smoke). Crashing inputs land in build-fuzz/crashes/.
-fuzz: deps
-	bash tools/fuzz.sh $(FUZZ_SECONDS)
+# or 10 s each in make test (fuzz-smoke). Crashing inputs land in build-asan/fuzz/crashes/.
+fuzz: deps nvml-header
+	@$(ASAN_CMAKE) >/dev/null
+	FUZZ_BUILD=$(ASAN_BUILD) bash tools/fuzz.sh $(FUZZ_SECONDS)
 
-fuzz-smoke: deps
-	bash tools/fuzz.sh smoke
+fuzz-smoke: deps nvml-header
+	@$(ASAN_CMAKE) >/dev/null
+	FUZZ_BUILD=$(ASAN_BUILD) bash tools/fuzz.sh smoke
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The venv of bench/tasks_bench.py (.venv-bench-tasks): Ray, and the cohort package
-# pip-installed from python/. A venv whose requirements did not change is not touched again;
-# the package is installed afresh each time (its sources may have changed).
+# pip-installed from python/. The venv is made once per requirements file in the machine's
+# cache (tools/venv.sh) and linked here; the package is installed afresh each time (its
+# sources may have changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/venv.sh
 VENV=.venv-bench-tasks
-REQ=bench/requirements-tasks.txt
-if [[ ! -x $VENV/bin/python ]]; then python3 -m venv "$VENV"; fi
-stamp=$VENV/.requirements.stamp
-if ! cmp -s "$REQ" "$stamp" 2>/dev/null; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$stamp"
+if ! cohort_venv "$VENV" python3 bench/requirements-tasks.txt; then
+  tail -n 20 "$COHORT_VENV_LOG" >&2
+  echo "bench setup: Ray could not be installed from bench/requirements-tasks.txt (log: $COHORT_VENV_LOG)" >&2
+  exit 1
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
 rm -rf python/build python/*.egg-info

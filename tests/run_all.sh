@@ -2,7 +2,8 @@
 # `make test`: every stage of the suite in order, each to the end even after another failed
 # (a failed build stops the run: nothing else could pass). Prints a summary at the end: each
 # stage, its result, its count of tests and its time, then the whole run's count as
-# "N passed, N failed". Exit status 0 only when every stage passed.
+# "N passed, N failed", and which of the machine's caches were warm when it started. Exit
+# status 0 only when every stage passed; a test stage whose runners ran no test has failed.
 #
 # Stages (each also a make target of its own):
 #   build         tools/deps.sh, the NVML header, cmake + ninja
@@ -24,7 +25,46 @@ STAGES=(build programs format unit asan tsan fuzz-smoke compat python bench-smok
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
   [unit]=unit-test [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
   [e2e]=e2e-test [docker]=docker-test)
+# The stages that must run tests: one whose log counts none has failed, whatever its status.
+declare -A RUNS_TESTS=([programs]=1 [unit]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
+  [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
 declare -A RESULT PASSED FAILED SECS
+: "${COHORT_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/cohort}"
+export COHORT_CACHE
+
+# What each of the machine's caches holds: a fresh clone reuses all of them, a bare machine
+# makes them (the README's two figures for make test).
+du_of() { du -sh "$1" 2>/dev/null | cut -f1; }
+describe() { # NAME PATH: "NAME warm (SIZE)" or "NAME empty"
+  local size
+  size=$(du -s "$2" 2>/dev/null | cut -f1)
+  if [[ -n $size && $size -gt 1024 ]]; then echo "$1 warm ($(du_of "$2"))"; else echo "$1 empty"; fi
+}
+caches() {
+  local go_cache go_mod pip_cache ccache_dir
+  go_cache=$(go env GOCACHE 2>/dev/null || echo "$HOME/.cache/go-build")
+  go_mod=$(go env GOMODCACHE 2>/dev/null || echo "$HOME/go/pkg/mod")
+  pip_cache=$(python3 -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")
+  ccache_dir=$(ccache --get-config cache_dir 2>/dev/null || echo "$HOME/.cache/ccache")
+  describe ccache "$ccache_dir"
+  describe "Go build cache" "$go_cache"
+  describe "Go modules" "$go_mod"
+  describe "pip cache" "$pip_cache"
+  describe "sanitizer deps" "$COHORT_CACHE/tsan-deps"
+  describe venvs "$COHORT_CACHE/venvs"
+  describe "cluster binaries" "$COHORT_CACHE/local-cluster"
+}
+# ccache's hits and misses so far (its statistics are the machine's, so the run's are a
+# difference).
+ccache_counts() {
+  ccache --print-stats 2>/dev/null | awk '
+    /^(direct|preprocessed)_cache_hit\t/ {h += $2}
+    /^cache_miss\t/ {m += $2}
+    END {print h + 0, m + 0}'
+}
+mapfile -t CACHES_AT_START < <(caches)
+read -r ccache_hits0 ccache_misses0 < <(ccache_counts)
+echo "make test: caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
 total_passed=0
 total_failed=0
 
@@ -67,6 +107,12 @@ for stage in "${STAGES[@]}"; do
   PASSED[$stage]=$p
   FAILED[$stage]=$f
   if [[ $status == 0 ]]; then RESULT[$stage]=passed; else RESULT[$stage]=FAILED; fi
+  # A test stage that ran no test has failed: a runner that found nothing is no pass.
+  if [[ -n ${RUNS_TESTS[$stage]:-} && $status == 0 && $p == 0 && $f == 0 ]]; then
+    echo "make test: $stage ran no test"
+    status=1
+    RESULT[$stage]=FAILED
+  fi
   # A stage that failed without a failed test still counts as one failure.
   if [[ $status != 0 && $f == 0 ]]; then FAILED[$stage]=1; fi
   total_passed=$((total_passed + PASSED[$stage]))
@@ -86,7 +132,10 @@ for stage in "${STAGES[@]}"; do
   printf '  %-12s %-7s %7s %7s %8s\n' "$stage" "${RESULT[$stage]}" "${PASSED[$stage]}" \
     "${FAILED[$stage]}" "${SECS[$stage]}"
 done
-echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s"
+echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s ($SECONDS s)"
+read -r ccache_hits1 ccache_misses1 < <(ccache_counts)
+echo "  caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
+echo "  ccache in this run: $((ccache_hits1 - ccache_hits0)) hits, $((ccache_misses1 - ccache_misses0)) misses"
 echo "tests: $total_passed passed, $total_failed failed"
 for stage in "${STAGES[@]}"; do
   [[ ${RESULT[$stage]:-} == passed ]] || exit 1

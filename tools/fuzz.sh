@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz with clang, ASan and UBSan into build-fuzz/, and
+# Builds the libFuzzer targets of tests/fuzz in the clang ASan + UBSan build (FUZZ_BUILD,
+# build-asan/ by default, configured by `make asan-test`, `make fuzz` or `make fuzz-smoke`), and
 # runs each one:
 #   tools/fuzz.sh          (make fuzz) a fixed number of executions per target, from the
 #                          table below: at least 10^7 in all
 #   tools/fuzz.sh smoke    (make fuzz-smoke, in make test) 10 s per target, a minute in all
 #   tools/fuzz.sh SECONDS  SECONDS per target
 # Each target starts from its checked-in seeds (tests/fuzz/corpus/<target>) plus what earlier
-# runs found (build-fuzz/corpus/<target>); a crash leaves its input in
-# build-fuzz/crashes/<target>/ and fails the run. Prints each target's executions, and ends
+# runs found (FUZZ_BUILD/fuzz/corpus/<target>); a crash leaves its input in
+# FUZZ_BUILD/fuzz/crashes/<target>/ and fails the run. Prints each target's executions, and ends
 # with "fuzz: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-runs}
-build=${FUZZ_BUILD:-build-fuzz}
+build=${FUZZ_BUILD:-build-asan}
 # Executions per target for `make fuzz`. The RPC target drives a real gRPC server per call
 # (hundreds of inputs a second); the decoders run tens of thousands a second.
 declare -A RUNS=(
@@ -31,8 +32,10 @@ elif [[ $mode != runs ]]; then
   echo "tools/fuzz.sh: give nothing (a fixed number of runs), \"smoke\" or SECONDS, not \"$mode\"" >&2
   exit 2
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_FUZZ=ON >/dev/null
+if [[ ! -f "$build/build.ninja" ]] || ! grep -q 'rpc_handlers_fuzzer' "$build/build.ninja"; then
+  echo "tools/fuzz.sh: $build is not a clang sanitizer build with the fuzz targets: run make fuzz" >&2
+  exit 2
+fi
 targets=()
 for source in tests/fuzz/*_fuzzer.cc; do targets+=("$(basename "$source" .cc)"); done
 for name in "${targets[@]}"; do
@@ -45,23 +48,23 @@ passed=0
 failed=0
 for name in "${targets[@]}"; do
   target="$build/bin/$name"
-  corpus="$build/corpus/$name"
-  crashes="$build/crashes/$name/"
+  corpus="$build/fuzz/corpus/$name"
+  crashes="$build/fuzz/crashes/$name/"
   mkdir -p "$corpus" "$crashes"
   seeds=()
   [[ -d tests/fuzz/corpus/$name ]] && seeds=("tests/fuzz/corpus/$name")
   if [[ $mode == runs ]]; then limit=(-runs="${RUNS[$name]}"); fi
   echo "fuzz: $name (${limit[*]})"
   if "$target" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$crashes" "$corpus" "${seeds[@]}" >"$build/$name.log" 2>&1; then
+    -artifact_prefix="$crashes" "$corpus" "${seeds[@]}" >"$build/fuzz/$name.log" 2>&1; then
     passed=$((passed + 1))
-    runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$build/$name.log" | tail -1)
+    runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$build/fuzz/$name.log" | tail -1)
     total_runs=$((total_runs + ${runs:-0}))
     echo "fuzz: $name: ${runs:-?} executions, no crash"
   else
     failed=$((failed + 1))
-    echo "fuzz: $name FAILED; the input is in $crashes, the log in $build/$name.log:"
-    grep -E -A30 'ERROR|runtime error|deadly signal|Timeout' "$build/$name.log" | head -60
+    echo "fuzz: $name FAILED; the input is in $crashes, the log in $build/fuzz/$name.log:"
+    grep -E -A30 'ERROR|runtime error|deadly signal|Timeout' "$build/fuzz/$name.log" | head -60
   fi
 done
 echo "fuzz: $total_runs executions in all"

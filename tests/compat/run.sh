@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The real-client compatibility suite: installs the pinned clients into project-local
 # virtual environments, then runs pytest on tests/compat against build/bin (or
-# $COHORT_BIN_DIR). Idempotent: a venv whose requirements file has not changed since
-# its last successful install is not touched again.
+# $COHORT_BIN_DIR). Idempotent: each venv is made once per interpreter version and
+# requirements file, in the machine's cache (tools/venv.sh), and linked into the clone:
 #
-#   .venv/                      pytest + jax/jaxlib (tests/compat/requirements.txt)
-#   .venv/clients/NAME/         one per tests/compat/clients/NAME.txt
+#   .venv                       pytest + jax/jaxlib (tests/compat/requirements.txt)
+#   .venv/clients/NAME          one per tests/compat/clients/NAME.txt
 #
 # Every client is required: one that cannot be installed fails the run with pip's error
 # and what to do, and pytest runs with --no-skips, so a skipped test fails it too.
@@ -45,73 +45,35 @@ py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>
 PY_VERSION=$(py_version "$PYTHON")
 log "using $PYTHON (Python $PY_VERSION)"
 
-# ensure_venv DIR PYTHON: creates DIR, or re-creates it for another interpreter version.
-ensure_venv() {
-  local dir=$1 python=$2
-  local want
-  want=$(py_version "$python")
-  if [[ -x "$dir/bin/python" && "$(py_version "$dir/bin/python")" == "$want" ]]; then return; fi
-  if [[ -e "$dir" ]]; then
-    log "re-creating $dir for Python $want"
-    rm -rf "$dir/bin" "$dir/lib" "$dir/lib64" "$dir/include" "$dir/pyvenv.cfg" "$dir"/.*.stamp
-  fi
-  "$python" -m venv "$dir"
-}
+# The venvs are made once per interpreter version and requirements file in the machine's
+# cache (tools/venv.sh) and linked here: .venv, then .venv/clients/NAME.
+source tools/venv.sh
 
-# stamp_of DIR REQUIREMENTS: what a successful install of REQUIREMENTS into DIR leaves.
-stamp_of() { echo "$(py_version "$1/bin/python") $(sha256sum "$2" | cut -d' ' -f1)"; }
-
-# install DIR REQUIREMENTS STAMP: pip-installs unless STAMP says this exact file is in.
-# Returns pip's status; its output is in $PIP_LOG.
-PIP_LOG=$(mktemp)
-trap 'rm -f "$PIP_LOG"' EXIT
-install() {
-  local dir=$1 req=$2 stamp=$3
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$(stamp_of "$dir" "$req")" ]]; then
-    log "$dir: up to date with $req"
-    return 0
-  fi
-  log "$dir: installing $req"
-  rm -f "$stamp"
-  if timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
-      >"$PIP_LOG" 2>&1; then
-    stamp_of "$dir" "$req" >"$stamp"
-    return 0
-  fi
-  cat "$PIP_LOG" >&2
-  return 1
-}
-
-pip_reason() {
-  local line
-  line=$(grep -E 'ERROR|error:' "$PIP_LOG" | head -n 2 | tr '\n' ' ' | cut -c1-400)
-  echo "pip install failed: ${line:-see the log of tests/compat/run.sh}"
-}
-
-# install_or_fail DIR REQUIREMENTS STAMP WHAT: installs, or stops the run saying why.
+# install_or_fail LINK PYTHON REQUIREMENTS WHAT: links the venv, or stops the run saying why.
 install_or_fail() {
-  if ! install "$1" "$2" "$3"; then
-    log "$4 could not be installed into $1 from $2: $(pip_reason)." \
+  if ! cohort_venv "$1" "$2" "$3"; then
+    tail -n 20 "$COHORT_VENV_LOG" >&2
+    local line
+    line=$(grep -E 'ERROR|error:' "$COHORT_VENV_LOG" | head -n 2 | tr '\n' ' ' | cut -c1-400)
+    log "$4 could not be installed into $1 from $3: pip install failed: ${line:-see $COHORT_VENV_LOG}." \
       "The suite needs every client; fix the cause above (network, disk, Python version) and run again"
     exit 1
   fi
 }
 
 # The main venv: pytest and the newest jax/jaxlib.
-ensure_venv "$VENV" "$PYTHON"
-rm -f "$VENV/main.skip"  # left by older versions of this script
-install_or_fail "$VENV" "$COMPAT/requirements.txt" "$VENV/.compat-main.stamp" "pytest, jax and jaxlib"
+install_or_fail "$VENV" "$PYTHON" "$COMPAT/requirements.txt" "pytest, jax and jaxlib"
 
 # One venv per extra client.
 mkdir -p "$CLIENTS"
 for req in "$COMPAT"/clients/*.txt; do
   name=$(basename "$req" .txt)
   dir="$CLIENTS/$name"
-  rm -f "$CLIENTS/$name.skip"
-  if [[ "$name" == tensorflow* && ! -f "$dir/.compat.stamp" ]]; then
-    avail_kb=$(df --output=avail -k . | tail -n 1 | tr -d ' ')
+  if [[ "$name" == tensorflow* && ! -f "$(cohort_venv_path "$PYTHON" "$req")/.complete" ]]; then
+    mkdir -p "$COHORT_CACHE"
+    avail_kb=$(df --output=avail -k "$COHORT_CACHE" | tail -n 1 | tr -d ' ')
     if (( avail_kb < 4 * 1024 * 1024 )); then
-      log "$name needs about 2 GB of disk to install, and $((avail_kb / 1024)) MB are free here"
+      log "$name needs about 2 GB of disk to install, and $((avail_kb / 1024)) MB are free in $COHORT_CACHE"
       exit 1
     fi
   fi
@@ -122,8 +84,7 @@ for req in "$COMPAT"/clients/*.txt; do
     log "$name needs Python $want (with venv), and none was found on PATH, in pyenv or in /usr/bin"
     exit 1
   fi
-  ensure_venv "$dir" "$python" || { log "$name: could not create a venv with $python"; exit 1; }
-  install_or_fail "$dir" "$req" "$dir/.compat.stamp" "$name"
+  install_or_fail "$dir" "$python" "$req" "$name"
 done
 
 log "running pytest on $COMPAT against $COHORT_BIN_DIR/cohort-coordinator"

@@ -1,0 +1,58 @@
+# Sourced by the scripts that need a Python venv (tests/compat/run.sh, tools/runtime-venv.sh,
+# bench/setup.sh, bench/setup_tasks.sh). Venvs live in the machine's cache, outside the clone,
+# keyed by the interpreter's version and the requirements' contents, so that a fresh clone on
+# a machine that already made one (CI's own clone, a second checkout) finds it ready instead of
+# installing jaxlib, TensorFlow, torch and Ray again; the clone's .venv paths are links to them.
+# pip's wheel cache is not enough: unpacking torch and TensorFlow alone takes minutes.
+#
+#   cohort_venv LINK PYTHON REQUIREMENTS...
+#       makes LINK (e.g. .venv-bench) a link to the cached venv of PYTHON's version with every
+#       REQUIREMENTS file installed, in order; creates and fills it first when no venv of that
+#       key is complete. Returns pip's status; its output is then in $COHORT_VENV_LOG.
+#   cohort_venv_path PYTHON REQUIREMENTS...   prints where that venv lives (made or not)
+#
+# COHORT_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/cohort) is the cache's root; its venvs/
+# folder can be removed at any time (the next run makes what it needs again).
+: "${COHORT_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/cohort}"
+
+_cohort_py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
+
+cohort_venv_path() {
+  local python=$1
+  shift
+  local key
+  key=$({
+    echo "python $(_cohort_py_version "$python")"
+    local req
+    for req in "$@"; do
+      echo "== $(basename "$req")"
+      cat "$req"
+    done
+  } | sha256sum | cut -c1-16)
+  echo "$COHORT_CACHE/venvs/$key"
+}
+
+cohort_venv() {
+  local link=$1 python=$2
+  shift 2
+  local dir req
+  dir=$(cohort_venv_path "$python" "$@") || return 1
+  COHORT_VENV_LOG="$dir.pip.log"
+  if [[ ! -f "$dir/.complete" ]]; then
+    echo "venv: making $dir for $link (Python $(_cohort_py_version "$python"): $*)" >&2
+    mkdir -p "$(dirname "$dir")"
+    rm -rf "$dir"
+    "$python" -m venv "$dir" >"$COHORT_VENV_LOG" 2>&1 || return 1
+    for req in "$@"; do
+      timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
+        >>"$COHORT_VENV_LOG" 2>&1 || return 1
+    done
+    # What it holds, for whoever looks in the cache.
+    printf '%s\n' "$@" >"$dir/.requirements"
+    touch "$dir/.complete"
+  fi
+  # A venv made in place by an older checkout (a real directory) gives way to the link.
+  if [[ -e "$link" && ! -L "$link" ]]; then rm -rf "$link"; fi
+  mkdir -p "$(dirname "$link")"
+  ln -sfn "$dir" "$link"
+}
