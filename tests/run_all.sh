@@ -65,6 +65,12 @@ ccache_counts() {
 mapfile -t CACHES_AT_START < <(caches)
 read -r ccache_hits0 ccache_misses0 < <(ccache_counts)
 echo "make test: caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
+
+# The Debian packages first (the background preparation must not run apt beside the build's),
+# then the venvs and Go modules in the background while the stages compile (tools/prepare.sh).
+bash tools/deps.sh
+bash tools/prepare.sh >"$LOGS/prepare.log" 2>&1 &
+prepare_pid=$!
 total_passed=0
 total_failed=0
 
@@ -124,6 +130,9 @@ for stage in "${STAGES[@]}"; do
   fi
 done
 
+wait "$prepare_pid"
+prepare_status=$?
+
 echo
 echo "make test summary (logs in $LOGS)"
 printf '  %-12s %-7s %7s %7s %8s\n' stage result passed failed seconds
@@ -134,6 +143,7 @@ for stage in "${STAGES[@]}"; do
 done
 echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s ($SECONDS s)"
 read -r ccache_hits1 ccache_misses1 < <(ccache_counts)
+echo "  background preparation: $(tail -n 1 "$LOGS/prepare.log")$( ((prepare_status == 0)) || echo " (it failed: $LOGS/prepare.log)")"
 echo "  caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
 echo "  ccache in this run: $((ccache_hits1 - ccache_hits0)) hits, $((ccache_misses1 - ccache_misses0)) misses"
 echo "tests: $total_passed passed, $total_failed failed"

@@ -13,5 +13,7 @@ if ! cohort_venv "$VENV" python3 python/requirements-test.txt; then
   echo "runtime venv: python/requirements-test.txt could not be installed (log: $COHORT_VENV_LOG)" >&2
   exit 1
 fi
+# --venv-only: only the venv (make test makes it in the background while it builds).
+[[ "${1:-}" == --venv-only ]] && exit 0
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
 rm -rf python/build python/*.egg-info

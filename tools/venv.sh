@@ -35,22 +35,34 @@ cohort_venv_path() {
 cohort_venv() {
   local link=$1 python=$2
   shift 2
-  local dir req
+  local dir req lock
   dir=$(cohort_venv_path "$python" "$@") || return 1
   COHORT_VENV_LOG="$dir.pip.log"
+  mkdir -p "$(dirname "$dir")"
+  # One maker at a time per venv (make test prepares them in the background while it builds:
+  # tools/prepare.sh); the others wait for it and then find it complete.
+  exec {lock}>"$dir.lock"
+  flock "$lock"
   if [[ ! -f "$dir/.complete" ]]; then
     echo "venv: making $dir for $link (Python $(_cohort_py_version "$python"): $*)" >&2
     mkdir -p "$(dirname "$dir")"
     rm -rf "$dir"
-    "$python" -m venv "$dir" >"$COHORT_VENV_LOG" 2>&1 || return 1
+    if ! "$python" -m venv "$dir" >"$COHORT_VENV_LOG" 2>&1; then
+      exec {lock}>&-
+      return 1
+    fi
     for req in "$@"; do
-      timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
-        >>"$COHORT_VENV_LOG" 2>&1 || return 1
+      if ! timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
+        >>"$COHORT_VENV_LOG" 2>&1; then
+        exec {lock}>&-
+        return 1
+      fi
     done
     # What it holds, for whoever looks in the cache.
     printf '%s\n' "$@" >"$dir/.requirements"
     touch "$dir/.complete"
   fi
+  exec {lock}>&-
   # A venv made in place by an older checkout (a real directory) gives way to the link.
   if [[ -e "$link" && ! -L "$link" ]]; then rm -rf "$link"; fi
   mkdir -p "$(dirname "$link")"

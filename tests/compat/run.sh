@@ -22,7 +22,9 @@ export COHORT_BIN_DIR="${COHORT_BIN_DIR:-build/bin}"
 
 log() { echo "compat: $*" >&2; }
 
-if [[ ! -x "$COHORT_BIN_DIR/cohort-coordinator" ]]; then
+# COMPAT_VENVS_ONLY=1: only make the venvs (make test does it in the background while it
+# builds, tools/prepare.sh).
+if [[ -z "${COMPAT_VENVS_ONLY:-}" && ! -x "$COHORT_BIN_DIR/cohort-coordinator" ]]; then
   log "$COHORT_BIN_DIR/cohort-coordinator not found: build it first (make build) or set COHORT_BIN_DIR"
   exit 1
 fi
@@ -86,6 +88,10 @@ for req in "$COMPAT"/clients/*.txt; do
   fi
   install_or_fail "$dir" "$python" "$req" "$name"
 done
+if [[ -n "${COMPAT_VENVS_ONLY:-}" ]]; then
+  log "every venv is ready"
+  exit 0
+fi
 
 log "running pytest on $COMPAT against $COHORT_BIN_DIR/cohort-coordinator"
 set +e
