@@ -143,6 +143,10 @@ for stage in "${STAGES[@]}"; do
 done
 echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s ($SECONDS s)"
 read -r ccache_hits1 ccache_misses1 < <(ccache_counts)
+if [[ -f "$LOGS/compat.log" ]]; then
+  echo "  clients the compat stage covered:"
+  grep -E '^compat: (covered|NOTE)' "$LOGS/compat.log" | sort -u | sed 's/^compat: /    /'
+fi
 echo "  background preparation: $(tail -n 1 "$LOGS/prepare.log")$( ((prepare_status == 0)) || echo " (it failed: $LOGS/prepare.log)")"
 echo "  caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
 echo "  ccache in this run: $((ccache_hits1 - ccache_hits0)) hits, $((ccache_misses1 - ccache_misses0)) misses"

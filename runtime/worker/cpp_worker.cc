@@ -91,6 +91,7 @@ grpc::Status CppWorker::ExecuteTask(grpc::ServerContext* ctx, const v1::ExecuteT
     held_.insert(operation);
   }
   tasks_.push_back(*request);
+  spdlog::debug("worker {}: took task {} (operation {})", id(), request->task().name(), operation);
   return grpc::Status::OK;
 }
 

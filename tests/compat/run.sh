@@ -10,6 +10,13 @@
 # Every client is required: one that cannot be installed fails the run with pip's error
 # and what to do, and pytest runs with --no-skips, so a skipped test fails it too.
 #
+# What a run covers depends on the interpreters the machine has (jaxlib 0.11 and later need
+# Python >= 3.12). The log says it: each venv's interpreter; a NOTE when the main venv falls
+# back to a Python older than 3.12, naming the jaxlib versions that leaves out; and, before
+# and after pytest, one line per venv of what it tested, read from the venv's installed
+# distributions, such as
+#   compat: covered jaxlib 0.10.2, jax 0.10.2 (Python 3.11.2, .venv)
+#
 # Environment: COHORT_BIN_DIR (default build/bin), COMPAT_PYTHON (interpreter for the
 # venvs). Extra arguments go to pytest (-k to run some tests while working on them).
 set -euo pipefail
@@ -31,21 +38,52 @@ fi
 
 source tools/find_python.sh
 
+py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true; }
+# install_hint X.Y: what to install for an interpreter of that version that makes venvs.
+install_hint() {
+  echo "install Python $1 with its venv module (Debian: apt-get install python$1 python$1-venv," \
+    "where the release has them; else pyenv install $1)"
+}
+
 # jax/jaxlib 0.11 and later need Python >= 3.12; Debian 12's python3 is 3.11. Use a
 # 3.12 where one is installed (pyenv's included), else python3 and requirements.txt's
-# fallback pins.
+# fallback pins, which the NOTE below spells out.
+FALLBACK=0
 if [[ -n "${COMPAT_PYTHON:-}" ]]; then
   PYTHON=$COMPAT_PYTHON
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    log "COMPAT_PYTHON=$PYTHON: no such interpreter on this machine. Set COMPAT_PYTHON to one" \
+      "that exists, or unset it (then Python 3.12 where found, else python3); for 3.12: $(install_hint 3.12)"
+    exit 1
+  fi
 elif ! PYTHON=$(find_python 3.12) && ! PYTHON=$(find_python 3.13); then
   PYTHON=python3
+  FALLBACK=1
 fi
+PY_VERSION=$(py_version "$PYTHON")
 if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  log "$PYTHON cannot create venvs (Debian: apt-get install python3-venv)"
+  minor=${PY_VERSION%.*}
+  log "$PYTHON (Python ${PY_VERSION:-of unknown version}) cannot create venvs: $(install_hint "${minor:-3}")"
   exit 1
 fi
-py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true; }
-PY_VERSION=$(py_version "$PYTHON")
-log "using $PYTHON (Python $PY_VERSION)"
+log "$VENV: interpreter $(command -v "$PYTHON") (Python $PY_VERSION)"
+
+# Below 3.12, requirements.txt's markers pick its fallback jax/jaxlib: say so, with the pins.
+pin_of() {  # pin_of '>=' or '<': requirements.txt's jaxlib pin under that python_version marker
+  sed -n "s/^jaxlib==\([^ ;]*\) *; *python_version *$1.*/\1/p" "$COMPAT/requirements.txt" | head -n 1
+}
+NOTE=""
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+  if ((FALLBACK)); then
+    why="no Python 3.12 or 3.13 was found (on PATH, in pyenv or in /usr/bin), so $VENV uses python3, Python $PY_VERSION"
+  else
+    why="COMPAT_PYTHON=$COMPAT_PYTHON is Python $PY_VERSION"
+  fi
+  NOTE="NOTE: $why. requirements.txt therefore installs jax/jaxlib $(pin_of '<') instead of $(pin_of '>='):"
+  NOTE+=" jaxlib 0.11 and later ($(pin_of '>=') included) are NOT covered by this run."
+  NOTE+=" To cover them: $(install_hint 3.12), or set COMPAT_PYTHON to a Python >= 3.12"
+  log "$NOTE"
+fi
 
 # The venvs are made once per interpreter version and requirements file in the machine's
 # cache (tools/venv.sh) and linked here: .venv, then .venv/clients/NAME.
@@ -83,11 +121,40 @@ for req in "$COMPAT"/clients/*.txt; do
   python=$PYTHON
   want=$(sed -n 's/^# python: *\([0-9.]*\).*/\1/p' "$req" | head -n 1)
   if [[ -n "$want" ]] && ! python=$(find_python "$want"); then
-    log "$name needs Python $want (with venv), and none was found on PATH, in pyenv or in /usr/bin"
+    log "$name ($req) needs Python $want, and none that can make venvs was found on PATH," \
+      "in pyenv or in /usr/bin: $(install_hint "$want")"
     exit 1
   fi
+  log "$dir: interpreter $(command -v "$python") (Python $(py_version "$python"))"
   install_or_fail "$dir" "$python" "$req" "$name"
 done
+
+# What each venv holds, read from its installed distributions (not by importing jax, which
+# is slow and can fail for reasons of its own): one line per venv, before and after pytest.
+covered() {
+  local dir=$1 what
+  what=$("$dir/bin/python" - 2>/dev/null <<'PY'
+import importlib.metadata as m
+found = []
+for dist in ("jaxlib", "jax", "tensorflow-cpu", "tensorflow"):
+    try:
+        found.append(f"{dist} {m.version(dist)}")
+    except m.PackageNotFoundError:
+        pass
+print(", ".join(found) or "no jaxlib, jax or TensorFlow")
+PY
+  ) || what="nothing known (its interpreter could not list its distributions)"
+  echo "compat: covered $what (Python $(py_version "$dir/bin/python"), $dir)"
+}
+SUMMARY=("$(covered "$VENV")")
+for req in "$COMPAT"/clients/*.txt; do
+  SUMMARY+=("$(covered "$CLIENTS/$(basename "$req" .txt)")")
+done
+summary() {
+  printf '%s\n' "${SUMMARY[@]}" >&2
+  if [[ -n "$NOTE" ]]; then log "$NOTE"; fi
+}
+summary
 if [[ -n "${COMPAT_VENVS_ONLY:-}" ]]; then
   log "every venv is ready"
   exit 0
@@ -98,4 +165,6 @@ set +e
 "$VENV/bin/python" -m pytest "$COMPAT" -p no:cacheprovider -rsx -v --no-skips "$@"
 status=$?
 set -e
+log "pytest exited $status; the clients this run covered:"
+summary
 exit "$status"

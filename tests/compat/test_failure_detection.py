@@ -1,8 +1,11 @@
-"""A task killed with SIGKILL: the other tasks learn of it within the heartbeat timeout.
+"""A task killed with SIGKILL: the other tasks learn of it, from the heartbeat timeout or
+from the victim's sidecar.
 
 Coordinator and clients use the same short heartbeat timeout (jaxlib heartbeats every
 half of its own). The survivors keep jaxlib's default error callback, which ends the
-process with a fatal log line carrying the error the service propagated.
+process with a fatal log line carrying the error the service propagated: that line says
+which path told them. How fast each path is, is measured in bench/ (cohort-failure-bench),
+not asserted here.
 """
 
 import re
@@ -11,8 +14,8 @@ import signal
 import pytest
 
 from conftest import JAXLIB_CLIENTS, client_server_params
-from harness import (coordinator_binary, kill_and_time_the_survivors, start_cohort, start_server,
-                     start_tasks, tail, wait_for_log)
+from harness import (SURVIVORS_DEADLINE_S, coordinator_binary, kill_and_wait_for_the_survivors,
+                     start_cohort, start_server, start_tasks, tail, wait_for_log)
 
 TASKS = 4
 HEARTBEAT_S = 2
@@ -21,18 +24,20 @@ FATAL = "Terminating process because the JAX distributed service detected fatal 
 
 
 @pytest.mark.parametrize("pair", client_server_params())
-def test_killed_task_reaches_the_others_within_the_heartbeat_timeout(pair, group):
+def test_killed_task_reaches_the_others_through_the_heartbeat_timeout(pair, group):
     client, server_kind = pair
     server = start_server(server_kind, group, client, TASKS, HEARTBEAT_S)
+    # The survivors would stay alive far longer than the wait below: if they end, it is
+    # because they were told.
     runs = start_tasks(group, client, server, "crash", TASKS, HEARTBEAT_S,
-                       extra=["--wait-seconds", "30"])
+                       extra=["--wait-seconds", "600"])
     for r in runs:
         wait_for_log(r.proc, rf"task {r.task_id}: ready", 60)
 
-    ended = kill_and_time_the_survivors(group, runs, VICTIM, limit=HEARTBEAT_S + 15)
+    ended = kill_and_wait_for_the_survivors(group, runs, VICTIM)
     survivors = runs[:VICTIM]
-    assert sorted(ended) == [r.task_id for r in survivors], (
-        f"survivors still running {HEARTBEAT_S + 15}s after the kill: {ended}")
+    assert ended == [r.task_id for r in survivors], (
+        f"only {ended} of the survivors ended within {SURVIVORS_DEADLINE_S}s of the kill")
 
     for r in survivors:
         log = r.log()
@@ -49,12 +54,6 @@ def test_killed_task_reaches_the_others_within_the_heartbeat_timeout(pair, group
             assert re.search(r"unhealthy \(stopped sending heartbeats\):\n"
                              rf"(/job:jax_worker/replica:0/task:)?{VICTIM}\n", log), tail(log)
 
-    # The issue's promise: the others are told within the heartbeat timeout (plus the
-    # service's check interval: cohort checks every HEARTBEAT_S / 10, jaxlib's service once
-    # a second). The bound is loose on purpose, for a loaded 2-core CI machine; the
-    # figures themselves are measured in bench/, not here.
-    print(f"{client.name} on {server_kind}: survivors ended {ended} s after the kill")
-    assert max(ended.values()) <= HEARTBEAT_S + 4.0, ended
     assert server.proc.poll() is None, tail(server.log())
     if server_kind == "cohort":
         assert re.search(rf"task {re.escape(client.job_path(VICTIM))} \(incarnation 0x[0-9a-f]+\) "
@@ -65,16 +64,18 @@ MAIN = JAXLIB_CLIENTS[0]
 
 
 @pytest.mark.skipif(bool(MAIN.skip_reason), reason=f"{MAIN.name}: {MAIN.skip_reason}")
-def test_sidecar_tells_the_others_long_before_the_heartbeat_timeout(group):
+def test_sidecar_tells_the_others_before_the_heartbeat_timeout_does(group):
     """Only the victim has a sidecar here (the other sidecars' topology exchange never
     completes, which the exit report does not need). It sees the process exit (a shared
-    process namespace: here, the machine's) and reports it; jaxlib's parked PollForError delivers the report to the
-    survivors at once, instead of after the 30 s heartbeat timeout."""
+    process namespace: here, the machine's) and reports it; jaxlib's parked PollForError
+    delivers the report to the survivors. The first error a survivor gets ends it, so its
+    log says which came first: the sidecar's report, not the coordinator's heartbeat
+    timeout (30 s)."""
     heartbeat_s = 30
     server = start_cohort(group, MAIN.cohort_job, TASKS, heartbeat_s,
                           extra=["--auxiliary-job", f"sidecar={TASKS}"])
     runs = start_tasks(group, MAIN, server, "crash", TASKS, heartbeat_s,
-                       extra=["--wait-seconds", "60"])
+                       extra=["--wait-seconds", "600"])
     for r in runs:
         wait_for_log(r.proc, rf"task {r.task_id}: ready", 60)
     sidecar = group.start("sidecar", [
@@ -86,13 +87,13 @@ def test_sidecar_tells_the_others_long_before_the_heartbeat_timeout(group):
              "COHORT_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"})
     wait_for_log(sidecar, r"watching workload process", 30)
 
-    ended = kill_and_time_the_survivors(group, runs, VICTIM, limit=heartbeat_s - 5)
-    assert sorted(ended) == [r.task_id for r in runs[:VICTIM]], (
-        f"survivors not told well before the heartbeat timeout: {ended}\n"
-        f"{tail(sidecar and open(sidecar.log_path).read())}")
-    print(f"{MAIN.name} with the sidecar: survivors ended {ended} s after the kill")
+    ended = kill_and_wait_for_the_survivors(group, runs, VICTIM)
+    assert ended == [r.task_id for r in runs[:VICTIM]], (
+        f"only {ended} of the survivors ended within {SURVIVORS_DEADLINE_S}s of the kill\n"
+        f"{tail(open(sidecar.log_path).read())}")
     for r in runs[:VICTIM]:
         log = r.log()
+        assert "survived" not in r.steps(), tail(log)
         assert FATAL in log, tail(log)
         # The sidecar's report about the victim, not the coordinator's heartbeat timeout.
         # (No POD_NAME here, so no "(pod ...)" after the task.)

@@ -4,6 +4,11 @@ Each (client, server) pair runs worker.py's basic scenario once (a module-scoped
 fixture); the tests below each check one behaviour of that run. The same assertions
 hold for both servers unless a test says otherwise, and every such difference is
 listed in docs/compatibility.md.
+
+Where one task must act after another, the scenario waits for that event (worker.py:
+keys the other task sets, and against cohort its /metrics showing the calls parked), and
+the tests assert the order of the steps and what they returned, never how long anything
+took: timings belong in bench/.
 """
 
 import re
@@ -48,11 +53,11 @@ def run(request, tmp_path_factory):
     client, server_kind = request.param
     group = ProcessGroup(tmp_path_factory.mktemp(f"{client.name}-{server_kind}"))
     try:
-        server = start_server(server_kind, group, client, TASKS, HEARTBEAT_S)
-        # The last task starts a second after the others have begun to connect, so they
-        # wait for it at the register barrier.
+        server = start_server(server_kind, group, client, TASKS, HEARTBEAT_S, http=True)
+        # The last task starts once the others have begun to connect (and, against cohort,
+        # wait at its register barrier), so they wait for it there.
         runs = start_tasks(group, client, server, "basic", TASKS, HEARTBEAT_S,
-                           late={LAST: ("connect", 1.0)})
+                           late={LAST: ("connect", "register")})
         late = wait_all([r.proc for r in runs], timeout=180)
         assert server.proc.poll() is None, f"server died:\n{tail(server.log())}"
         yield Run(client, server, runs, late)
@@ -73,9 +78,9 @@ def test_connect_waits_at_the_register_barrier_for_the_last_task(run):
     for t in range(LAST):
         rec = run.step(t, "connect")
         assert rec["ok"], rec
-        # Tasks 0-2 began to connect a second before task 3 started, and connected only
-        # once it came.
-        assert rec["started_at"] < last["started_at"] - 0.3, (rec, last)
+        # Tasks 0-2 began to connect before task 3 was started, and connected only once
+        # it came.
+        assert rec["started_at"] < last["started_at"], (rec, last)
         assert rec["ended_at"] >= last["started_at"], (rec, last)
 
 
@@ -108,18 +113,21 @@ def test_keys_are_normalised(run):
 
 def test_blocking_get_of_a_missing_key_ends_at_its_timeout(run):
     for t in range(TASKS):
+        # The key never comes: the call ends because its timeout ran out, which both
+        # servers say with DEADLINE_EXCEEDED (not a value, not NOT_FOUND).
         run.error(t, "get_missing_with_timeout", "DEADLINE_EXCEEDED")
-        seconds = run.step(t, "get_missing_with_timeout")["seconds"]
-        # Not before the timeout; the upper bound only catches a hang (timings: bench/).
-        assert 0.45 <= seconds < 5, seconds
+        # And the scenario went on past it (a call that never ended would stop it here).
+        assert "dir_get" in run.runs[t].steps(), tail(run.runs[t].log())
 
 
 def test_blocking_get_waits_until_another_task_sets_the_key(run):
+    # Task 1 set the key only once task 0's get had begun (and, against cohort, was
+    # parked there: cohort's metrics said so).
+    run.value(1, "saw_late_get")
     assert run.value(1, "set_late") is None
     assert run.value(0, "get_parked_until_set") == "arrived"
     got, put = run.step(0, "get_parked_until_set"), run.step(1, "set_late")
-    # Task 1 set the key a second after both left the same barrier.
-    assert got["started_at"] < put["started_at"] - 0.3, (got, put)
+    assert got["started_at"] < put["started_at"], (got, put)
     assert got["ended_at"] >= put["started_at"], (got, put)
 
 
@@ -217,7 +225,8 @@ def test_delete_removes_a_key_or_a_directory_and_nothing_else(run):
 def test_barriers_of_all_tasks_pass(run):
     for t in range(TASKS):
         for name in ("barrier_after_set", "barrier_before_overwrite", "barrier_after_increment",
-                     "barrier_before_late", "barrier_after_big", "barrier_after_delete",
+                     "barrier_before_late", "barrier_after_late", "barrier_after_big",
+                     "barrier_after_delete",
                      "barrier_after_timeout", "barrier_before_edges", "barrier_final"):
             assert run.value(t, name) is None
 
@@ -228,10 +237,11 @@ def test_barrier_over_a_subset_passes_without_the_other_tasks(run):
 
 
 def test_barrier_timeout_names_the_missing_task(run):
-    waited = []
+    # Task 3 never calls this barrier: it ends for the others because its timeout ran out
+    # (DEADLINE_EXCEEDED), and the error names the task that was missing. (How close to
+    # the 1.5 s deadline each server ends it is a timing: see docs/compatibility.md.)
     for t in range(LAST):
         err = run.error(t, "barrier_timeout", "DEADLINE_EXCEEDED")
-        waited.append(run.step(t, "barrier_timeout")["seconds"])
         if run.server.kind == "cohort":
             assert f"1 of {TASKS} tasks missing: {run.client.job_path(LAST)}" in err, err
         else:
@@ -239,16 +249,18 @@ def test_barrier_timeout_names_the_missing_task(run):
             # jaxlib >= 0.9.1 names tasks by id, older ones by /job:jax_worker/replica:0/task:N.
             assert re.search(rf"timed out task names:\n(/job:jax_worker/replica:0/task:)?{LAST}\n",
                              err), err
-    # The first arrival fixes the 1.5 s deadline: nobody is released before it. (cohort
-    # ends the barrier on time; jaxlib's service checks deadlines about once a second.
-    # The upper bound only catches a hang; timings belong in bench/.)
-    assert 1.45 <= max(waited) <= 1.5 + 5.0, waited
     # The timed-out barrier does not stop the task that never came.
     assert run.value(LAST, "barrier_after_timeout") is None
 
 
 def test_a_caller_outside_the_task_list_fails_the_barrier_for_everyone(run):
-    # Task 2 called a barrier of tasks {0, 1} first; 0 and 1 came half a second later.
+    # Task 2 called a barrier of tasks {0, 1} first; 0 and 1 called once its call had been
+    # answered (it said so through the store).
+    assert run.value(2, "announce_outsider_call") is None
+    outsider = run.step(2, "outsider_call")
+    for t in (0, 1):
+        run.value(t, "saw_outsider_call")
+        assert run.step(t, "outsider_members")["started_at"] > outsider["ended_at"]
     errors = [run.error(2, "outsider_call", "INVALID_ARGUMENT")]
     errors += [run.error(t, "outsider_members", "INVALID_ARGUMENT") for t in (0, 1)]
     for err in errors:
@@ -262,7 +274,10 @@ def test_a_caller_outside_the_task_list_fails_the_barrier_for_everyone(run):
 
 
 def test_barrier_timeout_of_zero(run):
-    # Tasks 0-2 called with timeout 0 at once; task 3 came 1.5 s later.
+    # Tasks 0-2 called with timeout 0 at once; task 3 called once the server had them:
+    # against cohort once its metrics showed their three calls parked, against jaxlib once
+    # their calls had been answered.
+    run.value(LAST, "saw_others_at_zero_timeout")
     last = run.step(LAST, "zero_timeout_barrier")
     if run.server.kind == "cohort":
         # cohort: 0 means no deadline, so the barrier passes when task 3 arrives.
@@ -293,11 +308,13 @@ def test_get_live_nodes_lists_every_task_with_one_incarnation(run):
 def test_shutdown_waits_at_the_shutdown_barrier(run):
     for t in range(TASKS):
         assert run.value(t, "shutdown") is None
+    # The last task shut down once the others had begun to (against cohort: once their
+    # calls were parked at its shutdown barrier); they returned only after it came.
+    run.value(LAST, "saw_others_shut_down")
     last = run.step(LAST, "shutdown")
-    # The last task shut down a second after the others, who waited for it.
     for t in range(LAST):
         rec = run.step(t, "shutdown")
-        assert rec["started_at"] < last["started_at"] - 0.3, (rec, last)
+        assert rec["started_at"] < last["started_at"], (rec, last)
         assert rec["ended_at"] >= last["started_at"], (rec, last)
     if run.server.kind == "cohort":
         assert "shutdown barrier passed" in run.server.log()

@@ -9,7 +9,7 @@ jaxlib 0.4's topology layout); these tests now hold cohort to jaxlib's behaviour
 
 import pytest
 
-from harness import (ProcessGroup, kill_and_time_the_survivors, legacy_client, start_cohort,
+from harness import (ProcessGroup, kill_and_wait_for_the_survivors, legacy_client, start_cohort,
                      start_jaxlib_service, start_tasks, tail, wait_all, wait_for_log)
 
 TASKS = 4
@@ -75,8 +75,9 @@ def test_legacy_set_always_overwrites(run):
 def test_legacy_blocking_get_of_a_missing_key_times_out(run):
     for t in range(TASKS):
         rec = run.step(t, "get_missing_with_timeout")
-        assert not rec["ok"]
-        assert 0.45 <= rec["seconds"] < 2.5, rec
+        # The key never comes: the call ends with an error, never a value; which error says
+        # why it ended (not how long it took: timings belong in bench/).
+        assert not rec["ok"], rec
         # cohort ends the wait DEADLINE_EXCEEDED. jaxlib's old service answers NOT_FOUND
         # at the same moment as the client's own RPC deadline (also 500 ms) expires, so
         # its client sees either.
@@ -117,19 +118,19 @@ def test_legacy_killed_task_stops_the_others(kind, group):
         server = start_cohort(group, "worker", TASKS, heartbeat_s)
     else:
         server = start_jaxlib_service(group, CLIENT, TASKS, heartbeat_s, legacy=True)
+    # The survivors would stay alive (heartbeating) far longer than the wait below: if they
+    # end, it is because they were told.
     runs = start_tasks(group, CLIENT, server, "crash", TASKS, heartbeat_s,
-                       extra=["--legacy", "--wait-seconds", "8"])
+                       extra=["--legacy", "--wait-seconds", "600"])
     for r in runs:
         wait_for_log(r.proc, rf"task {r.task_id}: ready", 60)
-    ended = kill_and_time_the_survivors(group, runs, TASKS - 1, limit=10)
+    ended = kill_and_wait_for_the_survivors(group, runs, TASKS - 1)
     if kind == "cohort":
         # What cohort does see: the victim goes into ERROR after the heartbeat timeout.
         assert "/job:worker/task:3 (incarnation" in server.log()
-    assert sorted(ended) == [0, 1, 2], f"survivors that ended, with seconds: {ended}"
-    # jaxlib 0.4.13 heartbeats every heartbeat_s / 2. The bound only catches a node that
-    # was never told (timings belong in bench/).
-    assert max(ended.values()) <= heartbeat_s + 6.0, ended
+    assert ended == [0, 1, 2], f"survivors that ended: {ended}"
     for r in runs[:-1]:
+        assert "survived" not in r.steps(), tail(r.log())
         if kind == "cohort":
             # The heartbeat answer is the propagated error, naming the dead node.
             assert "Terminating process because of missing heartbeat response" in r.log(), \

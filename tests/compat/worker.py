@@ -16,12 +16,17 @@ import importlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
 import time
+import urllib.request
 
 BIG_VALUE_BYTES = 64 << 20
+# How long a blocking call, or a wait for an event another task or the server brings about,
+# may take before the step is recorded as failed and the scenario goes on: only so that
+# nothing hangs, never a timing check.
 WAIT_MS = 30_000
 
 
@@ -53,8 +58,10 @@ class Recorder:
         self.task_id = task_id
 
     def run(self, name, fn):
-        print(f"task {self.task_id}: {name} begins", flush=True)  # harness.start_tasks waits on it
-        started_at = time.time()  # wall clock: compared across the tasks of one host
+        # Taken before the line below, which others wait on (harness.start_tasks), so that
+        # whatever they do once they saw it starts later than this step.
+        started_at = time.time()  # wall clock: ordering across the tasks of one host
+        print(f"task {self.task_id}: {name} begins", flush=True)
         start = time.monotonic()
         try:
             value = fn()
@@ -119,6 +126,56 @@ def pairs(entries):
     return sorted([k, v] for k, v in entries)
 
 
+# ---------------------------------------------------------------- events between tasks
+# Where the scenario needs one task to act only after something happened elsewhere, it
+# waits for that event (bounded by WAIT_MS), never for a while. Events other tasks
+# bring about travel as keys under signal/ (outside compat/, which the dir tests list).
+# What happens inside a server is visible only in cohort's /metrics: --metrics-url, which
+# the harness passes against cohort, lets a task wait until cohort holds the other tasks'
+# calls parked; against jaxlib's own service the keys are all there is.
+
+
+def announced(client, key, fn):
+    """A step that first sets key, then calls fn: a task that waited for key knows this
+    step had begun (its started_at is earlier) when it goes on."""
+    def step():
+        client.key_value_set(key, "1")
+        return fn()
+    return step
+
+
+def wait_for_keys(client, keys):
+    """Waits until every key is set (by the tasks that announce an event with it)."""
+    return [client.blocking_key_value_get(k, WAIT_MS) for k in keys]
+
+
+def cohort_metric(url, name, **labels):
+    """The value of one series of cohort's /metrics, or None when it is absent."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        m = re.match(r"([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if not m or line.startswith("#") or m.group(1) != name:
+            continue
+        if dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")) == labels:
+            return float(m.group(3))
+    return None
+
+
+def wait_for_parked(url, kind, count):
+    """Waits until cohort holds at least count parked calls of kind (its gauge
+    cohort_coordinator_parked_calls): the calls have reached it and wait there."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        got = cohort_metric(url, "cohort_coordinator_parked_calls", kind=kind)
+        if got is not None and got >= count:
+            return int(got)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"cohort held {got} parked {kind} calls, not {count}, "
+                               f"after {WAIT_MS / 1000:g} s")
+        time.sleep(0.05)
+
+
 def digest(data):
     return {"len": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -178,14 +235,22 @@ def scenario_basic(jx, args, rec):
     if hasattr(client, "key_value_increment"):
         rec.run("counter_total", lambda: client.key_value_try_get("compat/counter"))
 
-    # A blocking get that parks until another task sets the key.
+    # A blocking get that parks until another task sets the key. Task 1 sets it once task
+    # 0's get has begun (its announcement) and, against cohort, waits at cohort. Tasks 2
+    # and 3 wait at a barrier meanwhile, so the get is the only one parked.
     rec.run("barrier_before_late", lambda: client.wait_at_barrier("compat/before_late", WAIT_MS))
     if t == 0:
-        rec.run("get_parked_until_set",
-                lambda: client.blocking_key_value_get("compat/late", WAIT_MS))
+        rec.run("get_parked_until_set", announced(
+            client, "signal/late_get",
+            lambda: client.blocking_key_value_get("compat/late", WAIT_MS)))
     elif t == 1:
-        time.sleep(1.0)
+        def saw_late_get():
+            wait_for_keys(client, ["signal/late_get"])
+            if args.metrics_url:
+                wait_for_parked(args.metrics_url, "key_value_get", 1)
+        rec.run("saw_late_get", saw_late_get)
         rec.run("set_late", lambda: client.key_value_set("compat/late", "arrived"))
+    rec.run("barrier_after_late", lambda: client.wait_at_barrier("compat/after_late", WAIT_MS))
 
     # 64 MiB through the store.
     if t == 0:
@@ -220,20 +285,33 @@ def scenario_basic(jx, args, rec):
 
     # Edge cases where cohort's documentation names a deviation; the tests compare.
     rec.run("barrier_before_edges", lambda: client.wait_at_barrier("compat/before_edges", WAIT_MS))
-    # A caller outside the barrier's task list, arriving before the members.
+    # A caller outside the barrier's task list, arriving before the members: they call
+    # once its call has been answered.
     if t == 2:
         rec.run("outsider_call", lambda: client.wait_at_barrier(
             "compat/outsider", 3000, process_ids=[0, 1]))
+        rec.run("announce_outsider_call",
+                lambda: client.key_value_set("signal/outsider_called", "1"))
     elif t < 2:
-        time.sleep(0.5)
+        rec.run("saw_outsider_call", lambda: wait_for_keys(client, ["signal/outsider_called"]))
         rec.run("outsider_members", lambda: client.wait_at_barrier(
             "compat/outsider", 3000, process_ids=[0, 1]))
     rec.run("barrier_after_outsider",
             lambda: client.wait_at_barrier("compat/after_outsider", WAIT_MS))
-    # A barrier timeout of 0, with the last task arriving 1.5 s after the others.
+    # A barrier timeout of 0, the last task arriving after the others' calls have had
+    # their answer from the server: cohort parks them (0: no deadline), which its metrics
+    # show; jaxlib's service fails them at its deadline, after which they say so.
     if t == n - 1:
-        time.sleep(1.5)
+        def saw_others_at_zero_timeout():
+            if args.metrics_url:
+                wait_for_parked(args.metrics_url, "barrier", n - 1)
+            else:
+                wait_for_keys(client, [f"signal/zero_timeout_answered/{o}" for o in others])
+        rec.run("saw_others_at_zero_timeout", saw_others_at_zero_timeout)
     rec.run("zero_timeout_barrier", lambda: client.wait_at_barrier("compat/zero_timeout", 0))
+    if t != n - 1:
+        rec.run("announce_zero_timeout_answered",
+                lambda: client.key_value_set(f"signal/zero_timeout_answered/{t}", "1"))
     rec.run("barrier_after_zero_timeout",
             lambda: client.wait_at_barrier("compat/after_zero_timeout", WAIT_MS))
     if t == 0 and hasattr(client, "key_value_increment"):
@@ -245,9 +323,17 @@ def scenario_basic(jx, args, rec):
     rec.run("live_nodes", lambda: {str(k): str(v) for k, v in
                                    client.get_live_nodes(everyone).items()})
     rec.run("barrier_final", lambda: client.wait_at_barrier("compat/final", WAIT_MS))
+    # The last task shuts down once the others have begun to (and, against cohort, wait
+    # at its shutdown barrier), so that they wait for it there.
     if t == n - 1:
-        time.sleep(1.0)  # the others wait for it at the shutdown barrier
-    rec.run("shutdown", client.shutdown)
+        def saw_others_shut_down():
+            wait_for_keys(client, [f"signal/shutdown/{o}" for o in others])
+            if args.metrics_url:
+                wait_for_parked(args.metrics_url, "shutdown", n - 1)
+        rec.run("saw_others_shut_down", saw_others_shut_down)
+        rec.run("shutdown", client.shutdown)
+    else:
+        rec.run("shutdown", announced(client, f"signal/shutdown/{t}", client.shutdown))
 
 
 def scenario_crash(jx, args, rec):
@@ -372,6 +458,9 @@ def main():
     p.add_argument("--wait-seconds", type=float, default=30.0)
     p.add_argument("--rounds", type=int, default=40, help="restart: rounds")
     p.add_argument("--round-seconds", type=float, default=0.25, help="restart: pause per round")
+    p.add_argument("--metrics-url", default="",
+                   help="cohort's /metrics (against cohort only): basic waits there for the "
+                        "calls it waits for to be parked")
     args = p.parse_args()
 
     if args.scenario == "version":

@@ -156,13 +156,25 @@ else
   fail "the job's Certificates are asked for" "$(k get certificates 2>&1)"
   diagnose
 fi
-sleep 3  # a few reconciles: still no pod
-pods=$(k get pods -l cohort.dev/job=quickstart -o name 2>/dev/null)
-message=$(field quickstart '{.status.conditions[?(@.type=="Ready")].message}')
-if [[ -z "$pods" && "$message" == "waiting for cert-manager to issue Secrets quickstart-coordinator-tls and quickstart-client-tls"* ]]; then
-  pass "no pod starts before the certificates are issued; Ready says: $message"
+# The operator has processed the job without its certificates: the reconcile that asks for
+# them (operator/controller/job_plan.cc) decides then not to make the coordinator pod, and
+# writes why into the Ready condition. Once that condition is there, no pod may exist (nor
+# can a later reconcile make one while the Secrets are missing).
+WAITING_FOR_CERTIFICATES="waiting for cert-manager to issue Secrets quickstart-coordinator-tls and quickstart-client-tls"
+ready_message() { field quickstart '{.status.conditions[?(@.type=="Ready")].message}'; }
+ready_reason() { field quickstart '{.status.conditions[?(@.type=="Ready")].reason}'; }
+says_waiting_for_certificates() { [[ "$(ready_message)" == "$WAITING_FOR_CERTIFICATES"* ]]; }
+if until_true 60 says_waiting_for_certificates; then
+  pods=$(k get pods -l cohort.dev/job=quickstart -o name 2>/dev/null)
+  if [[ -z "$pods" ]]; then
+    pass "no pod starts before the certificates are issued; Ready ($(ready_reason)) says: $(ready_message)"
+  else
+    fail "no pod before the certificates" "pods '$pods' while Ready says: $(ready_message)"
+  fi
 else
-  fail "no pod before the certificates" "pods '$pods', Ready '$message'"
+  fail "the operator says it waits for the certificates" \
+    "Ready '$(ready_reason)': '$(ready_message)', pods '$(k get pods -l cohort.dev/job=quickstart -o name 2>/dev/null)'"
+  diagnose
 fi
 for certificate in quickstart-coordinator-tls quickstart-client-tls; do
   issue "$certificate" || fail "issue $certificate as cert-manager would"

@@ -30,6 +30,7 @@ Exit status 0 only when every expression returned data in both passes; otherwise
 list of expressions without data is printed.
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -510,19 +511,38 @@ def main():
         # A key of some size, through cohortctl.
         subprocess.run([BIN + "/cohortctl", "--coordinator", train_grpc, "kv", "put",
                         "dashboards-test/blob", "x" * 4096], check=True, capture_output=True)
-        train_fifo = next(f for n, _, _, f in sidecars if n == "train")
+        train_http = f"http://127.0.0.1:{ports['train'][1]}/metrics"
+        eventually("worker/0 waiting at barrier 'checkpoint' on train's coordinator",
+                   lambda: re.search(r'^cohort_coordinator_barrier_missing_tasks\{[^}]*'
+                                     r'barrier="checkpoint"[^}]*\} 1\b', http_get(train_http),
+                                     re.M), 30)
+        _, _, train_port, train_fifo = next(s for s in sidecars if s[0] == "train")
         broken_fifo = next(f for n, _, _, f in sidecars if n == "broken")
         write_fifo(train_fifo, "xid 2 13")  # application XID: counted, GPU stays healthy
-        time.sleep(3)
+        eventually("train-worker-0's sidecar to count XID 13 on GPU 2",
+                   lambda: re.search(r'^cohort_gpu_xid_errors_total\{(?=[^}]*\bgpu="2")'
+                                     r'(?=[^}]*\bxid="13")[^}]*\} 1\b',
+                                     http_get(f"http://127.0.0.1:{train_port}/metrics"), re.M),
+                   30)
         write_fifo(broken_fifo, "xid 3 79")  # fell off the bus: reported and propagated
         broken_http = f"http://127.0.0.1:{ports['broken'][1]}/metrics"
         eventually("broken's coordinator to propagate the sidecar's error",
                    lambda: re.search(r"^cohort_coordinator_errors_propagated_total\{[^}]*\} 1",
                                      http_get(broken_http), re.M), 30)
+        last_event = time.time()
         log("events: XID 13 on train-worker-0 GPU 2, XID 79 on broken-worker-0 GPU 3 "
             "(propagated), barrier 'checkpoint' waiting for worker/1, a 4 KiB key")
-        # Enough scrapes after the last event for rates over the window to see it.
-        time.sleep(15)
+
+        # Rates and increases over the window see an event once Prometheus has two samples
+        # after it: wait until it has scraped every target that often since the last one.
+        def scraped_twice_since_last_event():
+            window = max(1, math.ceil(time.time() - last_event))
+            got = prom.query(f"min(count_over_time(up[{window}s]))")["result"]
+            # The window may start up to a second before the event: three samples in it
+            # hold two after it.
+            return bool(got) and float(got[0]["value"][1]) >= 3
+        eventually("Prometheus to scrape every target twice after the last event",
+                   scraped_twice_since_last_event, 60)
 
         # -- Every expression, twice.
         concrete_by_board = {

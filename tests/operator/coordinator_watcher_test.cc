@@ -19,6 +19,9 @@
 #include "agent/coordination_agent.h"
 #include "gtest/gtest.h"
 #include "operator/controller/certificates.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
@@ -48,6 +51,36 @@ std::string ReadFileOrEmpty(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+// While it lives, this process's log is kept down to debug level (standard error still gets
+// info and up), so that a test can wait for what the code under test says it did. Made
+// before the test starts a thread that logs, destroyed after they ended.
+class CapturedLog {
+ public:
+  CapturedLog()
+      : previous_(spdlog::default_logger()),
+        kept_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000)) {
+    auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    err->set_level(spdlog::level::info);
+    auto logger = std::make_shared<spdlog::logger>("test", spdlog::sinks_init_list{err, kept_});
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+
+  bool Contains(const std::string& text) {
+    for (const std::string& line : kept_->last_formatted()) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> kept_;
+};
 
 class CoordinatorWatcherTlsTest : public ::testing::Test {
  protected:
@@ -79,6 +112,7 @@ class CoordinatorWatcherTlsTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorWatcherTlsTest, TheJobsClientCertificateSeesTheTasksAndOthersSeeNothing) {
+  CapturedLog captured;
   // A task of the job, over mutual TLS with the job's client certificate.
   AgentConfig config;
   config.coordinator_address = Address();
@@ -107,8 +141,12 @@ TEST_F(CoordinatorWatcherTlsTest, TheJobsClientCertificateSeesTheTasksAndOthersS
     return view && view->registered == 1;
   })) << ReadFileOrEmpty(log_);
   EXPECT_GE(changes.load(), 1);
-  // Polls that the coordinator refused for two seconds (twenty polls) learned nothing.
-  absl::SleepFor(absl::Seconds(2));
+  // Polls that the coordinator refused learned nothing. The watcher says (at debug level) when
+  // a coordinator first does not answer it: wait until both were refused.
+  ASSERT_TRUE(Eventually([&] {
+    return captured.Contains("coordinator of ml/stranger at") &&
+           captured.Contains("coordinator of ml/plain at");
+  }));
   EXPECT_FALSE(watcher.View("ml/stranger", 0).has_value());
   EXPECT_FALSE(watcher.View("ml/plain", 0).has_value());
   watcher.StopAll();

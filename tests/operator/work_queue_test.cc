@@ -2,12 +2,22 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "tests/support/eventually.h"
 
 namespace cohort::controller {
 namespace {
+
+using ::cohort::testing::Eventually;
+using Delays = std::vector<std::pair<absl::Time, std::string>>;
 
 TEST(WorkQueueTest, AKeyIsQueuedOnceHoweverOftenItIsAdded) {
   WorkQueue q;
@@ -32,23 +42,44 @@ TEST(WorkQueueTest, AKeyAddedWhileProcessedComesBackAfterDone) {
 }
 
 TEST(WorkQueueTest, AddAfterWaitsForTheDelay) {
-  WorkQueue q;
-  const absl::Time start = absl::Now();
+  ManualClock clock;
+  WorkQueue q(absl::Milliseconds(100), absl::Seconds(60), &clock);
+  const absl::Time due = clock.Now() + absl::Milliseconds(100);
   q.AddAfter("ns/later", absl::Milliseconds(100));
   q.Add("ns/now");
-  EXPECT_EQ(q.Get(), "ns/now");
-  EXPECT_EQ(q.Get(), "ns/later");
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_EQ(q.Get(), "ns/now");  // added later, but due at once
+  q.Done("ns/now");
+  EXPECT_EQ(q.Delayed(), (Delays{{due, "ns/later"}}));
+  // A worker waiting for it gets it once the clock reaches the due time, not before.
+  std::optional<std::string> got;
+  absl::Time got_at;
+  std::thread worker([&] {
+    got = q.Get();
+    got_at = clock.Now();
+  });
+  EXPECT_TRUE(Eventually([&] { return q.Idle() == 1; }));
+  clock.Advance(absl::Milliseconds(99));
+  q.Poke();
+  EXPECT_EQ(q.Delayed(), (Delays{{due, "ns/later"}}));
+  clock.Advance(absl::Milliseconds(1));
+  q.Poke();
+  worker.join();
+  EXPECT_EQ(got, "ns/later");
+  EXPECT_EQ(got_at, due);
+  EXPECT_TRUE(q.Delayed().empty());
 }
 
 TEST(WorkQueueTest, FailuresBackOffExponentiallyUntilForgotten) {
-  WorkQueue q(absl::Milliseconds(10), absl::Milliseconds(35));
+  ManualClock clock;
+  WorkQueue q(absl::Milliseconds(10), absl::Milliseconds(35), &clock);
   for (int i = 0; i < 3; ++i) {
-    const absl::Time start = absl::Now();
+    // 10 ms, 20 ms, then 35 ms (40 ms capped).
+    const absl::Duration backoff = std::min(absl::Milliseconds(10 << i), absl::Milliseconds(35));
     q.AddRateLimited("ns/a");
-    auto key = q.Get();
-    q.Done(*key);
-    EXPECT_GE(absl::Now() - start, std::min(absl::Milliseconds(10 << i), absl::Milliseconds(35)));
+    EXPECT_EQ(q.Delayed(), (Delays{{clock.Now() + backoff, "ns/a"}})) << "failure " << i + 1;
+    clock.Advance(backoff);
+    EXPECT_EQ(q.Get(), "ns/a");  // due now: handed out at once
+    q.Done("ns/a");
   }
   EXPECT_EQ(q.Failures("ns/a"), 3);
   q.Forget("ns/a");
@@ -60,9 +91,7 @@ TEST(WorkQueueTest, ShutDownWakesWaitingWorkers) {
   std::optional<std::string> got = "unset";
   std::thread worker([&] { got = q.Get(); });
   // Shut down only once the worker is blocked in Get, so the wake-up is what is tested.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (q.Idle() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_EQ(q.Idle(), 1);
+  EXPECT_TRUE(Eventually([&] { return q.Idle() == 1; }));
   q.ShutDown();
   worker.join();
   EXPECT_FALSE(got.has_value());

@@ -126,3 +126,42 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when == "call":
         item.rep_call = report
+
+
+# --no-skips (tests/python/run.sh, make test), as in tests/compat: a skipped test fails the
+# run. Nothing here skips on purpose; a skip would mean something the suite needs is missing.
+_SKIPPED = []
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-skips", action="store_true",
+                     help="a skipped test fails the run (tests/python/run.sh, make test)")
+
+
+def _note_skip(report):
+    # An xfail is reported apart (report.wasxfail) and is not a skip.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _SKIPPED.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_runtest_logreport(report):
+    _note_skip(report)  # a skip mark, pytest.skip in a fixture or in the test
+
+
+def pytest_collectreport(report):
+    _note_skip(report)  # a whole module skipped (pytest.importorskip, allow_module_level)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.getoption("--no-skips") and _SKIPPED and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.getoption("--no-skips") and _SKIPPED:
+        terminalreporter.write_line(
+            f"python-test: --no-skips: {len(_SKIPPED)} tests skipped, which fails the run:",
+            red=True)
+        for line in _SKIPPED:
+            terminalreporter.write_line(f"  {line}", red=True)

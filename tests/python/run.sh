@@ -3,7 +3,8 @@
 # pinned test requirements into .venv/runtime, installs python/ into it with pip (the
 # contract: `pip install python/` works; its protocol modules are generated then), and runs
 # pytest against build/bin (or $COHORT_BIN_DIR). A venv whose requirements did not change is
-# not touched again. Extra arguments go to pytest.
+# not touched again. pytest runs with --no-skips (tests/python/conftest.py), so a skipped
+# test fails the run, as in tests/compat. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=.venv/runtime
@@ -15,4 +16,4 @@ for p in cohort-coordinator cohort-objstore cohort-worker; do
   fi
 done
 bash tools/runtime-venv.sh
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/python "$@"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider -rs --no-skips tests/python "$@"

@@ -1,5 +1,6 @@
 """Functions the tests export: importable by the Python workers (tests/python is on their
 path), so cloudpickle ships them by reference like a user's own module."""
+import os
 import time
 
 import cohort
@@ -23,6 +24,18 @@ def explode(message):
 @cohort.remote
 def nap(seconds, value):
     time.sleep(seconds)
+    return value
+
+
+@cohort.remote
+def when_file_exists(path, value, deadline_s=120.0):
+    """Returns value once path exists (the test creates it when it wants the task done);
+    fails after deadline_s, only so that it cannot hang."""
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {deadline_s} s")
+        time.sleep(0.02)
     return value
 
 

@@ -64,13 +64,17 @@ def test_a_numpy_array_round_trips_and_travels_between_stores(two_nodes):
     assert cohort.get(tasks_lib.array_sum.remote(ref)) == float(array.sum())
 
 
-def test_wait_returns_the_ready_first(two_nodes):
-    slow = tasks_lib.nap.remote(3.0, "slow")
+def test_wait_returns_the_ready_first(two_nodes, tmp_path):
+    # The slow task ends only when the test lets it (a file), not after a while: it cannot
+    # be ready before the test has checked that it is not.
+    release = tmp_path / "release-slow"
+    slow = tasks_lib.when_file_exists.remote(str(release), "slow")
     fast = tasks_lib.nap.remote(0.0, "fast")
-    ready, not_ready = cohort.wait([slow, fast], num_returns=1, timeout=20)
+    ready, not_ready = cohort.wait([slow, fast], num_returns=1, timeout=60)
     assert ready == [fast] and not_ready == [slow]
     ready, not_ready = cohort.wait([slow], num_returns=1, timeout=0.2)
     assert ready == [] and not_ready == [slow]
+    release.touch()
     assert cohort.get(slow) == "slow"
 
 

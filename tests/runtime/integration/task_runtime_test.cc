@@ -126,8 +126,10 @@ class TaskRuntimeTest : public ::testing::Test {
     }
   }
 
-  // Starts node i (host 127.0.0.<i+2>) with `workers` C++ workers (0: a store only).
-  Node& AddNode(int workers, const std::string& capacity = "256MiB") {
+  // Starts node i (host 127.0.0.<i+2>) with `workers` C++ workers (0: a store only), given
+  // `worker_flags` too.
+  Node& AddNode(int workers, const std::string& capacity = "256MiB",
+                const std::vector<std::string>& worker_flags = {}) {
     size_t i = nodes_.size();
     Node& node = *nodes_.emplace_back(std::make_unique<Node>());
     node.host = absl::StrCat("127.0.0.", i + 2);
@@ -141,11 +143,12 @@ class TaskRuntimeTest : public ::testing::Test {
                                "registered with");
     })) << ReadFile(absl::StrCat(dir_, "/store-", i, ".log"));
     if (workers > 0) {
-      node.workers = std::make_unique<Subprocess>(
-          std::vector<std::string>{Bin("cohort-worker"), "--scheduler", scheduler_, "--objstore",
-                                   node.store_address, "--workers", std::to_string(workers),
-                                   "--listen-host", node.host},
-          std::map<std::string, std::string>{}, absl::StrCat(dir_, "/workers-", i, ".log"));
+      std::vector<std::string> args = {Bin("cohort-worker"), "--scheduler", scheduler_,
+                                       "--objstore", node.store_address};
+      args.insert(args.end(), {"--workers", std::to_string(workers), "--listen-host", node.host});
+      args.insert(args.end(), worker_flags.begin(), worker_flags.end());
+      node.workers = std::make_unique<Subprocess>(args, std::map<std::string, std::string>{},
+                                                  absl::StrCat(dir_, "/workers-", i, ".log"));
     }
     return node;
   }
@@ -449,9 +452,10 @@ TEST_F(TaskRuntimeTest, AWorkerKilledMidTaskHasItsTaskRunAgainElsewhere) {
 
 TEST_F(TaskRuntimeTest, AWorkerToldToStopFinishesItsTaskAndLeavesThePool) {
   // SIGTERM, as a pod being deleted gets: the running task ends normally, nothing is retried,
-  // and the scheduler sends the worker nothing new.
-  Node& a = AddNode(1);
-  Node& b = AddNode(1);
+  // and the scheduler sends the worker nothing new. At debug level a worker says which tasks
+  // it took.
+  Node& a = AddNode(1, "256MiB", {"--log-level", "debug"});
+  Node& b = AddNode(1, "256MiB", {"--log-level", "debug"});
   std::unique_ptr<TaskClient> driver = Driver(a);
   ASSERT_TRUE(Eventually([&] {
     auto info = driver->SchedulerInfo();
@@ -467,16 +471,19 @@ TEST_F(TaskRuntimeTest, AWorkerToldToStopFinishesItsTaskAndLeavesThePool) {
     return true;
   }));
   Node& leaving = absl::StartsWith(running_on, a.host + ":") ? a : b;
-  // TaskInfo lists a task as running from the moment the scheduler sends it; let it arrive
-  // (a worker told to stop before it does leaves at once, and the task runs elsewhere).
-  absl::SleepFor(absl::Milliseconds(500));
+  const std::string leaving_log = absl::StrCat(dir_, "/workers-", &leaving == &a ? 0 : 1, ".log");
+  // TaskInfo lists a task as running from the moment the scheduler sends it; wait until the
+  // worker has it (a worker told to stop before it does leaves at once, and the task runs
+  // elsewhere).
+  ASSERT_TRUE(Eventually([&] {
+    return absl::StrContains(ReadFile(leaving_log), "took task cohort.sleep_ms");
+  })) << ReadFile(leaving_log);
   leaving.workers->Signal(SIGTERM);
   absl::StatusOr<v1::Obj> got = driver->Get((*slow)[0], absl::Seconds(30));
   ASSERT_TRUE(got.ok()) << got.status();
   cohort::testing::ProcessResult exited = leaving.workers->Wait(absl::Seconds(20));
   EXPECT_EQ(exited.exit_code, 0);
-  EXPECT_THAT(ReadFile(absl::StrCat(dir_, "/workers-", &leaving == &a ? 0 : 1, ".log")),
-              HasSubstr("left the pool after its task cohort.sleep_ms"));
+  EXPECT_THAT(ReadFile(leaving_log), HasSubstr("left the pool after its task cohort.sleep_ms"));
   EXPECT_EQ(Metric("cohort_task_workers"), 1);
   EXPECT_EQ(Metric("cohort_tasks_retried_total"), 0);
   // New tasks go to the worker that stayed.

@@ -433,7 +433,20 @@ TEST_F(ProxyTest, ALinkLostWhileTheParkStreamStaysUpKeepsItsCallsAndSettles) {
   ASSERT_TRUE(proxy_->backend().AwaitLink(UpstreamBackend::Link::kConnected, absl::Seconds(20)));
   // Nothing happens after that: no further outage, the parked calls stay where they are
   // (a proxy that shut the stream down would lose them and go down again, round after round).
-  absl::SleepFor(absl::Seconds(2));
+  // Rounds counted by the tasks' heartbeats, which the proxy forwards only while it has the
+  // coordinator: five in which every task's reached it.
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<TaskStateInfo> before = service.AllTasks();
+    auto every_task_heard = [&] {
+      std::vector<TaskStateInfo> now = service.AllTasks();
+      if (now.size() != before.size()) return false;
+      for (size_t i = 0; i < now.size(); ++i) {
+        if (now[i].last_heartbeat == before[i].last_heartbeat) return false;
+      }
+      return true;
+    };
+    ASSERT_TRUE(Eventually(every_task_heard)) << "round " << round;
+  }
   EXPECT_EQ(proxy_->backend().outages(), 1);
   EXPECT_EQ(proxy_->backend().parked_calls(), 3);
   EXPECT_EQ(service.ParkedCalls(ParkKind::kPollForError), 2);
