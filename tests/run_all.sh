@@ -10,18 +10,21 @@
 #   programs      every program the tests call comes from a package our scripts install
 #   format        clang-format and gofmt
 #   unit          ctest, RelWithDebInfo
-#   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer
-#   tsan          ctest under ThreadSanitizer
-#   fuzz-smoke    every libFuzzer target for 10 s (make fuzz runs them 10^7 times in all)
+#   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer (clang)
+#   fuzz-smoke    every libFuzzer target for 10 s, from the asan build (make fuzz runs them
+#                 10^7 times in all)
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
 #   python        the task runtime's Python package with real processes (tests/python)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor
+#   tsan          ctest under ThreadSanitizer
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
 #   docker        the Dockerfile against the built programs
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
-STAGES=(build programs format unit asan tsan fuzz-smoke compat python bench-smoke e2e docker)
+# tsan comes late: on a bare machine its abseil and gRPC build in the background
+# (tools/prepare.sh) while the stages before it run.
+STAGES=(build programs format unit asan fuzz-smoke compat python bench-smoke tsan e2e docker)
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
   [unit]=unit-test [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
   [e2e]=e2e-test [docker]=docker-test)

@@ -12,13 +12,18 @@
 #                  zlib. The TSan build (CMakeLists.txt, COHORT_TSAN_GRPC) keeps the system's
 #                  gRPC headers and CMake targets (the same version) and links these instead.
 #
-# DIR defaults to build-tsan/deps. Done once per DIR: a stamp records the versions and the
-# flags, and a second run with the same ones does nothing. Prints the time each build took.
+# DIR defaults to $COHORT_CACHE/tsan-deps (the machine's cache, outside the clone: make test
+# builds them there in the background while it runs other stages, tools/prepare.sh). Done once
+# per DIR: a stamp records the versions and the flags, and a second run with the same ones
+# does nothing; one run at a time per DIR (a second waits for the first). Prints the time each
+# build took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-build-tsan/deps}
+dir=${1:-${COHORT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cohort}/tsan-deps}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+exec 9>"$dir/.lock"
+flock 9
 pool=http://deb.debian.org/debian/pool/main
 flags="-fsanitize=thread -O1 -gline-tables-only -fno-omit-frame-pointer"
 launcher=$(command -v ccache || true)

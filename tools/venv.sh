@@ -3,7 +3,8 @@
 # keyed by the interpreter's version and the requirements' contents, so that a fresh clone on
 # a machine that already made one (CI's own clone, a second checkout) finds it ready instead of
 # installing jaxlib, TensorFlow, torch and Ray again; the clone's .venv paths are links to them.
-# pip's wheel cache is not enough: unpacking torch and TensorFlow alone takes minutes.
+# pip's wheel cache is not enough: unpacking torch and TensorFlow alone takes minutes. pip
+# compiles no bytecode here (--no-compile): Python compiles what a test imports, when it does.
 #
 #   cohort_venv LINK PYTHON REQUIREMENTS...
 #       makes LINK (e.g. .venv-bench) a link to the cached venv of PYTHON's version with every
@@ -52,7 +53,7 @@ cohort_venv() {
       return 1
     fi
     for req in "$@"; do
-      if ! timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check -q -r "$req" \
+      if ! timeout 1800 "$dir/bin/python" -m pip install --disable-pip-version-check --no-compile -q -r "$req" \
         >>"$COHORT_VENV_LOG" 2>&1; then
         exec {lock}>&-
         return 1
