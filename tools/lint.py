@@ -91,11 +91,11 @@ def main() -> int:
 
     todo, cached = [], 0
     for entry in json.loads(commands_file.read_text()):
-        source = relative(os.path.join(entry["directory"], entry["file"]))
+        source = relative(os.path.join(entry.get("directory"), entry.get("file")))
         if not OWN.match(source):
             continue
-        command = entry.get("command") or shlex.join(entry["arguments"])
-        output = os.path.relpath(os.path.join(entry["directory"], entry["output"]), build)
+        command = entry.get("command") or shlex.join(entry.get("arguments"))
+        output = os.path.relpath(os.path.join(entry.get("directory"), entry.get("output")), build)
         key = hashlib.sha256()
         for part in (version, config, command.replace(str(ROOT), ".").replace(str(build), "<build>")):
             key.update(part.encode() + b"\0")

@@ -42,7 +42,7 @@ py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>
 # install_hint X.Y: what to install for an interpreter of that version that makes venvs.
 install_hint() {
   echo "install Python $1 with its venv module (Debian: apt-get install python$1 python$1-venv," \
-    "where the release has them; else pyenv install $1)"
+    "where the release has them, or through pyenv: pyenv install $1)"
 }
 
 # jax/jaxlib 0.11 and later need Python >= 3.12; Debian 12's python3 is 3.11. Use a
