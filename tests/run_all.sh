@@ -31,7 +31,17 @@ declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
 # The stages that must run tests: one whose log counts none has failed, whatever its status.
 declare -A RUNS_TESTS=([programs]=1 [unit]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
   [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
-declare -A RESULT PASSED FAILED SECS
+declare -A RESULT PASSED FAILED SECS CPU
+# children_cpu: sets CHILD_CPU to the CPU seconds (user + system) of every finished child of
+# this shell so far, from bash's `times` (its second line: children's user and system time,
+# as XmY.YYYs). It must run in this shell, not in a $(...) subshell.
+children_cpu() {
+  times >"$LOGS/.times"
+  CHILD_CPU=$(sed -n 2p "$LOGS/.times" | awk '{
+    t = 0
+    for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }
+    printf "%d\n", t }')
+}
 : "${COHORT_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/cohort}"
 export COHORT_CACHE
 
@@ -72,8 +82,12 @@ echo "make test: caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | se
 # The Debian packages first (the background preparation must not run apt beside the build's),
 # then the venvs and Go modules in the background while the stages compile (tools/prepare.sh).
 bash tools/deps.sh
-bash tools/prepare.sh >"$LOGS/prepare.log" 2>&1 &
-prepare_pid=$!
+# Not a child of this shell (its CPU time would count in whichever stage was running when it
+# ended): a grandchild in a session of its own, whose PID it writes down; stopped with
+# everything it started if this run is.
+(setsid bash tools/prepare.sh >"$LOGS/prepare.log" 2>&1 & echo $! >"$LOGS/prepare.pid")
+prepare_pid=$(cat "$LOGS/prepare.pid")
+trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; exit 130' INT TERM
 total_passed=0
 total_failed=0
 
@@ -109,9 +123,16 @@ count() {
 for stage in "${STAGES[@]}"; do
   echo "======== make test: $stage (make ${TARGET[$stage]})"
   start=$SECONDS
+  children_cpu
+  cpu_start=$CHILD_CPU
   make --no-print-directory "${TARGET[$stage]}" 2>&1 | tee "$LOGS/$stage.log"
   status=${PIPESTATUS[0]}
   SECS[$stage]=$((SECONDS - start))
+  # How busy the stage kept the machine: CPU seconds over wall seconds, in cores (processes
+  # a test left running are not counted).
+  children_cpu
+  CPU[$stage]=$(awk -v c=$((CHILD_CPU - cpu_start)) -v w=${SECS[$stage]} \
+    'BEGIN { printf "%.1f", w > 0 ? c / w : 0 }')
   read -r p f < <(count "$LOGS/$stage.log")
   PASSED[$stage]=$p
   FAILED[$stage]=$f
@@ -133,16 +154,19 @@ for stage in "${STAGES[@]}"; do
   fi
 done
 
-wait "$prepare_pid"
-prepare_status=$?
+# Every stage that needed a part of it waited for that part; what is left (nothing, normally)
+# is waited for here, so that the run leaves nothing behind.
+tail --pid="$prepare_pid" -f /dev/null
+prepare_status=0
+grep -q '^prepare: FAILED' "$LOGS/prepare.log" && prepare_status=1
 
 echo
 echo "make test summary (logs in $LOGS)"
-printf '  %-12s %-7s %7s %7s %8s\n' stage result passed failed seconds
+printf '  %-12s %-7s %7s %7s %8s %6s\n' stage result passed failed seconds cores
 for stage in "${STAGES[@]}"; do
   [[ -n ${RESULT[$stage]:-} ]] || { printf '  %-12s %-7s\n' "$stage" "not run"; continue; }
-  printf '  %-12s %-7s %7s %7s %8s\n' "$stage" "${RESULT[$stage]}" "${PASSED[$stage]}" \
-    "${FAILED[$stage]}" "${SECS[$stage]}"
+  printf '  %-12s %-7s %7s %7s %8s %6s\n' "$stage" "${RESULT[$stage]}" "${PASSED[$stage]}" \
+    "${FAILED[$stage]}" "${SECS[$stage]}" "${CPU[$stage]}"
 done
 echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s ($SECONDS s)"
 read -r ccache_hits1 ccache_misses1 < <(ccache_counts)
