@@ -17,6 +17,10 @@
 #   python        the task runtime's Python package with real processes (tests/python)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor
 #   tsan          ctest under ThreadSanitizer
+# Beside the stages, in the background: tools/prepare.sh (venvs, Go modules, then at nice 10
+# ThreadSanitizer's abseil and gRPC and the local cluster's binaries) from the start, and
+# clang-tidy (tools/lint.py, nice 10) once the build is done; the summary says how each ended,
+# and a clang-tidy finding fails the run.
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
 #   docker        the Dockerfile against the built programs
 set -uo pipefail
@@ -87,7 +91,7 @@ bash tools/deps.sh
 # everything it started if this run is.
 (setsid bash tools/prepare.sh >"$LOGS/prepare.log" 2>&1 & echo $! >"$LOGS/prepare.pid")
 prepare_pid=$(cat "$LOGS/prepare.pid")
-trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; exit 130' INT TERM
+trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; [[ -n ${lint_pid:-} ]] && kill -TERM -- "-$lint_pid" 2>/dev/null; exit 130' INT TERM
 total_passed=0
 total_failed=0
 
@@ -152,6 +156,14 @@ for stage in "${STAGES[@]}"; do
     echo "make test: the build failed; nothing else can pass"
     break
   fi
+  # clang-tidy (make lint, which CI runs after make test) at nice 10 beside the test stages,
+  # which mostly wait on sockets: it keeps each clean file in the cache (tools/lint.py), so
+  # that make lint afterwards checks only what this one could not. Its findings fail the run.
+  if [[ $stage == build ]]; then
+    (setsid nice -n 10 python3 tools/lint.py --build build --jobs "$(nproc)" >"$LOGS/lint.log" 2>&1 &
+      echo $! >"$LOGS/lint.pid")
+    lint_pid=$(cat "$LOGS/lint.pid")
+  fi
 done
 
 # Every stage that needed a part of it waited for that part; what is left (nothing, normally)
@@ -159,6 +171,16 @@ done
 tail --pid="$prepare_pid" -f /dev/null
 prepare_status=0
 grep -q '^prepare: FAILED' "$LOGS/prepare.log" && prepare_status=1
+lint_result="not run (the build failed)"
+if [[ -n ${lint_pid:-} ]]; then
+  tail --pid="$lint_pid" -f /dev/null
+  if grep -q '^clang-tidy: clean' "$LOGS/lint.log"; then
+    lint_result="clean: $(grep '^lint: [0-9]* files' "$LOGS/lint.log")"
+  else
+    lint_result="FAILED ($LOGS/lint.log)"
+    cat "$LOGS/lint.log"
+  fi
+fi
 
 echo
 echo "make test summary (logs in $LOGS)"
@@ -174,6 +196,7 @@ if [[ -f "$LOGS/compat.log" ]]; then
   echo "  clients the compat stage covered:"
   grep -E '^compat: (covered|NOTE)' "$LOGS/compat.log" | sort -u | sed 's/^compat: /    /'
 fi
+echo "  clang-tidy, in the background: $lint_result"
 echo "  background preparation: $(tail -n 1 "$LOGS/prepare.log")$( ((prepare_status == 0)) || echo " (it failed: $LOGS/prepare.log)")"
 echo "  caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | sed 's/,/, /g')"
 echo "  ccache in this run: $((ccache_hits1 - ccache_hits0)) hits, $((ccache_misses1 - ccache_misses0)) misses"
@@ -181,3 +204,4 @@ echo "tests: $total_passed passed, $total_failed failed"
 for stage in "${STAGES[@]}"; do
   [[ ${RESULT[$stage]:-} == passed ]] || exit 1
 done
+[[ $lint_result == clean* ]] || exit 1
