@@ -37,7 +37,8 @@ def default_cache() -> Path:
 
 
 def object_deps(build: Path) -> dict:
-    """Object path (relative to the build directory) -> the files its compile read."""
+    """Object path (relative to the build directory) -> the absolute paths of the files its
+    compile read."""
     out = subprocess.run(["ninja", "-C", str(build), "-t", "deps"], check=True,
                          capture_output=True, text=True).stdout
     deps, current = {}, None
@@ -48,7 +49,8 @@ def object_deps(build: Path) -> dict:
             current = line.split(":", 1)[0]
             deps[current] = []
         elif current is not None:
-            deps[current].append(line.strip())
+            # ccache runs the compiler with paths relative to the build directory.
+            deps[current].append(os.path.normpath(os.path.join(build, line.strip())))
     return deps
 
 
