@@ -54,6 +54,18 @@ def object_deps(build: Path) -> dict:
     return deps
 
 
+def object_of(entry: dict, command: str, build: Path):
+    """The object file a compile_commands.json entry writes, relative to the build directory
+    (its "output" field, which CMake 3.25 does not write, else the command's -o)."""
+    output = entry.get("output")
+    if output is None:
+        words = shlex.split(command)
+        if "-o" not in words[:-1]:
+            return None
+        output = words[words.index("-o") + 1]
+    return os.path.relpath(os.path.join(entry.get("directory"), output), build)
+
+
 def relative(path: str) -> str:
     """A path inside the checkout relative to it; others as they are."""
     p = os.path.normpath(path)
@@ -97,7 +109,7 @@ def main() -> int:
         if not OWN.match(source):
             continue
         command = entry.get("command") or shlex.join(entry.get("arguments"))
-        output = os.path.relpath(os.path.join(entry.get("directory"), entry.get("output")), build)
+        output = object_of(entry, command, build)
         key = hashlib.sha256()
         for part in (version, config, command.replace(str(ROOT), ".").replace(str(build), "<build>")):
             key.update(part.encode() + b"\0")
