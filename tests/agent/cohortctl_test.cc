@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
@@ -25,7 +26,7 @@ using Result = ProcessResult;
 constexpr absl::Duration kDeadline = absl::Seconds(30);
 
 std::vector<std::string> WithBinary(std::vector<std::string> args) {
-  args.insert(args.begin(), std::string(COHORT_BIN_DIR) + "/cohortctl");
+  args.insert(args.begin(), ::cohort::testing::BinDir() + "/cohortctl");
   return args;
 }
 
@@ -209,11 +210,11 @@ TEST_F(CohortctlTest, StatusSaysWhatTheJobIsDoingInTermsANewcomerReads) {
 
 TEST_F(CohortctlTest, ValuesAreWhatWasMeantAndOneLineEach) {
   // A value piped in is stored without the newline echo adds.
-  Result piped =
-      Subprocess({"/bin/sh", "-c",
-                  absl::StrCat("echo 0.01 | ", COHORT_BIN_DIR, "/cohortctl --coordinator ",
-                               coordinator_.address(), " kv put cfg/lr -")})
-          .Wait(kDeadline);
+  Result piped = Subprocess({"/bin/sh", "-c",
+                             absl::StrCat("echo 0.01 | ", ::cohort::testing::BinDir(),
+                                          "/cohortctl --coordinator ", coordinator_.address(),
+                                          " kv put cfg/lr -")})
+                     .Wait(kDeadline);
   EXPECT_EQ(piped.exit_code, 0) << piped.err;
   EXPECT_EQ(Run({"kv", "get", "cfg/lr"}).out, "0.01");  // raw: no newline off a terminal
   // A value with newlines is one line in ls (as \n), and itself in JSON and get.
@@ -282,7 +283,7 @@ TEST(CohortBinariesTest, EveryProgramHasVersionAndOneLineUsageErrors) {
         "cohort-worker", "cohort-agent-example", "cohort-gpu-info", "cohort-loadgen",
         "cohort-failure-bench", "cohort-restart-bench"}) {
     SCOPED_TRACE(program);
-    const std::string path = std::string(COHORT_BIN_DIR) + "/" + program;
+    const std::string path = ::cohort::testing::BinDir() + "/" + program;
     Result version = Subprocess({path, "--version"}).Wait(kDeadline);
     EXPECT_EQ(version.exit_code, 0) << version.err;
     EXPECT_EQ(version.out, program + " " + COHORT_VERSION + "\n");

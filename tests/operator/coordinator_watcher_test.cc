@@ -22,6 +22,7 @@
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
@@ -95,7 +96,7 @@ class CoordinatorWatcherTlsTest : public ::testing::Test {
     port_ = FreePort();
     log_ = dir_ + "/coordinator.log";
     coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{std::string(COHORT_BIN_DIR) + "/cohort-coordinator", "--listen",
+        std::vector<std::string>{::cohort::testing::BinDir() + "/cohort-coordinator", "--listen",
                                  absl::StrCat("127.0.0.1:", port_), "--http-listen", "", "--job",
                                  "worker=1", "--tls-cert", dir_ + "/coordinator.crt", "--tls-key",
                                  dir_ + "/coordinator.key", "--tls-client-ca", dir_ + "/ca.crt",

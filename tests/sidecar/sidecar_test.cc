@@ -23,6 +23,7 @@
 #include "kubelet/podresources/v1/podresources.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
@@ -166,12 +167,12 @@ class SidecarTest : public ::testing::Test {
     if (gpus.empty()) {
       env["COHORT_NVML_LIBRARY"] = dir + "/no-driver/libnvidia-ml.so.1";
     } else {
-      env["COHORT_NVML_LIBRARY"] = COHORT_FAKE_NVML_PATH;
-      env["FAKE_NVML_CONFIG"] = std::string(COHORT_GPU_TEST_DATA_DIR) + "/" + gpus;
+      env["COHORT_NVML_LIBRARY"] = ::cohort::testing::InBuild(COHORT_FAKE_NVML_PATH);
+      env["FAKE_NVML_CONFIG"] = ::cohort::testing::InBuild(COHORT_GPU_TEST_DATA_DIR) + "/" + gpus;
     }
     // `extra` may name the HTTP address itself (a port another sidecar holds).
     const bool own_listen = std::find(extra.begin(), extra.end(), "--http-listen") != extra.end();
-    std::vector<std::string> argv = {std::string(COHORT_BIN_DIR) + "/cohort-sidecar",
+    std::vector<std::string> argv = {::cohort::testing::BinDir() + "/cohort-sidecar",
                                      own_listen ? "--heartbeat-timeout" : "--http-listen",
                                      own_listen ? "30s" : absl::StrCat("127.0.0.1:", s.port),
                                      "--handoff-dir",
@@ -246,7 +247,8 @@ TEST_F(SidecarTest, EightFakeGpusAreExportedWithTheFakesExactValues) {
   StartCoordinator(1);
   SidecarProcess sidecar = StartSidecar(0, 1, "eight_gpus.json", {"--dcgm-metrics"});
   ASSERT_TRUE(Eventually([&] { return sidecar.Ready(); })) << ReadFile(sidecar.log);
-  Json node = Json::parse(ReadFile(std::string(COHORT_GPU_TEST_DATA_DIR) + "/eight_gpus.json"));
+  Json node = Json::parse(
+      ReadFile(::cohort::testing::InBuild(COHORT_GPU_TEST_DATA_DIR) + "/eight_gpus.json"));
   std::string metrics;
   ASSERT_TRUE(Eventually([&] {
     metrics = sidecar.Get("/metrics");
@@ -390,7 +392,7 @@ TEST_F(SidecarTest, WorkloadExitWithoutShutdownReachesTheOtherTasks) {
   auto other = Worker(1, &errors);
   auto connected = std::async(std::launch::async, [&] { return other->Connect(); });
   std::string coordinator = coordinator_->address();
-  Subprocess workload({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+  Subprocess workload({::cohort::testing::BinDir() + "/cohort-agent-example", "--coordinator",
                        coordinator, "--task", "0", "--num-tasks", "2", "--steps", "1000",
                        "--step-seconds", "1"});
   ASSERT_TRUE(connected.get().ok());
@@ -415,7 +417,7 @@ TEST_F(SidecarTest, WorkloadThatShutDownCleanlyIsNotAFailure) {
   std::string pattern = absl::StrCat("cohort-agent-example --coordinator ", coordinator);
   SidecarProcess sidecar =
       StartSidecar(0, 1, "", {"--workload-liveness", "process", "--workload-process", pattern});
-  Subprocess workload({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+  Subprocess workload({::cohort::testing::BinDir() + "/cohort-agent-example", "--coordinator",
                        coordinator, "--task", "0", "--num-tasks", "1", "--steps", "2",
                        "--step-seconds", "0.5"});
   EXPECT_EQ(workload.Wait().exit_code, 0);
@@ -464,12 +466,12 @@ TEST_F(SidecarTest, PrometheusScrapesTwoSidecarsAndTheCoordinator) {
 
 TEST_F(SidecarTest, BadFlagsAreOneClearLine) {
   StartCoordinator(1);
-  Subprocess bad({std::string(COHORT_BIN_DIR) + "/cohort-sidecar", "--coordinator",
+  Subprocess bad({::cohort::testing::BinDir() + "/cohort-sidecar", "--coordinator",
                   coordinator_->address(), "--task", "3", "--num-tasks", "2"});
   ProcessResult result = bad.Wait();
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_EQ(result.err, "cohort-sidecar: --num-tasks \"2\" must be a count above task 3\n");
-  Subprocess mode({std::string(COHORT_BIN_DIR) + "/cohort-sidecar", "--coordinator",
+  Subprocess mode({::cohort::testing::BinDir() + "/cohort-sidecar", "--coordinator",
                    coordinator_->address(), "--workload-liveness", "process"});
   result = mode.Wait();
   EXPECT_EQ(result.exit_code, 2);
@@ -666,14 +668,14 @@ TEST_F(SidecarTest, TwoSidecarsOnOnePortAreToldToGiveEachItsOwn) {
 
 TEST_F(SidecarTest, AnAgentExampleToldOfMoreTasksThanTheJobHasSaysSoOnce) {
   coordinator_ = std::make_unique<TestCoordinator>(Jobs(1));
-  Subprocess example({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+  Subprocess example({::cohort::testing::BinDir() + "/cohort-agent-example", "--coordinator",
                       coordinator_->address(), "--task", "0", "--num-tasks", "2"});
   ProcessResult result = example.Wait(absl::Seconds(30));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.err,
             "[task 0] check --num-tasks 2 failed: INVALID_ARGUMENT: task id 1 is out of range for "
             "job \"worker\", which has 1 task (ids 0..0)\n");
-  ProcessResult bad = Subprocess({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--task",
+  ProcessResult bad = Subprocess({::cohort::testing::BinDir() + "/cohort-agent-example", "--task",
                                   "2", "--num-tasks", "2"})
                           .Wait(absl::Seconds(30));
   EXPECT_EQ(bad.exit_code, 2);
@@ -688,7 +690,7 @@ TEST_F(SidecarTest, ByHandTheLogNamesNoEmptyPodAndAFailedConnectIsSaidOnce) {
   SidecarProcess sidecar = StartSidecar(0, 1, "", {}, {{"POD_NAME", ""}, {"POD_NAMESPACE", ""}});
   ASSERT_TRUE(Eventually([&] { return StateOf("sidecar", 0) == TaskState::kConnected; }))
       << ReadFile(sidecar.log);
-  Subprocess example({std::string(COHORT_BIN_DIR) + "/cohort-agent-example", "--coordinator",
+  Subprocess example({::cohort::testing::BinDir() + "/cohort-agent-example", "--coordinator",
                       coordinator, "--job", "other", "--task", "0"});
   ProcessResult result = example.Wait(absl::Seconds(30));
   EXPECT_EQ(result.exit_code, 1);

@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "runtime/client/task_client.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
@@ -33,7 +34,7 @@ using ::cohort::testing::Subprocess;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-std::string Bin(const std::string& name) { return std::string(COHORT_BIN_DIR) + "/" + name; }
+std::string Bin(const std::string& name) { return ::cohort::testing::BinDir() + "/" + name; }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

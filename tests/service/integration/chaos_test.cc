@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
@@ -38,7 +39,9 @@ constexpr int kKills = 5;
 constexpr absl::Duration kCallDeadline = absl::Seconds(60);
 constexpr absl::Duration kTolerance = absl::Seconds(8);
 
-std::string Bin(const std::string& name) { return absl::StrCat(COHORT_BIN_DIR, "/", name); }
+std::string Bin(const std::string& name) {
+  return absl::StrCat(::cohort::testing::BinDir(), "/", name);
+}
 std::string Address(int port) { return absl::StrCat("127.0.0.1:", port); }
 
 std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration d = kCallDeadline) {

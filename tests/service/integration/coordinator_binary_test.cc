@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/free_port.h"
 
@@ -29,7 +30,7 @@ namespace {
 
 namespace tf = tensorflow;
 
-std::string Bin() { return COHORT_BIN_DIR "/cohort-coordinator"; }
+std::string Bin() { return ::cohort::testing::BinDir() + "/cohort-coordinator"; }
 
 // A loopback port for the coordinator to take (below the ephemeral range: free_port.h).
 int FreePort() { return PickFreePort(); }

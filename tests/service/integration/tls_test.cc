@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
@@ -30,7 +31,7 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string Bin(const std::string& name) { return std::string(COHORT_BIN_DIR) + "/" + name; }
+std::string Bin(const std::string& name) { return ::cohort::testing::BinDir() + "/" + name; }
 
 // Runs a shell command; fails the test (with its output) when it fails.
 void Shell(const std::string& command) {

@@ -13,13 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/build_paths.h"
 #include "tests/support/eventually.h"
 #include "tests/support/subprocess.h"
 
 namespace cohort::testing {
 namespace {
 
-std::string Bin(const std::string& name) { return absl::StrCat(COHORT_BIN_DIR, "/", name); }
+std::string Bin(const std::string& name) {
+  return absl::StrCat(::cohort::testing::BinDir(), "/", name);
+}
 
 class ProxyRestartTest : public ::testing::Test {
  protected:

@@ -16,14 +16,19 @@
 #include "sidecar/gpu/gpu_health.h"
 #include "sidecar/gpu/gpu_monitor.h"
 #include "sidecar/gpu/gpu_types.h"
+#include "tests/support/build_paths.h"
 
 namespace cohort::gpu::testing {
 
-inline const char* const kFakeNvml = COHORT_FAKE_NVML_PATH;
-inline const char* const kOldDriverFakeNvml = COHORT_FAKE_NVML_OLD_DRIVER_PATH;
+// Absolute paths, worked out from the build directory when the test starts.
+inline const std::string kFakeNvmlPath = ::cohort::testing::InBuild(COHORT_FAKE_NVML_PATH);
+inline const std::string kOldDriverFakeNvmlPath =
+    ::cohort::testing::InBuild(COHORT_FAKE_NVML_OLD_DRIVER_PATH);
+inline const char* const kFakeNvml = kFakeNvmlPath.c_str();
+inline const char* const kOldDriverFakeNvml = kOldDriverFakeNvmlPath.c_str();
 
 inline std::string TestData(const std::string& name) {
-  return std::string(COHORT_GPU_TEST_DATA_DIR) + "/" + name;
+  return ::cohort::testing::InBuild(COHORT_GPU_TEST_DATA_DIR) + "/" + name;
 }
 
 // The fake serves the node in testdata/`config` to every NVML initialised while this lives.

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/sidecar/gpu/fake_nvml_test_support.h"
+#include "tests/support/build_paths.h"
 
 namespace cohort::gpu {
 namespace {
@@ -30,8 +31,9 @@ struct ProcessResult {
 // Runs cohort-gpu-info with `args` (shell words) and `environment` ("A=b C=d").
 ProcessResult RunGpuInfo(const std::string& args, const std::string& environment = "") {
   std::string err_path = ::testing::TempDir() + "gpu_info_stderr." + std::to_string(getpid());
-  std::string command =
-      "env " + environment + " " + COHORT_GPU_INFO_PATH + " " + args + " 2>" + err_path;
+  std::string command = "env " + environment + " " +
+                        ::cohort::testing::InBuild(COHORT_GPU_INFO_PATH) + " " + args + " 2>" +
+                        err_path;
   ProcessResult run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
