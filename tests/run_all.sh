@@ -136,7 +136,7 @@ for stage in "${STAGES[@]}"; do
   # a test left running are not counted).
   children_cpu
   CPU[$stage]=$(awk -v c=$((CHILD_CPU - cpu_start)) -v w=${SECS[$stage]} \
-    'BEGIN { printf "%.1f", w > 0 ? c / w : 0 }')
+    'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }')
   read -r p f < <(count "$LOGS/$stage.log")
   PASSED[$stage]=$p
   FAILED[$stage]=$f
