@@ -22,7 +22,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -108,6 +108,13 @@ e2e-test: build
 	tools/local-cluster tools >/dev/null
 	set -o pipefail; cd tools/localcluster && go vet ./... && go test -v ./internal/... | grep -Ev '^(=== |    )'
 	bash tests/e2e/run.sh
+
+# On a machine with an NVIDIA GPU and its driver: the sidecar's NVML view of every GPU (identity,
+# telemetry, health, the XID event watch) against nvidia-smi's (tools/gpu_check.py). Uses the
+# cohort-gpu-info already built when there is one (a GPU machine may lack the build's packages).
+gpu-check:
+	@test -x $(BUILD)/bin/cohort-gpu-info || $(MAKE) build
+	python3 tools/gpu_check.py --gpu-info $(BUILD)/bin/cohort-gpu-info
 
 # The Dockerfile cannot be built here (no container engine): check that it builds with the
 # same scripts as `make build` and installs every shared library the binaries load.

@@ -129,6 +129,8 @@ int Run(const Flags& flags) {
   if (flags.sample) {
     std::vector<GpuSample> samples = monitor.Sample();
     std::vector<GpuEvent> events;
+    // Whether the event set took: a driver or GPU without XID events leaves nothing to wait on.
+    const bool listening = monitor.listening_for_events();
     if (flags.watch_seconds > 0) {
       auto deadline = std::chrono::steady_clock::now() +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -150,6 +152,7 @@ int Run(const Flags& flags) {
       json.BeginArray();
       for (const GpuEvent& event : events) WriteEvent(json, event);
       json.EndArray();
+      json.Member("listening_for_events", listening);
     }
     json.Key("health");
     json.BeginArray();
