@@ -57,7 +57,7 @@ unit-test: build
 # targets (its objects carry the fuzzer's coverage hooks, which cost the tests little), Debug
 # (-O0, assertions on): at -O1 it compiled 2.3 times slower.
 ASAN_CMAKE = cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_WERROR=OFF \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_WERROR=OFF -DCOHORT_UNITY=ON \
   -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON
 asan-test: deps nvml-header
 	@$(ASAN_CMAKE) >/dev/null
@@ -77,7 +77,7 @@ TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example
 tsan-test: deps nvml-header
 	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_DEPS)
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -Dabsl_DIR=$(TSAN_DEPS)/absl/lib/cmake/absl \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -DCOHORT_UNITY=ON -Dabsl_DIR=$(TSAN_DEPS)/absl/lib/cmake/absl \
 	  -DCOHORT_TSAN_GRPC=$(TSAN_DEPS)/grpc/lib \
 	  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON >/dev/null
 	ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS)) $(TSAN_PROGRAMS)

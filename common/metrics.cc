@@ -6,17 +6,13 @@
 #include <optional>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "prometheus/check_names.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 
 namespace cohort {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The series names a family of this type emits; no two families may share one.
 std::vector<std::string> SeriesNames(const std::string& name, const std::string& type) {
@@ -139,7 +135,7 @@ void MetricsRegistry::Claim(const std::string& name, const std::string& type,
 
 Family<Counter>& MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
                                              std::vector<std::string> label_names) {
-  if (!EndsWith(name, "_total")) {
+  if (!absl::EndsWith(name, "_total")) {
     throw std::invalid_argument("counter name \"" + name + "\" must end in _total");
   }
   std::lock_guard<std::mutex> lock(mu_);

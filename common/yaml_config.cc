@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cohort {
@@ -106,23 +107,18 @@ void AddVersionFlag(CLI::App& app) {
 
 namespace {
 
-bool EndsWith(const std::string& text, const std::string& tail) {
-  return text.size() >= tail.size() &&
-         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // What an option's value is, from its name, where CLI11 only knows TEXT.
 std::string ValueKind(const std::string& name) {
   for (const char* tail : {"timeout", "interval", "tolerance", "period", "deadline", "duration",
                            "retention", "refresh", "settle", "poll", "-for", "wait"}) {
-    if (EndsWith(name, tail)) return "DURATION";
+    if (absl::EndsWith(name, tail)) return "DURATION";
   }
   for (const char* tail : {"listen", "advertise", "address", "coordinator", "scheduler"}) {
-    if (EndsWith(name, tail)) return "HOST:PORT";
+    if (absl::EndsWith(name, tail)) return "HOST:PORT";
   }
   for (const char* tail :
        {"-dir", "file", "-ca", "-cert", "-key", "library", "socket", "kubeconfig"}) {
-    if (EndsWith(name, tail)) return "PATH";
+    if (absl::EndsWith(name, tail)) return "PATH";
   }
   for (const char* whole : {"task", "num-tasks", "workers", "replicas", "expected-gpus"}) {
     if (name == whole) return "N";

@@ -8,7 +8,7 @@
 namespace cohort::api {
 namespace {
 
-absl::Status Invalid(const std::string& field, const std::string& why) {
+absl::Status InvalidPolicy(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("spec.failurePolicy", field, ": ", why));
 }
 
@@ -43,7 +43,7 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
       !failure_policy["startupDeadlineSeconds"].is_null()) {
     const json& d = failure_policy["startupDeadlineSeconds"];
     if (!d.is_number_integer() || d.get<int64_t>() < 1) {
-      return Invalid(".startupDeadlineSeconds", "must be a whole number above 0");
+      return InvalidPolicy(".startupDeadlineSeconds", "must be a whole number above 0");
     }
     out->startup_deadline_seconds = d.get<int64_t>();
   }
@@ -51,12 +51,12 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
     return absl::OkStatus();
   }
   const json& rules = failure_policy["rules"];
-  if (!rules.is_array()) return Invalid(".rules", "must be a list");
-  if (rules.size() > 20) return Invalid(".rules", "at most 20 rules");
+  if (!rules.is_array()) return InvalidPolicy(".rules", "must be a list");
+  if (rules.size() > 20) return InvalidPolicy(".rules", "at most 20 rules");
   for (size_t i = 0; i < rules.size(); ++i) {
     const std::string field = absl::StrCat(".rules[", i, "]");
     const json& r = rules[i];
-    if (!r.is_object()) return Invalid(field, "must be an object");
+    if (!r.is_object()) return InvalidPolicy(field, "must be an object");
     FailureRule rule;
     const json action = r.value("action", json());
     if (action == "FailJob") {
@@ -68,35 +68,37 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
     } else if (action == "RestartWorker") {
       rule.action = FailureAction::kRestartWorker;
     } else {
-      return Invalid(field + ".action", absl::StrCat(action.dump(),
-                                                     " is not FailJob, RestartGang, "
-                                                     "RestartGangUncounted or RestartWorker"));
+      return InvalidPolicy(field + ".action",
+                           absl::StrCat(action.dump(),
+                                        " is not FailJob, RestartGang, "
+                                        "RestartGangUncounted or RestartWorker"));
     }
     if (r.contains("onExitCodes")) {
       const json& codes = r["onExitCodes"];
-      if (!codes.is_array()) return Invalid(field + ".onExitCodes", "must be a list");
+      if (!codes.is_array()) return InvalidPolicy(field + ".onExitCodes", "must be a list");
       for (const json& c : codes) {
         if (!c.is_number_integer() || c.get<int64_t>() < 1 || c.get<int64_t>() > 255) {
-          return Invalid(field + ".onExitCodes",
-                         absl::StrCat(c.dump(), " is not an exit code from 1 to 255"));
+          return InvalidPolicy(field + ".onExitCodes",
+                               absl::StrCat(c.dump(), " is not an exit code from 1 to 255"));
         }
         rule.on_exit_codes.push_back(c.get<int>());
       }
     }
     if (r.contains("onReasons")) {
       const json& reasons = r["onReasons"];
-      if (!reasons.is_array()) return Invalid(field + ".onReasons", "must be a list");
+      if (!reasons.is_array()) return InvalidPolicy(field + ".onReasons", "must be a list");
       for (const json& reason : reasons) {
         const std::string text = reason.is_string() ? reason.get<std::string>() : reason.dump();
         if (std::find(KnownReasons().begin(), KnownReasons().end(), text) == KnownReasons().end()) {
-          return Invalid(field + ".onReasons", absl::StrCat("\"", text, "\" is not one of ",
-                                                            absl::StrJoin(KnownReasons(), ", ")));
+          return InvalidPolicy(
+              field + ".onReasons",
+              absl::StrCat("\"", text, "\" is not one of ", absl::StrJoin(KnownReasons(), ", ")));
         }
         rule.on_reasons.push_back(text);
       }
     }
     if (rule.on_exit_codes.empty() && rule.on_reasons.empty()) {
-      return Invalid(field, "names no onExitCodes and no onReasons: it would match nothing");
+      return InvalidPolicy(field, "names no onExitCodes and no onReasons: it would match nothing");
     }
     out->rules.push_back(std::move(rule));
   }

@@ -5,7 +5,7 @@
 namespace cohort::api {
 namespace {
 
-absl::Status Invalid(const std::string& field, const std::string& why) {
+absl::Status InvalidGang(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("spec.gangScheduling", field, ": ", why));
 }
 
@@ -16,35 +16,36 @@ std::string PodGroupKindName(PodGroupKind kind) {
 }
 
 absl::Status ParseGangScheduling(const json& gang, GangSchedulingSpec* out) {
-  if (!gang.is_object()) return Invalid("", "must be an object");
+  if (!gang.is_object()) return InvalidGang("", "must be an object");
   const json& kind = gang.contains("podGroup") ? gang["podGroup"] : json();
   if (kind == "SchedulerPlugins") {
     out->pod_group = PodGroupKind::kSchedulerPlugins;
   } else if (kind == "Volcano") {
     out->pod_group = PodGroupKind::kVolcano;
   } else {
-    return Invalid(".podGroup", absl::StrCat(kind.dump(), " is not SchedulerPlugins or Volcano"));
+    return InvalidGang(".podGroup",
+                       absl::StrCat(kind.dump(), " is not SchedulerPlugins or Volcano"));
   }
   if (gang.contains("schedulerName")) {
     if (!gang["schedulerName"].is_string() || gang["schedulerName"].get<std::string>().empty()) {
-      return Invalid(".schedulerName", "must be a scheduler's name");
+      return InvalidGang(".schedulerName", "must be a scheduler's name");
     }
     out->scheduler_name = gang["schedulerName"].get<std::string>();
   }
   if (gang.contains("scheduleTimeoutSeconds")) {
     const json& t = gang["scheduleTimeoutSeconds"];
     if (out->pod_group != PodGroupKind::kSchedulerPlugins) {
-      return Invalid(".scheduleTimeoutSeconds", "is for podGroup SchedulerPlugins");
+      return InvalidGang(".scheduleTimeoutSeconds", "is for podGroup SchedulerPlugins");
     }
     if (!t.is_number_integer() || t.get<int64_t>() < 1 || t.get<int64_t>() > 86400) {
-      return Invalid(".scheduleTimeoutSeconds", "must be a whole number from 1 to 86400");
+      return InvalidGang(".scheduleTimeoutSeconds", "must be a whole number from 1 to 86400");
     }
     out->schedule_timeout_seconds = t.get<int>();
   }
   if (gang.contains("queue")) {
     if (out->pod_group != PodGroupKind::kVolcano)
-      return Invalid(".queue", "is for podGroup Volcano");
-    if (!gang["queue"].is_string()) return Invalid(".queue", "must be a Volcano queue's name");
+      return InvalidGang(".queue", "is for podGroup Volcano");
+    if (!gang["queue"].is_string()) return InvalidGang(".queue", "must be a Volcano queue's name");
     out->queue = gang["queue"].get<std::string>();
   }
   return absl::OkStatus();

@@ -9,6 +9,8 @@
 #include "operator/controller/job_plan.h"
 
 namespace cohort::controller {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace failure_rules_test {
 namespace {
 
 using json = nlohmann::json;
@@ -500,4 +502,5 @@ TEST(SpecChangeTest, AChangedSpecMakesACleanNewGangAndANewConfiguration) {
 }
 
 }  // namespace
+}  // namespace failure_rules_test
 }  // namespace cohort::controller

@@ -10,6 +10,8 @@
 #include "operator/controller/kueue.h"
 
 namespace cohort::controller {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace kueue_plan_test {
 namespace {
 
 using json = nlohmann::json;
@@ -477,4 +479,5 @@ TEST(KueuePlanTest, WithoutKueueTheLabelIsIgnoredAndSaidSo) {
 }
 
 }  // namespace
+}  // namespace kueue_plan_test
 }  // namespace cohort::controller

@@ -11,6 +11,8 @@
 #include "operator/controller/job_plan.h"
 
 namespace cohort::controller {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace task_runtime_plan_test {
 namespace {
 
 using json = nlohmann::json;
@@ -361,4 +363,5 @@ TEST(TaskRuntimePlanTest, ALostCoordinatorWithoutStateStartsTheJobAgain) {
 }
 
 }  // namespace
+}  // namespace task_runtime_plan_test
 }  // namespace cohort::controller

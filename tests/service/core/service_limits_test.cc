@@ -15,6 +15,8 @@
 #include "tests/service/core/coordination_service_fixture.h"
 
 namespace cohort {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace service_limits_test {
 namespace {
 
 using ::cohort::testing::CoordinationServiceTest;
@@ -237,4 +239,5 @@ TEST_F(LimitsTest, AReportedErrorOverTheLimitIsCutAndStillReachesEveryone) {
 }
 
 }  // namespace
+}  // namespace service_limits_test
 }  // namespace cohort

@@ -12,6 +12,8 @@
 #include "service/core/task_table.h"
 
 namespace cohort {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace task_group_exchange_test {
 namespace {
 
 const TaskName kW0{"worker", 0};
@@ -107,4 +109,5 @@ TEST_F(TaskGroupExchangeTest, RemovedCallIsNotAnswered) {
 }
 
 }  // namespace
+}  // namespace task_group_exchange_test
 }  // namespace cohort

@@ -10,6 +10,8 @@
 #include "service/core/timer_queue.h"
 
 namespace cohort {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace whole_job_barrier_test {
 namespace {
 
 const TaskName kW0{"worker", 0};
@@ -90,4 +92,5 @@ TEST_F(WholeJobBarrierTest, TakingOneTasksCallsLeavesTheOthers) {
 }
 
 }  // namespace
+}  // namespace whole_job_barrier_test
 }  // namespace cohort

@@ -7,6 +7,8 @@
 #include "xla/coordination_service.grpc.pb.h"
 
 namespace cohort::testing {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace remaining_rpcs_test {
 namespace {
 
 namespace tf = tensorflow;
@@ -289,4 +291,5 @@ TEST_F(XlaMoreTest, CancelBarrierReportErrorAndShutdownWithoutBarrierPartner) {
 }
 
 }  // namespace
+}  // namespace remaining_rpcs_test
 }  // namespace cohort::testing

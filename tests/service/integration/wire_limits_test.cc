@@ -9,6 +9,8 @@
 #include "tests/service/integration/test_server.h"
 
 namespace cohort::testing {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace wire_limits_test {
 namespace {
 
 namespace tf = tensorflow;
@@ -129,4 +131,5 @@ TEST_F(WireLimitsTest, ATaskThatIsNotRegisteredCannotCallABarrierOrReportItsOwnE
 }
 
 }  // namespace
+}  // namespace wire_limits_test
 }  // namespace cohort::testing
