@@ -44,6 +44,18 @@ start_operator() {
 }
 # metric PORT NAME: the value of an unlabelled sample on an operator's /metrics, or nothing.
 metric() { curl -s --max-time 2 "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
+# http_port PID: the port an operator started with --http-listen 127.0.0.1:0 serves /metrics on,
+# from the socket table once it listens. Port 0, not fixed ports: those could be free_port's
+# (tests/support/free_port.py) for a test running beside this one (run.sh's lanes).
+listen_port() { ss -Hltnp 2>/dev/null | awk -v p="pid=$1," 'index($0, p) { n = split($4, a, ":"); print a[n]; exit }'; }
+http_port() {
+  local port deadline=$((SECONDS + 30))
+  until port=$(listen_port "$1") && [[ -n "$port" ]]; do
+    ((SECONDS < deadline)) || { echo "  operator $1 does not listen" >&2; return 1; }
+    sleep 0.2
+  done
+  echo "$port"
+}
 # until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
 until_true() {
   local deadline=$((SECONDS + $1))
@@ -84,10 +96,12 @@ wait_for() {
 # The host process of a pod's workload container (the pod runner runs containers as
 # processes; the agent example is the workload in these jobs).
 workload_pid() {
-  local pod=$1 d
+  local pod=$1 d env
   for d in /proc/[0-9]*; do
     [[ "$(readlink "$d/exe" 2>/dev/null)" == "$BIN/cohort-agent-example" ]] || continue
-    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "POD_NAME=$pod"; then
+    env=$(tr '\0' '\n' <"$d/environ" 2>/dev/null)
+    # The name alone could be another test's pod: those run beside this one (run.sh's lanes).
+    if grep -qx "POD_NAME=$pod" <<<"$env" && grep -qx "POD_NAMESPACE=$NS" <<<"$env"; then
       basename "$d"
       return 0
     fi
@@ -340,13 +354,14 @@ if wait_for survive '{.status.phase}' Running 60 && wait_for survive '{.status.t
   secret_before=$(k get secret survive-token -o jsonpath='{.metadata.uid} {.data.token}')
   kill -KILL "$OP"
   wait "$OP" 2>/dev/null
-  start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:18093
+  start_operator operator-2 --leader-elect=false --http-listen 127.0.0.1:0
   OP=$STARTED
+  OP_PORT=$(http_port "$OP")
   # Reconciled: the new operator follows survive's coordinator (the only running job) and
   # has nothing left in its queue. Any duplicate pod would have been created by then.
   settled() {
-    [[ "$(metric 18093 cohort_operator_coordinators_watched)" == 1 &&
-      "$(metric 18093 cohort_operator_queue_depth)" == 0 ]]
+    [[ "$(metric "$OP_PORT" cohort_operator_coordinators_watched)" == 1 &&
+      "$(metric "$OP_PORT" cohort_operator_queue_depth)" == 0 ]]
   }
   until_true 30 settled || fail "survive: the restarted operator follows the job with an empty queue" \
     "$(tail -n 5 "$WORK/operator-2.log")"
@@ -478,7 +493,7 @@ if wait_for durable '{.status.phase}' Running 60 && until_true 30 coordinator_re
       [[ "$got" == "0 Running/1" ]] &&
         pass "a coordinator SIGKILLed restarts in place: coordinatorRestarts 1, restarts 0, restartCount 1" ||
         fail "durable: after the kill" "restarts phase/restartCount: $got"
-      sample=$(curl -s --max-time 2 127.0.0.1:18093/metrics | grep '^cohort_operator_job_coordinator_restarts{.*cjob="durable"')
+      sample=$(curl -s --max-time 2 "127.0.0.1:$OP_PORT/metrics" | grep '^cohort_operator_job_coordinator_restarts{.*cjob="durable"')
       [[ "$sample" == *" 1" ]] && pass "the operator's metrics say so: $sample" ||
         fail "durable: cohort_operator_job_coordinator_restarts" "'$sample'"
       message=$(event_message durable CoordinatorRestarted)
@@ -549,18 +564,20 @@ k delete cjob durable onclaim --wait=false >/dev/null
 
 # ---- 11. Two operators: one leader; the standby takes over when it stops.
 stop_pid "$OP"
-start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18091
+start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:0
 A=$STARTED
+A_PORT=$(http_port "$A")
 leader_of() { metric "$1" cohort_operator_leader; }
-a_leads() { [[ "$(leader_of 18091)" == 1 ]]; }
+a_leads() { [[ "$(leader_of "$A_PORT")" == 1 ]]; }
 until_true 30 a_leads || echo "  leader-a did not take the lease: $(tail -n 5 "$WORK/leader-a.log")"
-start_operator leader-b --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:18092
+start_operator leader-b --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:0
 B=$STARTED
+B_PORT=$(http_port "$B")
 # B has tried the lease and found it held: its log says it stands by.
 b_stands_by() { grep -q 'waiting for lease .* (standby)' "$WORK/leader-b.log"; }
 until_true 30 b_stands_by || echo "  leader-b never stood by: $(tail -n 5 "$WORK/leader-b.log")"
-la=$(leader_of 18091)
-lb=$(leader_of 18092)
+la=$(leader_of "$A_PORT")
+lb=$(leader_of "$B_PORT")
 holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)
 if [[ "$la" == 1 && "$lb" == 0 && "$holder" == *"_$A" ]]; then
   pass "two operators: one leader (lease holder $holder), one standby"
@@ -573,7 +590,7 @@ start=$SECONDS
 job failover 2 2
 if wait_for failover '{.status.phase}' Succeeded 60; then
   holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}')
-  if [[ "$holder" == *"_$B" && "$(leader_of 18092)" == 1 ]]; then
+  if [[ "$holder" == *"_$B" && "$(leader_of "$B_PORT")" == 1 ]]; then
     pass "the standby took the lease after the leader died and ran a job ($((SECONDS - start)) s)"
   else
     fail "failover: holder" "$holder"
