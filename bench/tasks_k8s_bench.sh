@@ -48,15 +48,23 @@ line=$(tools/local-cluster up | tail -n 1) || { echo "tasks k8s bench: the local
 export "${line?}"
 "$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null &&
   "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null || exit 1
-build/bin/cohort-operator --leader-elect=false --http-listen 127.0.0.1:0 --coordinator-poll 200ms \
-  >"$WORK/operator.log" 2>&1 &
-OPERATOR=$!
 
 runs=()
 for pods in "${PODS[@]}"; do
   ns="tasks-bench-$pods-$$"
   NAMESPACES+=("$ns")
   "$KUBECTL" create namespace "$ns" >/dev/null
+  # An operator for this namespace alone (the last one's stops), so that other tests'
+  # operators can run beside it on the same cluster (tests/e2e/run.sh's lanes).
+  [[ -n "$OPERATOR" ]] && kill -TERM "$OPERATOR" 2>/dev/null && wait "$OPERATOR" 2>/dev/null
+  build/bin/cohort-operator --namespace "$ns" --leader-elect=false --http-listen 127.0.0.1:0 \
+    --coordinator-poll 200ms >"$WORK/operator-$pods.log" 2>&1 &
+  OPERATOR=$!
+  # The job's time starts once the operator watches, as it would with one long running.
+  for _ in $(seq 300); do
+    grep -q 'caches synced' "$WORK/operator-$pods.log" && break
+    sleep 0.1
+  done
   sed -e "s|command: \[python3, |command: [$PYTHON, |" \
     -e "s|^  replicas: 2|  replicas: $pods|" -e "s|workersPerPod: 2|workersPerPod: 1|" \
     -e "s|{name: SHARDS, value: \"2000\"}|{name: SHARDS, value: \"$SHARDS\"}|" \

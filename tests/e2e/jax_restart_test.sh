@@ -75,9 +75,17 @@ sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
   "$ROOT/examples/jax-cpu.yaml" >"$WORK/jax-cpu.yaml"
 grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "jax restart test: the example's command changed"; exit 1; }
 
-"$BIN/cohort-operator" --leader-elect=false --http-listen 127.0.0.1:0 \
-  --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator.log" 2>&1 &
-OPERATOR_PID=$!
+# start_operator NS / stop_operator: cohort-operator for one case's namespace only, so that
+# other tests' operators can run beside it on the same cluster (tests/e2e/run.sh's lanes).
+start_operator() {
+  "$BIN/cohort-operator" --namespace "$1" --leader-elect=false --http-listen 127.0.0.1:0 \
+    --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator-$1.log" 2>&1 &
+  OPERATOR_PID=$!
+}
+stop_operator() {
+  [[ -n "$OPERATOR_PID" ]] && kill -TERM "$OPERATOR_PID" 2>/dev/null && wait "$OPERATOR_PID" 2>/dev/null
+  OPERATOR_PID=""
+}
 
 # The coordinator's process: the child of its container's init, whose PID the pod runner
 # keeps in the container's directory.
@@ -114,6 +122,7 @@ run_case() {
   NAMESPACES+=("$ns")
   "$KUBECTL" create namespace "$ns" >/dev/null
   "$KUBECTL" label namespace "$ns" pod-security.kubernetes.io/enforce=restricted >/dev/null
+  start_operator "$ns"
   "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
   if ! until_true 300 mid_run "$ns"; then
     fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
@@ -171,7 +180,9 @@ run_case() {
 }
 
 run_case kill kill
+stop_operator
 run_case delete delete
+stop_operator
 
 echo "jax restart test: $passed passed, $failed failed"
 [[ $failed == 0 ]]

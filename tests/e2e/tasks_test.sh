@@ -80,14 +80,17 @@ sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n        
   "$WORK/example.yaml" >"$WORK/slow.yaml"
 grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "tasks test: the example's driver env changed"; exit 1; }
 
-"$BIN/cohort-operator" --leader-elect=false --http-listen 127.0.0.1:0 \
-  --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator.log" 2>&1 &
-OPERATOR_PID=$!
-
+# new_namespace NS: the next case's namespace, and a cohort-operator for it alone (the last
+# case's stops), so that other tests' operators can run beside it on the same cluster
+# (tests/e2e/run.sh's lanes).
 new_namespace() {
   NAMESPACES+=("$1")
   "$KUBECTL" create namespace "$1" >/dev/null
   "$KUBECTL" label namespace "$1" pod-security.kubernetes.io/enforce=restricted >/dev/null
+  [[ -n "$OPERATOR_PID" ]] && kill -TERM "$OPERATOR_PID" 2>/dev/null && wait "$OPERATOR_PID" 2>/dev/null
+  "$BIN/cohort-operator" --namespace "$1" --leader-elect=false --http-listen 127.0.0.1:0 \
+    --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator-$1.log" 2>&1 &
+  OPERATOR_PID=$!
 }
 field() { "$KUBECTL" -n "$1" get cjob tasks-python -o jsonpath="$2" 2>/dev/null; }
 done_phase() { [[ "$(field "$1" '{.status.phase}')" == Succeeded || "$(field "$1" '{.status.phase}')" == Failed ]]; }
