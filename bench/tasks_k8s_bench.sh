@@ -43,9 +43,13 @@ for p in "$PYTHON" "$RAY_PYTHON"; do
   [[ -x $p ]] || { echo "tasks k8s bench: $p is missing (tests/python/run.sh, bench/setup_tasks.sh)"; exit 1; }
 done
 
-tools/local-cluster status >/dev/null 2>&1 || started_cluster=1
-line=$(tools/local-cluster up | tail -n 1) || { echo "tasks k8s bench: the local cluster did not come up"; exit 1; }
-export "${line?}"
+# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster, up, with
+# KUBECONFIG set: not brought up (an `up` that found the API slow would restart it) or down.
+if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]]; then
+  tools/local-cluster status >/dev/null 2>&1 || started_cluster=1
+  line=$(tools/local-cluster up | tail -n 1) || { echo "tasks k8s bench: the local cluster did not come up"; exit 1; }
+  export "${line?}"
+fi
 "$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null &&
   "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null || exit 1
 

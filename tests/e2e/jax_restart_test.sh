@@ -57,7 +57,9 @@ if ! "$PYTHON" -c 'import jax' 2>/dev/null; then
   echo "jax restart test: $PYTHON cannot import jax; run tests/compat/run.sh (make compat-test) first"
   exit 1
 fi
-if ! "$LC" status >/dev/null 2>&1; then
+# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster: not
+# asked (a slow API would look down), not brought up or down here.
+if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
   started_here=1
   line=$("$LC" up | tail -n 1) || { echo "jax restart test: the local cluster did not come up"; exit 1; }
 else

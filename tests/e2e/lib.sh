@@ -11,7 +11,8 @@
 #   start_operator NAME [FLAGS...]         cohort-operator on the host for the namespace; its
 #                                          PID in $STARTED, its log in $WORK/NAME.log
 #   cluster_up [ADDONS]                    the local cluster (with addons), KUBECONFIG exported;
-#                                          down again at the end if it was not up before
+#                                          down again at the end if it was not up before;
+#                                          under run.sh, its cluster as it is
 #   pod_logs PREFIX                        the last lines of every container log of the
 #                                          namespace's pods named PREFIX*
 #   finish                                 the summary line; exits 1 if anything failed
@@ -89,12 +90,17 @@ cleanup() {
 cluster_up() {
   local line args=()
   [[ -n "${1:-}" ]] && args=(--addons "$1")
-  "$LC" status >/dev/null 2>&1 || started_here=1
-  line=$("$LC" up "${args[@]}" | tail -n 1) || {
-    echo "$TEST: the local cluster did not come up"
-    exit 1
-  }
-  export "${line?}"
+  # Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster, up with
+  # every addon and KUBECONFIG set: not brought up here (an `up` that found the API slow
+  # would restart it under them) or down.
+  if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]]; then
+    "$LC" status >/dev/null 2>&1 || started_here=1
+    line=$("$LC" up "${args[@]}" | tail -n 1) || {
+      echo "$TEST: the local cluster did not come up"
+      exit 1
+    }
+    export "${line?}"
+  fi
   trap cleanup EXIT
   "$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
     "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
