@@ -1,48 +1,159 @@
 #!/usr/bin/env bash
-# Every end-to-end test on the local cluster, in order, on one cluster: the smoke test (it
-# starts and stops a cluster of its own), then one cluster up for the CRD, operator, JAX
-# example with its coordinator crashing, task runtime, Kueue (with Kueue's API added to the
-# cluster), gang scheduling (with the coscheduling scheduler added), failure rules, Helm chart,
-# helm install, isolation, cert-manager certificates and dashboard tests, and down again at the
-# end whatever happened.
-# Runs every test even after a failure; exits non-zero if any failed.
+# Every end-to-end test on the local cluster. Most of a test's time is spent waiting on pods,
+# so after the smoke test they run in lanes side by side on one shared cluster:
+#
+#   1. the smoke test, alone: it starts and stops a cluster of its own, and its `down` checks
+#      that no cohort-* network namespace or cluster process is left;
+#   2. one cluster up with both addons (Kueue's API, the coscheduling scheduler), so that no
+#      test adds cluster-wide things while others run, and the CRD applied once, before any
+#      operator watches it;
+#   3. helm install (its operator watches every namespace, so it runs while no other test has
+#      jobs) beside the Helm chart test (server-side dry runs only);
+#   4. three lanes side by side, each running its tests one after another:
+#        heavy  the JAX example with its coordinator crashing, the task runtime (the two
+#               longest Python ones)
+#        gpu    Kueue, gang scheduling, GPU visibility, failure rules: they ask for the node's
+#               4 (fake) GPUs, so never two at a time; then the task runtime benchmark's smoke
+#               run and the dashboards (no GPU), which even out the lanes' times
+#        api    CRD, isolation, cert-manager certificates, operator
+#   5. down again at the end whatever happened (trap).
+# Tests side by side must not meet: each works in namespaces of its own, runs its operators
+# for those only (--namespace, the chart's watchNamespace), names its cluster-wide objects
+# after itself, and listens on port 0 or a free_port; under COHORT_E2E_SHARED_CLUSTER (set
+# here) none brings the cluster up or down.
+#
+# Each test's output goes to a log of its own in $LOGS; when a test ends its summary is
+# printed: the "NAME: N passed, N failed" lines that tests/run_all.sh counts, then
+# "==== passed: TEST (N s)" or "==== FAILED: TEST (N s)"; failed tests' logs come in full at
+# the end. Runs every test even after a failure; exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-failed=()
+LOGS=$(mktemp -d /tmp/cohort-e2e.XXXXXX)
+# The lines tests/run_all.sh counts for our own scripts (its count()).
+COUNTED='^([A-Za-z0-9 _./-]+: )?[0-9]+ passed, [0-9]+ failed$'
+declare -A CMD=(
+  [local_cluster_smoke]="bash tests/e2e/local_cluster_smoke.sh"
+  [helm_install_test]="bash tests/e2e/helm_install_test.sh"
+  [chart_test]="bash tests/chart/chart_test.sh"
+  [jax_restart_test]="bash tests/e2e/jax_restart_test.sh"
+  [tasks_test]="bash tests/e2e/tasks_test.sh"
+  [tasks_k8s_bench]="bash bench/tasks_k8s_bench.sh --smoke --out $LOGS/tasks_k8s.json"
+  [kueue_test]="bash tests/e2e/kueue_test.sh"
+  [coscheduling_test]="bash tests/e2e/coscheduling_test.sh"
+  [gpu_visibility_test]="bash tests/e2e/gpu_visibility_test.sh"
+  [failure_rules_test]="bash tests/e2e/failure_rules_test.sh"
+  [crd_test]="bash tests/e2e/crd_test.sh"
+  [isolation_test]="bash tests/e2e/isolation_test.sh"
+  [cert_manager_test]="bash tests/e2e/cert_manager_test.sh"
+  [dashboards_test]="bash tests/e2e/dashboards_test.sh"
+  [operator_test]="bash tests/e2e/operator_test.sh"
+)
+ORDER=()             # every test started, in order
+declare -A LANE_PID  # the lanes running: each the leader of a process group of its own
+cluster=0
+
+# run NAME: runs one test, its output to $LOGS/NAME.log, its result to $LOGS/NAME.result, and
+# prints its summary.
 run() {
-  echo "==== $*"
-  local start=$SECONDS
-  if "$@"; then
-    echo "==== passed: $* ($((SECONDS - start)) s)"
+  local name=$1 cmd start=$SECONDS status secs counted
+  read -ra cmd <<<"${CMD[$name]}"
+  "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1
+  status=$?
+  secs=$((SECONDS - start))
+  if ((status == 0)); then
+    echo "passed $secs" >"$LOGS/$name.result"
+    counted=$(grep -E "$COUNTED" "$LOGS/$name.log")
+    # One write, so that another lane's lines do not come between.
+    printf '%s==== passed: %s (%d s)\n' "${counted:+$counted$'\n'}" "${CMD[$name]}" "$secs"
   else
-    echo "==== FAILED: $* ($((SECONDS - start)) s)"
-    failed+=("$*")
+    echo "FAILED $secs" >"$LOGS/$name.result"
+    echo "==== FAILED: ${CMD[$name]} ($secs s; its log follows at the end)"
   fi
 }
 
-run bash tests/e2e/local_cluster_smoke.sh
-if ! line=$(tools/local-cluster up | tail -n 1); then
+# start_lane NAME TEST...: runs the tests one after another in the background, in a process
+# group of its own (set -m), so that whatever they started can be stopped by its ID.
+start_lane() {
+  local name=$1
+  shift
+  ORDER+=("$@")
+  echo "==== lane $name: $*"
+  set -m
+  (
+    start=$SECONDS
+    for t in "$@"; do run "$t"; done
+    echo "==== lane $name done in $((SECONDS - start)) s"
+  ) </dev/null &
+  LANE_PID[$name]=$!
+  set +m
+}
+
+# wait_lanes: waits for every lane; stops what a lane's tests left running (a test stops
+# what it starts; whatever is left is named here).
+wait_lanes() {
+  local name pid left
+  for name in "${!LANE_PID[@]}"; do
+    pid=${LANE_PID[$name]}
+    wait "$pid"
+    if left=$(pgrep -g "$pid" -a); then
+      echo "e2e: lane $name left processes running; stopping them: $left"
+      kill -TERM -- "-$pid" 2>/dev/null
+    fi
+    unset "LANE_PID[$name]"
+  done
+}
+
+cleanup() {
+  local pid
+  for pid in "${LANE_PID[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+  for pid in "${LANE_PID[@]}"; do wait "$pid" 2>/dev/null; done
+  ((cluster)) && tools/local-cluster down >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "e2e: each test's log is in $LOGS"
+ORDER+=(local_cluster_smoke)
+run local_cluster_smoke
+
+cluster=1
+if ! line=$(tools/local-cluster up --addons kueue,coscheduling | tail -n 1); then
   echo "e2e: the local cluster did not come up"
   exit 1
 fi
 export "${line?}"
-trap 'tools/local-cluster down >/dev/null 2>&1' EXIT
-run bash tests/e2e/crd_test.sh
-run bash tests/e2e/operator_test.sh
-run bash tests/e2e/jax_restart_test.sh
-run bash tests/e2e/tasks_test.sh
-run bash tests/e2e/kueue_test.sh
-run bash tests/e2e/coscheduling_test.sh
-run bash tests/e2e/failure_rules_test.sh
-run bash tests/e2e/gpu_visibility_test.sh
-run bash bench/tasks_k8s_bench.sh --smoke --out "$(mktemp -d)/tasks_k8s.json"
-run bash tests/chart/chart_test.sh
-run bash tests/e2e/helm_install_test.sh
-run bash tests/e2e/isolation_test.sh
-run bash tests/e2e/cert_manager_test.sh
-run bash tests/e2e/dashboards_test.sh
+KUBECTL=build/tools/bin/kubectl
+if ! "$KUBECTL" apply --server-side -f charts/cohort/crds/ >/dev/null ||
+  ! "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null; then
+  echo "e2e: the CRD does not install"
+  exit 1
+fi
+export COHORT_E2E_SHARED_CLUSTER=1
+
+start_lane helm helm_install_test
+start_lane chart chart_test
+wait_lanes
+
+start=$SECONDS
+start_lane heavy jax_restart_test tasks_test
+start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_test \
+  tasks_k8s_bench dashboards_test
+start_lane api crd_test isolation_test cert_manager_test operator_test
+wait_lanes
+echo "e2e: the lanes took $((SECONDS - start)) s"
+
+failed=()
+for t in "${ORDER[@]}"; do
+  result=unfinished secs="?"
+  read -r result secs 2>/dev/null <"$LOGS/$t.result"
+  [[ $result == passed ]] && continue
+  failed+=("${CMD[$t]}")
+  echo "==== log of ${CMD[$t]} ($LOGS/$t.log)"
+  cat "$LOGS/$t.log"
+  echo "==== FAILED: ${CMD[$t]} ($secs s)"
+done
 if ((${#failed[@]})); then
   printf 'e2e: FAILED: %s\n' "${failed[@]}"
   exit 1
 fi
-echo "e2e: every test passed"
+echo "e2e: every test passed in $SECONDS s"
