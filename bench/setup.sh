@@ -30,7 +30,6 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   log "$PYTHON cannot create venvs (Debian: apt-get install python3-venv; BENCH_PYTHON names another)"
   exit 1
 fi
-version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 # One venv per set of requirements, made once in the machine's cache (tools/venv.sh).
 source tools/venv.sh
 reqs=(bench/requirements.txt)
@@ -46,4 +45,4 @@ if [[ "${BENCH_SKIP_TORCH:-0}" == 1 ]]; then
   echo "not installed: BENCH_SKIP_TORCH=1" >"$VENV/torch.skip"
   log "TCPStore anchor left out: BENCH_SKIP_TORCH=1"
 fi
-log "ready: $VENV ($(version "$VENV/bin/python"))"
+log "ready: $VENV ($(cohort_py_version "$VENV/bin/python"))"

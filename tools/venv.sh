@@ -11,19 +11,20 @@
 #       REQUIREMENTS file installed, in order; creates and fills it first when no venv of that
 #       key is complete. Returns pip's status; its output is then in $COHORT_VENV_LOG.
 #   cohort_venv_path PYTHON REQUIREMENTS...   prints where that venv lives (made or not)
+#   cohort_py_version PYTHON                  prints PYTHON's version (3.12.1)
 #
 # COHORT_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/cohort) is the cache's root; its venvs/
 # folder can be removed at any time (the next run makes what it needs again).
 : "${COHORT_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/cohort}"
 
-_cohort_py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
+cohort_py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 
 cohort_venv_path() {
   local python=$1
   shift
   local key
   key=$({
-    echo "python $(_cohort_py_version "$python")"
+    echo "python $(cohort_py_version "$python")"
     local req
     for req in "$@"; do
       echo "== $(basename "$req")"
@@ -45,7 +46,7 @@ cohort_venv() {
   exec {lock}>"$dir.lock"
   flock "$lock"
   if [[ ! -f "$dir/.complete" ]]; then
-    echo "venv: making $dir for $link (Python $(_cohort_py_version "$python"): $*)" >&2
+    echo "venv: making $dir for $link (Python $(cohort_py_version "$python"): $*)" >&2
     mkdir -p "$(dirname "$dir")"
     rm -rf "$dir"
     if ! "$python" -m venv "$dir" >"$COHORT_VENV_LOG" 2>&1; then

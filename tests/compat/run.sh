@@ -37,8 +37,9 @@ if [[ -z "${COMPAT_VENVS_ONLY:-}" && ! -x "$COHORT_BIN_DIR/cohort-coordinator" ]
 fi
 
 source tools/find_python.sh
+source tools/venv.sh
 
-py_version() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || true; }
+py_version() { cohort_py_version "$1" 2>/dev/null || true; }
 # install_hint X.Y: what to install for an interpreter of that version that makes venvs.
 install_hint() {
   echo "install Python $1 with its venv module (Debian: apt-get install python$1 python$1-venv," \
@@ -87,7 +88,6 @@ fi
 
 # The venvs are made once per interpreter version and requirements file in the machine's
 # cache (tools/venv.sh) and linked here: .venv, then .venv/clients/NAME.
-source tools/venv.sh
 
 # install_or_fail LINK PYTHON REQUIREMENTS WHAT: links the venv, or stops the run saying why.
 install_or_fail() {
