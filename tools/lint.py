@@ -9,6 +9,10 @@ results are kept, in $COHORT_CACHE/clang-tidy (safe to remove at any time), so a
 reported on every run until it is fixed. Paths inside the checkout are keyed relative to it,
 so a fresh clone (CI's) reuses what an earlier checkout of the same code found clean.
 
+A unity batch of the build (cmake/CohortUnity.cmake: BUILD/unity/*.cc) is checked as the
+build compiles it, as one unit, with findings reported in every source it includes: clang-tidy
+then parses the heavy headers once per batch instead of once per file (a fifth of the time).
+
   tools/lint.py [--build DIR] [--jobs N] [--no-cache]
 
 Prints each finding, then "lint: N files (M clean in the cache, K checked)"; exits 1 on any
@@ -66,6 +70,29 @@ def object_of(entry: dict, command: str, build: Path):
     return os.path.relpath(os.path.join(entry.get("directory"), output), build)
 
 
+UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"')
+
+
+def unity_sources(path: str) -> list:
+    """The sources a unity batch includes, as paths relative to the checkout."""
+    sources = []
+    for line in Path(path).read_text().splitlines():
+        match = UNITY_INCLUDE.match(line)
+        if match:
+            sources.append(relative(os.path.join(os.path.dirname(path), match.group(1))))
+    return sources
+
+
+def header_filter() -> str:
+    """.clang-tidy's HeaderFilterRegex, plus the sources of a unity batch (included through
+    the batch's relative paths, unity/../../), whose findings clang-tidy would otherwise
+    drop as if they were in a header outside the checkout's own."""
+    match = re.search(r"^HeaderFilterRegex:\s*'([^']*)'", (ROOT / ".clang-tidy").read_text(),
+                      re.MULTILINE)
+    own = match.group(1) if match else ""
+    return f"{own}|unity/\\.\\./" if own else "unity/\\.\\./"
+
+
 def relative(path: str) -> str:
     """A path inside the checkout relative to it; others as they are."""
     p = os.path.normpath(path)
@@ -104,9 +131,14 @@ def main() -> int:
     cache = default_cache()
 
     todo, cached = [], 0
+    unity = str(build / "unity")
     for entry in json.loads(commands_file.read_text()):
-        source = relative(os.path.join(entry.get("directory"), entry.get("file")))
-        if not OWN.match(source):
+        path = os.path.normpath(os.path.join(entry.get("directory"), entry.get("file")))
+        source = relative(path)
+        if os.path.dirname(path) == unity:
+            if not any(OWN.match(s) for s in unity_sources(path)):
+                continue
+        elif not OWN.match(source):
             continue
         command = entry.get("command") or shlex.join(entry.get("arguments"))
         output = object_of(entry, command, build)
@@ -127,7 +159,8 @@ def main() -> int:
 
     def check(item):
         source, marker = item
-        run = subprocess.run(["clang-tidy", "-p", str(build), "--quiet", str(ROOT / source)],
+        run = subprocess.run(["clang-tidy", "-p", str(build), "--quiet",
+                              f"--header-filter={header_filter()}", str(ROOT / source)],
                              capture_output=True, text=True, cwd=ROOT)
         findings = [l for l in run.stdout.splitlines() if re.search(r"(error|warning):", l)]
         clean = run.returncode == 0 and not findings
