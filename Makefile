@@ -22,7 +22,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-build tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -76,13 +76,18 @@ TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_s
 TSAN_DEPS = $(COHORT_CACHE)/tsan-deps
 TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example cohort-objstore \
   cohort-worker
-tsan-test: deps nvml-header
+TSAN_CMAKE = cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -DCOHORT_UNITY=ON \
+  -Dabsl_DIR=$(TSAN_DEPS)/absl/lib/cmake/absl -DCOHORT_TSAN_GRPC=$(TSAN_DEPS)/grpc/lib \
+  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON
+# The build alone: make test's background preparation (tools/prepare.sh) runs it at nice 10
+# beside the other stages; the lock makes the tsan stage wait for that build, not race it.
+tsan-build: deps nvml-header
 	NINJA_JOBS=$(NINJA_JOBS) bash tools/build-tsan-deps.sh $(TSAN_DEPS)
-	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DCMAKE_CXX_COMPILER=clang++ -DCOHORT_TSAN=ON -DCOHORT_UNITY=ON -Dabsl_DIR=$(TSAN_DEPS)/absl/lib/cmake/absl \
-	  -DCOHORT_TSAN_GRPC=$(TSAN_DEPS)/grpc/lib \
-	  -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON >/dev/null
-	ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS)) $(TSAN_PROGRAMS)
+	@mkdir -p $(TSAN_BUILD)
+	flock $(TSAN_BUILD)/.lock sh -c '$(TSAN_CMAKE) >/dev/null && \
+	  ninja -C $(TSAN_BUILD) -j $(NINJA_JOBS) $(subst |, ,$(TSAN_TESTS)) $(TSAN_PROGRAMS)'
+tsan-test: tsan-build
 	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ctest --output-on-failure --no-tests=error --timeout 900 -j $(CTEST_JOBS) -L '^($(TSAN_TESTS))$$'
 

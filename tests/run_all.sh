@@ -16,19 +16,20 @@
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
 #   python        the task runtime's Python package with real processes (tests/python)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor
+#   docker        the Dockerfile against the built programs
+#   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
 #   tsan          ctest under ThreadSanitizer
 # Beside the stages, in the background: tools/prepare.sh (venvs, Go modules, then at nice 10
-# ThreadSanitizer's abseil and gRPC and the local cluster's binaries) from the start, and
-# clang-tidy (tools/lint.py, nice 10) once the build is done; the summary says how each ended,
-# and a clang-tidy finding fails the run.
-#   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
-#   docker        the Dockerfile against the built programs
+# the local cluster's binaries and the ThreadSanitizer build) from the start, and clang-tidy
+# (tools/lint.py, nice 10) once the build is done; the summary says how each ended, and a
+# clang-tidy finding fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
-# tsan comes late: on a bare machine its abseil and gRPC build in the background
-# (tools/prepare.sh) while the stages before it run.
-STAGES=(build programs format unit asan fuzz-smoke compat python bench-smoke tsan e2e docker)
+# e2e and tsan come last: on a bare machine the local cluster's binaries and then the TSan
+# build (abseil, gRPC, the tree) compile in the background (tools/prepare.sh) while the stages
+# before them run, and the TSan build goes on while the e2e tests wait on pods.
+STAGES=(build programs format unit asan fuzz-smoke compat python bench-smoke docker e2e tsan)
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
   [unit]=unit-test [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
   [e2e]=e2e-test [docker]=docker-test)

@@ -2,9 +2,10 @@
 # make test's preparation in the background (tests/run_all.sh starts it first), so that a bare
 # machine downloads while it compiles and compiles while its tests wait on sockets:
 #   1. every venv of the suite (tools/venv.sh) and the local cluster's Go modules: network;
-#   2. at nice 10, so that the stages' own work comes first: ThreadSanitizer's abseil and
-#      gRPC (tools/build-tsan-deps.sh) and the local cluster's binaries (tools/local-cluster
-#      tools), which the tsan and e2e stages need only later.
+#   2. at nice 10, so that the stages' own work comes first: the local cluster's binaries
+#      (tools/local-cluster tools), which the e2e stage needs; then the ThreadSanitizer build
+#      (make tsan-build: abseil and gRPC with TSan, then the tree), which the last stage
+#      needs: on a bare machine it compiles while the e2e stage's tests wait on pods.
 # Every part takes the same lock as the stage that needs it, so a stage that comes to it
 # while it is being made waits for it instead of making it twice. On a machine whose caches
 # are warm it finds everything and ends in seconds. Each part's failure is said here and
@@ -30,9 +31,9 @@ if command -v go >/dev/null; then
   part bash -c 'cd tools/localcluster && go mod download'
   part bash -c 'cd tools/localcluster/coscheduling && go mod download'
 fi
-part nice -n 10 bash tools/build-tsan-deps.sh "${COHORT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cohort}/tsan-deps"
 if command -v go >/dev/null; then
   part nice -n 10 tools/local-cluster tools --addons coscheduling
 fi
+part nice -n 10 make --no-print-directory tsan-build
 echo "prepare: done in $((SECONDS - start)) s"
 exit $status
