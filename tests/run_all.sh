@@ -87,10 +87,20 @@ echo "make test: caches at the start: $(IFS=,; echo "${CACHES_AT_START[*]}" | se
 # The Debian packages first (the background preparation must not run apt beside the build's),
 # then the venvs and Go modules in the background while the stages compile (tools/prepare.sh).
 bash tools/deps.sh
-# Not a child of this shell (its CPU time would count in whichever stage was running when it
-# ended): a grandchild in a session of its own, whose PID it writes down; stopped with
-# everything it started if this run is.
-(setsid bash tools/prepare.sh >"$LOGS/prepare.log" 2>&1 & echo $! >"$LOGS/prepare.pid")
+# background LOG PIDFILE COMMAND...: COMMAND at low priority beside the stages. Not a child of
+# this shell (its CPU time would count in whichever stage was running when it ended): a
+# grandchild in a session of its own, whose PID goes to PIDFILE; stopped with everything it
+# started if this run is. A session is a scheduling group of its own under the kernel's
+# autogroup (sched_autogroup_enabled), which shares the CPU between groups by the group's nice
+# value, whatever its processes' are: without the group's nice 10, `nice` inside it meant
+# nothing and the background took half the machine from the build.
+background() {
+  local log=$1 pidfile=$2
+  shift 2
+  (setsid bash -c 'echo 10 >/proc/self/autogroup 2>/dev/null; exec nice -n 10 "$@"' _ "$@" \
+    >"$log" 2>&1 & echo $! >"$pidfile")
+}
+background "$LOGS/prepare.log" "$LOGS/prepare.pid" bash tools/prepare.sh
 prepare_pid=$(cat "$LOGS/prepare.pid")
 trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; [[ -n ${lint_pid:-} ]] && kill -TERM -- "-$lint_pid" 2>/dev/null; exit 130' INT TERM
 total_passed=0
@@ -161,8 +171,7 @@ for stage in "${STAGES[@]}"; do
   # which mostly wait on sockets: it keeps each clean file in the cache (tools/lint.py), so
   # that make lint afterwards checks only what this one could not. Its findings fail the run.
   if [[ $stage == build ]]; then
-    (setsid nice -n 10 python3 tools/lint.py --build build --jobs "$(nproc)" >"$LOGS/lint.log" 2>&1 &
-      echo $! >"$LOGS/lint.pid")
+    background "$LOGS/lint.log" "$LOGS/lint.pid" python3 tools/lint.py --build build --jobs "$(nproc)"
     lint_pid=$(cat "$LOGS/lint.pid")
   fi
 done

@@ -2,7 +2,8 @@
 # make test's preparation in the background (tests/run_all.sh starts it first), so that a bare
 # machine downloads while it compiles and compiles while its tests wait on sockets:
 #   1. every venv of the suite (tools/venv.sh) and the local cluster's Go modules: network;
-#   2. at nice 10, so that the stages' own work comes first: the local cluster's binaries
+#   2. so that the stages' own work comes first (all of it runs at nice 10, in a scheduling
+#      group at nice 10: tests/run_all.sh's background): the local cluster's binaries
 #      (tools/local-cluster tools), which the e2e stage needs; then the ThreadSanitizer build
 #      (make tsan-build: abseil and gRPC with TSan, then the tree), which the last stage
 #      needs: on a bare machine it compiles while the e2e stage's tests wait on pods.
@@ -32,8 +33,8 @@ if command -v go >/dev/null; then
   part bash -c 'cd tools/localcluster/coscheduling && go mod download'
 fi
 if command -v go >/dev/null; then
-  part nice -n 10 tools/local-cluster tools --addons coscheduling
+  part tools/local-cluster tools --addons coscheduling
 fi
-part nice -n 10 make --no-print-directory tsan-build
+part make --no-print-directory tsan-build
 echo "prepare: done in $((SECONDS - start)) s"
 exit $status
