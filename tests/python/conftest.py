@@ -88,7 +88,7 @@ class Cluster:
     def wait_for_workers(self, count):
         deadline = time.monotonic() + 30
         while len(self.scheduler_info().avail_worker) < count:
-            assert time.monotonic() < deadline, "workers did not register"
+            assert time.monotonic() < deadline, f"fewer than {count} workers idle: {self.scheduler_info()}"
             time.sleep(0.05)
 
     def stop(self):

@@ -155,4 +155,7 @@ def test_the_coordinator_killed_mid_run_comes_back_and_the_driver_carries_on(clu
     info = client.task_info()
     assert len(info.failed_task) == 0
     assert all(w.poll() is None for w in workers), "a worker exited"
+    # A worker stores its last result before it reports to the scheduler, so the driver can
+    # hold every result while one worker's report is still on its way: both come back idle.
+    cluster.wait_for_workers(2)
     assert len(cluster.scheduler_info().avail_worker) == 2
