@@ -65,10 +65,18 @@ for pods in "${PODS[@]}"; do
     --coordinator-poll 200ms >"$WORK/operator-$pods.log" 2>&1 &
   OPERATOR=$!
   # The job's time starts once the operator watches, as it would with one long running.
+  synced=0
   for _ in $(seq 300); do
-    grep -q 'caches synced' "$WORK/operator-$pods.log" && break
+    grep -q 'caches synced' "$WORK/operator-$pods.log" && { synced=1; break; }
+    kill -0 "$OPERATOR" 2>/dev/null || break
     sleep 0.1
   done
+  if ((!synced)); then
+    cat "$WORK/operator-$pods.log"
+    echo "tasks k8s bench: the operator did not sync its caches within 30 s (its log above)"
+    echo "tasks k8s bench: 0 passed, 1 failed"
+    exit 1
+  fi
   sed -e "s|command: \[python3, |command: [$PYTHON, |" \
     -e "s|^  replicas: 2|  replicas: $pods|" -e "s|workersPerPod: 2|workersPerPod: 1|" \
     -e "s|{name: SHARDS, value: \"2000\"}|{name: SHARDS, value: \"$SHARDS\"}|" \

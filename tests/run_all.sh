@@ -19,10 +19,10 @@
 #   docker        the Dockerfile against the built programs
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
 #   tsan          ctest under ThreadSanitizer
-# Beside the stages, in the background: tools/prepare.sh (venvs, Go modules, then at nice 10
-# the local cluster's binaries and the ThreadSanitizer build) from the start, and clang-tidy
-# (tools/lint.py, nice 10) once the build is done; the summary says how each ended, and a
-# clang-tidy finding fails the run.
+# Beside the stages, in the background: tools/prepare.sh (at nice 10: the venvs, the local
+# cluster's binaries and the ThreadSanitizer build, side by side) from the start, and clang-tidy
+# (tools/lint.py, nice 15: it fills what the rest leaves) once the build is done; the summary
+# says how each ended, and a clang-tidy finding fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
@@ -36,7 +36,7 @@ declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
 # The stages that must run tests: one whose log counts none has failed, whatever its status.
 declare -A RUNS_TESTS=([programs]=1 [unit]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
   [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
-declare -A RESULT PASSED FAILED SECS CPU
+declare -A RESULT PASSED FAILED SECS CPU BUSY
 # children_cpu: sets CHILD_CPU to the CPU seconds (user + system) of every finished child of
 # this shell so far, from bash's `times` (its second line: children's user and system time,
 # as XmY.YYYs). It must run in this shell, not in a $(...) subshell.
@@ -47,6 +47,12 @@ children_cpu() {
     for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }
     printf "%d\n", t }')
 }
+# The whole machine's busy time so far, in clock ticks (/proc/stat: all but idle and iowait):
+# with the stages' own CPU, it says how much the background got and how much went unused.
+machine_busy() {
+  awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+TICKS=$(getconf CLK_TCK)
 : "${COHORT_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/cohort}"
 export COHORT_CACHE
 
@@ -94,13 +100,13 @@ bash tools/deps.sh
 # autogroup (sched_autogroup_enabled), which shares the CPU between groups by the group's nice
 # value, whatever its processes' are: without the group's nice 10, `nice` inside it meant
 # nothing and the background took half the machine from the build.
-background() {
-  local log=$1 pidfile=$2
-  shift 2
-  (setsid bash -c 'echo 10 >/proc/self/autogroup 2>/dev/null; exec nice -n 10 "$@"' _ "$@" \
-    >"$log" 2>&1 & echo $! >"$pidfile")
+background() { # NICE LOG PIDFILE COMMAND...
+  local nice=$1 log=$2 pidfile=$3
+  shift 3
+  (setsid bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null; exec nice -n "$0" "$@"' \
+    "$nice" "$@" >"$log" 2>&1 & echo $! >"$pidfile")
 }
-background "$LOGS/prepare.log" "$LOGS/prepare.pid" bash tools/prepare.sh
+background 10 "$LOGS/prepare.log" "$LOGS/prepare.pid" bash tools/prepare.sh
 prepare_pid=$(cat "$LOGS/prepare.pid")
 trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; [[ -n ${lint_pid:-} ]] && kill -TERM -- "-$lint_pid" 2>/dev/null; exit 130' INT TERM
 total_passed=0
@@ -140,14 +146,18 @@ for stage in "${STAGES[@]}"; do
   start=$SECONDS
   children_cpu
   cpu_start=$CHILD_CPU
+  busy_start=$(machine_busy)
   make --no-print-directory "${TARGET[$stage]}" 2>&1 | tee "$LOGS/$stage.log"
   status=${PIPESTATUS[0]}
   SECS[$stage]=$((SECONDS - start))
   # How busy the stage kept the machine: CPU seconds over wall seconds, in cores (processes
-  # a test left running are not counted).
+  # a test left running are not counted); "machine": the same for everything that ran then,
+  # the background included (2.0 on two cores: nothing idle).
   children_cpu
   CPU[$stage]=$(awk -v c=$((CHILD_CPU - cpu_start)) -v w=${SECS[$stage]} \
     'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }')
+  BUSY[$stage]=$(awk -v b=$(($(machine_busy) - busy_start)) -v t="$TICKS" -v w=${SECS[$stage]} \
+    'BEGIN { printf "%.1f", (w > 0 ? b / t / w : 0) }')
   read -r p f < <(count "$LOGS/$stage.log")
   PASSED[$stage]=$p
   FAILED[$stage]=$f
@@ -167,11 +177,12 @@ for stage in "${STAGES[@]}"; do
     echo "make test: the build failed; nothing else can pass"
     break
   fi
-  # clang-tidy (make lint, which CI runs after make test) at nice 10 beside the test stages,
-  # which mostly wait on sockets: it keeps each clean file in the cache (tools/lint.py), so
+  # clang-tidy (make lint, which CI runs after make test) beside the test stages, which mostly
+  # wait on sockets, below the preparation (whose parts stages wait for; its only deadline is
+  # the end): it keeps each clean file in the cache (tools/lint.py), so
   # that make lint afterwards checks only what this one could not. Its findings fail the run.
   if [[ $stage == build ]]; then
-    background "$LOGS/lint.log" "$LOGS/lint.pid" python3 tools/lint.py --build build --jobs "$(nproc)"
+    background 15 "$LOGS/lint.log" "$LOGS/lint.pid" python3 tools/lint.py --build build --jobs "$(nproc)"
     lint_pid=$(cat "$LOGS/lint.pid")
   fi
 done
@@ -194,11 +205,11 @@ fi
 
 echo
 echo "make test summary (logs in $LOGS)"
-printf '  %-12s %-7s %7s %7s %8s %6s\n' stage result passed failed seconds cores
+printf '  %-12s %-7s %7s %7s %8s %6s %8s\n' stage result passed failed seconds cores machine
 for stage in "${STAGES[@]}"; do
   [[ -n ${RESULT[$stage]:-} ]] || { printf '  %-12s %-7s\n' "$stage" "not run"; continue; }
-  printf '  %-12s %-7s %7s %7s %8s %6s\n' "$stage" "${RESULT[$stage]}" "${PASSED[$stage]}" \
-    "${FAILED[$stage]}" "${SECS[$stage]}" "${CPU[$stage]}"
+  printf '  %-12s %-7s %7s %7s %8s %6s %8s\n' "$stage" "${RESULT[$stage]}" "${PASSED[$stage]}" \
+    "${FAILED[$stage]}" "${SECS[$stage]}" "${CPU[$stage]}" "${BUSY[$stage]}"
 done
 echo "  total time: $((SECONDS / 60)) min $((SECONDS % 60)) s ($SECONDS s)"
 read -r ccache_hits1 ccache_misses1 < <(ccache_counts)

@@ -10,6 +10,9 @@ WHEEL=nvidia-nvml-dev==13.5.37
 dir=${1:?usage: tools/nvml-header.sh DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+# make build and make tsan-build (tools/prepare.sh runs it beside the build) both come here.
+exec 9>"$dir/.lock"
+flock 9
 if [[ -f "$dir/include/nvml.h" && "$(cat "$dir/.wheel" 2>/dev/null)" == "$WHEEL" ]]; then
   echo "$dir/include"
   exit 0
