@@ -20,7 +20,7 @@
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
 #   tsan          ctest under ThreadSanitizer
 # Beside the stages, in the background: tools/prepare.sh (at nice 10: the venvs, the local
-# cluster's binaries and the ThreadSanitizer build, side by side) from the start, and clang-tidy
+# cluster's binaries, then the ThreadSanitizer build) from the start, and clang-tidy
 # (tools/lint.py, nice 15: it fills what the rest leaves) once the build is done; the summary
 # says how each ended, and a clang-tidy finding fails the run.
 set -uo pipefail
