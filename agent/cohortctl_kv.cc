@@ -154,6 +154,10 @@ int KvWatch(Client& client, const std::string& key, int64_t revision) {
       },
       options);
   if (!watcher.ok()) return Fail(watcher.status());
+  // Before the line that says Ctrl-C stops it: a Ctrl-C right after that line is a stop too,
+  // not a kill (a test sends SIGINT as soon as it reads the line).
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
   if (revision > 0) {
     std::fprintf(stderr, "watching \"%s\" from revision %lld (now %lld; Ctrl-C to stop)\n",
                  key.c_str(), static_cast<long long>(revision),
@@ -162,8 +166,6 @@ int KvWatch(Client& client, const std::string& key, int64_t revision) {
     std::fprintf(stderr, "watching \"%s\" after revision %lld (Ctrl-C to stop)\n", key.c_str(),
                  static_cast<long long>((*watcher)->created_revision()));
   }
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   while (!done.HasBeenNotified() && !g_interrupted.load(std::memory_order_relaxed)) {
     done.WaitForNotificationWithTimeout(absl::Milliseconds(100));
   }
