@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/grpc_auth.h"
 #include "grpc/grpc_security.h"
 #include "grpc/support/string_util.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -95,7 +96,8 @@ std::shared_ptr<grpc::experimental::CertificateVerifier> ClientNameCheck(const s
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, const std::string& token) {
   if (tls.cert.empty() && tls.key.empty()) {
     if (!tls.client_ca.empty()) {
       return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
@@ -105,7 +107,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
           "--tls-client-name needs --tls-cert, --tls-key and "
           "--tls-client-ca");
     }
-    return grpc::InsecureServerCredentials();
+    return PlainServerCredentials(token);
   }
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
@@ -131,7 +133,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   if (!tls.client_name.empty()) {
     options.set_certificate_verifier(ClientNameCheck(tls.client_name));
   }
-  return grpc::experimental::TlsServerCredentials(options);
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::experimental::TlsServerCredentials(options);
+  RequireToken(credentials.get(), token);
+  return credentials;
 }
 
 void AddClientTlsFlags(CLI::App& app, ClientTls* tls, const std::string& prefix) {

@@ -30,9 +30,12 @@ struct TlsFiles {
   std::string refresh = "60s";  // how often the files are read again (whole seconds)
 };
 
-// The server's credentials: insecure when no file is named. A missing half of a pair, an
-// unreadable file or a flag that needs another is an error naming the flag.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls);
+// The server's credentials: plain text when no file is named. With a token, every call
+// without it is refused in gRPC's transport, before its message is read (grpc_auth.h). A
+// missing half of a pair, an unreadable file or a flag that needs another is an error naming
+// the flag.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, const std::string& token);
 
 struct ClientTls {
   std::string ca;               // PEM CA the coordinator's certificate must be signed by

@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(token.status());
     server.auth_token = *token;
   }
+  server.max_receive_message_bytes = cohort::MaxMessageBytes(config);
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;
   config.shutdown_barrier_timeout = *st;

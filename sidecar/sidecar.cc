@@ -141,7 +141,16 @@ absl::Status Sidecar::Start() {
                         "not ready: waiting for the coordinator and every "
                         "sidecar of the job\n"};
   });
-  http_.Handle("/v1/cluster", [this](const HttpRequest&) { return ClusterResponse(); });
+  // The hand-off (rank, peers, addresses, GPUs) is the pod's own business: the port is open to
+  // the metrics namespace and, where NetworkPolicy is not enforced, to every pod.
+  http_.Handle("/v1/cluster", [this](const HttpRequest& request) {
+    if (!request.from_loopback) {
+      return HttpResponse{403, "text/plain",
+                          "GET /v1/cluster is served to the pod's own processes only: call it "
+                          "on 127.0.0.1\n"};
+    }
+    return ClusterResponse();
+  });
   http_.Handle("/v1/alive", [this](const HttpRequest& request) {
     if (request.method != "POST" && request.method != "PUT") {
       return HttpResponse{405, "text/plain", "POST /v1/alive\n"};

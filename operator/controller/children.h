@@ -78,6 +78,10 @@ inline constexpr int kSidecarUser = 65532;
 inline constexpr int kObjectStorePort = 9478;
 inline constexpr char kObjectStoreVolume[] = "cohort-objects";
 inline constexpr char kObjectStoreDir[] = "/dev/shm";
+// The job's token alone (no certificate), for the workload's containers of a task runtime
+// job, at kTokenFile: its workers serve WorkerService on the pod's IP and require the token of
+// every call (COHORT_AUTH_TOKEN_FILE), as the scheduler sends it.
+inline constexpr char kWorkloadTokenVolume[] = "cohort-workload-token";
 // The label every namespace carries with its own name (set by the API server).
 inline constexpr char kNamespaceNameLabel[] = "kubernetes.io/metadata.name";
 // Requests and limits of a coordinator whose job sets none: small, and equal, so that the
@@ -219,7 +223,8 @@ json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettin
 // Makes a worker or driver pod a task runtime pod: the sidecar hosts the pod's object store
 // (--task-runtime --objstore-*), a memory-backed volume sized by api::ObjectStoreBytes is
 // shared at /dev/shm, and the workload's containers get COHORT_SCHEDULER (the sidecar's
-// endpoint), COHORT_OBJSTORE, COHORT_NODE_IP and COHORT_TASK_WORKERS.
+// endpoint), COHORT_OBJSTORE, COHORT_NODE_IP, COHORT_TASK_WORKERS and the job's token
+// (COHORT_AUTH_TOKEN_FILE, the token alone mounted at kTokenFile).
 void AddTaskRuntime(const api::CoordinatedJob& job, json* pod);
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,

@@ -49,7 +49,8 @@ void AddTaskRuntime(const api::CoordinatedJob& job, json* pod) {
       json::array({Env("COHORT_SCHEDULER", kSidecarProxyAddress),
                    Env("COHORT_OBJSTORE", absl::StrCat("$(POD_IP):", kObjectStorePort)),
                    Env("COHORT_NODE_IP", "$(POD_IP)"),
-                   Env("COHORT_TASK_WORKERS", absl::StrCat(tasks.workers_per_pod))});
+                   Env("COHORT_TASK_WORKERS", absl::StrCat(tasks.workers_per_pod)),
+                   Env("COHORT_AUTH_TOKEN_FILE", kTokenFile)});
   for (json& container : spec["containers"]) {
     json env = json::array();
     bool added = false;
@@ -65,7 +66,14 @@ void AddTaskRuntime(const api::CoordinatedJob& job, json* pod) {
     }
     container["env"] = env;
     Append(&container["volumeMounts"], ObjectStoreMount());
+    Append(&container["volumeMounts"],
+           {{"name", kWorkloadTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}});
   }
+  Append(&spec["volumes"], {{"name", kWorkloadTokenVolume},
+                            {"secret",
+                             {{"secretName", TokenSecretName(job)},
+                              {"items", json::array({{{"key", kTokenKey}, {"path", kTokenKey}}})},
+                              {"defaultMode", 0444}}}});
   // Memory-backed: what the store holds counts against the pod's memory (the sizing rule in
   // api::ObjectStoreBytes leaves the rest to the workload).
   Append(&spec["volumes"],

@@ -7,6 +7,8 @@ when each task ends. A task that raises fails with its traceback; its results re
 import argparse
 import collections
 import concurrent.futures
+import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -26,6 +28,51 @@ from cohort.runtime.v1 import messages_pb2, services_pb2_grpc, types_pb2
 
 log = logging.getLogger("cohort.worker")
 _STOP = object()
+# The largest message the scheduler may send a worker: a task with its inline arguments, or a
+# pickled function (--max-message-bytes).
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+
+
+class _RequireToken(grpc.ServerInterceptor):
+    """Refuses every call without the job's token, UNAUTHENTICATED, before its message is read.
+
+    gRPC asks this for a call's handler once the call's metadata has arrived. A call without
+    the token gets a handler that takes its request as a stream and ends the call without
+    reading from it: nothing of the message is parsed, let alone unpickled, and no more of it is
+    received than the HTTP/2 flow-control window."""
+
+    def __init__(self, token):
+        self._want = f"Bearer {token}".encode()
+        self._none = _refusal("this worker requires the job's token and the call has none: "
+                              "send gRPC metadata \"authorization: Bearer <token>\"")
+        self._wrong = _refusal("the call's token is not this worker's: use the token of the "
+                               "job it serves")
+
+    def intercept_service(self, continuation, handler_call_details):
+        values = [v for k, v in handler_call_details.invocation_metadata or ()
+                  if k == "authorization"]
+        for value in values:
+            given = value.encode() if isinstance(value, str) else value
+            if hmac.compare_digest(given.strip(), self._want):
+                return continuation(handler_call_details)
+        return self._wrong if values else self._none
+
+
+def _refusal(why):
+    """A handler that ends a call UNAUTHENTICATED with `why` without reading its request."""
+    def refuse(_requests, context):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+def is_loopback(host):
+    """Whether only this machine reaches `host` (localhost, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class _Service(services_pb2_grpc.WorkerServiceServicer):
@@ -62,7 +109,8 @@ class _Service(services_pb2_grpc.WorkerServiceServicer):
 
 
 class Worker:
-    def __init__(self, scheduler, objstore, host, token=None):
+    def __init__(self, scheduler, objstore, host, token=None, insecure_no_auth=False,
+                 max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES):
         self.tasks = queue.Queue()
         # Operations received and not yet reported, and the last ones reported: an ExecuteTask
         # for any of them is a repeat from a coordinator restarted from its --state-dir.
@@ -71,8 +119,16 @@ class Worker:
         self._lock = threading.Lock()
         self.leaving = False  # SIGTERM: finish the task at hand, say so, exit
         self.functions = {}
-        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4),
-                                  options=[("grpc.max_receive_message_length", -1)])
+        if not token and not insecure_no_auth and not is_loopback(host):
+            raise ValueError(
+                f"--listen-host {host} reaches beyond this machine and no --auth-token-file is "
+                "given: anyone who reaches the port could make this worker run code. Give the "
+                "job's token, listen on loopback (127.0.0.1), or pass --insecure-no-auth to "
+                "serve everyone")
+        self.server = grpc.server(
+            concurrent.futures.ThreadPoolExecutor(max_workers=4),
+            interceptors=[_RequireToken(token)] if token else [],
+            options=[("grpc.max_receive_message_length", max_message_bytes)])
         services_pb2_grpc.add_WorkerServiceServicer_to_server(_Service(self), self.server)
         port = self.server.add_insecure_port(f"{host}:0")
         if port == 0:
@@ -214,7 +270,15 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=int(env("COHORT_TASK_WORKERS", "1")),
                         help="worker processes to run, each serving on its own port (default "
                              "$COHORT_TASK_WORKERS, else 1)")
-    parser.add_argument("--auth-token-file", help="the job's token, sent on every call")
+    parser.add_argument("--auth-token-file", default=env("COHORT_AUTH_TOKEN_FILE"),
+                        help="the job's token: sent on every call and required of every call "
+                             "(default $COHORT_AUTH_TOKEN_FILE)")
+    parser.add_argument("--insecure-no-auth", action="store_true",
+                        help="serve beyond loopback without --auth-token-file: anyone who "
+                             "reaches a worker's port can make it run code (refused otherwise)")
+    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                        help="largest gRPC message taken from the scheduler (a task with its "
+                             "inline arguments, a pickled function; default %(default)s)")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
@@ -222,6 +286,8 @@ def main(argv=None):
     if not args.scheduler or not args.objstore:
         parser.error("--scheduler and --objstore are needed (or $COHORT_SCHEDULER and "
                      "$COHORT_OBJSTORE)")
+    if not 1 << 20 <= args.max_message_bytes < 1 << 31:
+        parser.error(f"--max-message-bytes {args.max_message_bytes}: must be from 1 MiB to 2 GiB")
     if not 1 <= args.workers <= 256:
         parser.error(f"--workers {args.workers}: must be from 1 to 256")
     if args.workers > 1:
@@ -232,10 +298,22 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     token = None
     if args.auth_token_file:
-        with open(args.auth_token_file) as f:
-            token = f.read().strip()
+        try:
+            with open(args.auth_token_file) as f:
+                token = f.read().strip()
+        except OSError as e:
+            log.error("--auth-token-file: cannot read the token file: %s", e)
+            return 2
+        if not token:
+            log.error("--auth-token-file: the token file %s is empty", args.auth_token_file)
+            return 2
     try:
-        worker = Worker(args.scheduler, args.objstore, args.listen_host, token)
+        worker = Worker(args.scheduler, args.objstore, args.listen_host, token,
+                        insecure_no_auth=args.insecure_no_auth,
+                        max_message_bytes=args.max_message_bytes)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
     except grpc.RpcError as e:
         log.error("registering with the scheduler at %s: %s", args.scheduler, e.details())
         return 1

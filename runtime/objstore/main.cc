@@ -1,5 +1,6 @@
 // cohort-objstore: one object store of the task runtime.
 #include <csignal>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -63,6 +64,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--auth-token-file", token_file,
                  "the job's token: sent on every call and required of every call");
+  app.add_flag("--insecure-no-auth", options.insecure_no_auth,
+               "serve beyond loopback without --auth-token-file: anyone who reaches the port "
+               "can read, replace and delete objects (refused otherwise)");
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "largest gRPC message taken from a caller or another store (an object travels "
+                 "in chunks of 1 MiB)")
+      ->capture_default_str()
+      ->check(CLI::Range(1 << 20, std::numeric_limits<int>::max()));
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();

@@ -22,9 +22,10 @@ namespace cohort::runtime {
 
 namespace {
 
-grpc::ChannelArguments Unlimited() {
+// Channels to the scheduler and to other stores: what comes back is bounded like what comes in.
+grpc::ChannelArguments Bounded(int max_message_bytes) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(-1);
   return args;
 }
@@ -70,12 +71,27 @@ absl::Status ObjectStoreServer::Start() {
   if (options_.scheduler.empty()) {
     return absl::InvalidArgumentError("--scheduler is required: the coordinator's gRPC address");
   }
+  if (options_.auth_token.empty() && !options_.insecure_no_auth &&
+      !IsLoopbackListenAddress(options_.listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--listen ", options_.listen,
+        " reaches beyond this machine and no --auth-token-file is given: anyone who reaches "
+        "the port could read, replace and delete the job's objects. Give the job's token, "
+        "listen on loopback (127.0.0.1), or pass --insecure-no-auth to serve everyone"));
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  // With the token, a call without it is refused before its message is read. A store that
+  // lets its own host's clients in without one (a pod's sidecar) checks in the handlers, which
+  // see the caller's address.
+  builder.AddListeningPort(options_.listen,
+                           options_.local_clients_without_token
+                               ? grpc::InsecureServerCredentials()
+                               : PlainServerCredentials(options_.auth_token),
+                           &port);
   builder.RegisterService(static_cast<::ObjStore::Service*>(this));
   builder.RegisterService(static_cast<v1::LocalStore::Service*>(this));
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(-1);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
@@ -101,8 +117,9 @@ absl::Status ObjectStoreServer::Start() {
     std::ifstream boot("/proc/sys/kernel/random/boot_id");
     std::getline(boot, boot_id_);
   }
-  scheduler_ = ::Scheduler::NewStub(CreateChannelWithToken(
-      options_.scheduler, grpc::InsecureChannelCredentials(), Unlimited(), options_.auth_token));
+  scheduler_ = ::Scheduler::NewStub(
+      CreateChannelWithToken(options_.scheduler, grpc::InsecureChannelCredentials(),
+                             Bounded(options_.max_message_bytes), options_.auth_token));
   v1::RegisterObjStoreRequest request;
   request.set_objstore_address(address_);
   v1::RegisterObjStoreReply reply;
@@ -161,8 +178,8 @@ std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& a
   if (peers_.size() >= 256 && !peers_.contains(address)) peers_.erase(peers_.begin());
   std::shared_ptr<grpc::Channel>& channel = peers_[address];
   if (channel == nullptr) {
-    channel = CreateChannelWithToken(address, grpc::InsecureChannelCredentials(), Unlimited(),
-                                     options_.auth_token);
+    channel = CreateChannelWithToken(address, grpc::InsecureChannelCredentials(),
+                                     Bounded(options_.max_message_bytes), options_.auth_token);
   }
   return channel;
 }

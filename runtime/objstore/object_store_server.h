@@ -36,6 +36,11 @@ struct ObjectStoreOptions {
   // the same pod) need no token, the ObjStore calls of the scheduler and other stores still
   // do. A store in a pod's sidecar serves the pod's workload this way, which has no token.
   bool local_clients_without_token = false;
+  // Serving beyond loopback without a token is refused unless this says so (--insecure-no-auth).
+  bool insecure_no_auth = false;
+  // The largest message a caller may send (and this store read from another): a chunk of an
+  // object, an inline object or an error's text is at most 1 MiB, so this leaves room.
+  int max_message_bytes = 16 << 20;
 };
 
 // cohort-objstore: serves ObjStore (the protocol's, to the scheduler and the other stores)

@@ -25,12 +25,21 @@ grpc::Status CppWorker::Refused(const grpc::ServerContext& ctx) const {
 }
 
 absl::Status CppWorker::Start() {
+  std::string listen = absl::StrCat(options_.listen_host, ":0");
+  if (options_.auth_token.empty() && !options_.insecure_no_auth &&
+      !IsLoopbackListenAddress(listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--listen-host ", options_.listen_host,
+        " reaches beyond this machine and no --auth-token-file is given: anyone who reaches "
+        "the port could send this worker tasks. Give the job's token, listen on loopback "
+        "(127.0.0.1), or pass --insecure-no-auth to serve everyone"));
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  std::string listen = absl::StrCat(options_.listen_host, ":0");
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // With the token, a call without it is refused before its message is read.
+  builder.AddListeningPort(listen, PlainServerCredentials(options_.auth_token), &port);
   builder.RegisterService(this);
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve WorkerService on ", listen));

@@ -19,7 +19,11 @@ struct CppWorkerOptions {
   std::string scheduler;
   std::string objstore;
   std::string listen_host = "127.0.0.1";  // the worker serves on an unused port of this host
-  std::string auth_token;
+  std::string auth_token;                 // sent on every call, and required of every call when set
+  // Serving beyond loopback without a token is refused unless this says so (--insecure-no-auth).
+  bool insecure_no_auth = false;
+  // The largest message the scheduler may send (a task with its inline arguments).
+  int max_message_bytes = 256 << 20;
 };
 
 // One C++ worker: serves WorkerService, registers the built-in functions, and runs the tasks

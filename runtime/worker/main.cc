@@ -1,5 +1,6 @@
 // cohort-worker: C++ workers of the task runtime, with the built-in functions.
 #include <csignal>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,7 +52,17 @@ int main(int argc, char** argv) {
       ->envname("COHORT_NODE_IP")
       ->capture_default_str();
   app.add_option("--auth-token-file", token_file,
-                 "the job's token: sent on every call and required of every call");
+                 "the job's token: sent on every call and required of every call "
+                 "($COHORT_AUTH_TOKEN_FILE)")
+      ->envname("COHORT_AUTH_TOKEN_FILE");
+  app.add_flag("--insecure-no-auth", options.insecure_no_auth,
+               "serve beyond loopback without --auth-token-file: anyone who reaches a worker's "
+               "port can send it tasks (refused otherwise)");
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "largest gRPC message taken from the scheduler (a task with its inline "
+                 "arguments)")
+      ->capture_default_str()
+      ->check(CLI::Range(1 << 20, std::numeric_limits<int>::max()));
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();

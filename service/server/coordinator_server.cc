@@ -1,9 +1,18 @@
 #include "service/server/coordinator_server.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
+
+int MaxMessageBytes(const ServiceConfig& config) {
+  return static_cast<int>(std::min<size_t>(
+      config.key_value.max_value_bytes + config.key_value.max_key_bytes + (size_t{1} << 20),
+      static_cast<size_t>(std::numeric_limits<int>::max())));
+}
 
 CoordinatorServer::CoordinatorServer(CoordinationService* service, MetricsRegistry* registry,
                                      ServerOptions options)
@@ -24,7 +33,7 @@ CoordinatorServer::~CoordinatorServer() {
 }
 
 absl::Status CoordinatorServer::Start() {
-  auto creds = ServerCredentials(options_.tls);
+  auto creds = ServerCredentials(options_.tls, options_.auth_token);
   if (!creds.ok()) return creds.status();
   // One line for a port in use, before gRPC would print its own trace of it.
   if (auto free = ProbeListenAddress(options_.listen); !free.ok()) {
@@ -40,8 +49,8 @@ absl::Status CoordinatorServer::Start() {
   builder.RegisterService(&distributed_runtime_);
   builder.RegisterService(&cohort_);
   for (grpc::Service* extra : options_.extra_services) builder.RegisterService(extra);
-  // jaxlib shares compiled executables through the store: no message size limit.
-  builder.SetMaxReceiveMessageSize(-1);
+  // jaxlib shares compiled executables through the store: as large as a stored value may be.
+  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(-1);
   // Clients keep calls parked for hours; let their keepalive pings through.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);

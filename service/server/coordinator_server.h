@@ -27,9 +27,17 @@ struct ServerOptions {
   TlsFiles tls;                              // empty cert: insecure, like upstream
   // The job's token every gRPC call must carry (empty: none, like upstream).
   std::string auth_token;
+  // The largest message a caller with the token may send (gRPC answers RESOURCE_EXHAUSTED
+  // past it): MaxMessageBytes of the service's config. A caller without the token is refused
+  // before its message is read, whatever it is.
+  int max_receive_message_bytes = 4 << 20;
   // More services on the same port (the task runtime's Scheduler). Not owned.
   std::vector<grpc::Service*> extra_services;
 };
+
+// The largest message a call needs: the largest key and value the store takes, with 1 MiB for
+// the rest of the call (gRPC's limit is an int: at most 2 GiB - 1).
+int MaxMessageBytes(const ServiceConfig& config);
 
 // Serves one CoordinationService on one gRPC port in every protocol, drives its timers,
 // and serves /metrics, /healthz and /readyz.

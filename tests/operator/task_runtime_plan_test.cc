@@ -227,8 +227,21 @@ TEST(TaskRuntimePodsTest, AWorkerPodsSidecarHostsTheObjectStoreSharedWithTheWork
         std::string::npos)
         << (*c)["name"];
   }
-  // The token stays the sidecar's.
-  EXPECT_EQ((*workers)["volumeMounts"].dump().find("cohort-token"), std::string::npos);
+  // The workers serve on the pod's IP and require the job's token: the workload gets the
+  // token alone, read-only; the certificates (cohort-token, with --job-tls) stay the sidecar's.
+  EXPECT_EQ(EnvValue(*workers, "COHORT_AUTH_TOKEN_FILE"), "/var/run/secrets/cohort/token");
+  EXPECT_EQ((*workers)["volumeMounts"].dump().find("\"cohort-token\""), std::string::npos);
+  EXPECT_NE(
+      (*workers)["volumeMounts"].dump().find(
+          R"({"mountPath":"/var/run/secrets/cohort","name":"cohort-workload-token","readOnly":true})"),
+      std::string::npos)
+      << (*workers)["volumeMounts"].dump();
+  json token;
+  for (const json& v : pod["spec"]["volumes"]) {
+    if (v["name"] == "cohort-workload-token") token = v;
+  }
+  EXPECT_EQ(token["secret"]["secretName"], "mr-token");
+  EXPECT_EQ(token["secret"]["items"], json::parse(R"([{"key": "token", "path": "token"}])"));
 }
 
 TEST(TaskRuntimePodsTest, TheDriverPodComesFromItsOwnTemplate) {

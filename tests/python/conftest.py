@@ -3,6 +3,7 @@ cohort-coordinator (the scheduler), object stores, C++ and Python workers. Every
 stopped by its PID when the test ends, also when it fails; its log is printed on failure.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,9 +25,15 @@ BIN = Path(os.environ.get("COHORT_BIN_DIR", REPO / "build" / "bin")).resolve()
 
 
 class Cluster:
-    def __init__(self, tmp):
+    def __init__(self, tmp, token=None):
+        """`token`: the job's token, which every program is given (--auth-token-file)."""
         self.tmp = tmp
         self.procs = []
+        self.token = token
+        self.auth = []
+        if token:
+            (tmp / "token").write_text(token + "\n")
+            self.auth = ["--auth-token-file", tmp / "token"]
         self.scheduler = f"127.0.0.1:{free_port()}"
         self.coordinators = 0
         self.coordinator = self.start_coordinator([])
@@ -36,7 +43,7 @@ class Cluster:
         self.coordinators += 1
         return self.start(f"coordinator-{self.coordinators}", [
             BIN / "cohort-coordinator", "--listen", self.scheduler, "--http-listen", "",
-            "--job", "driver=1", "--task-liveness-timeout", "3s", *extra])
+            "--job", "driver=1", "--task-liveness-timeout", "3s", *self.auth, *extra])
 
     def restart_coordinator(self, extra, kill=True):
         """The coordinator killed (SIGKILL) and started again on the same port with `extra`."""
@@ -56,7 +63,7 @@ class Cluster:
         address = f"{host}:{free_port()}"
         name = f"store-{len(self.stores)}"
         self.start(name, [BIN / "cohort-objstore", "--listen", address, "--scheduler",
-                          self.scheduler, "--capacity", "1GiB"])
+                          self.scheduler, "--capacity", "1GiB", *self.auth])
         deadline = time.monotonic() + 30
         while "registered with" not in (self.tmp / f"{name}.log").read_text():
             assert time.monotonic() < deadline, (self.tmp / f"{name}.log").read_text()
@@ -68,22 +75,33 @@ class Cluster:
         host = store.rsplit(":", 1)[0]
         return self.start(f"cpp-workers-{store}", [
             BIN / "cohort-worker", "--scheduler", self.scheduler, "--objstore", store,
-            "--workers", count, "--listen-host", host])
+            "--workers", count, "--listen-host", host, *self.auth])
 
-    def add_python_worker(self, store, index):
+    def add_python_worker(self, store, index, extra=()):
         host = store.rsplit(":", 1)[0]
         return self.start(f"py-worker-{index}", [
             sys.executable, "-m", "cohort.worker", "--scheduler", self.scheduler,
-            "--objstore", store, "--listen-host", host],
+            "--objstore", store, "--listen-host", host, *self.auth, *extra],
             env={"PYTHONPATH": str(Path(__file__).parent)})
+
+    def worker_address(self, name):
+        """The HOST:PORT a Python worker serves on, from its log."""
+        match = re.search(r"serving on (\S+) with store", (self.tmp / f"{name}.log").read_text())
+        assert match, (self.tmp / f"{name}.log").read_text()
+        return match.group(1)
+
+    def metadata(self):
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
     def scheduler_info(self):
         stub = services_pb2_grpc.SchedulerStub(grpc.insecure_channel(self.scheduler))
-        return stub.SchedulerInfo(messages_pb2.SchedulerInfoRequest(), timeout=10)
+        return stub.SchedulerInfo(messages_pb2.SchedulerInfoRequest(), timeout=10,
+                                  metadata=self.metadata())
 
     def store_ids(self, store):
         stub = services_pb2_grpc.ObjStoreStub(grpc.insecure_channel(store))
-        return list(stub.ObjStoreInfo(messages_pb2.ObjStoreInfoRequest(), timeout=10).objectid)
+        return list(stub.ObjStoreInfo(messages_pb2.ObjStoreInfoRequest(), timeout=10,
+                                      metadata=self.metadata()).objectid)
 
     def wait_for_workers(self, count):
         deadline = time.monotonic() + 30
@@ -109,15 +127,25 @@ class Cluster:
                          for name, _, _ in self.procs)
 
 
-@pytest.fixture
-def cluster(tmp_path, request):
-    c = Cluster(tmp_path)
+def _cluster(tmp_path, request, token=None):
+    c = Cluster(tmp_path, token)
     yield c
     cohort.shutdown()
     c.stop()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(c.logs())
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    yield from _cluster(tmp_path, request)
+
+
+@pytest.fixture
+def token_cluster(tmp_path, request):
+    """A cluster whose every program holds the job's token (Cluster.token)."""
+    yield from _cluster(tmp_path, request, token="python-tests-token-0123456789")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -219,6 +219,57 @@ TEST_F(AuthTest, AProxyWithAWrongTokenGetsNothingThrough) {
   EXPECT_NE(before, TaskState::kConnected);
 }
 
+// gRPC checks a message's size as it reads it. With a limit of about 2 MiB here, an 8 MiB call
+// refused for its token and not for its size was refused before its message was read; the
+// same call with the token is refused for its size.
+TEST(AuthBeforeReadTest, ACallWithoutTheTokenIsRefusedBeforeItsMessageIsRead) {
+  ServiceConfig config = Jobs(2);
+  config.key_value.max_value_bytes = 1 << 20;
+  TestCoordinator coordinator(config, "127.0.0.1:0", kToken);
+  const std::string big(8 << 20, 'x');
+  grpc::Slice slice(big);
+  struct Case {
+    std::string token;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  for (const Case& c : {Case{"", grpc::StatusCode::UNAUTHENTICATED, "has none"},
+                        Case{"someone-elses-token", grpc::StatusCode::UNAUTHENTICATED, "not this"},
+                        Case{kToken, grpc::StatusCode::RESOURCE_EXHAUSTED, "larger than max"}}) {
+    grpc::GenericStub stub(ChannelTo(coordinator.address(), c.token));
+    for (const char* path : {"/tensorflow.CoordinationService/InsertKeyValue",
+                             "/cohort.v1.Coordinator/GetClusterSnapshot"}) {
+      grpc::ByteBuffer request(&slice, 1);
+      grpc::ByteBuffer response;
+      auto ctx = Deadline();
+      absl::Notification done;
+      grpc::Status status;
+      stub.UnaryCall(ctx.get(), path, grpc::StubOptions(), &request, &response,
+                     [&](grpc::Status s) {
+                       status = std::move(s);
+                       done.Notify();
+                     });
+      done.WaitForNotification();
+      EXPECT_EQ(status.error_code(), c.code)
+          << path << " with token \"" << c.token << "\": " << status.error_message();
+      EXPECT_NE(status.error_message().find(c.says), std::string::npos)
+          << path << ": " << status.error_message();
+    }
+  }
+}
+
+TEST(IsLoopbackListenAddressTest, OnlyAddressesThisMachineAloneReaches) {
+  for (const char* address :
+       {"127.0.0.1:8476", "127.0.0.2:0", "127.255.255.254:1", "[::1]:8476", "localhost:9",
+        "LOCALHOST:9", "[::ffff:127.0.0.1]:1", "unix:/tmp/s", "unix-abstract:x"}) {
+    EXPECT_TRUE(IsLoopbackListenAddress(address)) << address;
+  }
+  for (const char* address : {"0.0.0.0:8476", "[::]:8476", "10.0.0.7:9478", "128.0.0.1:1",
+                              "[::ffff:10.0.0.7]:1", "example.com:80", "[::1:1", "", ":8476"}) {
+    EXPECT_FALSE(IsLoopbackListenAddress(address)) << address;
+  }
+}
+
 TEST(AuthTokenFileTest, IsReadStrictly) {
   std::string dir = ::testing::TempDir();
   auto write = [&](const std::string& name, const std::string& content) {

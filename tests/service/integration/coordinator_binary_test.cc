@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -73,6 +74,7 @@ class Process {
     exited_ = true;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  pid_t pid() const { return pid_; }
   std::string Log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -84,6 +86,17 @@ class Process {
   pid_t pid_ = -1;
   bool exited_ = false;
 };
+
+// A process's peak resident memory so far in KiB (VmHWM of /proc/PID/status): a message held
+// even for an instant shows in it. -1 when it cannot be read.
+long PeakResidentKiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
 
 bool WaitReady(const std::shared_ptr<grpc::Channel>& channel) {
   return channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20));
@@ -127,6 +140,57 @@ TEST(CoordinatorBinaryTest, SigtermEndsParkedCallsWithAClearStatusAndExitsCleanl
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(s.error_message().find("shutting down"), std::string::npos) << s.error_message();
   EXPECT_NE(p.Log().find("received SIGTERM"), std::string::npos) << p.Log();
+}
+
+// 100 calls of 256 MiB each without the job's token: each is refused UNAUTHENTICATED once its
+// metadata has arrived, so the coordinator never holds their messages: its peak memory stays
+// where it was. (A coordinator that read them before refusing them peaks 256 MiB higher.)
+TEST(CoordinatorBinaryTest, AnonymousCallsOf256MiBLeaveItsMemoryWhereItWas) {
+  int port = FreePort();
+  std::string token_file = absl::StrCat(::testing::TempDir(), "/rss-token");
+  std::ofstream(token_file) << "rss-test-token\n";
+  Process p({"--listen", absl::StrCat("127.0.0.1:", port), "--http-listen", "", "--job", "worker=1",
+             "--auth-token-file", token_file});
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                           grpc::InsecureChannelCredentials(), args);
+  ASSERT_TRUE(WaitReady(channel)) << p.Log();
+  grpc::GenericStub stub(channel);
+  // A well-formed InsertKeyValue of a 256 MiB value: a server that read it could parse it.
+  std::string big;
+  {
+    tf::InsertKeyValueRequest insert;
+    insert.mutable_kv()->set_key("big");
+    insert.mutable_kv()->set_value(std::string(size_t{256} << 20, 'k'));
+    ASSERT_TRUE(insert.SerializeToString(&big));
+  }
+  grpc::Slice slice(big);
+  big.clear();
+  big.shrink_to_fit();
+  auto call = [&] {
+    grpc::ByteBuffer request(&slice, 1);  // the slice shared, not copied
+    grpc::ByteBuffer response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, "/tensorflow.CoordinationService/InsertKeyValue", grpc::StubOptions(),
+                   &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  };
+  // The first call sets up the connection's own buffers, which count in the baseline.
+  grpc::Status first = call();
+  ASSERT_EQ(first.error_code(), grpc::StatusCode::UNAUTHENTICATED) << first.error_message();
+  const long before = PeakResidentKiB(p.pid());
+  ASSERT_GT(before, 0);
+  for (int i = 0; i < 100; ++i) {
+    grpc::Status s = call();
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << i << ": " << s.error_message();
+    ASSERT_NE(s.error_message().find("has none"), std::string::npos) << s.error_message();
+  }
+  const long after = PeakResidentKiB(p.pid());
+  EXPECT_LT(after - before, 64 * 1024) << "peak KiB before " << before << ", after " << after;
+  EXPECT_EQ(p.Terminate(), 0) << p.Log();
 }
 
 TEST(CoordinatorBinaryTest, YamlConfigIsReadAndFlagsOverrideIt) {

@@ -22,6 +22,7 @@ class TestCoordinator {
   explicit TestCoordinator(ServiceConfig config, std::string listen = "127.0.0.1:0",
                            std::string auth_token = "")
       : metrics_(registry_) {
+    const int max_message_bytes = MaxMessageBytes(config);
     auto service = CoordinationService::Create(std::move(config), &clock_, &metrics_);
     EXPECT_TRUE(service.ok()) << service.status();
     service_ = std::move(*service);
@@ -30,6 +31,7 @@ class TestCoordinator {
     options.listen = std::move(listen);
     options.http_listen = "127.0.0.1:0";
     options.auth_token = std::move(auth_token);
+    options.max_receive_message_bytes = max_message_bytes;
     server_ = std::make_unique<CoordinatorServer>(service_.get(), &registry_, options);
     auto s = server_->Start();
     EXPECT_TRUE(s.ok()) << s;
