@@ -15,8 +15,8 @@ then parses the heavy headers once per batch instead of once per file (a fifth o
 
   tools/lint.py [--build DIR] [--jobs N] [--no-cache]
 
-Prints each finding, then "lint: N files (M clean in the cache, K checked)"; exits 1 on any
-finding.
+Prints each finding, then "lint: N files (M clean in the cache, K checked; clang-tidy took C
+CPU-s)"; exits 1 on any finding.
 """
 import argparse
 import concurrent.futures
@@ -176,7 +176,10 @@ def main() -> int:
                 failed.append(source)
                 print(f"lint: {source}:\n{text}")
     total = cached + len(todo)
-    print(f"lint: {total} files ({cached} clean in the cache {cache}, {len(todo)} checked)")
+    times = os.times()
+    cpu = times.children_user + times.children_system
+    print(f"lint: {total} files ({cached} clean in the cache {cache}, {len(todo)} checked; "
+          f"clang-tidy took {cpu:.0f} CPU-s)")
     if failed:
         print(f"lint: findings in {len(failed)} files: {' '.join(failed)}")
         return 1

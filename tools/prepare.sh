@@ -20,12 +20,30 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 status=0
+# CHILD_CPU: the CPU seconds of this shell's finished children so far (user + system). `times`
+# runs in this shell, not in a command substitution's subshell, whose children are its own.
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+children_cpu() {
+  times >"$times_file"
+  CHILD_CPU=$(sed -n 2p "$times_file" | awk '{
+    t = 0
+    for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }
+    printf "%d\n", t }')
+}
+# part COMMAND...: runs it; says how it ended, its wall time and the CPU time it took (a bare
+# machine is CPU-bound throughout: the CPU seconds say what to make cheaper).
 part() {
-  local t=$SECONDS
-  if "$@"; then
-    echo "prepare: $* ($((SECONDS - t)) s)"
+  local t=$SECONDS cpu
+  children_cpu
+  cpu=$CHILD_CPU
+  "$@"
+  local code=$?
+  children_cpu
+  if ((code == 0)); then
+    echo "prepare: $* ($((SECONDS - t)) s, $((CHILD_CPU - cpu)) CPU-s)"
   else
-    echo "prepare: FAILED: $* ($((SECONDS - t)) s)"
+    echo "prepare: FAILED: $* ($((SECONDS - t)) s, $((CHILD_CPU - cpu)) CPU-s)"
     status=1
   fi
 }
@@ -41,5 +59,6 @@ if command -v go >/dev/null; then
   part tools/local-cluster tools --addons coscheduling
 fi
 part make --no-print-directory tsan-build
-echo "prepare: done in $((SECONDS - start)) s"
+children_cpu
+echo "prepare: done in $((SECONDS - start)) s, $CHILD_CPU CPU-s"
 exit $status
