@@ -46,6 +46,12 @@ namespace {
 using internal::Str;
 using internal::Whole;
 
+// The CRD says the same (charts/cohort/crds), so that the API server refuses it first.
+constexpr char kHostNetworkRefused[] =
+    "hostNetwork is not allowed: the workload's sidecar serves the job's coordinator, with the "
+    "job's token attached, on the pod's loopback (127.0.0.1:8476), which on the node's network "
+    "would be open to every process on the node";
+
 absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
@@ -245,6 +251,10 @@ absl::Status CheckWorkloadTemplate(const json& tmpl, const std::string& field) {
     if (Str(c, "name") == "cohort-sidecar") {
       return Invalid(path, "\"cohort-sidecar\" is the name of the container the operator injects");
     }
+  }
+  const json host_network = tmpl.value("/spec/hostNetwork"_json_pointer, json());
+  if (host_network.is_boolean() && host_network.get<bool>()) {
+    return Invalid(field + ".spec.hostNetwork", kHostNetworkRefused);
   }
   return absl::OkStatus();
 }

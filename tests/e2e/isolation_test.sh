@@ -187,7 +187,8 @@ refused "a privileged container" priv "{$c0, \"securityContext\": {\"privileged\
 refused "a privileged init container" privinit \
   '{"initContainers": [{"name": "setup", "image": "x", "securityContext": {"privileged": true}}]}' \
   "admissionPolicy.allowPrivileged"
-refused "hostNetwork" hostnet '{"hostNetwork": true}' \
+# (hostNetwork is refused by the CRD itself, before any policy: tests/e2e/crd_test.sh.)
+refused "hostIPC" hostipc '{"hostIPC": true}' \
   "hostNetwork, hostPID and hostIPC are not allowed for CoordinatedJobs on this cluster (cohort chart value admissionPolicy.allowHostNamespaces)"
 refused "hostPID" hostpid '{"hostPID": true}' "admissionPolicy.allowHostNamespaces"
 refused "a hostPath volume" hostpath '{"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}' \

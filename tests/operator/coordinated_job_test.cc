@@ -140,6 +140,13 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
       {[](json& j) { j["metadata"]["name"] = "1st"; }, "lower-case letter"},
       {[](json& j) { j["spec"]["template"]["spec"]["containers"][0]["name"] = "cohort-sidecar"; },
        "cohort-sidecar"},
+      {[](json& j) { j["spec"]["template"]["spec"]["hostNetwork"] = true; },
+       "spec.template.spec.hostNetwork: hostNetwork is not allowed: the workload's sidecar"},
+      {[](json& j) {
+         j["spec"]["tasks"] = json::parse(R"({"driver": {"template": {"spec": {
+             "hostNetwork": true, "containers": [{"name": "d", "image": "i"}]}}}})");
+       },
+       "spec.tasks.driver.template.spec.hostNetwork: hostNetwork is not allowed"},
       {[](json& j) { j["spec"]["coordinator"]["state"]["volume"] = "HostPath"; },
        "spec.coordinator.state.volume: \"HostPath\" is not EmptyDir, PersistentVolumeClaim or "
        "None"},
