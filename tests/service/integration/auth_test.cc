@@ -40,6 +40,21 @@ std::unique_ptr<grpc::ClientContext> Deadline() {
   return ctx;
 }
 
+// A unary call of `path` whose request is the bytes of `request`, as they are: its status.
+grpc::Status CallRaw(grpc::GenericStub& stub, const std::string& path, const grpc::Slice& request) {
+  grpc::ByteBuffer buffer(&request, 1);
+  grpc::ByteBuffer response;
+  auto ctx = Deadline();
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(ctx.get(), path, grpc::StubOptions(), &buffer, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
 class AuthTest : public ::testing::Test {
  protected:
   AuthTest() : coordinator_(Jobs(2), "127.0.0.1:0", kToken) {}
@@ -57,19 +72,8 @@ class AuthTest : public ::testing::Test {
       const auto* method = descriptor->method(i);
       if (method->client_streaming() || method->server_streaming()) continue;
       std::string path = absl::StrCat("/", service, "/", method->name());
-      grpc::ByteBuffer request, response;
       grpc::Slice empty("", 0);
-      request = grpc::ByteBuffer(&empty, 1);
-      auto ctx = Deadline();
-      absl::Notification done;
-      grpc::Status status;
-      stub.UnaryCall(ctx.get(), path, grpc::StubOptions(), &request, &response,
-                     [&](grpc::Status s) {
-                       status = std::move(s);
-                       done.Notify();
-                     });
-      done.WaitForNotification();
-      out.emplace_back(path, status);
+      out.emplace_back(path, CallRaw(stub, path, empty));
     }
     return out;
   }
@@ -239,17 +243,7 @@ TEST(AuthBeforeReadTest, ACallWithoutTheTokenIsRefusedBeforeItsMessageIsRead) {
     grpc::GenericStub stub(ChannelTo(coordinator.address(), c.token));
     for (const char* path : {"/tensorflow.CoordinationService/InsertKeyValue",
                              "/cohort.v1.Coordinator/GetClusterSnapshot"}) {
-      grpc::ByteBuffer request(&slice, 1);
-      grpc::ByteBuffer response;
-      auto ctx = Deadline();
-      absl::Notification done;
-      grpc::Status status;
-      stub.UnaryCall(ctx.get(), path, grpc::StubOptions(), &request, &response,
-                     [&](grpc::Status s) {
-                       status = std::move(s);
-                       done.Notify();
-                     });
-      done.WaitForNotification();
+      grpc::Status status = CallRaw(stub, path, slice);
       EXPECT_EQ(status.error_code(), c.code)
           << path << " with token \"" << c.token << "\": " << status.error_message();
       EXPECT_NE(status.error_message().find(c.says), std::string::npos)
