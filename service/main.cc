@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -168,6 +169,26 @@ int main(int argc, char** argv) {
                  "probes (every second) for this long is lost: its task runs again, and what "
                  "only it held is computed again or reported lost")
       ->capture_default_str();
+  cohort::runtime::SchedulerLimits& limits = task_options.limits;
+  for (const auto& [flag, value, what] : std::vector<std::tuple<const char*, size_t*, const char*>>{
+           {"--max-tasks", &limits.max_tasks,
+            "task runtime: tasks and puts the scheduler keeps, finished ones too (their lineage)"},
+           {"--max-objects", &limits.max_objects, "task runtime: object ids the scheduler keeps"},
+           {"--max-task-workers", &limits.max_workers,
+            "task runtime: workers and drivers registered at once"},
+           {"--max-object-stores", &limits.max_stores,
+            "task runtime: object stores registered at once"},
+           {"--max-functions", &limits.max_functions,
+            "task runtime: names in the scheduler's function table"},
+           {"--max-export-bytes", &limits.max_export_bytes,
+            "task runtime: bytes of exported functions and reusable variables, in all"},
+           {"--max-ids-per-call", &limits.max_ids_per_call,
+            "task runtime: object ids one call names (counts, contained ids, a task's "
+            "arguments)"}}) {
+    app.add_option(flag, *value, std::string(what) + "; past it: RESOURCE_EXHAUSTED")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+  }
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();

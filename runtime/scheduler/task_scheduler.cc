@@ -32,6 +32,26 @@ absl::Status CheckAddress(const std::string& what, const std::string& address) {
 
 }  // namespace
 
+absl::Status TaskScheduler::Fits(size_t have, size_t more, size_t limit, const char* what,
+                                 const char* flag) {
+  if (more <= limit && have <= limit - more) return absl::OkStatus();
+  if (have == 0) {  // a limit on one call
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the scheduler takes at most ", limit, " ", what, " (this call has ", more,
+                     "); the coordinator's ", flag, " raises the limit"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the scheduler keeps at most ", limit, " ", what, " (", have, " now, this call adds ", more,
+      "); the coordinator's ", flag, " raises the limit"));
+}
+
+size_t TaskScheduler::ExportedBytes() const {
+  size_t bytes = 0;
+  for (const std::string& f : exported_functions_) bytes += f.size();
+  for (const std::string& v : exported_variables_) bytes += v.size();
+  return bytes;
+}
+
 TaskScheduler::TaskScheduler(const Clock& clock, SchedulerOptions options)
     : clock_(clock), options_(std::move(options)), next_port_(options_.first_assigned_port) {}
 
@@ -60,6 +80,13 @@ void TaskScheduler::Emit(Effect effect) { effects_.push_back(std::move(effect));
 absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& address) {
   if (absl::Status s = CheckAddress("object store address", address); !s.ok()) return s;
   Mutation lock(this);
+  const size_t alive = static_cast<size_t>(std::count_if(
+      stores_.begin(), stores_.end(), [](const auto& entry) { return entry.second.alive; }));
+  if (absl::Status s =
+          Fits(alive, 1, options_.limits.max_stores, "object stores", "--max-object-stores");
+      !s.ok()) {
+    return s;
+  }
   for (auto& [id, store] : stores_) {
     // A store starts empty: one registering again at a known address restarted, and what
     // the old one held is gone.
@@ -78,6 +105,15 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
     const std::string& node_ip, const std::string& objstore_address, bool is_driver,
     const std::string& worker_address) {
   Mutation lock(this);
+  const size_t alive =
+      static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), [](const auto& entry) {
+        return entry.second.state != WorkerState::kDead;
+      }));
+  if (absl::Status s =
+          Fits(alive, 1, options_.limits.max_workers, "workers and drivers", "--max-task-workers");
+      !s.ok()) {
+    return s;
+  }
   const Store* store = nullptr;
   for (const auto& [id, s] : stores_) {
     if (!s.alive) continue;
@@ -136,6 +172,13 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
   }
   w.last_seen = clock_.Now();
   auto it = functions_.find(name);
+  if (it == functions_.end()) {
+    if (absl::Status s = Fits(functions_.size(), 1, options_.limits.max_functions, "functions",
+                              "--max-functions");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (it != functions_.end() && it->second.num_return_vals != num_return_vals) {
     return absl::InvalidArgumentError(absl::StrCat(
         "function '", name, "' returns ", it->second.num_return_vals,
@@ -152,6 +195,14 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
 absl::Status TaskScheduler::ExportFunction(std::string implementation) {
   if (implementation.empty()) return absl::InvalidArgumentError("the function is empty");
   Mutation lock(this);
+  if (absl::Status s =
+          Fits(ExportedBytes(), implementation.size(), options_.limits.max_export_bytes,
+               "bytes of exported functions and "
+               "reusable variables",
+               "--max-export-bytes");
+      !s.ok()) {
+    return s;
+  }
   exported_functions_.push_back(std::move(implementation));
   for (auto& [id, w] : workers_) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
@@ -166,6 +217,14 @@ absl::Status TaskScheduler::ExportReusableVariable(std::string reusable_variable
     return absl::InvalidArgumentError("the reusable variable is empty");
   }
   Mutation lock(this);
+  if (absl::Status s =
+          Fits(ExportedBytes(), reusable_variable.size(), options_.limits.max_export_bytes,
+               "bytes of exported functions and "
+               "reusable variables",
+               "--max-export-bytes");
+      !s.ok()) {
+    return s;
+  }
   exported_variables_.push_back(std::move(reusable_variable));
   for (auto& [id, w] : workers_) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
@@ -200,6 +259,16 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
     return SubmitResult{repeated->function_registered, repeated->ids};
   }
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s = Fits(0, task.args.size(), options_.limits.max_ids_per_call,
+                            "arguments in one task", "--max-ids-per-call");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Fits(operations_.size(), 1, options_.limits.max_tasks,
+                            "tasks and puts (finished ones too)", "--max-tasks");
+      !s.ok()) {
+    return s;
+  }
   for (size_t i = 0; i < task.args.size(); ++i) {
     const TaskArg& arg = task.args[i];
     if (arg.id == 0 && arg.value.empty()) {
@@ -220,6 +289,11 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
     return SubmitResult{false, {}};
   }
 
+  if (absl::Status s = Fits(objects_.size(), fn->second.num_return_vals,
+                            options_.limits.max_objects, "object ids", "--max-objects");
+      !s.ok()) {
+    return s;
+  }
   OperationId id = next_operation_++;
   Operation& op = OpMut(id);
   op.id = id;

@@ -24,7 +24,30 @@
 
 namespace cohort::runtime {
 
+// What a caller with the job's token can make the scheduler keep. A call past a limit is refused
+// RESOURCE_EXHAUSTED, naming the limit and the coordinator's flag that raises it, and changes
+// nothing.
+struct SchedulerLimits {
+  // Tasks and puts kept (--max-tasks): finished ones too, for the lineage a lost object is
+  // computed again from.
+  size_t max_tasks = 1'000'000;
+  // Object ids kept (--max-objects): task results and puts, and the ids they contain.
+  size_t max_objects = 4'000'000;
+  // Workers and drivers registered and not lost (--max-task-workers).
+  size_t max_workers = 10'000;
+  // Object stores registered and not lost (--max-object-stores).
+  size_t max_stores = 10'000;
+  // Names in the function table (--max-functions).
+  size_t max_functions = 100'000;
+  // Bytes of exported functions and reusable variables, in all (--max-export-bytes).
+  size_t max_export_bytes = size_t{1} << 30;
+  // Object ids one call names (--max-ids-per-call): reference counts, contained ids, a task's
+  // arguments.
+  size_t max_ids_per_call = 100'000;
+};
+
 struct SchedulerOptions {
+  SchedulerLimits limits;
   // How many times a task is started again after the worker running it was lost, before the
   // task fails. A task that raises is never retried: it would raise again.
   int max_task_retries = 3;
@@ -259,6 +282,10 @@ class TaskScheduler {
   }
 
   absl::Status CheckWorker(WorkerId worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED unless `more` new ones fit beside `have` under `limit` (SchedulerLimits).
+  static absl::Status Fits(size_t have, size_t more, size_t limit, const char* what,
+                           const char* flag);
+  size_t ExportedBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckStore(StoreId store) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Effect effect) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -14,6 +14,16 @@ absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
     return repeated->ids.at(0);
   }
   if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s =
+          Fits(operations_.size(), 1, options_.limits.max_tasks, "tasks and puts", "--max-tasks");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          Fits(objects_.size(), 1, options_.limits.max_objects, "object ids", "--max-objects");
+      !s.ok()) {
+    return s;
+  }
   Worker& w = workers_[worker];
   w.last_seen = clock_.Now();
   ObjectId object = objects_.Create(0, worker);
@@ -173,6 +183,11 @@ absl::Status TaskScheduler::AliasObjectIDs(ObjectId alias, ObjectId target) {
 absl::Status TaskScheduler::IncrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
   Mutation lock(this);
   if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
+  if (absl::Status s = Fits(0, ids.size(), options_.limits.max_ids_per_call, "ids in one call",
+                            "--max-ids-per-call");
+      !s.ok()) {
+    return s;
+  }
   absl::Status s = objects_.AddRefs(ids);
   Remember(call, CallOutcome{s, false, {}});
   return s;
@@ -181,6 +196,11 @@ absl::Status TaskScheduler::IncrementRefCount(const std::vector<ObjectId>& ids, 
 absl::Status TaskScheduler::DecrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
   Mutation lock(this);
   if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
+  if (absl::Status s = Fits(0, ids.size(), options_.limits.max_ids_per_call, "ids in one call",
+                            "--max-ids-per-call");
+      !s.ok()) {
+    return s;
+  }
   std::vector<Deallocation> freed;
   absl::Status s = objects_.DropRefs(ids, &freed);
   if (s.ok()) Deallocate(freed);
@@ -193,6 +213,11 @@ absl::Status TaskScheduler::AddContainedObjectIDs(ObjectId object,
                                                   CallId call) {
   Mutation lock(this);
   if (const CallOutcome* repeated = Repeated(call)) return repeated->status;
+  if (absl::Status s = Fits(0, contained.size(), options_.limits.max_ids_per_call,
+                            "ids in one call", "--max-ids-per-call");
+      !s.ok()) {
+    return s;
+  }
   absl::Status s = objects_.AddContained(object, contained);
   Remember(call, CallOutcome{s, false, {}});
   return s;

@@ -4,6 +4,7 @@ import mmap
 import os
 import time
 
+import grpc
 import numpy as np
 import pytest
 
@@ -159,3 +160,24 @@ def test_the_coordinator_killed_mid_run_comes_back_and_the_driver_carries_on(clu
     # hold every result while one worker's report is still on its way: both come back idle.
     cluster.wait_for_workers(2)
     assert len(cluster.scheduler_info().avail_worker) == 2
+
+
+def test_a_flood_of_tasks_past_the_limit_is_refused_and_the_others_finish(cluster):
+    cluster.restart_coordinator(["--max-tasks", "40"])
+    store = cluster.add_store("127.0.0.2")
+    cluster.add_python_worker(store, 0)
+    cluster.wait_for_workers(1)
+    cohort.init(cluster.scheduler, store)
+    accepted, refused = [], []
+    for i in range(100):
+        try:
+            accepted.append(tasks_lib.square.remote(i))
+        except grpc.RpcError as e:
+            refused.append(e)
+    assert len(accepted) == 40, [e.details() for e in refused[:1]]
+    assert len(refused) == 60
+    for e in refused:
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        assert "--max-tasks" in e.details(), e.details()
+    assert cohort.get(accepted) == [i * i for i in range(40)]
+    assert len(cohort.api._require_client().task_info().failed_task) == 0

@@ -526,5 +526,64 @@ TEST_F(TaskSchedulerTest, AWorkerThatLeavesGetsNoNewTaskAndItsUnstartedTaskRunsE
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Each of SchedulerLimits, at a small value: the call past it is refused RESOURCE_EXHAUSTED
+// naming the coordinator's flag, and changes nothing the scheduler shows.
+TEST(SchedulerLimitsTest, ACallPastALimitIsRefusedNamingItsFlagAndChangesNothing) {
+  ManualClock clock;
+  SchedulerOptions options;
+  options.limits.max_tasks = 3;
+  options.limits.max_objects = 4;
+  options.limits.max_workers = 3;
+  options.limits.max_stores = 1;
+  options.limits.max_functions = 1;
+  options.limits.max_export_bytes = 10;
+  options.limits.max_ids_per_call = 2;
+  TaskScheduler scheduler(clock, options);
+  auto refused = [](const absl::Status& s, const std::string& flag) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(flag)) << s;
+  };
+  ASSERT_TRUE(scheduler.RegisterObjStore("10.0.0.1:1").ok());
+  refused(scheduler.RegisterObjStore("10.0.0.2:1").status(), "--max-object-stores");
+  absl::StatusOr<WorkerRegistration> worker =
+      scheduler.RegisterWorker("", "10.0.0.1:1", false, "10.0.0.1:2");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(scheduler.ReadyForNewTask(worker->worker, std::nullopt).ok());
+  ASSERT_TRUE(scheduler.RegisterFunction(worker->worker, "f", 2).ok());
+  refused(scheduler.RegisterFunction(worker->worker, "g", 1), "--max-functions");
+  ASSERT_TRUE(scheduler.RegisterFunction(worker->worker, "f", 2).ok()) << "a known name";
+  absl::StatusOr<WorkerRegistration> driver = scheduler.RegisterWorker("", "10.0.0.1:1", true, "");
+  ASSERT_TRUE(driver.ok());
+  ASSERT_TRUE(scheduler.RegisterWorker("", "10.0.0.1:1", true, "").ok());
+  refused(scheduler.RegisterWorker("", "10.0.0.1:1", true, "").status(), "--max-task-workers");
+
+  ASSERT_TRUE(scheduler.ExportFunction("12345678").ok());
+  refused(scheduler.ExportFunction("123"), "--max-export-bytes");
+  refused(scheduler.ExportReusableVariable("123"), "--max-export-bytes");
+
+  const WorkerId d = driver->worker;
+  absl::StatusOr<SubmitResult> first = scheduler.SubmitTask(d, TaskSpec{"f", {{0, "v"}}, {}});
+  ASSERT_TRUE(first.ok()) << first.status();  // 2 of 4 object ids, 1 of 3 tasks
+  refused(scheduler.SubmitTask(d, TaskSpec{"f", {{0, "a"}, {0, "b"}, {0, "c"}}, {}}).status(),
+          "--max-ids-per-call");
+  refused(scheduler.IncrementRefCount({first->results[0], first->results[0], first->results[1]}),
+          "--max-ids-per-call");
+  refused(scheduler.DecrementRefCount({first->results[0], first->results[0], first->results[1]}),
+          "--max-ids-per-call");
+  refused(scheduler.AddContainedObjectIDs(first->results[0], {1, 1, 1}), "--max-ids-per-call");
+  absl::StatusOr<ObjectId> put = scheduler.PutObj(d);
+  ASSERT_TRUE(put.ok()) << put.status();  // 3 of 4 object ids, 2 of 3 tasks and puts
+  refused(scheduler.SubmitTask(d, TaskSpec{"f", {{0, "v"}}, {}}).status(), "--max-objects");
+  ASSERT_TRUE(scheduler.PutObj(d).ok());  // 4 of 4, 3 of 3
+  refused(scheduler.PutObj(d).status(), "--max-tasks");
+  refused(scheduler.SubmitTask(d, TaskSpec{"f", {{0, "v"}}, {}}).status(), "--max-tasks");
+
+  SchedulerInfoView info = scheduler.SchedulerInfo();
+  EXPECT_EQ(info.operations.size(), 3u);
+  EXPECT_EQ(info.reference_count.size(), 5u) << "ids 1 to 4, and entry 0";
+  EXPECT_EQ(info.functions.size(), 1u);
+  EXPECT_EQ(scheduler.Stats().tasks_submitted, 1u);
+}
+
 }  // namespace
 }  // namespace cohort::runtime
