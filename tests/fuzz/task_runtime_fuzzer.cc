@@ -1,6 +1,6 @@
 // libFuzzer target: every RPC handler of the task runtime (the protocol's Scheduler and
 // ObjStore, cohort's LocalStore), bytes in, through gRPC's decoding into a real scheduler
-// and a real object store registered with it; and the transport's reports (a worker or store
+// (with limits small enough that inputs reach them) and a real object store registered with it; and the transport's reports (a worker or store
 // lost, a delivery failed) in between.
 //
 // The input is a sequence of calls, each a 1-byte selector, a 2-byte little-endian length and
@@ -34,10 +34,22 @@ namespace {
 
 constexpr absl::Duration kPatience = absl::Milliseconds(1);
 
+// Limits small enough that inputs reach them: past each, calls are refused and change nothing.
+cohort::runtime::SchedulerOptions SmallLimits() {
+  cohort::runtime::SchedulerOptions options;
+  options.limits.max_tasks = 64;
+  options.limits.max_objects = 128;
+  options.limits.max_workers = 8;
+  options.limits.max_stores = 4;
+  options.limits.max_functions = 8;
+  options.limits.max_export_bytes = 4096;
+  options.limits.max_ids_per_call = 16;
+  return options;
+}
+
 class Harness {
  public:
-  Harness()
-      : scheduler_(clock_, cohort::runtime::SchedulerOptions()), service_(&scheduler_, nullptr) {
+  Harness() : scheduler_(clock_, SmallLimits()), service_(&scheduler_, nullptr) {
     // services.proto declares services only, so nothing else links its descriptor into the
     // binary, and the generic caller finds the services by name in the generated pool. A
     // volatile use keeps the reference that links it.
