@@ -1,7 +1,7 @@
 // libFuzzer target: every RPC handler of the task runtime (the protocol's Scheduler and
 // ObjStore, cohort's LocalStore), bytes in, through gRPC's decoding into a real scheduler
-// (with limits small enough that inputs reach them) and a real object store registered with it; and the transport's reports (a worker or store
-// lost, a delivery failed) in between.
+// (with limits small enough that inputs reach them) and a real object store registered with
+// it; and the transport's reports (a worker or store lost, a delivery failed) in between.
 //
 // The input is a sequence of calls, each a 1-byte selector, a 2-byte little-endian length and
 // that many bytes: a selector below the number of methods calls that method (services in the
