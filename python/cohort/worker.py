@@ -128,7 +128,10 @@ class Worker:
         self.server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(max_workers=4),
             interceptors=[_RequireToken(token)] if token else [],
-            options=[("grpc.max_receive_message_length", max_message_bytes)])
+            # No bandwidth-delay probing: a refused call's message is not buffered ahead of a
+            # read that never comes (the coordinator's reason, coordinator_server.cc).
+            options=[("grpc.max_receive_message_length", max_message_bytes),
+                     ("grpc.http2.bdp_probe", 0)])
         services_pb2_grpc.add_WorkerServiceServicer_to_server(_Service(self), self.server)
         port = self.server.add_insecure_port(f"{host}:0")
         if port == 0:

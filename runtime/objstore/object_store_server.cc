@@ -92,6 +92,8 @@ absl::Status ObjectStoreServer::Start() {
   builder.RegisterService(static_cast<::ObjStore::Service*>(this));
   builder.RegisterService(static_cast<v1::LocalStore::Service*>(this));
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // As the coordinator's (coordinator_server.cc): no window grown ahead of a read.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.SetMaxSendMessageSize(-1);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {

@@ -40,6 +40,8 @@ absl::Status CppWorker::Start() {
   builder.AddListeningPort(listen, PlainServerCredentials(options_.auth_token), &port);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // As the coordinator's (coordinator_server.cc): no window grown ahead of a read.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve WorkerService on ", listen));
