@@ -153,9 +153,9 @@ refused "a malformed state size" 'spec.coordinator.state.size' \
   '{"spec":{"coordinator":{"state":{"volume":"PersistentVolumeClaim","size":"1GB"}}}}'
 refused "a coordinator pod field that is not for scheduling" 'unknown field "spec.coordinator.podTemplate.spec.hostNetwork"' \
   '{"spec":{"coordinator":{"podTemplate":{"spec":{"hostNetwork":true}}}}}'
-refused "hostNetwork in the workers' template" 'spec.template.spec: Invalid value: "object": hostNetwork is not allowed: the workload'"'"'s sidecar serves the job'"'"'s coordinator' \
+refused "hostNetwork in the workers' template" 'spec.template.spec: Invalid value: hostNetwork is not allowed: the workload'"'"'s sidecar serves the job'"'"'s coordinator' \
   '{"spec":{"template":{"spec":{"hostNetwork":true}}}}'
-refused "hostNetwork in the driver's template" 'spec.tasks.driver.template.spec: Invalid value: "object": hostNetwork is not allowed' \
+refused "hostNetwork in the driver's template" 'spec.tasks.driver.template.spec: Invalid value: hostNetwork is not allowed' \
   '{"spec":{"tasks":{"driver":{"template":{"spec":{"hostNetwork":true,"containers":[{"name":"driver","image":"x"}]}}}}}}'
 refused "a RestartWorker rule in a job that is not recoverable" 'a RestartWorker failure rule needs spec.coordinator.recoverable true' \
   '{"spec":{"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
