@@ -333,16 +333,16 @@ TEST(ChildrenTest, TheCoordinatorTakesTheWorkersSchedulingFields) {
     "imagePullSecrets": [{"name": "registry"}],
     "schedulerName": "gang",
     "runtimeClassName": "nvidia",
-    "hostNetwork": true})"));
+    "shareProcessNamespace": true})"));
   auto job = ParseCoordinatedJob(object);
-  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job.ok()) << job.status();
   const json spec = controller::CoordinatorPod(*job, 0, kStarted, {})["spec"];
   for (const char* field : kCoordinatorSchedulingFields) {
     EXPECT_EQ(spec[field], object["spec"]["template"]["spec"][field]) << field;
   }
   // What only the workload needs stays with the workers.
   EXPECT_FALSE(spec.contains("runtimeClassName"));
-  EXPECT_FALSE(spec.contains("hostNetwork"));
+  EXPECT_FALSE(spec.contains("shareProcessNamespace"));
 }
 
 TEST(ChildrenTest, TheCoordinatorsPodTemplateOverridesTheWorkersFields) {
