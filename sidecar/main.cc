@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   app.add_option("--objstore-capacity", objstore_capacity,
                  "the store's capacity in bytes; a put past it is refused")
       ->capture_default_str();
+  objstore.flag_prefix = "objstore-";
+  app.add_flag("--objstore-insecure-no-auth", objstore.insecure_no_auth,
+               "serve the store beyond loopback without --auth-token-file: anyone who reaches "
+               "its port can read, replace and delete objects (refused otherwise)");
   app.add_option("--objstore-shm-dir", objstore.shm_dir,
                  "where the store keeps objects as files the pod's workers map (a memory-backed "
                  "volume shared with the workload); empty: in the store's memory")

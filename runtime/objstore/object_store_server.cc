@@ -74,10 +74,11 @@ absl::Status ObjectStoreServer::Start() {
   if (options_.auth_token.empty() && !options_.insecure_no_auth &&
       !IsLoopbackListenAddress(options_.listen)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--listen ", options_.listen,
+        "--", options_.flag_prefix, "listen ", options_.listen,
         " reaches beyond this machine and no --auth-token-file is given: anyone who reaches "
         "the port could read, replace and delete the job's objects. Give the job's token, "
-        "listen on loopback (127.0.0.1), or pass --insecure-no-auth to serve everyone"));
+        "listen on loopback (127.0.0.1), or pass --",
+        options_.flag_prefix, "insecure-no-auth to serve everyone"));
   }
   grpc::ServerBuilder builder;
   int port = 0;

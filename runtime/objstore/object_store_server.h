@@ -38,6 +38,8 @@ struct ObjectStoreOptions {
   bool local_clients_without_token = false;
   // Serving beyond loopback without a token is refused unless this says so (--insecure-no-auth).
   bool insecure_no_auth = false;
+  // Before the flags' names in messages: "objstore-" in cohort-sidecar, "" in cohort-objstore.
+  std::string flag_prefix;
   // The largest message a caller may send (and this store read from another): a chunk of an
   // object, an inline object or an error's text is at most 1 MiB, so this leaves room.
   int max_message_bytes = 16 << 20;

@@ -477,6 +477,17 @@ TEST_F(SidecarTest, BadFlagsAreOneClearLine) {
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_EQ(result.err,
             "cohort-sidecar: --workload-liveness process needs --workload-process REGEX\n");
+  // A store for every address, without the job's token: refused, naming the sidecar's flags.
+  Subprocess open_store({::cohort::testing::BinDir() + "/cohort-sidecar", "--coordinator",
+                         coordinator_->address(), "--task-runtime", "--proxy-listen", "127.0.0.1:0",
+                         "--objstore-listen", "0.0.0.0:0", "--objstore-advertise", "127.0.0.1:1",
+                         "--http-listen", "127.0.0.1:0"});
+  result = open_store.Wait();
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("--objstore-listen 0.0.0.0:0 reaches beyond this machine"),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("--objstore-insecure-no-auth"), std::string::npos) << result.err;
 }
 
 // The kubelet's PodResources API as a kubelet serves it on its unix socket: one pod whose
