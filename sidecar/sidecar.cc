@@ -88,10 +88,11 @@ absl::Status Sidecar::Start() {
   if (options_.objstore) {
     runtime::ObjectStoreOptions store = *options_.objstore;
     store.scheduler = CoordinatorEndpoint();
-    // Through the proxy the sidecar's credentials go upstream; the scheduler's and the other
-    // stores' calls to this store carry the job's token.
+    // Through the proxy the sidecar's credentials go upstream. Every call to this store must
+    // carry the job's token, checked before its message is read: the scheduler's and the
+    // other stores' do, and so do the pod's workers and driver, whose containers the operator
+    // gives the token (COHORT_AUTH_TOKEN_FILE).
     store.auth_token = options_.auth_token;
-    store.local_clients_without_token = true;
     objstore_ = std::make_unique<runtime::ObjectStoreServer>(store);
     if (auto s = objstore_->Start(); !s.ok()) {
       objstore_.reset();

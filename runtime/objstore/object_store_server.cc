@@ -11,9 +11,7 @@
 #include <fstream>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "runtime/rpc/task_messages.h"
 #include "spdlog/spdlog.h"
@@ -82,14 +80,8 @@ absl::Status ObjectStoreServer::Start() {
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  // With the token, a call without it is refused before its message is read. A store that
-  // lets its own host's clients in without one (a pod's sidecar) checks in the handlers, which
-  // see the caller's address.
-  builder.AddListeningPort(options_.listen,
-                           options_.local_clients_without_token
-                               ? grpc::InsecureServerCredentials()
-                               : PlainServerCredentials(options_.auth_token),
-                           &port);
+  // With the token, a call without it is refused before its message is read.
+  builder.AddListeningPort(options_.listen, PlainServerCredentials(options_.auth_token), &port);
   builder.RegisterService(static_cast<::ObjStore::Service*>(this));
   builder.RegisterService(static_cast<v1::LocalStore::Service*>(this));
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
@@ -152,26 +144,6 @@ void ObjectStoreServer::Wait() {
 
 absl::Status ObjectStoreServer::Refused(const grpc::ServerContext& ctx) const {
   return auth_ ? auth_->Check(ctx) : absl::OkStatus();
-}
-
-absl::Status ObjectStoreServer::RefusedLocal(const grpc::ServerContext& ctx) const {
-  if (options_.local_clients_without_token && FromOwnHost(ctx.peer())) return absl::OkStatus();
-  return Refused(ctx);
-}
-
-bool ObjectStoreServer::FromOwnHost(const std::string& peer) const {
-  // "ipv4:10.1.2.3:40000", "ipv6:[::1]:40000".
-  absl::string_view rest = peer;
-  if (!absl::ConsumePrefix(&rest, "ipv4:") && !absl::ConsumePrefix(&rest, "ipv6:")) return false;
-  absl::string_view host = rest.substr(0, rest.rfind(':'));
-  absl::ConsumePrefix(&host, "[");
-  absl::ConsumeSuffix(&host, "]");
-  if (host == "::1" || absl::StartsWith(host, "127.")) return true;
-  absl::string_view own = address_;
-  own = own.substr(0, own.rfind(':'));
-  absl::ConsumePrefix(&own, "[");
-  absl::ConsumeSuffix(&own, "]");
-  return host == own;
 }
 
 std::shared_ptr<grpc::Channel> ObjectStoreServer::ChannelTo(const std::string& address) {
@@ -366,7 +338,7 @@ grpc::Status ObjectStoreServer::PutError(grpc::ServerContext* ctx,
 grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
                                     grpc::ServerReader<v1::PutChunk>* reader,
                                     v1::AckReply* /*reply*/) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   v1::PutChunk chunk;
   if (!reader->Read(&chunk)) {
     return ToGrpc(absl::InvalidArgumentError("a put needs at least one chunk"));
@@ -411,7 +383,7 @@ grpc::Status ObjectStoreServer::Put(grpc::ServerContext* ctx,
 
 grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::PutChunk* request,
                                           v1::AckReply* /*reply*/) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   ObjectId id = request->objectid();
   uint64_t size = request->data().size();
   if (id == 0) return ToGrpc(absl::InvalidArgumentError("a put names no object id"));
@@ -431,7 +403,7 @@ grpc::Status ObjectStoreServer::PutInline(grpc::ServerContext* ctx, const v1::Pu
 
 grpc::Status ObjectStoreServer::Get(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                     grpc::ServerWriter<v1::ObjChunk>* writer) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
   if (!object.ok()) return ToGrpc(object.status());
   return Stream(*object, writer);
@@ -456,7 +428,7 @@ absl::StatusOr<StoredObject> ObjectStoreServer::Await(grpc::ServerContext* ctx, 
 grpc::Status ObjectStoreServer::Describe(grpc::ServerContext* ctx,
                                          const v1::DescribeRequest* /*request*/,
                                          v1::DescribeReply* reply) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   reply->set_shm_dir(shm_dir_);
   reply->set_boot_id(boot_id_);
   reply->set_objstoreid(id_);
@@ -466,7 +438,7 @@ grpc::Status ObjectStoreServer::Describe(grpc::ServerContext* ctx,
 grpc::Status ObjectStoreServer::PutShared(grpc::ServerContext* ctx,
                                           const v1::PutSharedRequest* request,
                                           v1::AckReply* /*reply*/) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   const std::string& name = request->name();
   if (shm_dir_.empty()) {
     return ToGrpc(absl::FailedPreconditionError(
@@ -499,7 +471,7 @@ grpc::Status ObjectStoreServer::PutShared(grpc::ServerContext* ctx,
 
 grpc::Status ObjectStoreServer::GetShared(grpc::ServerContext* ctx, const v1::GetRequest* request,
                                           v1::SharedObject* reply) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   absl::StatusOr<StoredObject> object = Await(ctx, request->objectid(), request->timeout_ms());
   if (!object.ok()) return ToGrpc(object.status());
   if (object->data->file().empty()) {
@@ -514,7 +486,7 @@ grpc::Status ObjectStoreServer::GetShared(grpc::ServerContext* ctx, const v1::Ge
 
 grpc::Status ObjectStoreServer::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* request,
                                      v1::WaitReply* reply) {
-  if (absl::Status s = RefusedLocal(*ctx); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = Refused(*ctx); !s.ok()) return ToGrpc(s);
   std::vector<ObjectId> ids(request->objectid().begin(), request->objectid().end());
   size_t count = std::min<size_t>(request->num_ready(), ids.size());
   absl::Time deadline = absl::FromChrono(ctx->deadline());

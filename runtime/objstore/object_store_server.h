@@ -32,10 +32,6 @@ struct ObjectStoreOptions {
   // How long a report to the scheduler (ObjReady) keeps trying while the coordinator cannot be
   // reached, before the object is refused.
   absl::Duration reconnect = absl::Minutes(2);
-  // LocalStore calls from this store's own host (loopback, or the advertised address's host:
-  // the same pod) need no token, the ObjStore calls of the scheduler and other stores still
-  // do. A store in a pod's sidecar serves the pod's workload this way, which has no token.
-  bool local_clients_without_token = false;
   // Serving beyond loopback without a token is refused unless this says so (--insecure-no-auth).
   bool insecure_no_auth = false;
   // Before the flags' names in messages: "objstore-" in cohort-sidecar, "" in cohort-objstore.
@@ -102,9 +98,6 @@ class ObjectStoreServer final : public ::ObjStore::Service,
   // Waits for the object as Get does.
   absl::StatusOr<StoredObject> Await(grpc::ServerContext* ctx, ObjectId id, uint64_t timeout_ms);
   absl::Status Refused(const grpc::ServerContext& ctx) const;
-  // For LocalStore's methods: Refused, unless local_clients_without_token lets `ctx` in.
-  absl::Status RefusedLocal(const grpc::ServerContext& ctx) const;
-  bool FromOwnHost(const std::string& peer) const;
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   grpc::Status Stream(const StoredObject& object, grpc::ServerWriter<v1::ObjChunk>* writer) const;
 
