@@ -7,8 +7,9 @@
 # the job; the pool grows and shrinks mid-run and the result is still right; the coordinator's
 # process killed mid-run restarts on its state volume with the scheduler's state and the job
 # goes on with the same driver (coordinatorRestarts 1, restarts 0); a driver that
-# fails fails the job with its exit code; an invalid task runtime job is refused by the API
-# server, naming the field. Python comes from .venv/runtime (tests/python/run.sh, which make
+# fails fails the job with its exit code; a pod of another namespace, with no
+# token and no certificate, is refused by every port that any of a running job's pods listens
+# on; an invalid task runtime job is refused by the API server, naming the field. Python comes from .venv/runtime (tests/python/run.sh, which make
 # test runs first).
 set -uo pipefail
 
@@ -230,6 +231,102 @@ if until_true 180 tasks_done_at_least "$ns" 200; then
 else
   fail "the job gets going (coordinator case)" "phase $(field "$ns" '{.status.phase}')"
 fi
+
+# ---- A stranger's pod calls every port of a running job: each listening socket of each of
+# the job's pods (from the pod's network namespace, /proc/PID/net/tcp, so that none is
+# missed), from a pod in another namespace with no token and no certificate
+# (tests/e2e/stranger_probe.py says what each kind of port must answer).
+listening() {  # NS: POD=IP:PORT:WHERE for each TCP socket listening in each of the job's pods
+  local pod uid ip pidfile
+  for pod in $("$KUBECTL" -n "$1" get pods -o jsonpath='{.items[*].metadata.name}'); do
+    uid=$(pod_uid "$1" "$pod")
+    ip=$("$KUBECTL" -n "$1" get pod "$pod" -o jsonpath='{.status.podIP}')
+    pidfile=$(ls "$ROOT/build/local-cluster/pods/$uid/containers/"*/pid 2>/dev/null | head -n 1)
+    [[ -n "$ip" && -n "$pidfile" ]] || continue
+    python3 - "$pod" "$ip" "/proc/$(cat "$pidfile")/net" <<'PY'
+import sys
+pod, ip, net = sys.argv[1:]
+seen = set()
+for name in ("tcp", "tcp6"):
+    try:
+        lines = open(f"{net}/{name}").read().splitlines()[1:]
+    except OSError:
+        continue
+    for line in lines:
+        local, state = line.split()[1], line.split()[3]
+        if state != "0A":  # LISTEN
+            continue
+        addr, port = local.split(":")
+        loopback = addr in ("0100007F", "00000000000000000000000001000000",
+                            "0000000000000000FFFF00000100007F")
+        seen.add((int(port, 16), "loopback" if loopback else "any"))
+for port, where in sorted(seen):
+    print(f"{pod}={ip}:{port}:{where}")
+PY
+  done
+}
+count() { grep -c "^RESULT $1 [^ ]* $2 ok " "$WORK/stranger.log"; }  # POD KIND
+ports_up() {  # NS: every pod of the job listens on what its kind serves
+  listening "$1" >"$WORK/targets"
+  (($(grep -c "^tasks-python-worker-0=.*:any$" "$WORK/targets") >= 4)) &&
+    (($(grep -c "^tasks-python-worker-1=.*:any$" "$WORK/targets") >= 4)) &&
+    (($(grep -c "^tasks-python-driver=.*:any$" "$WORK/targets") >= 2)) &&
+    (($(grep -c "^tasks-python-coordinator=.*:any$" "$WORK/targets") >= 2))
+}
+ns="tasks-ports-$$"
+new_namespace "$ns"
+sed 's|value: "0.06"|value: "1"|' "$WORK/slow.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
+stranger="tasks-stranger-$$"
+NAMESPACES+=("$stranger")
+"$KUBECTL" create namespace "$stranger" >/dev/null
+"$KUBECTL" -n "$stranger" create configmap probe --from-file="$ROOT/tests/e2e/stranger_probe.py" >/dev/null
+if until_true 180 tasks_done_at_least "$ns" 4 && until_true 60 ports_up "$ns"; then
+  # The targets as arguments of the stranger's one container, a YAML flow list.
+  args=$(sed 's/.*/"&"/' "$WORK/targets" | paste -sd, -)
+  "$KUBECTL" -n "$stranger" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: stranger}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: probe
+      image: stranger
+      command: [$PYTHON, /probe/stranger_probe.py]
+      args: [$args]
+      volumeMounts: [{name: probe, mountPath: /probe}]
+  volumes: [{name: probe, configMap: {name: probe}}]
+YAML
+  stranger_done() {
+    local phase
+    phase=$("$KUBECTL" -n "$stranger" get pod stranger -o jsonpath='{.status.phase}' 2>/dev/null)
+    [[ $phase == Succeeded || $phase == Failed ]]
+  }
+  until_true 120 stranger_done
+  "$KUBECTL" -n "$stranger" logs stranger >"$WORK/stranger.log" 2>&1
+  phase=$("$KUBECTL" -n "$stranger" get pod stranger -o jsonpath='{.status.phase}' 2>/dev/null)
+  if [[ $phase == Succeeded ]] && grep -q "^stranger_probe: $(wc -l <"$WORK/targets") ports, 0 answered" "$WORK/stranger.log"; then
+    pass "a stranger's pod is refused by every one of the job's $(wc -l <"$WORK/targets") listening ports"
+  else
+    fail "a stranger's pod calls every port" "$phase: $(grep -v " ok " "$WORK/stranger.log" | head -n 8)"
+  fi
+  # What the ports turned out to be, so that none of it passes by not being there.
+  got="coordinator tls $(count tasks-python-coordinator tls) http $(count tasks-python-coordinator http);"
+  for pod in tasks-python-worker-0 tasks-python-worker-1 tasks-python-driver; do
+    got+=" ${pod#tasks-python-} grpc $(count $pod grpc) http $(count $pod http) loopback $(count $pod unreachable);"
+  done
+  if [[ "$got" =~ ^coordinator\ tls\ [1-9][0-9]*\ http\ [1-9] ]] &&
+    [[ "$got" =~ worker-0\ grpc\ ([3-9]|[1-9][0-9])\ http\ [1-9][0-9]*\ loopback\ [1-9] ]] &&
+    [[ "$got" =~ worker-1\ grpc\ ([3-9]|[1-9][0-9])\ http\ [1-9][0-9]*\ loopback\ [1-9] ]] &&
+    [[ "$got" =~ driver\ grpc\ [1-9][0-9]*\ http\ [1-9] ]]; then
+    pass "the ports refused: the coordinator's TLS and HTTP, each worker pod's workers, object store, sidecar HTTP and local coordinator, the driver's store and sidecar ($got)"
+  else
+    fail "the kinds of ports found" "$got"
+  fi
+else
+  fail "the job's pods listen (ports case)" "phase $(field "$ns" '{.status.phase}'); $(cat "$WORK/targets" 2>/dev/null | tr '\n' ' ')"
+fi
+"$KUBECTL" -n "$ns" delete cjob tasks-python --wait=false >/dev/null 2>&1
 
 # ---- A driver that fails fails the job, saying how.
 ns="tasks-fail-$$"
