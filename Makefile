@@ -162,7 +162,8 @@ bench: deps
 bench-smoke: build
 	bash tests/bench/smoke.sh
 
-# libFuzzer targets (tests/fuzz), built in the ASan build (build-asan/): a fixed number of
+# libFuzzer targets (tests/fuzz), built in the ASan build (build-asan/), and the atheris targets
+# (tests/fuzz/*_fuzzer.py, in .venv/runtime): a fixed number of
 # executions per target (make fuzz, 10^7 in all; FUZZ_SECONDS=N runs each N seconds instead),
 # or 10 s each in make test (fuzz-smoke). Crashing inputs land in build-asan/fuzz/crashes/.
 fuzz: deps nvml-header

@@ -11,8 +11,8 @@
 #   format        clang-format and gofmt
 #   unit          ctest, RelWithDebInfo
 #   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer (clang)
-#   fuzz-smoke    every libFuzzer target for 10 s, from the asan build (make fuzz runs them
-#                 10^7 times in all)
+#   fuzz-smoke    every libFuzzer target (from the asan build) and atheris target (the Python
+#                 worker's) for 10 s (make fuzz runs them 10^7 times in all)
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
 #   python        the task runtime's Python package with real processes (tests/python)
 #   bench-smoke   every benchmark scenario with tiny N, every anchor

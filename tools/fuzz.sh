@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz in the clang ASan + UBSan build (FUZZ_BUILD,
 # build-asan/ by default, configured by `make asan-test`, `make fuzz` or `make fuzz-smoke`), and
-# runs each one:
+# runs each one, and each atheris target of tests/fuzz (Python, in .venv/runtime):
 #   tools/fuzz.sh          (make fuzz) a fixed number of executions per target, from the
 #                          table below: at least 10^7 in all
 #   tools/fuzz.sh smoke    (make fuzz-smoke, in make test) 10 s per target, a minute in all
@@ -23,6 +23,7 @@ declare -A RUNS=(
   [coordinated_job_fuzzer]=4000000
   [config_files_fuzzer]=1000000
   [key_paths_fuzzer]=4000000
+  [worker_handlers_fuzzer]=20000
 )
 if [[ $mode == smoke ]]; then
   limit=(-max_total_time=10)
@@ -36,18 +37,35 @@ if [[ ! -f "$build/build.ninja" ]] || ! grep -q 'rpc_handlers_fuzzer' "$build/bu
   echo "tools/fuzz.sh: $build is not a clang sanitizer build with the fuzz targets: run make fuzz" >&2
   exit 2
 fi
+# The libFuzzer targets (C++) and the atheris ones (Python: tests/fuzz/*_fuzzer.py, run by the
+# task runtime's venv, which has atheris and the cohort package: tools/runtime-venv.sh). Both
+# take libFuzzer's flags.
 targets=()
-for source in tests/fuzz/*_fuzzer.cc; do targets+=("$(basename "$source" .cc)"); done
-for name in "${targets[@]}"; do
+python_targets=()
+declare -A COMMAND=()
+for source in tests/fuzz/*_fuzzer.cc; do
+  name=$(basename "$source" .cc)
+  targets+=("$name")
+  COMMAND[$name]="$build/bin/$name"
+done
+for source in tests/fuzz/*_fuzzer.py; do
+  name=$(basename "$source" .py)
+  python_targets+=("$name")
+  COMMAND[$name]="$PWD/.venv/runtime/bin/python $PWD/$source"
+done
+for name in "${targets[@]}" "${python_targets[@]}"; do
   [[ -n ${RUNS[$name]:-} ]] || { echo "tools/fuzz.sh: $name has no entry in RUNS" >&2; exit 2; }
 done
 ninja -C "$build" -j "${NINJA_JOBS:-$(nproc)}" "${targets[@]}"
+if ((${#python_targets[@]} > 0)); then
+  bash tools/runtime-venv.sh >/dev/null
+fi
 
 total_runs=0
 passed=0
 failed=0
-for name in "${targets[@]}"; do
-  target="$build/bin/$name"
+for name in "${targets[@]}" "${python_targets[@]}"; do
+  read -r -a target <<<"${COMMAND[$name]}"
   corpus="$build/fuzz/corpus/$name"
   crashes="$build/fuzz/crashes/$name/"
   mkdir -p "$corpus" "$crashes"
@@ -55,7 +73,7 @@ for name in "${targets[@]}"; do
   [[ -d tests/fuzz/corpus/$name ]] && seeds=("tests/fuzz/corpus/$name")
   if [[ $mode == runs ]]; then limit=(-runs="${RUNS[$name]}"); fi
   echo "fuzz: $name (${limit[*]})"
-  if "$target" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if "${target[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes" "$corpus" "${seeds[@]}" >"$build/fuzz/$name.log" 2>&1; then
     passed=$((passed + 1))
     runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$build/fuzz/$name.log" | tail -1)
@@ -64,7 +82,7 @@ for name in "${targets[@]}"; do
   else
     failed=$((failed + 1))
     echo "fuzz: $name FAILED; the input is in $crashes, the log in $build/fuzz/$name.log:"
-    grep -E -A30 'ERROR|runtime error|deadly signal|Timeout' "$build/fuzz/$name.log" | head -60
+    grep -E -A30 'ERROR|runtime error|deadly signal|Timeout|Uncaught Python exception' "$build/fuzz/$name.log" | head -60
   fi
 done
 echo "fuzz: $total_runs executions in all"
