@@ -37,16 +37,8 @@ declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
 declare -A RUNS_TESTS=([programs]=1 [unit]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
   [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
 declare -A RESULT PASSED FAILED SECS CPU BUSY
-# children_cpu: sets CHILD_CPU to the CPU seconds (user + system) of every finished child of
-# this shell so far, from bash's `times` (its second line: children's user and system time,
-# as XmY.YYYs). It must run in this shell, not in a $(...) subshell.
-children_cpu() {
-  times >"$LOGS/.times"
-  CHILD_CPU=$(sed -n 2p "$LOGS/.times" | awk '{
-    t = 0
-    for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }
-    printf "%d\n", t }')
-}
+CHILD_CPU_FILE="$LOGS/.times"
+source tools/children_cpu.sh
 # The whole machine's busy time so far, in clock ticks (/proc/stat: all but idle and iowait):
 # with the stages' own CPU, it says how much the background got and how much went unused.
 machine_busy() {

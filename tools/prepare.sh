@@ -20,17 +20,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 status=0
-# CHILD_CPU: the CPU seconds of this shell's finished children so far (user + system). `times`
-# runs in this shell, not in a command substitution's subshell, whose children are its own.
-times_file=$(mktemp)
-trap 'rm -f "$times_file"' EXIT
-children_cpu() {
-  times >"$times_file"
-  CHILD_CPU=$(sed -n 2p "$times_file" | awk '{
-    t = 0
-    for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }
-    printf "%d\n", t }')
-}
+CHILD_CPU_FILE=$(mktemp)
+trap 'rm -f "$CHILD_CPU_FILE"' EXIT
+source tools/children_cpu.sh
 # part COMMAND...: runs it; says how it ended, its wall time and the CPU time it took (a bare
 # machine is CPU-bound throughout: the CPU seconds say what to make cheaper).
 part() {
