@@ -193,39 +193,24 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
 }
 
 absl::Status TaskScheduler::ExportFunction(std::string implementation) {
-  if (implementation.empty()) return absl::InvalidArgumentError("the function is empty");
-  Mutation lock(this);
-  if (absl::Status s =
-          Fits(ExportedBytes(), implementation.size(), options_.limits.max_export_bytes,
-               "bytes of exported functions and "
-               "reusable variables",
-               "--max-export-bytes");
-      !s.ok()) {
-    return s;
-  }
-  exported_functions_.push_back(std::move(implementation));
-  for (auto& [id, w] : workers_) {
-    if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
-      SendExports(w);
-    }
-  }
-  return absl::OkStatus();
+  return Export(&exported_functions_, std::move(implementation), "the function");
 }
 
 absl::Status TaskScheduler::ExportReusableVariable(std::string reusable_variable) {
-  if (reusable_variable.empty()) {
-    return absl::InvalidArgumentError("the reusable variable is empty");
-  }
+  return Export(&exported_variables_, std::move(reusable_variable), "the reusable variable");
+}
+
+absl::Status TaskScheduler::Export(std::vector<std::string>* exports, std::string item,
+                                   const char* what) {
+  if (item.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   Mutation lock(this);
   if (absl::Status s =
-          Fits(ExportedBytes(), reusable_variable.size(), options_.limits.max_export_bytes,
-               "bytes of exported functions and "
-               "reusable variables",
-               "--max-export-bytes");
+          Fits(ExportedBytes(), item.size(), options_.limits.max_export_bytes,
+               "bytes of exported functions and reusable variables", "--max-export-bytes");
       !s.ok()) {
     return s;
   }
-  exported_variables_.push_back(std::move(reusable_variable));
+  exports->push_back(std::move(item));
   for (auto& [id, w] : workers_) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
       SendExports(w);

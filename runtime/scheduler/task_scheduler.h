@@ -311,6 +311,10 @@ class TaskScheduler {
   void Leave(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseStore(Store& store, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendExports(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `item` (a function or reusable variable, `what` in errors) to `exports` within
+  // --max-export-bytes, and sends it to every worker that runs tasks.
+  absl::Status Export(std::vector<std::string>* exports, std::string item, const char* what)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Clock& clock_;
   const SchedulerOptions options_;
