@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   cohort::runtime::SchedulerLimits& limits = task_options.limits;
   for (const auto& [flag, value, what] : std::vector<std::tuple<const char*, size_t*, const char*>>{
            {"--max-tasks", &limits.max_tasks,
-            "task runtime: tasks and puts the scheduler keeps, finished ones too (their lineage)"},
+            "task runtime: tasks and puts the scheduler keeps: those not finished, and the "
+            "finished ones of --task-history"},
            {"--max-objects", &limits.max_objects, "task runtime: object ids the scheduler keeps"},
            {"--max-task-workers", &limits.max_workers,
             "task runtime: workers and drivers registered at once"},
@@ -189,6 +190,13 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
   }
+  app.add_option("--task-history", limits.task_history,
+                 "task runtime: finished tasks and puts kept, the newest, as the lineage a lost "
+                 "object is computed again from; the oldest past it is forgotten, with the "
+                 "records of its results that were let go (0: none kept). Keep it below "
+                 "--max-tasks")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();

@@ -43,6 +43,17 @@ void AddSchedulerMetrics(MetricsRegistry& registry, const TaskScheduler* schedul
     out.push_back(one("cohort_tasks_rebuilt_total",
                       "Finished tasks started again to rebuild a lost result.", "counter",
                       double(stats.tasks_rebuilt)));
+    out.push_back(one("cohort_tasks_kept",
+                      "Tasks and puts the scheduler keeps: not finished, and the history's "
+                      "(--max-tasks).",
+                      "gauge", double(stats.tasks_kept)));
+    out.push_back(one("cohort_task_history",
+                      "Finished tasks and puts kept as the lineage of their results "
+                      "(--task-history).",
+                      "gauge", double(stats.tasks_history)));
+    out.push_back(one("cohort_objects_kept",
+                      "Object ids whose records the scheduler keeps (--max-objects).", "gauge",
+                      double(stats.objects_kept)));
     out.push_back(one("cohort_task_workers", "Live workers (drivers not counted).", "gauge",
                       double(stats.workers_alive)));
     out.push_back(one("cohort_task_workers_lost_total", "Workers lost (gone, or silent).",

@@ -30,12 +30,23 @@ ObjectRecord* ObjectTable::FindMutable(ObjectId id) {
 
 absl::Status ObjectTable::CheckLive(ObjectId id) const {
   const ObjectRecord* record = Find(id);
+  if (record == nullptr && id != 0 && id < next_id_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "object ", id, " was deallocated (its reference count reached zero) and forgotten"));
+  }
   if (record == nullptr) return absl::NotFoundError(absl::StrCat("no object ", id));
   if (record->released) {
     return absl::FailedPreconditionError(
         absl::StrCat("object ", id, " was deallocated (its reference count reached zero)"));
   }
   return absl::OkStatus();
+}
+
+bool ObjectTable::Holdable(ObjectId id) const {
+  for (const ObjectRecord* record = Find(id); record != nullptr; record = Find(record->alias_of)) {
+    if (record->alias_of == 0) return true;
+  }
+  return false;
 }
 
 ObjectId ObjectTable::Canonical(ObjectId id) const {
@@ -113,6 +124,7 @@ void ObjectTable::Release(ObjectId id, std::vector<Deallocation>* freed) {
   ObjectRecord& record = objects_[id];
   if (--record.refs > 0) return;
   record.released = true;
+  released_.push_back(id);
   if (record.alias_of != 0) {
     Release(record.alias_of, freed);
     return;
@@ -143,6 +155,17 @@ absl::Status ObjectTable::AddContained(ObjectId container, absl::Span<const Obje
   }
   dirty_.insert(container);
   return absl::OkStatus();
+}
+
+void ObjectTable::Forget(ObjectId id) {
+  objects_.erase(id);
+  dirty_.erase(id);
+  forgotten_.push_back(id);
+}
+
+void ObjectTable::RestoreForgotten(ObjectId id) {
+  objects_.erase(id);
+  if (id >= next_id_) next_id_ = id + 1;
 }
 
 void ObjectTable::Restore(ObjectId id, ObjectRecord record) {

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -14,8 +16,9 @@
 namespace cohort::runtime {
 
 // One object id. A canonical object has a value (somewhere, some day); an alias reads as its
-// target. Records stay after the object is released: they are the lineage a lost object is
-// rebuilt from.
+// target. A record stays after the object is released, as part of the lineage a lost object is
+// rebuilt from, until the task that made it leaves the scheduler's history of finished tasks
+// (then it is forgotten: Forget).
 struct ObjectRecord {
   ObjectId alias_of = 0;
   int64_t refs = 0;
@@ -52,8 +55,11 @@ class ObjectTable {
 
   const ObjectRecord* Find(ObjectId id) const;
   ObjectRecord* FindMutable(ObjectId id);
-  // NOT_FOUND for an id never handed out, FAILED_PRECONDITION for one already let go.
+  // NOT_FOUND for an id never handed out, FAILED_PRECONDITION for one already let go (its
+  // record kept or forgotten).
   absl::Status CheckLive(ObjectId id) const;
+  // Whether Hold(id) finds every record it needs: the id's and those of its alias chain.
+  bool Holdable(ObjectId id) const;
   // The end of the id's alias chain.
   ObjectId Canonical(ObjectId id) const;
 
@@ -67,20 +73,31 @@ class ObjectTable {
   absl::Status DropRefs(absl::Span<const ObjectId> ids, std::vector<Deallocation>* freed);
 
   // The scheduler's own counts (pending task arguments, rebuilds). Hold brings a released id
-  // back to life (its value, if any was kept, is gone; the caller rebuilds it).
+  // back to life (its value, if any was kept, is gone; the caller rebuilds it); the id must be
+  // Holdable.
   void Hold(ObjectId id);
   void Release(ObjectId id, std::vector<Deallocation>* freed);
 
   // `container` holds one count on each of `contained` until it is released.
   absl::Status AddContained(ObjectId container, absl::Span<const ObjectId> contained);
 
-  // A record read back from saved state, as it was.
+  // Drops a released id's record for good: the id reads as let go from now on, and is never
+  // handed out again.
+  void Forget(ObjectId id);
+
+  // A record read back from saved state, as it was; a forgotten one; the next id to hand out.
   void Restore(ObjectId id, ObjectRecord record);
-  // The ids whose records changed since the last call (FindMutable counts as a change).
+  void RestoreForgotten(ObjectId id);
+  void RestoreNextId(ObjectId next) { next_id_ = std::max(next_id_, next); }
+  // The ids whose records changed since the last call (FindMutable counts as a change); those
+  // forgotten; those whose count reached zero (released).
   std::vector<ObjectId> TakeChanged();
+  std::vector<ObjectId> TakeForgotten() { return std::exchange(forgotten_, {}); }
+  std::vector<ObjectId> TakeReleased() { return std::exchange(released_, {}); }
 
   size_t size() const { return objects_.size(); }
   ObjectId last_id() const { return next_id_ - 1; }
+  ObjectId next_id() const { return next_id_; }
   template <typename F>
   void ForEach(F&& f) const {
     for (const auto& [id, record] : objects_) f(id, record);
@@ -90,6 +107,8 @@ class ObjectTable {
   ObjectId next_id_ = 1;
   absl::flat_hash_map<ObjectId, ObjectRecord> objects_;
   absl::flat_hash_set<ObjectId> dirty_;
+  std::vector<ObjectId> forgotten_;
+  std::vector<ObjectId> released_;
 };
 
 }  // namespace cohort::runtime

@@ -34,6 +34,9 @@ struct Operation {
   // A put: only `put_object` is set.
   ObjectId put_object = 0;
   absl::Time queued_at;  // transient
+  // Its place in the history of finished tasks (TaskScheduler, "History"); 0 while it is not
+  // finished. Transient: a restart orders the history by id.
+  uint64_t finished_seq = 0;
 };
 
 enum class WorkerState { kRegistered, kIdle, kBusy, kDead };
@@ -107,12 +110,21 @@ struct SchedulerChanges {
   // counters (SchedulerStats' tasks_submitted ... delivered_bytes), when they changed.
   std::optional<int> next_port;
   std::optional<std::vector<uint64_t>> counters;
+  // Finished tasks and puts dropped from the history (--task-history), and the object records
+  // forgotten with them or after them; applied after everything above.
+  std::vector<OperationId> forgotten_operations;
+  std::vector<ObjectId> forgotten_objects;
+  // The next operation and object ids to hand out: a snapshot says them, since the highest ids
+  // may have been forgotten and an id is never handed out twice.
+  std::optional<uint64_t> next_operation;
+  std::optional<uint64_t> next_object;
 
   bool empty() const {
     return stores.empty() && workers.empty() && functions.empty() && !exports_cleared &&
            exported_functions.empty() && exported_variables.empty() && operations.empty() &&
            objects.empty() && wanted.empty() && deliveries.empty() && calls.empty() &&
-           !next_port.has_value() && !counters.has_value();
+           !next_port.has_value() && !counters.has_value() && forgotten_operations.empty() &&
+           forgotten_objects.empty() && !next_operation.has_value() && !next_object.has_value();
   }
 };
 

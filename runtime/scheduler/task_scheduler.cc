@@ -249,8 +249,9 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = Fits(operations_.size(), 1, options_.limits.max_tasks,
-                            "tasks and puts (finished ones too)", "--max-tasks");
+  if (absl::Status s =
+          Fits(operations_.size(), 1, options_.limits.max_tasks,
+               "tasks and puts (those not finished, and the history's)", "--max-tasks");
       !s.ok()) {
     return s;
   }
@@ -436,6 +437,65 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
     }
     Deallocate(freed);
   }
+  Finished(op);
+}
+
+void TaskScheduler::Finished(Operation& op) {
+  if (op.finished_seq != 0) return;
+  op.finished_seq = ++finish_seq_;
+  history_.emplace_back(op.finished_seq, op.id);
+  ++history_size_;
+}
+
+void TaskScheduler::Unfinished(Operation& op) {
+  if (op.finished_seq == 0) return;
+  op.finished_seq = 0;  // its entry in history_ is stale from now on
+  --history_size_;
+}
+
+void TaskScheduler::TrimHistory() {
+  while (history_size_ > options_.limits.task_history && !history_.empty()) {
+    auto [seq, id] = history_.front();
+    history_.pop_front();
+    auto it = operations_.find(id);
+    if (it == operations_.end() || it->second.finished_seq != seq) continue;  // stale
+    --history_size_;
+    ForgetOperation(id);
+  }
+  // Ids let go during this call whose task (or put) is forgotten already, and such ids whose
+  // delivery or wait ended during it.
+  std::vector<ObjectId> candidates = objects_.TakeReleased();
+  for (const auto& [store, id] : changed_deliveries_) candidates.push_back(id);
+  candidates.insert(candidates.end(), changed_wanted_.begin(), changed_wanted_.end());
+  for (ObjectId id : candidates) {
+    const ObjectRecord* record = objects_.Find(id);
+    if (record == nullptr || !record->released) continue;
+    bool kept =
+        record->producer != 0 ? operations_.contains(record->producer) : kept_puts_.contains(id);
+    if (!kept) ForgetIfIdle(id);
+  }
+}
+
+void TaskScheduler::ForgetOperation(OperationId id) {
+  auto it = operations_.find(id);
+  std::vector<ObjectId> made = it->second.task.results;
+  if (it->second.put_object != 0) {
+    made.push_back(it->second.put_object);
+    kept_puts_.erase(it->second.put_object);
+  }
+  operations_.erase(it);
+  changed_operations_.erase(id);
+  forgotten_operations_.push_back(id);
+  for (ObjectId object : made) ForgetIfIdle(object);
+}
+
+void TaskScheduler::ForgetIfIdle(ObjectId id) {
+  const ObjectRecord* record = objects_.Find(id);
+  if (record == nullptr || !record->released || wanted_.contains(id)) return;
+  for (const auto& [key, delivery] : deliveries_) {
+    if (key.second == id) return;  // the store that gets it drops it when it lands
+  }
+  objects_.Forget(id);
 }
 
 absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous,
@@ -628,9 +688,10 @@ SchedulerInfoView TaskScheduler::SchedulerInfo() const {
   view.target_objectid.push_back(0);
   view.reference_count.push_back(0);
   for (ObjectId id = 1; id <= objects_.last_id(); ++id) {
-    const ObjectRecord* record = objects_.Find(id);
-    view.target_objectid.push_back(record->alias_of != 0 ? record->alias_of : id);
-    view.reference_count.push_back(record->released ? 0 : record->refs);
+    const ObjectRecord* record = objects_.Find(id);  // none: let go and forgotten
+    view.target_objectid.push_back(record != nullptr && record->alias_of != 0 ? record->alias_of
+                                                                              : id);
+    view.reference_count.push_back(record == nullptr || record->released ? 0 : record->refs);
   }
   for (const auto& [id, op] : operations_) {
     OperationView operation{id, op.creator, op.put_object != 0, op.put_object, op.task};
@@ -642,6 +703,9 @@ SchedulerInfoView TaskScheduler::SchedulerInfo() const {
 SchedulerStats TaskScheduler::Stats() const {
   absl::MutexLock lock(&mu_);
   SchedulerStats stats = counters_;
+  stats.tasks_kept = operations_.size();
+  stats.tasks_history = history_size_;
+  stats.objects_kept = objects_.size();
   for (const auto& [id, op] : operations_) {
     if (op.state == OpState::kQueued) ++stats.tasks_queued;
     if (op.state == OpState::kAssigned || op.state == OpState::kRunning) ++stats.tasks_running;

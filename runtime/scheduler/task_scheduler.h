@@ -6,12 +6,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -28,9 +30,12 @@ namespace cohort::runtime {
 // RESOURCE_EXHAUSTED, naming the limit and the coordinator's flag that raises it, and changes
 // nothing.
 struct SchedulerLimits {
-  // Tasks and puts kept (--max-tasks): finished ones too, for the lineage a lost object is
-  // computed again from.
+  // Tasks and puts kept (--max-tasks): those not finished, and the finished ones of the history.
   size_t max_tasks = 1'000'000;
+  // Finished tasks and puts kept, the newest (--task-history): the lineage a lost object is
+  // computed again from. Past it the oldest is forgotten, with the records of its results that
+  // were let go. Keep it below max_tasks, or finished tasks can fill that.
+  size_t task_history = 100'000;
   // Object ids kept (--max-objects): task results and puts, and the ids they contain.
   size_t max_objects = 4'000'000;
   // Workers and drivers registered and not lost (--max-task-workers).
@@ -140,7 +145,10 @@ struct SchedulerStats {
   uint64_t workers_alive = 0;
   uint64_t workers_lost = 0;
   uint64_t stores_lost = 0;
-  uint64_t objects_lost = 0;  // lost with no way to rebuild them
+  uint64_t objects_lost = 0;   // lost with no way to rebuild them
+  uint64_t tasks_kept = 0;     // tasks and puts kept: not finished, and the history's
+  uint64_t tasks_history = 0;  // finished ones kept (--task-history)
+  uint64_t objects_kept = 0;   // object ids whose records are kept (--max-objects)
   uint64_t deliveries = 0;
   uint64_t delivered_bytes = 0;  // of the deliveries that landed
   struct Store {
@@ -167,6 +175,12 @@ struct SchedulerStats {
 // Durability: with a journal, every change reaches it (as SchedulerChanges, one set per call)
 // before the call is answered, and a new scheduler restored from what the journal kept carries
 // on where the old one stopped: the same workers, stores, tasks and objects.
+//
+// History: a finished task (or put) is kept, for the lineage of its results, until
+// limits.task_history newer ones have finished. Then it is forgotten, and with it the records
+// of its results that were let go (a result let go later is forgotten then). A lost object whose
+// task was forgotten, or whose task's argument was, is not rebuilt: reading it fails, saying
+// why. Forgotten ids read as let go and are never handed out again.
 //
 // Repeated calls: a client whose call was cut off by the coordinator's end sends it again to
 // the next coordinator. Calls that must not take effect twice (SubmitTask, PutObj,
@@ -311,6 +325,15 @@ class TaskScheduler {
   void Leave(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseStore(Store& store, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendExports(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The history: `op` finished (a place at its end), or runs again (its place given up).
+  void Finished(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unfinished(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the end of each call (no Operation& is held then): forgets the oldest finished tasks
+  // past limits.task_history, and the records let go whose task is forgotten.
+  void TrimHistory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetOperation(OperationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `id`'s record if it was let go and nothing under way names it.
+  void ForgetIfIdle(ObjectId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `item` (a function or reusable variable, `what` in errors) to `exports` within
   // --max-export-bytes, and sends it to every worker that runs tasks.
   absl::Status Export(std::vector<std::string>* exports, std::string item, const char* what)
@@ -327,6 +350,14 @@ class TaskScheduler {
   std::vector<std::string> exported_variables_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<OperationId, Operation> operations_ ABSL_GUARDED_BY(mu_);
   std::deque<OperationId> queue_ ABSL_GUARDED_BY(mu_);
+  // Finished operations, oldest first, as (finished_seq, id); an entry whose operation's
+  // finished_seq differs is stale (it ran again). history_size_: the entries not stale.
+  std::deque<std::pair<uint64_t, OperationId>> history_ ABSL_GUARDED_BY(mu_);
+  size_t history_size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t finish_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // The objects of puts whose operation is kept (a put's record names no operation).
+  absl::flat_hash_set<ObjectId> kept_puts_ ABSL_GUARDED_BY(mu_);
+  std::vector<OperationId> forgotten_operations_ ABSL_GUARDED_BY(mu_);
   // Stores waiting for an object that is not ready anywhere yet: canonical -> (store, id).
   absl::flat_hash_map<ObjectId, absl::btree_set<std::pair<StoreId, ObjectId>>> wanted_
       ABSL_GUARDED_BY(mu_);

@@ -32,7 +32,9 @@ TaskScheduler::Mutation::~Mutation() {
 }
 
 void TaskScheduler::JournalLocked() {
+  TrimHistory();
   std::vector<ObjectId> objects = objects_.TakeChanged();
+  std::vector<ObjectId> forgotten_objects = objects_.TakeForgotten();
   if (journal_ != nullptr) {
     SchedulerChanges changes;
     for (StoreId id : changed_stores_) changes.stores.push_back(stores_.at(id));
@@ -69,8 +71,11 @@ void TaskScheduler::JournalLocked() {
       changes.counters = counters;
       journaled_counters_ = std::move(counters);
     }
+    changes.forgotten_operations = std::move(forgotten_operations_);
+    changes.forgotten_objects = std::move(forgotten_objects);
     if (!changes.empty()) journal_->SchedulerChanged(changes);
   }
+  forgotten_operations_.clear();
   changed_stores_.clear();
   changed_workers_.clear();
   changed_functions_.clear();
@@ -136,10 +141,24 @@ void TaskScheduler::ApplyLocked(const SchedulerChanges& changes) {
   }
   for (Operation op : changes.operations) {
     op.queued_at = now;
+    op.finished_seq = 0;
     next_operation_ = std::max(next_operation_, op.id + 1);
+    if (op.put_object != 0) kept_puts_.insert(op.put_object);
     operations_[op.id] = std::move(op);
   }
   for (const auto& [id, record] : changes.objects) objects_.Restore(id, record);
+  for (OperationId id : changes.forgotten_operations) {
+    if (auto it = operations_.find(id); it != operations_.end()) {
+      kept_puts_.erase(it->second.put_object);
+      operations_.erase(it);
+    }
+    next_operation_ = std::max(next_operation_, id + 1);
+  }
+  for (ObjectId id : changes.forgotten_objects) objects_.RestoreForgotten(id);
+  if (changes.next_operation.has_value()) {
+    next_operation_ = std::max(next_operation_, *changes.next_operation);
+  }
+  if (changes.next_object.has_value()) objects_.RestoreNextId(*changes.next_object);
   for (const auto& [canonical, waiting] : changes.wanted) {
     if (waiting.empty()) {
       wanted_.erase(canonical);
@@ -173,6 +192,10 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
         absl::StrCat("the saved task runtime state is inconsistent (damaged files?): ", what...));
   };
   auto object = [this](ObjectId id) { return id != 0 && objects_.Find(id) != nullptr; };
+  const ObjectId next_id = objects_.next_id();
+  // An id handed out, whose record may have been forgotten since (the history): what an
+  // alias to announce, or a finished task's argument, may name.
+  auto handed_out = [next_id](ObjectId id) { return id != 0 && id < next_id; };
   for (const auto& [id, w] : workers_) {
     if (!stores_.contains(w.store)) return bad("worker ", id, " names store ", w.store);
     if (w.current != 0 && !operations_.contains(w.current)) {
@@ -197,9 +220,51 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
   for (size_t i = 0; i < exported_variables_.size(); ++i) {
     if (exported_variables_[i].empty()) return bad("reusable variable ", i, " is missing");
   }
+  // Objects before operations: the checks of operations follow alias chains, known by then
+  // to end.
+  absl::Status damage;
+  objects_.ForEach([&](ObjectId id, const ObjectRecord& r) {
+    if (!damage.ok()) return;
+    // A released alias's target may have been forgotten (the history).
+    if (r.alias_of != 0 && !object(r.alias_of) && !(r.released && handed_out(r.alias_of))) {
+      damage = bad("object ", id, " is an alias of ", r.alias_of, ", which is no object");
+      return;
+    }
+    // An alias chain ends within as many steps as there are objects, or it is a cycle.
+    ObjectId at = id;
+    for (size_t steps = 0; at != 0 && steps <= objects_.size(); ++steps) {
+      const ObjectRecord* next = objects_.Find(at);
+      at = next == nullptr ? 0 : next->alias_of;  // a missing target is reported on its own
+    }
+    if (at != 0) {
+      damage = bad("object ", id, "'s aliases make a cycle");
+      return;
+    }
+    // A live id's alias chain is whole (what it reads as is kept while it is held).
+    if (!r.released && !objects_.Holdable(id)) {
+      damage = bad("object ", id, " is held, but its aliases end at a forgotten id");
+      return;
+    }
+    for (StoreId s : r.locations) {
+      if (!stores_.contains(s)) damage = bad("object ", id, " is at store ", s);
+    }
+    if (r.producer >= next_operation_) {  // one below it may have left the history
+      damage = bad("object ", id, " names operation ", r.producer);
+    }
+    for (ObjectId c : r.contained) {
+      if (!object(c)) damage = bad("object ", id, " contains ", c, ", which is no object");
+    }
+  });
+  if (!damage.ok()) return damage;
   for (const auto& [id, op] : operations_) {
+    // A finished task's arguments may have been let go and forgotten since (the history).
+    bool finished = op.state == OpState::kSucceeded || op.state == OpState::kFailed;
     for (const TaskArg& arg : op.task.args) {
-      if (arg.id != 0 && !object(arg.id)) return bad("operation ", id, " names object ", arg.id);
+      if (arg.id == 0) continue;
+      bool may_be_forgotten = finished && !op.holds_args;
+      if (may_be_forgotten ? !object(arg.id) && !handed_out(arg.id) : !objects_.Holdable(arg.id)) {
+        return bad("operation ", id, " names object ", arg.id);
+      }
     }
     for (ObjectId r : op.task.results) {
       if (!object(r)) return bad("operation ", id, " names result ", r);
@@ -217,35 +282,10 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
       }
     }
   }
-  absl::Status damage;
-  objects_.ForEach([&](ObjectId id, const ObjectRecord& r) {
-    if (!damage.ok()) return;
-    if (r.alias_of != 0 && !object(r.alias_of)) {
-      damage = bad("object ", id, " is an alias of ", r.alias_of, ", which is no object");
-      return;
-    }
-    // An alias chain ends within as many steps as there are objects, or it is a cycle.
-    ObjectId at = id;
-    for (size_t steps = 0; at != 0 && steps <= objects_.size(); ++steps) {
-      const ObjectRecord* next = objects_.Find(at);
-      at = next == nullptr ? 0 : next->alias_of;  // a missing target is reported on its own
-    }
-    if (at != 0) damage = bad("object ", id, "'s aliases make a cycle");
-    for (StoreId s : r.locations) {
-      if (!stores_.contains(s)) damage = bad("object ", id, " is at store ", s);
-    }
-    if (r.producer != 0 && !operations_.contains(r.producer)) {
-      damage = bad("object ", id, " names operation ", r.producer);
-    }
-    for (ObjectId c : r.contained) {
-      if (!object(c)) damage = bad("object ", id, " contains ", c, ", which is no object");
-    }
-  });
-  if (!damage.ok()) return damage;
   for (const auto& [canonical, waiting] : wanted_) {
     if (!object(canonical)) return bad("a store waits for object ", canonical);
     for (const auto& [store, requested] : waiting) {
-      if (!stores_.contains(store) || !object(requested)) {
+      if (!stores_.contains(store) || !handed_out(requested)) {
         return bad("store ", store, " waits for object ", requested);
       }
     }
@@ -256,7 +296,7 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
       return bad("a delivery of object ", key.second, " to store ", key.first);
     }
     for (ObjectId a : delivery.aliases) {
-      if (!object(a)) return bad("a delivery of object ", key.second, " names alias ", a);
+      if (!handed_out(a)) return bad("a delivery of object ", key.second, " names alias ", a);
     }
   }
   return absl::OkStatus();
@@ -265,10 +305,15 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
 absl::Status TaskScheduler::FinishRestore() {
   Mutation lock(this);
   if (absl::Status s = CheckRestoredLocked(); !s.ok()) return s;
-  // The queue, oldest task first (a restart forgets the order retries re-entered it in).
+  // The queue, oldest task first (a restart forgets the order retries re-entered it in), and
+  // the history of finished tasks, oldest first by id (a restart forgets the order they
+  // finished in); past --task-history the oldest are forgotten at the end of this call.
   queue_.clear();
-  for (const auto& [id, op] : operations_) {
+  history_.clear();
+  history_size_ = 0;
+  for (auto& [id, op] : operations_) {
     if (op.state == OpState::kQueued) queue_.push_back(id);
+    if (op.state == OpState::kSucceeded || op.state == OpState::kFailed) Finished(op);
   }
   // Calls the old process may have decided on but never made. Each is harmless when repeated:
   // a worker ignores an ExecuteTask for a task it holds or has finished, a store one for an
@@ -357,6 +402,8 @@ SchedulerChanges TaskScheduler::CaptureState() const {
   }
   state.next_port = next_port_;
   state.counters = CountersOf(counters_);
+  state.next_operation = next_operation_;
+  state.next_object = objects_.next_id();
   return state;
 }
 

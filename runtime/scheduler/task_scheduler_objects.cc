@@ -34,6 +34,8 @@ absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
   op.submitter = worker;
   op.put_object = object;
   op.state = OpState::kSucceeded;
+  kept_puts_.insert(object);
+  Finished(op);
   Remember(call, CallOutcome{absl::OkStatus(), false, {object}});
   return object;
 }
@@ -42,6 +44,12 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
   Mutation lock(this);
   if (absl::Status s = CheckStore(store); !s.ok()) return s;
   ObjectRecord* record = objects_.FindMutable(object);
+  if (record == nullptr && object != 0 && object <= objects_.last_id()) {
+    // Let go and forgotten (the history) before this copy landed: the store drops it.
+    const Store& s = stores_[store];
+    Emit(DeallocateEffect{store, s.address, object});
+    return absl::OkStatus();
+  }
   if (record == nullptr) return absl::NotFoundError(absl::StrCat("no object ", object));
   if (record->alias_of != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -109,7 +117,9 @@ void TaskScheduler::WantAt(StoreId store, ObjectId requested, ObjectId canonical
   if (record->failed) {
     // A failed object has no value to copy: the store is given its error to hold.
     const Operation* producer = nullptr;
-    if (record->producer != 0) producer = &operations_[record->producer];
+    if (auto it = operations_.find(record->producer); it != operations_.end()) {
+      producer = &it->second;
+    }
     Emit(PlaceErrorEffect{store, s.address, canonical,
                           producer != nullptr ? producer->task.function_name : "", record->producer,
                           record->error});
@@ -317,7 +327,19 @@ void TaskScheduler::Rebuild(ObjectId canonical, const std::string& why) {
                             ", so it cannot be computed again, and ", why));
     return;
   }
-  Operation& op = OpMut(record->producer);
+  auto found = operations_.find(record->producer);
+  if (found == operations_.end()) {
+    ++counters_.objects_lost;
+    FailObject(canonical,
+               absl::StrCat("object ", canonical, " is lost: operation ", record->producer,
+                            ", which computed it, is no longer kept (the scheduler keeps the last ",
+                            options_.limits.task_history,
+                            " finished tasks, --task-history), so it cannot be computed again, ",
+                            "and ", why));
+    return;
+  }
+  Operation& op = found->second;
+  Changed(op);
   if (op.state != OpState::kSucceeded) return;  // being computed, or failed already
   if (op.rebuilds >= options_.max_task_retries) {
     ++counters_.objects_lost;
@@ -327,8 +349,20 @@ void TaskScheduler::Rebuild(ObjectId canonical, const std::string& why) {
                             " times to rebuild it already, and ", why));
     return;
   }
+  for (size_t i = 0; i < op.task.args.size(); ++i) {
+    ObjectId arg = op.task.args[i].id;
+    if (arg == 0 || objects_.Holdable(arg)) continue;
+    ++counters_.objects_lost;
+    FailObject(canonical,
+               absl::StrCat("object ", canonical, " is lost: task ", op.task.function_name,
+                            " (operation ", op.id, "), which computed it, cannot run again, since ",
+                            "its argument ", i, " (object ", arg, ") was let go and forgotten ",
+                            "with the task that computed it (--task-history), and ", why));
+    return;
+  }
   ++op.rebuilds;
   ++counters_.tasks_rebuilt;
+  Unfinished(op);
   for (const TaskArg& arg : op.task.args) {
     if (arg.id == 0) continue;
     objects_.Hold(arg.id);

@@ -136,6 +136,10 @@ void SchedulerChangesToProto(const rt::SchedulerChanges& c, pb::SchedulerChanges
     out->set_has_counters(true);
     for (uint64_t v : *c.counters) out->add_counters(v);
   }
+  for (uint64_t id : c.forgotten_operations) out->add_forgotten_operations(id);
+  for (uint64_t id : c.forgotten_objects) out->add_forgotten_objects(id);
+  if (c.next_operation.has_value()) out->set_next_operation(*c.next_operation);
+  if (c.next_object.has_value()) out->set_next_object(*c.next_object);
 }
 
 absl::StatusOr<rt::SchedulerChanges> SchedulerChangesFromProto(const pb::SchedulerChanges& r) {
@@ -248,6 +252,16 @@ absl::StatusOr<rt::SchedulerChanges> SchedulerChangesFromProto(const pb::Schedul
   }
   if (r.has_next_port()) c.next_port = r.next_port();
   if (r.has_counters()) c.counters.emplace(r.counters().begin(), r.counters().end());
+  for (const auto& [ids, what] : {std::pair{&r.forgotten_operations(), "operation"},
+                                  std::pair{&r.forgotten_objects(), "object"}}) {
+    for (uint64_t id : *ids) {
+      if (id == 0) return Damaged(absl::StrCat("a forgotten ", what, " has id 0"));
+    }
+  }
+  c.forgotten_operations.assign(r.forgotten_operations().begin(), r.forgotten_operations().end());
+  c.forgotten_objects.assign(r.forgotten_objects().begin(), r.forgotten_objects().end());
+  if (r.next_operation() != 0) c.next_operation = r.next_operation();
+  if (r.next_object() != 0) c.next_object = r.next_object();
   return c;
 }
 
@@ -270,6 +284,8 @@ void SplitSchedulerState(const rt::SchedulerChanges& state, size_t max_bytes,
     record.set_has_counters(true);
     for (uint64_t v : *state.counters) record.add_counters(v);
   }
+  if (state.next_operation.has_value()) record.set_next_operation(*state.next_operation);
+  if (state.next_object.has_value()) record.set_next_object(*state.next_object);
   auto add = [&](auto* item, const auto& value) {
     ToProto(value, item);
     bytes += item->ByteSizeLong();

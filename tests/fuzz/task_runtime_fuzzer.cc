@@ -38,6 +38,7 @@ constexpr absl::Duration kPatience = absl::Milliseconds(1);
 cohort::runtime::SchedulerOptions SmallLimits() {
   cohort::runtime::SchedulerOptions options;
   options.limits.max_tasks = 64;
+  options.limits.task_history = 8;  // puts and reported tasks leave it, and ids are forgotten
   options.limits.max_objects = 128;
   options.limits.max_workers = 8;
   options.limits.max_stores = 4;

@@ -162,6 +162,22 @@ def test_the_coordinator_killed_mid_run_comes_back_and_the_driver_carries_on(clu
     assert len(cluster.scheduler_info().avail_worker) == 2
 
 
+def test_a_bounded_history_lets_a_job_run_far_more_tasks_than_max_tasks(cluster):
+    # Only the newest 3 finished tasks are kept (their lineage), and --max-tasks counts those:
+    # without the history the eleventh task would be refused.
+    cluster.restart_coordinator(["--max-tasks", "10", "--task-history", "3"])
+    store = cluster.add_store("127.0.0.2")
+    cluster.add_python_worker(store, 0)
+    cluster.wait_for_workers(1)
+    cohort.init(cluster.scheduler, store)
+    for batch in range(12):
+        args = range(5 * batch, 5 * batch + 5)
+        assert cohort.get([tasks_lib.square.remote(i) for i in args]) == [i * i for i in args]
+    assert len(cohort.api._require_client().task_info().failed_task) == 0
+    # The history's 3, and the last task, whose worker's report may still be on its way.
+    assert len(cluster.scheduler_info().computation_graph.operation) <= 4
+
+
 def test_a_flood_of_tasks_past_the_limit_is_refused_and_the_others_finish(cluster):
     cluster.restart_coordinator(["--max-tasks", "40"])
     store = cluster.add_store("127.0.0.2")

@@ -526,6 +526,168 @@ TEST_F(TaskSchedulerTest, AWorkerThatLeavesGetsNoNewTaskAndItsUnstartedTaskRunsE
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// The history of finished tasks (SchedulerLimits::task_history): a scheduler with a short one.
+class TaskHistoryTest : public ::testing::Test {
+ protected:
+  explicit TaskHistoryTest(size_t history = 2) : scheduler_(clock_, Options(history)) {
+    store_a_ = *scheduler_.RegisterObjStore("127.0.0.1:7001");
+    store_b_ = *scheduler_.RegisterObjStore("127.0.0.2:7001");
+    driver_ = scheduler_.RegisterWorker("127.0.0.2", "127.0.0.2:7001", true, "")->worker;
+    worker_ =
+        scheduler_.RegisterWorker("127.0.0.1", "127.0.0.1:7001", false, "127.0.0.1:9001")->worker;
+    EXPECT_TRUE(scheduler_.ReadyForNewTask(worker_, std::nullopt).ok());
+    EXPECT_TRUE(scheduler_.RegisterFunction(worker_, "f", 1).ok());
+    EXPECT_TRUE(scheduler_.RegisterFunction(worker_, "none", 0).ok());
+  }
+
+  static SchedulerOptions Options(size_t history) {
+    SchedulerOptions options;
+    options.limits.task_history = history;
+    options.limits.max_tasks = 4;
+    return options;
+  }
+
+  // Submits `fn` with `args`, runs it on the worker (results at store a); returns its results.
+  std::vector<ObjectId> Run(const std::string& fn, const std::vector<TaskArg>& args = {}) {
+    absl::StatusOr<SubmitResult> submitted = scheduler_.SubmitTask(driver_, TaskSpec{fn, args, {}});
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    if (!submitted.ok()) return {};
+    for (const Effect& e : scheduler_.TakeEffects()) {
+      const auto* run = std::get_if<ExecuteTaskEffect>(&e);
+      if (run == nullptr) continue;
+      for (ObjectId r : run->task.results) EXPECT_TRUE(scheduler_.ObjReady(r, store_a_, 8).ok());
+      EXPECT_TRUE(scheduler_.ReadyForNewTask(worker_, FinishedTask{true, "", run->operation}).ok());
+    }
+    return submitted->results;
+  }
+
+  // The error a store that asks for `object` is given to hold ("" if none).
+  std::string ErrorOf(ObjectId object) {
+    (void)scheduler_.TakeEffects();
+    EXPECT_TRUE(scheduler_.RequestObj(driver_, object).ok());
+    for (const Effect& e : scheduler_.TakeEffects()) {
+      if (const auto* placed = std::get_if<PlaceErrorEffect>(&e)) return placed->message;
+    }
+    return "";
+  }
+
+  ManualClock clock_;
+  TaskScheduler scheduler_;
+  StoreId store_a_ = 0, store_b_ = 0;
+  WorkerId driver_ = 0, worker_ = 0;
+};
+
+TEST_F(TaskHistoryTest, OnlyTheNewestFinishedTasksAreKeptSoManyMoreThanMaxTasksRun) {
+  std::vector<ObjectId> results;
+  for (int i = 0; i < 20; ++i) {
+    results.push_back(Run("f", {Value("x")})[0]);
+    ASSERT_TRUE(scheduler_.DecrementRefCount({results.back()}).ok());
+  }
+  // max_tasks is 4: without a history the fifth task would have been refused.
+  SchedulerStats stats = scheduler_.Stats();
+  EXPECT_EQ(stats.tasks_succeeded, 20u);
+  EXPECT_EQ(stats.tasks_history, 2u);
+  EXPECT_EQ(stats.tasks_kept, 2u);
+  EXPECT_EQ(stats.objects_kept, 2u) << "the results let go of the two tasks kept";
+  SchedulerInfoView info = scheduler_.SchedulerInfo();
+  ASSERT_EQ(info.operations.size(), 2u);
+  EXPECT_EQ(info.operations[1].task.results[0], results.back());
+  EXPECT_EQ(info.reference_count.size(), results.back() + 1) << "every id, forgotten ones too";
+  // A forgotten id reads as let go, not as unknown, and is never handed out again.
+  absl::Status forgotten = scheduler_.IncrementRefCount({results[0]});
+  EXPECT_EQ(forgotten.code(), absl::StatusCode::kFailedPrecondition) << forgotten;
+  EXPECT_THAT(std::string(forgotten.message()), HasSubstr("forgotten"));
+  EXPECT_EQ(scheduler_.RequestObj(driver_, results[0]).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_.IncrementRefCount({results.back() + 1}).code(), absl::StatusCode::kNotFound);
+  EXPECT_GT(Run("f")[0], results.back());
+}
+
+TEST_F(TaskHistoryTest, AResultLetGoAfterItsTaskWasForgottenIsForgottenThen) {
+  ObjectId kept = Run("f")[0];
+  ObjectId put = *scheduler_.PutObj(driver_);
+  ASSERT_TRUE(scheduler_.ObjReady(put, store_b_, 8).ok());
+  Run("none");
+  Run("none");  // the task of `kept` and the put leave the history
+  EXPECT_EQ(scheduler_.Stats().tasks_kept, 2u);
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 2u) << "both still held";
+  EXPECT_TRUE(scheduler_.IncrementRefCount({kept, put}).ok());
+  ASSERT_TRUE(scheduler_.DecrementRefCount({kept, put, kept}).ok());
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 1u) << "the put is still held once";
+  ASSERT_TRUE(scheduler_.DecrementRefCount({put}).ok());
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 0u);
+  EXPECT_EQ(scheduler_.IncrementRefCount({put}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TaskHistoryTest, ALostObjectWhoseTaskWasForgottenFailsNamingTheFlag) {
+  ObjectId old_result = Run("f")[0];
+  Run("none");
+  ObjectId new_result = Run("f")[0];  // the task of old_result leaves the history
+  // A worker on store b, for the rebuild; then store a, with the only copies, is lost.
+  WorkerId other =
+      scheduler_.RegisterWorker("127.0.0.2", "127.0.0.2:7001", false, "127.0.0.2:9001")->worker;
+  ASSERT_TRUE(scheduler_.ReadyForNewTask(other, std::nullopt).ok());
+  ASSERT_TRUE(scheduler_.RegisterFunction(other, "f", 1).ok());
+  (void)scheduler_.TakeEffects();
+  scheduler_.StoreLost(store_a_, "connection refused");
+  std::vector<ExecuteTaskEffect> rebuilds;
+  for (Effect& e : scheduler_.TakeEffects()) {
+    if (auto* run = std::get_if<ExecuteTaskEffect>(&e)) rebuilds.push_back(*run);
+  }
+  ASSERT_EQ(rebuilds.size(), 1u) << "the task still in the history runs again";
+  EXPECT_EQ(rebuilds[0].task.results, std::vector<ObjectId>{new_result});
+  EXPECT_EQ(scheduler_.Stats().objects_lost, 1u);
+  std::string error = ErrorOf(old_result);
+  EXPECT_THAT(error, HasSubstr("no longer kept"));
+  EXPECT_THAT(error, HasSubstr("--task-history"));
+  EXPECT_THAT(error, HasSubstr("connection refused"));
+}
+
+TEST_F(TaskHistoryTest, ALostObjectWhoseTasksArgumentWasForgottenFailsNamingTheFlag) {
+  ObjectId input = Run("f")[0];
+  absl::StatusOr<SubmitResult> second =
+      scheduler_.SubmitTask(driver_, TaskSpec{"f", {Ref(input)}, {}});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ObjectId output = second->results[0];
+  ASSERT_TRUE(scheduler_.DecrementRefCount({input}).ok()) << "the queued task still holds it";
+  for (const Effect& e : scheduler_.TakeEffects()) {
+    if (const auto* run = std::get_if<ExecuteTaskEffect>(&e)) {
+      ASSERT_TRUE(scheduler_.ObjReady(output, store_a_, 8).ok());
+      ASSERT_TRUE(scheduler_.ReadyForNewTask(worker_, FinishedTask{true, "", run->operation}).ok());
+    }
+  }
+  Run("none");  // the first task leaves the history, and `input`, let go, with it
+  EXPECT_EQ(scheduler_.IncrementRefCount({input}).code(), absl::StatusCode::kFailedPrecondition);
+  scheduler_.StoreLost(store_a_, "node drained");
+  std::string error = ErrorOf(output);
+  EXPECT_THAT(error, HasSubstr("cannot run again"));
+  EXPECT_THAT(error, HasSubstr("object " + std::to_string(input)));
+  EXPECT_THAT(error, HasSubstr("--task-history"));
+}
+
+class NoTaskHistoryTest : public TaskHistoryTest {
+ protected:
+  NoTaskHistoryTest() : TaskHistoryTest(0) {}
+};
+
+TEST_F(NoTaskHistoryTest, AFinishedTaskIsForgottenAtOnceAndItsResultWhenLetGo) {
+  ObjectId result = Run("f")[0];
+  EXPECT_EQ(scheduler_.Stats().tasks_kept, 0u);
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 1u);
+  (void)scheduler_.TakeEffects();
+  ASSERT_TRUE(scheduler_.RequestObj(driver_, result).ok()) << "still held, still readable";
+  std::vector<DeliverEffect> deliveries;
+  for (Effect& e : scheduler_.TakeEffects()) {
+    if (auto* d = std::get_if<DeliverEffect>(&e)) deliveries.push_back(*d);
+  }
+  ASSERT_EQ(deliveries.size(), 1u) << "to the driver's store";
+  ASSERT_TRUE(scheduler_.DecrementRefCount({result}).ok());
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 1u) << "kept while its delivery is under way";
+  ASSERT_TRUE(scheduler_.ObjReady(result, store_b_, 8).ok());  // landed: the store drops it
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 0u);
+  EXPECT_EQ(scheduler_.IncrementRefCount({result}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // Each of SchedulerLimits, at a small value: the call past it is refused RESOURCE_EXHAUSTED
 // naming the coordinator's flag, and changes nothing the scheduler shows.
 TEST(SchedulerLimitsTest, ACallPastALimitIsRefusedNamingItsFlagAndChangesNothing) {

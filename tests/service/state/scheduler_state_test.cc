@@ -315,6 +315,66 @@ TEST(SchedulerRecordsTest, DamagedRecordsAreRefusedWithTheReason) {
   record.Clear();
   record.add_exported_functions()->set_index(uint64_t{1} << 40);
   EXPECT_FALSE(SchedulerChangesFromProto(record).ok());
+  record.Clear();
+  record.add_forgotten_objects(0);
+  EXPECT_FALSE(SchedulerChangesFromProto(record).ok());
+}
+
+// The history of finished tasks (--task-history, here 0: none kept): what it forgot stays
+// forgotten after a restart, from the journal or from a snapshot, and no id is handed out again,
+// not even the highest, forgotten ones.
+TEST(SchedulerHistoryStateTest, WhatTheHistoryForgotStaysForgottenAfterARestore) {
+  ManualClock clock;
+  rt::SchedulerOptions options;
+  options.limits.task_history = 0;
+  RecordingJournal journal;
+  rt::TaskScheduler scheduler(clock, options);
+  scheduler.SetJournal(&journal);
+  rt::StoreId store = *scheduler.RegisterObjStore("127.0.0.1:7001");
+  rt::WorkerId driver = scheduler.RegisterWorker("127.0.0.1", "", true, "")->worker;
+  rt::WorkerId worker =
+      scheduler.RegisterWorker("127.0.0.1", "127.0.0.1:7001", false, "127.0.0.1:9001")->worker;
+  ASSERT_TRUE(scheduler.ReadyForNewTask(worker, std::nullopt).ok());
+  ASSERT_TRUE(scheduler.RegisterFunction(worker, "f", 1).ok());
+  rt::ObjectId kept = 0, forgotten = 0;
+  for (rt::ObjectId* result : {&kept, &forgotten}) {
+    auto submitted = scheduler.SubmitTask(driver, {"f", {{0, "x"}}, {}});
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    *result = submitted->results[0];
+    for (const auto& run : Drain<rt::ExecuteTaskEffect>(scheduler)) {
+      ASSERT_TRUE(scheduler.ObjReady(*result, store, 8).ok());
+      ASSERT_TRUE(
+          scheduler.ReadyForNewTask(worker, rt::FinishedTask{true, "", run.operation}).ok());
+    }
+  }
+  ASSERT_TRUE(scheduler.DecrementRefCount({forgotten}).ok());
+  ASSERT_EQ(scheduler.Stats().tasks_kept, 0u);
+  ASSERT_EQ(scheduler.Stats().objects_kept, 1u);
+
+  rt::TaskScheduler from_journal(clock, options);
+  journal.ReplayInto(from_journal);
+  rt::TaskScheduler from_snapshot(clock, options);
+  SplitSchedulerState(scheduler.CaptureState(), 64, [&](const state::v1::SchedulerChanges& r) {
+    auto changes = SchedulerChangesFromProto(r);
+    ASSERT_TRUE(changes.ok()) << changes.status();
+    from_snapshot.Restore(*changes);
+  });
+  for (rt::TaskScheduler* restored : {&from_journal, &from_snapshot}) {
+    EXPECT_EQ(Describe(*restored), Describe(scheduler));
+    ASSERT_TRUE(restored->FinishRestore().ok());
+    EXPECT_EQ(restored->Stats().objects_kept, 1u);
+    EXPECT_TRUE(restored->IncrementRefCount({kept}).ok());
+    absl::Status again = restored->IncrementRefCount({forgotten});
+    EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+    EXPECT_NE(again.message().find("forgotten"), std::string::npos) << again;
+    EXPECT_EQ(*restored->PutObj(driver), forgotten + 1);  // operation 3
+    (void)restored->TakeEffects();
+    ASSERT_TRUE(restored->SubmitTask(driver, {"f", {{0, "y"}}, {}}).ok());
+    std::vector<rt::ExecuteTaskEffect> runs = Drain<rt::ExecuteTaskEffect>(*restored);
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].operation, 4u);
+    EXPECT_EQ(runs[0].task.results, std::vector<rt::ObjectId>{forgotten + 2});
+  }
 }
 
 // Through real files: the coordinator's --state-dir holds the scheduler too, across snapshots.
