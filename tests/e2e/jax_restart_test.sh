@@ -117,6 +117,18 @@ workers() {
     -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}/{.status.initContainerStatuses[0].restartCount}/{.status.containerStatuses[0].restartCount} {end}'
 }
 
+# save_logs NS HOW: the case's container logs and events, which the report at the end shows
+# (on every way out of a case: a case that fails early needs them most).
+save_logs() {
+  local i
+  for i in 0 1 2 3; do
+    "$KUBECTL" -n "$1" logs "jax-cpu-worker-$i" -c worker >"$WORK/$2-worker-$i.log" 2>&1
+    "$KUBECTL" -n "$1" logs "jax-cpu-worker-$i" -c cohort-sidecar >"$WORK/$2-sidecar-$i.log" 2>&1
+  done
+  "$KUBECTL" -n "$1" logs jax-cpu-coordinator -c coordinator >"$WORK/$2-coordinator.log" 2>&1
+  "$KUBECTL" -n "$1" get events --sort-by=.lastTimestamp >"$WORK/$2-events.log" 2>&1
+}
+
 # run_case NAME HOW: runs the example in a namespace of its own and interrupts its
 # coordinator mid-run by HOW (kill or delete).
 run_case() {
@@ -128,6 +140,7 @@ run_case() {
   "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
   if ! until_true 300 mid_run "$ns"; then
     fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
+    save_logs "$ns" "$how"
     return
   fi
   before=$(workers "$ns")
@@ -144,6 +157,7 @@ run_case() {
     pid=$(coordinator_pid "$ns")
     if [[ -z "$pid" ]] || ! kill -KILL "$pid"; then
       fail "$how: found the coordinator's process" "pid '$pid'"
+      save_logs "$ns" "$how"
       return
     fi
   else
@@ -152,6 +166,7 @@ run_case() {
   fi
   if ! until_true 300 done_phase "$ns"; then
     fail "$how: the job ends" "phase $(phase "$ns")"
+    save_logs "$ns" "$how"
     return
   fi
   after=$(workers "$ns")
@@ -169,10 +184,7 @@ run_case() {
   else
     fail "$how: the worker pods" "before: $before; after: $after"
   fi
-  for i in 0 1 2 3; do
-    "$KUBECTL" -n "$ns" logs "jax-cpu-worker-$i" -c worker >"$WORK/$how-worker-$i.log" 2>&1
-    "$KUBECTL" -n "$ns" logs "jax-cpu-worker-$i" -c cohort-sidecar >"$WORK/$how-sidecar-$i.log" 2>&1
-  done
+  save_logs "$ns" "$how"
   if grep -q "40 steps, every sum right, all-gather = \[0, 1, 2, 3\]" "$WORK/$how-worker-0.log" &&
     ! grep -qi "Terminating process\|UNAVAILABLE" "$WORK"/"$how"-worker-*.log; then
     pass "$how: every worker ran its 40 steps with right sums and no coordination error"
