@@ -68,9 +68,11 @@ absl::Status ParseHostPort(const std::string& host_port, HostPort* out) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
 // Returns a listening socket for `host_port`. Addresses are tried IPv4 first, as Go's
 // net.Listen does, so "localhost:N" is reachable at 127.0.0.1:N.
-absl::Status Listen(const std::string& host_port, int* fd_out) {
+absl::Status ListenSocket(const std::string& host_port, int* fd_out) {
   HostPort hp;
   if (absl::Status s = ParseHostPort(host_port, &hp); !s.ok()) return s;
 
@@ -130,6 +132,8 @@ int BoundPort(int fd) {
   if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
   return 0;
 }
+
+namespace {
 
 MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
   MHD_Response* mhd_response = MHD_create_response_from_buffer(
@@ -235,7 +239,7 @@ absl::Status HttpServer::Start(const std::string& host_port) {
         absl::StrCat("HTTP server already serving on port ", port_));
   }
   int fd = -1;
-  if (absl::Status s = Listen(host_port, &fd); !s.ok()) return s;
+  if (absl::Status s = ListenSocket(host_port, &fd); !s.ok()) return s;
 
   daemon_ = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, 0, /*apc=*/nullptr, /*apc_cls=*/nullptr,
                              &HttpServerCallbacks::OnRequest, this, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -272,7 +276,7 @@ HttpResponse HttpServer::Dispatch(const HttpRequest& request) const {
 
 absl::Status ProbeListenAddress(const std::string& host_port) {
   int fd = -1;
-  absl::Status s = Listen(host_port, &fd);
+  absl::Status s = ListenSocket(host_port, &fd);
   if (fd >= 0) close(fd);
   if (s.ok()) return s;
   if (absl::StrContains(s.message(), "Address already in use")) {

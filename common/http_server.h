@@ -32,6 +32,13 @@ struct HttpResponse {
   std::string body;
 };
 
+// A listening TCP socket for HOST:PORT ("[ipv6]:port"; port 0 picks a free one; an empty host
+// is every interface), SO_REUSEADDR, backlog SOMAXCONN; IPv4 addresses are tried first, so
+// "localhost:N" is reachable at 127.0.0.1:N. The caller owns the descriptor.
+absl::Status ListenSocket(const std::string& host_port, int* fd);
+// The port a bound socket has (0 if none).
+int BoundPort(int fd);
+
 // Whether something could listen on HOST:PORT now (port 0: always): binds a socket and lets it
 // go. "the address is already in use" (another program has the port), "... is not an address
 // of this machine", or the reason; for a one-line error before a server (gRPC prints its own

@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -25,6 +26,7 @@
 #include "service/server/coordinator_metrics.h"
 #include "service/server/coordinator_server.h"
 #include "service/state/state_store.h"
+#include "service/torch/torch_store_server.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -74,6 +76,8 @@ int main(int argc, char** argv) {
   cohort::runtime::SchedulerOptions task_options;
   std::string task_liveness = "5s";
   std::string auth_token_file;
+  cohort::torch::TorchStoreServerOptions torch_store;
+  bool torch_store_insecure = false;
 
   app.add_option("--listen", server.listen, "gRPC address for every protocol")
       ->capture_default_str();
@@ -160,6 +164,19 @@ int main(int argc, char** argv) {
                  "\"authorization: Bearer <token>\" or is refused UNAUTHENTICATED (the "
                  "sidecars attach it for the workload). /metrics, /healthz and /readyz stay "
                  "open. Default: no token, like upstream");
+  app.add_option("--torch-store-listen", torch_store.listen,
+                 "HOST:PORT to serve PyTorch's TCPStore protocol on (torch.distributed.TCPStore "
+                 "clients, is_master=False), its keys in the coordinator's store under torch/ "
+                 "(docs/pytorch.md). With --auth-token-file only a loopback address, unless "
+                 "--torch-store-insecure. Default: not served");
+  app.add_option("--torch-store-max-connections", torch_store.max_connections,
+                 "TCPStore connections served at once; past it a new one is closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--torch-store-insecure", torch_store_insecure,
+               "serve --torch-store-listen beyond loopback although the coordinator has a "
+               "token: the TCPStore protocol carries no credentials, so anyone who reaches the "
+               "port reads and writes the torch keys");
   app.add_option("--task-retries", task_options.max_task_retries,
                  "task runtime: how many times a task whose worker was lost is started again "
                  "before it fails (a task that raises is never retried)")
@@ -249,6 +266,14 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(token.status());
     server.auth_token = *token;
   }
+  if (!torch_store.listen.empty() && !server.auth_token.empty() && !torch_store_insecure &&
+      !cohort::IsLoopbackListenAddress(torch_store.listen)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--torch-store-listen ", torch_store.listen,
+        " is not a loopback address, and the TCPStore protocol carries no token: serve it on "
+        "loopback (the pods' sidecars carry it to the coordinator with the token), or give "
+        "--torch-store-insecure to let anyone who reaches the port use the torch keys")));
+  }
   server.max_receive_message_bytes = cohort::MaxMessageBytes(config);
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;
@@ -309,10 +334,18 @@ int main(int argc, char** argv) {
   cohort::CoordinatorServer coordinator(service->get(), &registry, server);
   if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
   transport.Start();
+  std::unique_ptr<cohort::torch::TorchStoreServer> torch_server;
+  if (!torch_store.listen.empty()) {
+    torch_server = std::make_unique<cohort::torch::TorchStoreServer>(service->get(), torch_store);
+    if (auto s = torch_server->Start(); !s.ok()) return Fail(s);
+    spdlog::info("serving PyTorch's TCPStore protocol on {} (port {})", torch_store.listen,
+                 torch_server->port());
+  }
 
   spdlog::info("received {}; ending parked calls and exiting",
                cohort::StopSignals::Name(signals.Wait()));
   transport.Stop();
+  if (torch_server) torch_server->Stop();
   coordinator.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down (it received a termination signal)"));
   if (store) store->Stop();

@@ -13,7 +13,7 @@ BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates curl
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
   libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-  libcpprest-dev libssl-dev libmicrohttpd-dev zlib1g-dev prometheus-cpp-dev
+  libcpprest-dev libssl-dev libmicrohttpd-dev zlib1g-dev prometheus-cpp-dev libboost-dev
 )
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy

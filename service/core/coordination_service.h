@@ -112,11 +112,23 @@ class CoordinationService {
   absl::Status InsertKeyValue(absl::string_view key, std::string value, bool allow_overwrite);
   // Parks until the key is set, `deadline` passes or the call is cancelled.
   void GetKeyValue(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
-                   std::optional<absl::Time> deadline, KeyValueStore::GetDone done);
+                   std::optional<absl::Time> deadline, KeyValueStore::GetDone done,
+                   ParkKind kind = ParkKind::kKeyValueGet);
   absl::StatusOr<std::string> TryGetKeyValue(absl::string_view key) const;
   absl::StatusOr<int64_t> IncrementKeyValue(absl::string_view key, int64_t delta);
   std::vector<KeyValueEntry> GetKeyValueDir(absl::string_view dir) const;
   absl::Status DeleteKeyValue(absl::string_view key);
+  // PyTorch's store calls (the TCPStore protocol, service/torch).
+  std::vector<std::string> KeyValueKeys(absl::string_view dir) const;
+  size_t CountKeyValues(absl::string_view dir) const;
+  absl::StatusOr<std::optional<std::string>> CompareAndSetKeyValue(absl::string_view key,
+                                                                   absl::string_view expected,
+                                                                   std::string desired);
+  absl::Status AppendKeyValue(absl::string_view key, absl::string_view data);
+  absl::StatusOr<bool> EraseKeyValue(absl::string_view key);
+  void WaitKeyValueAtLeast(absl::string_view key, int64_t threshold, WaiterId waiter,
+                           std::optional<TaskName> owner, std::optional<absl::Time> deadline,
+                           KeyValueStore::ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);
   absl::StatusOr<std::shared_ptr<KeyWatch>> WatchKeys(absl::string_view key, int64_t start_revision,
                                                       WaiterId waiter,
                                                       std::function<void()> notify);

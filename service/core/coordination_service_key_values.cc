@@ -13,8 +13,8 @@ absl::Status CoordinationService::InsertKeyValue(absl::string_view key, std::str
 void CoordinationService::GetKeyValue(absl::string_view key, WaiterId waiter,
                                       std::optional<TaskName> owner,
                                       std::optional<absl::Time> deadline,
-                                      KeyValueStore::GetDone done) {
-  key_values_.Get(key, waiter, std::move(owner), deadline, std::move(done));
+                                      KeyValueStore::GetDone done, ParkKind kind) {
+  key_values_.Get(key, waiter, std::move(owner), deadline, std::move(done), kind);
 }
 
 absl::StatusOr<std::string> CoordinationService::TryGetKeyValue(absl::string_view key) const {
@@ -32,6 +32,35 @@ std::vector<KeyValueEntry> CoordinationService::GetKeyValueDir(absl::string_view
 
 absl::Status CoordinationService::DeleteKeyValue(absl::string_view key) {
   return key_values_.Delete(key);
+}
+
+std::vector<std::string> CoordinationService::KeyValueKeys(absl::string_view dir) const {
+  return key_values_.KeysUnder(dir);
+}
+
+size_t CoordinationService::CountKeyValues(absl::string_view dir) const {
+  return key_values_.CountUnder(dir);
+}
+
+absl::StatusOr<std::optional<std::string>> CoordinationService::CompareAndSetKeyValue(
+    absl::string_view key, absl::string_view expected, std::string desired) {
+  return key_values_.CompareAndSet(key, expected, std::move(desired));
+}
+
+absl::Status CoordinationService::AppendKeyValue(absl::string_view key, absl::string_view data) {
+  return key_values_.Append(key, data);
+}
+
+absl::StatusOr<bool> CoordinationService::EraseKeyValue(absl::string_view key) {
+  return key_values_.Erase(key);
+}
+
+void CoordinationService::WaitKeyValueAtLeast(absl::string_view key, int64_t threshold,
+                                              WaiterId waiter, std::optional<TaskName> owner,
+                                              std::optional<absl::Time> deadline,
+                                              KeyValueStore::ReachedDone done, ParkKind kind) {
+  key_values_.WaitAtLeast(key, threshold, waiter, std::move(owner), deadline, std::move(done),
+                          kind);
 }
 
 absl::StatusOr<std::shared_ptr<KeyWatch>> CoordinationService::WatchKeys(

@@ -1,6 +1,8 @@
 #include "service/core/key_value_store.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -57,6 +59,17 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
     fx->woken_value = value;
     waiters_.erase(w);
   }
+  if (auto c = count_waiters_.find(key); c != count_waiters_.end()) {
+    int64_t count = 0;
+    if (absl::SimpleAtoi(value, &count)) {
+      std::vector<CountWaiter>& calls = c->second;
+      auto below = std::partition(calls.begin(), calls.end(),
+                                  [count](const CountWaiter& w) { return count < w.threshold; });
+      for (auto it = below; it != calls.end(); ++it) fx->reached.push_back(std::move(it->call));
+      calls.erase(below, calls.end());
+      if (calls.empty()) count_waiters_.erase(c);
+    }
+  }
   KeyChange event{it == entries_.end() ? KeyChange::Type::kInserted : KeyChange::Type::kUpdated,
                   key, value, revision_};
   if (it == entries_.end()) {
@@ -90,18 +103,23 @@ void KeyValueStore::RecordLocked(KeyChange event, Effects* fx) {
 
 void KeyValueStore::Apply(Effects& fx) {
   std::vector<TimerQueue::TimerId> timers;
-  if (!fx.woken.empty()) {
+  if (!fx.woken.empty() || !fx.reached.empty()) {
     absl::MutexLock lock(&mu_);
-    for (auto& call : fx.woken) {
-      auto t = timed_gets_.find(call->id());
-      if (t == timed_gets_.end()) continue;
+    auto cancel_timer = [&](WaiterId id) {
+      auto t = timed_gets_.find(id);
+      if (t == timed_gets_.end()) return;
       timers.push_back(t->second);
       timed_gets_.erase(t);
-    }
+    };
+    for (auto& call : fx.woken) cancel_timer(call->id());
+    for (auto& call : fx.reached) cancel_timer(call->id());
   }
   for (TimerQueue::TimerId t : timers) timers_->Cancel(t);
   for (auto& call : fx.woken) {
     if (parked_->Claim(*call)) call->Finish(fx.woken_value);
+  }
+  for (auto& call : fx.reached) {
+    if (parked_->Claim(*call)) call->Finish(absl::OkStatus());
   }
   // A recursive delete notifies a watch once per key; once is enough.
   std::sort(fx.notified.begin(), fx.notified.end());
@@ -143,11 +161,11 @@ absl::StatusOr<std::string> KeyValueStore::TryGet(absl::string_view key) const {
 }
 
 void KeyValueStore::Get(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
-                        std::optional<absl::Time> deadline, GetDone done) {
+                        std::optional<absl::Time> deadline, GetDone done, ParkKind kind) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return done(s);
-  auto call = std::make_shared<Parked<absl::StatusOr<std::string>>>(
-      waiter, ParkKind::kKeyValueGet, std::move(owner), std::move(done));
+  auto call = std::make_shared<Parked<absl::StatusOr<std::string>>>(waiter, kind, std::move(owner),
+                                                                    std::move(done));
   std::optional<std::string> value;
   absl::Status parked;
   {
@@ -161,16 +179,63 @@ void KeyValueStore::Get(absl::string_view key, WaiterId waiter, std::optional<Ta
       if (parked.ok()) {
         waiters_[k].push_back(call);
         if (deadline) {
-          timed_gets_[waiter] = timers_->Schedule(*deadline, [this, waiter, k] {
-            parked_->Cancel(waiter, absl::DeadlineExceededError(
-                                        absl::StrCat("timed out waiting for key \"", k, "\"")));
-          });
+          ScheduleDeadline(waiter, *deadline,
+                           absl::StrCat("timed out waiting for key \"", k, "\""));
         }
       }
     }
   }
   if (value) return call->Finish(std::move(*value));
   if (!parked.ok()) return call->FinishWithError(parked);
+}
+
+void KeyValueStore::ScheduleDeadline(WaiterId waiter, absl::Time deadline, std::string what) {
+  timed_gets_[waiter] = timers_->Schedule(deadline, [this, waiter, what = std::move(what)] {
+    parked_->Cancel(waiter, absl::DeadlineExceededError(what));
+  });
+}
+
+void KeyValueStore::WaitAtLeast(absl::string_view key, int64_t threshold, WaiterId waiter,
+                                std::optional<TaskName> owner, std::optional<absl::Time> deadline,
+                                ReachedDone done, ParkKind kind) {
+  std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return done(s);
+  auto call = std::make_shared<ReachedCall>(waiter, kind, std::move(owner), std::move(done));
+  bool reached = false;
+  absl::Status parked;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(k);
+    int64_t count = 0;
+    if (it != entries_.end() && absl::SimpleAtoi(it->second, &count) && count >= threshold) {
+      reached = true;
+    } else {
+      call->set_unlink([this, k, waiter] { RemoveCountWaiter(k, waiter); });
+      parked = parked_->Add(call);
+      if (parked.ok()) {
+        count_waiters_[k].push_back({threshold, call});
+        if (deadline) {
+          ScheduleDeadline(
+              waiter, *deadline,
+              absl::StrCat("timed out waiting for key \"", k, "\" to reach ", threshold));
+        }
+      }
+    }
+  }
+  if (reached) return call->Finish(absl::OkStatus());
+  if (!parked.ok()) return call->FinishWithError(parked);
+}
+
+void KeyValueStore::RemoveCountWaiter(const std::string& key, WaiterId id) {
+  absl::MutexLock lock(&mu_);
+  timed_gets_.erase(id);
+  auto it = count_waiters_.find(key);
+  if (it == count_waiters_.end()) return;
+  auto& calls = it->second;
+  calls.erase(std::remove_if(calls.begin(), calls.end(),
+                             [id](const CountWaiter& w) { return w.call->id() == id; }),
+              calls.end());
+  if (calls.empty()) count_waiters_.erase(it);
 }
 
 void KeyValueStore::RemoveWaiter(const std::string& key, WaiterId id) {
@@ -218,6 +283,93 @@ std::vector<KeyValueEntry> KeyValueStore::GetDir(absl::string_view dir) const {
     out.push_back({it->first, it->second});
   }
   return out;
+}
+
+std::vector<std::string> KeyValueStore::KeysUnder(absl::string_view dir) const {
+  std::string prefix = NormalizeKey(dir);
+  if (!prefix.empty()) prefix += "/";
+  std::vector<std::string> out;
+  absl::ReaderMutexLock lock(&mu_);
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    out.push_back(it->first);
+  }
+  return out;
+}
+
+size_t KeyValueStore::CountUnder(absl::string_view dir) const {
+  std::string prefix = NormalizeKey(dir);
+  if (!prefix.empty()) prefix += "/";
+  absl::ReaderMutexLock lock(&mu_);
+  size_t n = 0;
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++n;
+  }
+  return n;
+}
+
+absl::StatusOr<std::optional<std::string>> KeyValueStore::CompareAndSet(absl::string_view key,
+                                                                        absl::string_view expected,
+                                                                        std::string desired) {
+  std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return s;
+  Effects fx;
+  std::optional<std::string> after;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(k);
+    bool matches = it == entries_.end() ? expected.empty() : it->second == expected;
+    if (!matches) {
+      if (it != entries_.end()) after = it->second;
+      return after;
+    }
+    after = desired;
+    if (auto s = PutLocked(k, std::move(desired), &fx); !s.ok()) return s;
+  }
+  Apply(fx);
+  return after;
+}
+
+absl::Status KeyValueStore::Append(absl::string_view key, absl::string_view data) {
+  std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return s;
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(k);
+    std::string value = it == entries_.end() ? std::string() : it->second;
+    value.append(data.data(), data.size());
+    if (auto s = PutLocked(k, std::move(value), &fx); !s.ok()) return s;
+  }
+  Apply(fx);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> KeyValueStore::Erase(absl::string_view key) {
+  std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return s;
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return false;
+    // The journal's KeyDeleted removes what is under "key/" too when it is read back: only an
+    // entry with nothing under it is erased alone.
+    std::string under = k + "/";
+    if (auto next = entries_.lower_bound(under);
+        next != entries_.end() && absl::StartsWith(next->first, under)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key \"", k, "\" has keys under it; delete it with them"));
+    }
+    bytes_ -= it->first.size() + it->second.size();
+    entries_.erase(it);
+    ++revision_;
+    if (journal_) journal_->KeyDeleted(k, revision_);
+    RecordLocked(KeyChange{KeyChange::Type::kDeleted, k, "", revision_}, &fx);
+  }
+  Apply(fx);
+  return true;
 }
 
 absl::Status KeyValueStore::Delete(absl::string_view key) {

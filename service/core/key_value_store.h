@@ -57,13 +57,35 @@ class KeyValueStore {
   // Answers at once when the key exists, else parks until it is set, `deadline` passes
   // (DEADLINE_EXCEEDED) or the call is cancelled.
   void Get(absl::string_view key, WaiterId waiter, std::optional<TaskName> owner,
-           std::optional<absl::Time> deadline, GetDone done);
+           std::optional<absl::Time> deadline, GetDone done,
+           ParkKind kind = ParkKind::kKeyValueGet);
   // Adds `delta` to the decimal integer stored at key (absent counts as 0); returns the sum.
   absl::StatusOr<int64_t> Increment(absl::string_view key, int64_t delta);
   // Every entry under "dir/", in key order.
   std::vector<KeyValueEntry> GetDir(absl::string_view dir) const;
+  // The keys under "dir/", in key order, and how many there are (no values copied).
+  std::vector<std::string> KeysUnder(absl::string_view dir) const;
+  size_t CountUnder(absl::string_view dir) const;
   // Removes the key and everything under "key/". Removing nothing is not an error.
   absl::Status Delete(absl::string_view key);
+
+  // PyTorch's store calls, each atomic:
+  // Sets `desired` when the key holds `expected`, or is absent and `expected` is empty. Returns
+  // what the key holds afterwards (nullopt: absent).
+  absl::StatusOr<std::optional<std::string>> CompareAndSet(absl::string_view key,
+                                                           absl::string_view expected,
+                                                           std::string desired);
+  // Appends `data` to the key's value (absent: creates it).
+  absl::Status Append(absl::string_view key, absl::string_view data);
+  // Removes the key alone, not what is under "key/"; whether it was there.
+  absl::StatusOr<bool> Erase(absl::string_view key);
+  // Answers once the decimal integer at `key` is at least `threshold` (at once when it is),
+  // else parks like Get until a change makes it so, `deadline` passes (DEADLINE_EXCEEDED) or
+  // the call is cancelled. A value that is not an integer counts as below any threshold.
+  using ReachedDone = std::function<void(absl::Status)>;
+  void WaitAtLeast(absl::string_view key, int64_t threshold, WaiterId waiter,
+                   std::optional<TaskName> owner, std::optional<absl::Time> deadline,
+                   ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);
 
   // Watches `key` and everything under "key/" (every key when empty). Events with revision
   // >= `start_revision` are delivered (0: from now on); OUT_OF_RANGE when that revision is
@@ -94,10 +116,16 @@ class KeyValueStore {
  private:
   absl::Status CheckKey(absl::string_view normalized, absl::string_view original) const;
   using GetCall = Parked<absl::StatusOr<std::string>>;
+  using ReachedCall = Parked<absl::Status>;
+  struct CountWaiter {
+    int64_t threshold = 0;
+    std::shared_ptr<ReachedCall> call;
+  };
   // What a change does once the lock is released.
   struct Effects {
     std::vector<std::shared_ptr<GetCall>> woken;
     std::string woken_value;
+    std::vector<std::shared_ptr<ReachedCall>> reached;
     std::vector<std::shared_ptr<KeyWatch>> notified;
     std::vector<std::pair<std::shared_ptr<KeyWatch>, int64_t>> overflowed;  // resume revision
   };
@@ -107,6 +135,10 @@ class KeyValueStore {
   void Apply(Effects& fx);
   void RemoveWatch(WaiterId id);
   void RemoveWaiter(const std::string& key, WaiterId id);
+  void RemoveCountWaiter(const std::string& key, WaiterId id);
+  // Deadline timers of parked calls, by waiter.
+  void ScheduleDeadline(WaiterId waiter, absl::Time deadline, std::string what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const KeyValueLimits limits_;
   ParkedCallRegistry* const parked_;
@@ -116,10 +148,13 @@ class KeyValueStore {
   std::map<std::string, std::string> entries_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
-  // Deadline timers of timed gets, cancelled when the get is answered first.
+  // Deadline timers of timed gets and WaitAtLeast calls, cancelled when the call is answered
+  // first.
   absl::flat_hash_map<WaiterId, TimerQueue::TimerId> timed_gets_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GetCall>>> waiters_
       ABSL_GUARDED_BY(mu_);
+  // WaitAtLeast's calls, by key.
+  absl::flat_hash_map<std::string, std::vector<CountWaiter>> count_waiters_ ABSL_GUARDED_BY(mu_);
   KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
   StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);

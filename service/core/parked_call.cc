@@ -26,6 +26,8 @@ const char* ParkKindName(ParkKind kind) {
       return "watch_job_state";
     case ParkKind::kWatchKeys:
       return "watch_keys";
+    case ParkKind::kTorchStoreWait:
+      return "torch_store_wait";
   }
   return "unknown";
 }

@@ -33,8 +33,9 @@ enum class ParkKind {
   kPollForError,
   kWatchJobState,
   kWatchKeys,
+  kTorchStoreWait,
 };
-inline constexpr int kNumParkKinds = 9;
+inline constexpr int kNumParkKinds = 10;
 const char* ParkKindName(ParkKind kind);
 
 class ParkedCall {

@@ -379,6 +379,16 @@ def tensorflow_client():
     return str(python), version or "", reason
 
 
+def torch_client():
+    """The torch of bench/requirements-torch.txt, in the venv bench/setup.sh makes
+    (.venv-bench): (python, version, what is missing or "")."""
+    python = REPO_ROOT / ".venv-bench" / "bin" / "python"
+    version = installed_version(str(python), "torch") if python.exists() else None
+    reason = "" if version else (f"torch is not installed in {python.parent.parent} "
+                                 "(run bash bench/setup.sh)")
+    return str(python), version or "", reason
+
+
 # How long a test waits for the survivors of a kill to end: only so that it cannot hang.
 # Why they ended is what the tests assert (their logs); how fast is measured in bench/
 # (cohort-failure-bench), not here.

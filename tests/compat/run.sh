@@ -150,6 +150,22 @@ SUMMARY=("$(covered "$VENV")")
 for req in "$COMPAT"/clients/*.txt; do
   SUMMARY+=("$(covered "$CLIENTS/$(basename "$req" .txt)")")
 done
+# PyTorch's TCPStore client: the torch of the benchmarks' venv (bench/setup.sh, which make test
+# also runs in the background; it waits for that run rather than making the venv twice).
+if [[ -z "${COMPAT_VENVS_ONLY:-}" ]]; then
+  if ! bash bench/setup.sh >"$COHORT_CACHE/compat-bench-setup.log" 2>&1; then
+    tail -n 20 "$COHORT_CACHE/compat-bench-setup.log" >&2
+    log "the torch client (.venv-bench, bench/setup.sh) could not be installed; the suite needs it"
+    exit 1
+  fi
+  if [[ -f .venv-bench/torch.skip ]]; then
+    log "the torch client is left out of .venv-bench ($(cat .venv-bench/torch.skip)); the suite" \
+      "needs it: run bench/setup.sh without BENCH_SKIP_TORCH"
+    exit 1
+  fi
+  torch=$(.venv-bench/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))')
+  SUMMARY+=("compat: covered torch $torch (Python $(py_version .venv-bench/bin/python), .venv-bench)")
+fi
 summary() {
   printf '%s\n' "${SUMMARY[@]}" >&2
   if [[ -n "$NOTE" ]]; then log "$NOTE"; fi

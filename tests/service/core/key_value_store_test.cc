@@ -258,6 +258,109 @@ TEST_F(KeyValueStoreTest, IncrementThatOverflowsIsOutOfRange) {
   EXPECT_EQ(service_->TryGetKeyValue("n").value(), std::to_string(max));
 }
 
+// PyTorch's store calls (service/torch): compare-and-set as torch's compare_set.
+TEST_F(KeyValueStoreTest, CompareAndSetFollowsTorchsTable) {
+  // Absent, expected empty: set.
+  EXPECT_EQ(service_->CompareAndSetKeyValue("k", "", "one").value(), "one");
+  // Present and equal: replaced.
+  EXPECT_EQ(service_->CompareAndSetKeyValue("k", "one", "two").value(), "two");
+  // Present and different: unchanged, the current value answered.
+  EXPECT_EQ(service_->CompareAndSetKeyValue("k", "one", "three").value(), "two");
+  EXPECT_EQ(service_->TryGetKeyValue("k").value(), "two");
+  // Absent, expected not empty: nothing set, nothing answered.
+  int64_t revision = service_->KeyValueStats().revision;
+  EXPECT_EQ(service_->CompareAndSetKeyValue("absent", "x", "y").value(), std::nullopt);
+  EXPECT_EQ(service_->TryGetKeyValue("absent").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(service_->KeyValueStats().revision, revision);
+}
+
+TEST_F(KeyValueStoreTest, ACompareAndSetThatCreatesTheKeyAnswersItsWaiters) {
+  GetResult get = Get("k");
+  ASSERT_FALSE(get.fired());
+  ASSERT_EQ(service_->CompareAndSetKeyValue("k", "nope", "v").value(), std::nullopt);
+  EXPECT_FALSE(get.fired());
+  ASSERT_EQ(service_->CompareAndSetKeyValue("k", "", "v").value(), "v");
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().value(), "v");
+}
+
+TEST_F(KeyValueStoreTest, AppendCreatesThenExtendsAndAnswersWaiters) {
+  GetResult get = Get("log");
+  ASSERT_TRUE(service_->AppendKeyValue("log", "ab").ok());
+  ASSERT_TRUE(get.fired());
+  EXPECT_EQ(get.value().value(), "ab");
+  ASSERT_TRUE(service_->AppendKeyValue("log", std::string("\0c", 2)).ok());
+  EXPECT_EQ(service_->TryGetKeyValue("log").value(), std::string("ab\0c", 4));
+}
+
+TEST_F(KeyValueStoreTest, EraseRemovesOneKeyAndSaysWhetherItWasThere) {
+  ASSERT_TRUE(service_->InsertKeyValue("a", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("a!", "2", false).ok());
+  EXPECT_EQ(service_->EraseKeyValue("a").value(), true);
+  EXPECT_EQ(service_->EraseKeyValue("a").value(), false);
+  EXPECT_EQ(service_->TryGetKeyValue("a!").value(), "2");
+  // A key with keys under it is not erased alone (a restart would read it back as deleting
+  // them all).
+  ASSERT_TRUE(service_->InsertKeyValue("d", "1", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("d/e", "2", false).ok());
+  EXPECT_EQ(service_->EraseKeyValue("d").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->TryGetKeyValue("d").value(), "1");
+}
+
+TEST_F(KeyValueStoreTest, KeysAndCountsUnderADirectoryCopyNoValues) {
+  for (const char* key : {"t/b", "t/a", "t/c/d", "u/a"}) {
+    ASSERT_TRUE(service_->InsertKeyValue(key, "v", false).ok());
+  }
+  EXPECT_EQ(service_->KeyValueKeys("t"), (std::vector<std::string>{"t/a", "t/b", "t/c/d"}));
+  EXPECT_EQ(service_->CountKeyValues("t"), 3u);
+  EXPECT_EQ(service_->CountKeyValues(""), 4u);
+  EXPECT_EQ(service_->CountKeyValues("none"), 0u);
+}
+
+TEST_F(KeyValueStoreTest, WaitAtLeastAnswersOnceTheCountReachesItsThreshold) {
+  ::cohort::testing::StatusResult early, late;
+  service_->WaitKeyValueAtLeast("n", 2, service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                early.Callback());
+  service_->WaitKeyValueAtLeast("n", 3, service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                late.Callback());
+  ASSERT_EQ(service_->IncrementKeyValue("n", 1).value(), 1);
+  EXPECT_FALSE(early.fired());
+  ASSERT_EQ(service_->IncrementKeyValue("n", 1).value(), 2);
+  ASSERT_TRUE(early.fired());
+  EXPECT_TRUE(early.value().ok()) << early.value();
+  EXPECT_FALSE(late.fired());
+  ASSERT_TRUE(service_->InsertKeyValue("n", "not a number", true).ok());
+  EXPECT_FALSE(late.fired());
+  ASSERT_TRUE(service_->InsertKeyValue("n", "7", true).ok());
+  ASSERT_TRUE(late.fired());
+  EXPECT_EQ(late.count(), 1);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+  // Reached already: answered at once.
+  ::cohort::testing::StatusResult now;
+  service_->WaitKeyValueAtLeast("n", 7, service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                now.Callback());
+  ASSERT_TRUE(now.fired());
+  EXPECT_TRUE(now.value().ok());
+}
+
+TEST_F(KeyValueStoreTest, WaitAtLeastEndsAtItsDeadlineOrWhenCancelled) {
+  ::cohort::testing::StatusResult timed, cancelled;
+  service_->WaitKeyValueAtLeast("n", 5, service_->NewWaiterId(), std::nullopt,
+                                clock_.Now() + absl::Seconds(10), timed.Callback());
+  WaiterId waiter = service_->NewWaiterId();
+  service_->WaitKeyValueAtLeast("n", 5, waiter, std::nullopt, std::nullopt, cancelled.Callback());
+  service_->Cancel(waiter, absl::CancelledError("CANCEL_WAIT"));
+  ASSERT_TRUE(cancelled.fired());
+  EXPECT_EQ(cancelled.value(), absl::CancelledError("CANCEL_WAIT"));
+  Advance(absl::Seconds(11));
+  ASSERT_TRUE(timed.fired());
+  EXPECT_EQ(timed.value().code(), absl::StatusCode::kDeadlineExceeded) << timed.value();
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+  ASSERT_EQ(service_->IncrementKeyValue("n", 9).value(), 9);
+  EXPECT_EQ(timed.count(), 1);
+  EXPECT_EQ(cancelled.count(), 1);
+}
+
 TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
   KeyValueLimits limits;
   limits.max_key_bytes = 8;

@@ -1,0 +1,242 @@
+#include "service/torch/torch_store_server.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "boost/asio.hpp"
+#include "common/http_server.h"
+#include "service/torch/torch_store_session.h"
+#include "spdlog/spdlog.h"
+
+namespace cohort::torch {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+// One client's socket: reads go to its session, the session's replies are written in order.
+// Every handler runs on the connection's strand. (Not in an anonymous namespace: the server's
+// Impl holds them.)
+class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConnection> {
+ public:
+  using Forget = std::function<void(TorchStoreConnection*)>;
+
+  TorchStoreConnection(tcp::socket socket, CoordinationService* service, const CodecLimits& limits,
+                       Forget forget)
+      : socket_(std::move(socket)),
+        strand_(asio::make_strand(socket_.get_executor())),
+        service_(service),
+        limits_(limits),
+        forget_(std::move(forget)) {
+    boost::system::error_code ignored;
+    peer_ = socket_.remote_endpoint(ignored);
+  }
+
+  void Start() {
+    std::weak_ptr<TorchStoreConnection> weak = weak_from_this();
+    session_ = std::make_shared<TorchStoreSession>(
+        service_, limits_,
+        [weak](std::string bytes) {
+          if (auto self = weak.lock()) self->Send(std::move(bytes));
+        },
+        [weak](absl::Status why) {
+          if (auto self = weak.lock()) self->End(std::move(why));
+        });
+    asio::post(strand_, [self = shared_from_this()] { self->Read(); });
+  }
+
+  // From any thread.
+  void Close() {
+    asio::post(strand_, [self = shared_from_this()] { self->CloseNow(); });
+  }
+
+ private:
+  void Read() {
+    socket_.async_read_some(
+        asio::buffer(buffer_),
+        asio::bind_executor(
+            strand_, [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
+              if (error) {
+                self->CloseNow();
+                return;
+              }
+              self->session_->Received(absl::string_view(self->buffer_.data(), n));
+              if (!self->closed_) self->Read();
+            }));
+  }
+
+  void Send(std::string bytes) {
+    asio::post(strand_, [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+      if (self->closed_) return;
+      self->outbox_.push_back(std::move(bytes));
+      if (self->outbox_.size() == 1) self->WriteNext();
+    });
+  }
+
+  // The front of outbox_ is being written until its handler runs; it stays there (and is
+  // freed with the connection) even when the connection closes meanwhile.
+  void WriteNext() {
+    asio::async_write(
+        socket_, asio::buffer(outbox_.front()),
+        asio::bind_executor(
+            strand_, [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+              if (error || self->closed_) {
+                self->CloseNow();
+                return;
+              }
+              self->outbox_.pop_front();
+              if (!self->outbox_.empty()) self->WriteNext();
+            }));
+  }
+
+  void End(absl::Status why) {
+    asio::post(strand_, [self = shared_from_this(), why = std::move(why)] {
+      spdlog::warn("torch store: closing the connection from {}: {}", self->Peer(), why.ToString());
+      self->CloseNow();
+    });
+  }
+
+  void CloseNow() {
+    if (closed_) return;
+    closed_ = true;
+    session_->Closed();
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    forget_(this);
+  }
+
+  std::string Peer() const { return absl::StrCat(peer_.address().to_string(), ":", peer_.port()); }
+
+  tcp::socket socket_;
+  asio::strand<tcp::socket::executor_type> strand_;
+  CoordinationService* const service_;
+  const CodecLimits limits_;
+  const Forget forget_;
+  tcp::endpoint peer_;
+  std::shared_ptr<TorchStoreSession> session_;
+  std::array<char, 64 * 1024> buffer_;
+  std::deque<std::string> outbox_;
+  bool closed_ = false;
+};
+
+class TorchStoreServer::Impl {
+ public:
+  Impl(CoordinationService* service, TorchStoreServerOptions options)
+      : service_(service), options_(std::move(options)), acceptor_(io_) {}
+
+  absl::Status Start() {
+    int fd = -1;
+    if (absl::Status s = ListenSocket(options_.listen, &fd); !s.ok()) return s;
+    port_ = BoundPort(fd);
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    boost::system::error_code error;
+    acceptor_.assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, error);
+    if (error) {
+      ::close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve on ", options_.listen, ": ", error.message()));
+    }
+    Accept();
+    for (int i = 0; i < std::max(1, options_.threads); ++i) {
+      threads_.emplace_back([this] { io_.run(); });
+    }
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void Stop() {
+    std::call_once(stopped_, [this] {
+      asio::post(acceptor_.get_executor(), [this] {
+        boost::system::error_code ignored;
+        acceptor_.close(ignored);
+      });
+      std::vector<std::shared_ptr<TorchStoreConnection>> open;
+      {
+        absl::MutexLock lock(&mu_);
+        stopping_ = true;
+        for (const auto& [raw, connection] : connections_) open.push_back(connection);
+      }
+      for (auto& connection : open) connection->Close();
+      // The connections close (on their strands), then nothing is left for the threads to do.
+      work_.reset();
+      for (std::thread& t : threads_) t.join();
+      threads_.clear();
+    });
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](const boost::system::error_code& error, tcp::socket socket) {
+      if (error == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!error) Admit(std::move(socket));
+      Accept();
+    });
+  }
+
+  void Admit(tcp::socket socket) {
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // replies are small; do not wait for more
+    std::shared_ptr<TorchStoreConnection> connection;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (connections_.size() >= options_.max_connections) {
+        spdlog::warn("torch store: refusing a connection: {} are open (the limit)",
+                     connections_.size());
+        return;  // the socket closes as it goes out of scope
+      }
+      connection =
+          std::make_shared<TorchStoreConnection>(std::move(socket), service_, options_.limits,
+                                                 [this](TorchStoreConnection* c) { Forget(c); });
+      connections_.emplace(connection.get(), connection);
+    }
+    connection->Start();
+  }
+
+  void Forget(TorchStoreConnection* connection) {
+    absl::MutexLock lock(&mu_);
+    connections_.erase(connection);
+  }
+
+  CoordinationService* const service_;
+  const TorchStoreServerOptions options_;
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{
+      asio::make_work_guard(io_)};
+  tcp::acceptor acceptor_;
+  int port_ = 0;
+  std::vector<std::thread> threads_;
+  std::once_flag stopped_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<TorchStoreConnection*, std::shared_ptr<TorchStoreConnection>> connections_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+TorchStoreServer::TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options)
+    : impl_(std::make_unique<Impl>(service, std::move(options))) {}
+
+TorchStoreServer::~TorchStoreServer() { Stop(); }
+
+absl::Status TorchStoreServer::Start() { return impl_->Start(); }
+
+int TorchStoreServer::port() const { return impl_->port(); }
+
+void TorchStoreServer::Stop() { impl_->Stop(); }
+
+}  // namespace cohort::torch

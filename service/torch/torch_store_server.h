@@ -1,0 +1,46 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "service/core/coordination_service.h"
+#include "service/torch/tcpstore_codec.h"
+
+namespace cohort::torch {
+
+struct TorchStoreServerOptions {
+  // HOST:PORT ("[::1]:0", "127.0.0.1:29500", "localhost:0"); port 0 picks a free one.
+  std::string listen;
+  CodecLimits limits;
+  // Connections served at once; past it a new one is closed at once (and said so in the log).
+  size_t max_connections = 65536;
+  // Threads that read, write and carry out commands.
+  int threads = 2;
+};
+
+// Serves PyTorch's TCPStore protocol over TCP (Boost.Asio), each connection a
+// TorchStoreSession on the coordinator's state. The protocol carries no credentials: who may
+// reach the address is the caller's to decide (the coordinator serves it on loopback only when
+// it has a token, unless told otherwise).
+class TorchStoreServer {
+ public:
+  TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options);
+  ~TorchStoreServer();
+  TorchStoreServer(const TorchStoreServer&) = delete;
+  TorchStoreServer& operator=(const TorchStoreServer&) = delete;
+
+  // Binds and starts serving: INVALID_ARGUMENT for an address that is not HOST:PORT or does not
+  // resolve, UNAVAILABLE when it cannot be bound.
+  absl::Status Start();
+  // The bound port (after Start).
+  int port() const;
+  // Closes every connection (their waits cancelled) and waits for the threads.
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::torch

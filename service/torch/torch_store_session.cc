@@ -1,0 +1,239 @@
+#include "service/torch/torch_store_session.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "service/torch/torch_keys.h"
+
+namespace cohort::torch {
+
+namespace {
+
+// A key the client may read but that is not there reads as an empty value (libuv's answer).
+absl::StatusOr<std::string> ValueOrEmpty(CoordinationService* service, absl::string_view key) {
+  absl::StatusOr<std::string> value = service->TryGetKeyValue(StoreKey(key));
+  if (value.status().code() == absl::StatusCode::kNotFound) return std::string();
+  return value;
+}
+
+absl::Status WithQuery(const Command& c, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(QueryName(c.query), ": ", s.message()));
+}
+
+}  // namespace
+
+TorchStoreSession::TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send,
+                                     End end)
+    : service_(service), decoder_(limits), send_(std::move(send)), end_(std::move(end)) {}
+
+void TorchStoreSession::Received(absl::string_view bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+  }
+  decoder_.Feed(bytes);
+  for (;;) {
+    absl::StatusOr<std::optional<Command>> next = decoder_.Next();
+    absl::Status failed = next.status();
+    if (failed.ok()) {
+      if (!next->has_value()) return;
+      failed = Execute(**next);
+    }
+    if (!failed.ok()) {
+      Closed();
+      end_(failed);
+      return;
+    }
+  }
+}
+
+absl::Status TorchStoreSession::Execute(Command& c) {
+  std::string reply;
+  switch (c.query) {
+    case Query::kValidate:
+      return absl::OkStatus();
+    case Query::kPing:
+      AppendU32(static_cast<uint32_t>(c.number), &reply);
+      break;
+    case Query::kSet:
+      if (absl::Status s = service_->InsertKeyValue(StoreKey(c.keys[0]), std::move(c.values[0]),
+                                                    /*allow_overwrite=*/true);
+          !s.ok()) {
+        return WithQuery(c, s);
+      }
+      return absl::OkStatus();
+    case Query::kMultiSet:
+      for (size_t i = 0; i < c.keys.size(); ++i) {
+        if (absl::Status s =
+                service_->InsertKeyValue(StoreKey(c.keys[i]), std::move(c.values[i]), true);
+            !s.ok()) {
+          return WithQuery(c, s);
+        }
+      }
+      return absl::OkStatus();
+    case Query::kCompareSet: {
+      absl::StatusOr<std::optional<std::string>> after =
+          service_->CompareAndSetKeyValue(StoreKey(c.keys[0]), c.values[0], c.values[1]);
+      if (!after.ok()) return WithQuery(c, after.status());
+      // Absent, and `expected` not empty: torch answers `expected` itself.
+      AppendBytes(after->has_value() ? **after : c.values[0], &reply);
+      break;
+    }
+    case Query::kGet: {
+      absl::StatusOr<std::string> value = ValueOrEmpty(service_, c.keys[0]);
+      if (!value.ok()) return WithQuery(c, value.status());
+      AppendBytes(*value, &reply);
+      break;
+    }
+    case Query::kMultiGet:
+      for (const std::string& key : c.keys) {
+        absl::StatusOr<std::string> value = ValueOrEmpty(service_, key);
+        if (!value.ok()) return WithQuery(c, value.status());
+        AppendBytes(*value, &reply);
+      }
+      break;
+    case Query::kAdd: {
+      absl::StatusOr<int64_t> sum = service_->IncrementKeyValue(StoreKey(c.keys[0]), c.number);
+      if (!sum.ok()) return WithQuery(c, sum.status());
+      AppendI64(*sum, &reply);
+      break;
+    }
+    case Query::kAppend:
+      if (absl::Status s = service_->AppendKeyValue(StoreKey(c.keys[0]), c.values[0]); !s.ok()) {
+        return WithQuery(c, s);
+      }
+      return absl::OkStatus();
+    case Query::kDeleteKey: {
+      absl::StatusOr<bool> erased = service_->EraseKeyValue(StoreKey(c.keys[0]));
+      if (!erased.ok()) return WithQuery(c, erased.status());
+      AppendI64(*erased ? 1 : 0, &reply);
+      break;
+    }
+    case Query::kCheck: {
+      bool all = true;
+      for (const std::string& key : c.keys) {
+        absl::StatusOr<std::string> value = service_->TryGetKeyValue(StoreKey(key));
+        if (value.status().code() == absl::StatusCode::kNotFound) {
+          all = false;
+          break;
+        }
+        if (!value.ok()) return WithQuery(c, value.status());
+      }
+      AppendU8(all ? kCheckReady : kCheckNotReady, &reply);
+      break;
+    }
+    case Query::kGetNumKeys:
+      AppendI64(static_cast<int64_t>(service_->CountKeyValues(kTorchKeyDir)), &reply);
+      break;
+    case Query::kListKeys: {
+      std::vector<std::string> keys;
+      for (const std::string& stored : service_->KeyValueKeys(kTorchKeyDir)) {
+        if (std::optional<std::string> key = TorchKey(stored)) keys.push_back(std::move(*key));
+      }
+      AppendI64(static_cast<int64_t>(keys.size()), &reply);
+      for (const std::string& key : keys) AppendBytes(key, &reply);
+      break;
+    }
+    case Query::kWait:
+      StartWait(c.keys, 0);
+      return absl::OkStatus();
+    case Query::kBarrier: {
+      absl::StatusOr<int64_t> arrived = service_->IncrementKeyValue(StoreKey(c.keys[0]), 1);
+      if (!arrived.ok()) return WithQuery(c, arrived.status());
+      if (*arrived >= c.number) {
+        AppendU8(kStopWaiting, &reply);
+        break;
+      }
+      StartWait(c.keys, c.number);
+      return absl::OkStatus();
+    }
+    case Query::kCancelWait:
+      CancelWaits("CANCEL_WAIT");
+      AppendU8(kWaitCanceled, &reply);
+      break;
+    case Query::kQueuePush:
+    case Query::kQueuePop:
+    case Query::kQueueLen:
+      return absl::UnimplementedError(
+          absl::StrCat(QueryName(c.query),
+                       ": cohort's TCPStore does not serve queues yet (torch's "
+                       "queue_push, queue_pop and queue_len)"));
+  }
+  send_(std::move(reply));
+  return absl::OkStatus();
+}
+
+void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold) {
+  CancelWaits("a new WAIT");
+  std::vector<WaiterId> ids;
+  for (size_t i = 0; i < keys.size(); ++i) ids.push_back(service_->NewWaiterId());
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    seq = ++wait_seq_;
+    waiting_ = ids;
+    remaining_ = keys.size() + 1;  // and this call's own turn, below
+  }
+  auto self = shared_from_this();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (barrier_threshold > 0) {
+      service_->WaitKeyValueAtLeast(
+          StoreKey(keys[i]), barrier_threshold, ids[i], std::nullopt, std::nullopt,
+          [self, seq](absl::Status s) { self->WaitEnded(seq, s); }, ParkKind::kTorchStoreWait);
+    } else {
+      service_->GetKeyValue(
+          StoreKey(keys[i]), ids[i], std::nullopt, std::nullopt,
+          [self, seq](absl::StatusOr<std::string> v) { self->WaitEnded(seq, v.status()); },
+          ParkKind::kTorchStoreWait);
+    }
+  }
+  WaitEnded(seq, absl::OkStatus());
+}
+
+void TorchStoreSession::WaitEnded(uint64_t seq, const absl::Status& status) {
+  bool reply = false, fail = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || seq != wait_seq_) return;  // cancelled, or from a wait since replaced
+    if (!status.ok()) {
+      fail = true;
+    } else if (--remaining_ == 0) {
+      waiting_.clear();
+      reply = true;
+    }
+  }
+  if (reply) {
+    std::string bytes;
+    AppendU8(kStopWaiting, &bytes);
+    send_(std::move(bytes));
+  }
+  if (fail) {
+    // A wait the coordinator could not park (its limits), or the coordinator stopping.
+    Closed();
+    end_(absl::Status(status.code(), absl::StrCat("WAIT: ", status.message())));
+  }
+}
+
+void TorchStoreSession::CancelWaits(const char* why) {
+  std::vector<WaiterId> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    ++wait_seq_;
+    ids = std::move(waiting_);
+    waiting_.clear();
+    remaining_ = 0;
+  }
+  for (WaiterId id : ids) service_->Cancel(id, absl::CancelledError(why));
+}
+
+void TorchStoreSession::Closed() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  CancelWaits("the connection closed");
+}
+
+}  // namespace cohort::torch

@@ -1,0 +1,166 @@
+"""PyTorch's TCPStore protocol on the coordinator (--torch-store-listen).
+
+torch's own client (torch.distributed.TCPStore, is_master=False; the torch of bench/, whose
+venv bench/setup.sh makes) runs each scenario of torch_store_client.py against a real
+coordinator; raw sockets check the commands torch's Python API does not send (BARRIER) and
+what bad input gets (the connection closed, nothing stored); and the keys survive a restart
+with --state-dir and are the coordinator's keys (cohortctl kv ls torch).
+"""
+
+import signal
+import socket
+import struct
+import subprocess
+
+import pytest
+
+from harness import (COMPAT_DIR, ProcessGroup, cohort_binary, free_port, start_cohort,
+                     torch_client, wait_for_log, wait_for_parked)
+
+TORCH_PYTHON, TORCH_VERSION, TORCH_MISSING = torch_client()
+CLIENT = COMPAT_DIR / "torch_store_client.py"
+MAGIC = 0x3C85F7CE
+
+
+def start_store(group, name="cohort", listen="127.0.0.1:0", extra=()):
+    server = start_cohort(group, "worker", 1, 30, http=True, name=name, listen=listen,
+                          extra=["--torch-store-listen", "127.0.0.1:0", *extra])
+    port = wait_for_log(server.proc, r"serving PyTorch's TCPStore protocol on \S+ \(port (\d+)\)",
+                        15).group(1)
+    return server, int(port)
+
+
+def run_client(port, scenario, metrics_url):
+    assert not TORCH_MISSING, TORCH_MISSING
+    done = subprocess.run([TORCH_PYTHON, str(CLIENT), "127.0.0.1", str(port), scenario,
+                           metrics_url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and f"ok {scenario}" in done.stdout, \
+        f"torch {TORCH_VERSION}, {scenario}:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.parametrize("scenario", ["basics", "compare_set", "waits"])
+def test_torchs_own_client(group, scenario):
+    server, port = start_store(group)
+    run_client(port, scenario, server.metrics_url)
+
+
+# ---------------------------------------------------------------- raw protocol
+
+
+def key(k):
+    return struct.pack("<Q", len(k)) + k
+
+
+class Raw:
+    """A TCPStore connection speaking bytes, validated."""
+
+    def __init__(self, port, validate=True):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        if validate:
+            self.sock.sendall(b"\x00" + struct.pack("<I", MAGIC))
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+            data += chunk
+        return data
+
+    def closed(self):
+        """Whether the server closed the connection (reads nothing more)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def test_a_barrier_releases_every_arrival_once_the_last_arrives(group):
+    server, port = start_store(group)
+    first, second, third = Raw(port), Raw(port), Raw(port)
+    barrier = b"\x12" + key(b"/b") + struct.pack("<q", 3)
+    first.send(barrier)
+    second.send(barrier)
+    wait_for_parked(server, "torch_store_wait", 2, 30)
+    for conn in (first, second):
+        conn.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            conn.sock.recv(1)  # nothing to read: not released, one arrival is missing
+        conn.sock.settimeout(30)
+    third.send(barrier)
+    for conn in (third, first, second):
+        assert conn.read(1) == b"\x00"
+
+
+def test_the_first_command_must_be_validate(group):
+    server, port = start_store(group)
+    conn = Raw(port, validate=False)
+    conn.send(b"\x01" + key(b"/k") + key(b"v"))  # SET without VALIDATE first
+    assert conn.closed()
+    wait_for_log(server.proc, r"not VALIDATE", 15)
+    check = Raw(port)
+    check.send(b"\x05" + struct.pack("<Q", 1) + key(b"/k"))  # CHECK
+    assert check.read(1) == b"\x01", "NOT_READY: nothing was stored"
+
+
+def test_bad_input_closes_the_connection_and_stores_nothing(group):
+    server, port = start_store(group)
+    # A value past the codec's limit (8 MiB), announced before its bytes.
+    conn = Raw(port)
+    conn.send(b"\x01" + key(b"/big") + struct.pack("<Q", (8 << 20) + 1))
+    assert conn.closed()
+    # ADD on a value that is not a number.
+    conn = Raw(port)
+    conn.send(b"\x01" + key(b"/word") + key(b"abc") + b"\x04" + key(b"/word") +
+              struct.pack("<q", 1))
+    assert conn.closed()
+    # A queue command (not served yet) and an unknown one.
+    for command in (b"\x0e" + key(b"/q") + key(b"x"), b"\x13"):
+        conn = Raw(port)
+        conn.send(command)
+        assert conn.closed()
+    wait_for_log(server.proc, r"does not serve queues yet", 15)
+    check = Raw(port)
+    check.send(b"\x0a" + struct.pack("<Q", 2) + key(b"/word") + key(b"/big"))  # MULTI_GET
+    assert check.read(8 + 3 + 8) == key(b"abc") + key(b"")
+
+
+def test_a_token_keeps_the_store_on_loopback(group, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    argv = [str(cohort_binary("cohort-coordinator")), "--job", "worker=1", "--listen",
+            "127.0.0.1:0", "--auth-token-file", str(token), "--torch-store-listen",
+            f"0.0.0.0:{free_port()}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "not a loopback address" in done.stderr + done.stdout, done.stderr
+
+
+# ---------------------------------------------------------------- state
+
+
+def test_keys_survive_a_restart_and_are_the_coordinators(group, tmp_path):
+    listen = f"127.0.0.1:{free_port()}"
+    extra = ["--state-dir", str(tmp_path / "state")]
+    server, port = start_store(group, name="cohort-1", listen=listen, extra=extra)
+    conn = Raw(port)
+    conn.send(b"\x01" + key(b"/default_pg/0//cuda//k") + key(b"\x00v") +
+              b"\x04" + key(b"init/") + struct.pack("<q", 2))
+    assert conn.read(8) == struct.pack("<q", 2)
+    ls = subprocess.run([str(cohort_binary("cohortctl")), "--coordinator", server.address, "kv",
+                         "ls", "torch"], capture_output=True, text=True, timeout=30)
+    assert ls.returncode == 0, ls.stderr
+    assert "torch/%2Fdefault_pg%2F0%2F%2Fcuda%2F%2Fk" in ls.stdout, ls.stdout
+    assert "torch/init%2F" in ls.stdout, ls.stdout
+    ProcessGroup.stop(server.proc, sig=signal.SIGKILL)
+    server, port = start_store(group, name="cohort-2", listen=listen, extra=extra)
+    wait_for_log(server.proc, r"restored the saved state", 15)
+    conn = Raw(port)
+    conn.send(b"\x03" + key(b"/default_pg/0//cuda//k") + b"\x04" + key(b"init/") +
+              struct.pack("<q", 1))
+    assert conn.read(8 + 2) == key(b"\x00v")
+    assert conn.read(8) == struct.pack("<q", 3)

@@ -1,0 +1,132 @@
+"""PyTorch's own TCPStore client against cohort's --torch-store-listen, one scenario per run.
+
+Run by an interpreter that has torch (tests/compat/test_torch_store.py picks it):
+    python torch_store_client.py HOST PORT SCENARIO METRICS_URL
+Each scenario asserts what torch's store promises and prints "ok SCENARIO" at its end; any
+failure raises (exit status 1, with the traceback).
+"""
+
+import re
+import sys
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+
+from torch.distributed import TCPStore
+
+
+def connect(host, port, timeout_s=30):
+    # is_master=False: a client of an external store, as every rank is with cohort.
+    return TCPStore(host, port, None, False, timeout=timedelta(seconds=timeout_s),
+                    wait_for_workers=False)
+
+
+def parked_waits(metrics_url):
+    """The coordinator's TCPStore waits parked now (cohort_coordinator_parked_calls)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^cohort_coordinator_parked_calls\{kind="torch_store_wait"\} (\S+)$', text,
+                  re.M)
+    return float(m.group(1)) if m else None
+
+
+def wait_for_parked(metrics_url, count):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if parked_waits(metrics_url) == count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not {count} parked waits within 30 s: {parked_waits(metrics_url)}")
+
+
+def expect_raises(fn, *words):
+    try:
+        fn()
+    except Exception as e:  # torch raises DistStoreError / RuntimeError subclasses
+        text = str(e)
+        for w in words:
+            assert w in text, (w, text)
+        return e
+    raise AssertionError(f"expected an error mentioning {words}")
+
+
+def basics(host, port):
+    store = connect(host, port)
+    store.set("alpha", "one")
+    assert store.get("alpha") == b"one"
+    store.set("alpha", b"\x00\xffbinary")
+    assert store.get("alpha") == b"\x00\xffbinary"
+    assert store.add("counter", 5) == 5
+    assert store.add("counter", -7) == -2
+    assert store.get("counter") == b"-2"
+    store.append("log", "a")
+    store.append("log", "bc")
+    assert store.get("log") == b"abc"
+    store.multi_set(["m1", "m2"], ["x", "y"])
+    assert store.multi_get(["m2", "m1"]) == [b"y", b"x"]
+    assert store.check(["alpha", "m1"])
+    assert not store.check(["alpha", "missing"])
+    assert store.delete_key("m1")
+    assert not store.delete_key("m1")
+    assert not store.check(["m1"])
+    # Every key this client made: alpha, counter, log, m2.
+    assert store.num_keys() == 4, store.num_keys()
+    assert sorted(store.list_keys()) == ["alpha", "counter", "log", "m2"], store.list_keys()
+
+
+def compare_set(host, port):
+    store = connect(host, port)
+    # Absent, expected empty: set.
+    assert store.compare_set("k", "", "first") == b"first"
+    # Present and equal: replaced.
+    assert store.compare_set("k", "first", "second") == b"second"
+    # Present and different: unchanged, the current value answered.
+    assert store.compare_set("k", "first", "third") == b"second"
+    assert store.get("k") == b"second"
+    # Absent, expected not empty: nothing set, `expected` answered.
+    assert store.compare_set("absent", "x", "y") == b"x"
+    assert not store.check(["absent"])
+
+
+def waits(host, port, metrics_url):
+    waiter, setter = connect(host, port), connect(host, port)
+    # A get waits (parked in the coordinator) for a key that another client sets later.
+    got = {}
+    t = threading.Thread(target=lambda: got.update(value=waiter.get("late")))
+    t.start()
+    wait_for_parked(metrics_url, 1)
+    assert "value" not in got
+    setter.set("late", "arrived")
+    t.join(30)
+    assert got.get("value") == b"arrived", got
+    # wait() on several keys returns once every one is set.
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (waiter.wait(["w1", "w2"]), done.set()))
+    t.start()
+    wait_for_parked(metrics_url, 2)
+    setter.set("w1", "1")
+    wait_for_parked(metrics_url, 1)
+    assert not done.is_set(), "released before every key was set"
+    setter.set("w2", "2")
+    assert done.wait(30)
+    t.join(30)
+    # A wait that times out raises, and the connection goes on working (CANCEL_WAIT).
+    expect_raises(lambda: waiter.wait(["never"], timedelta(milliseconds=300)), "timeout")
+    wait_for_parked(metrics_url, 0)
+    assert waiter.get("late") == b"arrived"
+    setter.set("never", "now")
+    waiter.wait(["never"], timedelta(seconds=30))
+
+
+def main():
+    host, port, scenario, metrics_url = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if scenario == "waits":
+        waits(host, port, metrics_url)
+    else:
+        {"basics": basics, "compare_set": compare_set}[scenario](host, port)
+    print(f"ok {scenario}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

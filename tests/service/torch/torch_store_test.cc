@@ -1,0 +1,289 @@
+// The TCPStore protocol on a real coordination core: a session's commands and replies, the
+// torch keys in the coordinator's store, and the server over loopback sockets with many
+// clients at once.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service/core/coordination_service.h"
+#include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_keys.h"
+#include "service/torch/torch_store_server.h"
+#include "service/torch/torch_store_session.h"
+
+namespace cohort::torch {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Bytes(absl::string_view s) {
+  std::string out;
+  AppendBytes(s, &out);
+  return out;
+}
+
+std::string I64(int64_t v) {
+  std::string out;
+  AppendI64(v, &out);
+  return out;
+}
+
+TEST(TorchKeysTest, KeysAreOnePrintableSegmentAndComeBack) {
+  EXPECT_EQ(StoreKey("/default_pg/0//cuda//k"), "torch/%2Fdefault_pg%2F0%2F%2Fcuda%2F%2Fk");
+  EXPECT_EQ(StoreKey("init/"), "torch/init%2F");
+  EXPECT_EQ(StoreKey(""), "torch/%");
+  EXPECT_EQ(StoreKey(std::string("a%b c\x00\xff", 7)), "torch/a%25b%20c%00%FF");
+  for (std::string key : {std::string("/x"), std::string(), std::string("a%b c\x00\xff", 7),
+                          std::string("torch/%2F")}) {
+    std::optional<std::string> back = TorchKey(StoreKey(key));
+    ASSERT_TRUE(back.has_value()) << key;
+    EXPECT_EQ(*back, key);
+    EXPECT_EQ(KeyValueStore::NormalizeKey(StoreKey(key)), StoreKey(key)) << "nothing to normalise";
+  }
+  EXPECT_EQ(TorchKey("other/x"), std::nullopt);
+  EXPECT_EQ(TorchKey("torch/%2"), std::nullopt);
+  EXPECT_EQ(TorchKey("torch/%41"), std::nullopt) << "'A' is never escaped";
+  EXPECT_EQ(TorchKey("torch/a/b"), std::nullopt);
+}
+
+// A session on a real core; what it sends and why it ended, recorded.
+class TorchStoreSessionTest : public ::testing::Test {
+ protected:
+  TorchStoreSessionTest() {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", 2});
+    config.heartbeat_timeout = absl::Hours(1);
+    service_ = std::move(*CoordinationService::Create(config, &clock_));
+  }
+
+  std::shared_ptr<TorchStoreSession> Open() {
+    auto session = std::make_shared<TorchStoreSession>(
+        service_.get(), CodecLimits{},
+        [this](std::string bytes) {
+          absl::MutexLock lock(&mu_);
+          sent_ += bytes;
+        },
+        [this](absl::Status why) {
+          absl::MutexLock lock(&mu_);
+          ended_ = why;
+        });
+    session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
+    return session;
+  }
+
+  std::string TakeSent() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(sent_, "");
+  }
+  absl::Status ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+  absl::Mutex mu_;
+  std::string sent_;
+  absl::Status ended_;
+};
+
+TEST_F(TorchStoreSessionTest, CommandsAnswerAsTorchsServerDoes) {
+  auto s = Open();
+  s->Received(EncodeCommand({Query::kSet, {"/k"}, {"v"}, 0}) +
+              EncodeCommand({Query::kGet, {"/k"}, {}, 0}) +
+              EncodeCommand({Query::kGet, {"/missing"}, {}, 0}) +
+              EncodeCommand({Query::kAdd, {"init/"}, {}, 3}) +
+              EncodeCommand({Query::kCompareSet, {"/absent"}, {"x", "y"}, 0}) +
+              EncodeCommand({Query::kCheck, {"/k", "init/"}, {}, 0}) +
+              EncodeCommand({Query::kGetNumKeys, {}, {}, 0}) +
+              EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
+              EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
+              EncodeCommand({Query::kPing, {}, {}, 77}));
+  std::string want = Bytes("v") + Bytes("") + I64(3) + Bytes("x") + std::string(1, '\0') + I64(2) +
+                     I64(1) + I64(0);
+  AppendU32(77, &want);
+  EXPECT_EQ(TakeSent(), want);
+  EXPECT_TRUE(ended().ok()) << ended();
+  EXPECT_EQ(service_->TryGetKeyValue("torch/init%2F").value(), "3");
+}
+
+TEST_F(TorchStoreSessionTest, AWaitAnswersOnceEveryKeyIsWrittenByAnotherConnection) {
+  auto waiter = Open();
+  auto writer = Open();
+  waiter->Received(EncodeCommand({Query::kWait, {"/a", "/b"}, {}, 0}));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 2);
+  writer->Received(EncodeCommand({Query::kSet, {"/a"}, {"1"}, 0}));
+  EXPECT_EQ(TakeSent(), "");
+  writer->Received(EncodeCommand({Query::kAppend, {"/b"}, {"2"}, 0}));
+  EXPECT_EQ(TakeSent(), std::string(1, kStopWaiting));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+}
+
+TEST_F(TorchStoreSessionTest, CancelWaitEndsTheWaitAndTheConnectionGoesOn) {
+  auto s = Open();
+  s->Received(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
+  s->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
+  EXPECT_EQ(TakeSent(), std::string(1, kWaitCanceled));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  ASSERT_TRUE(service_->InsertKeyValue(StoreKey("/never"), "now", false).ok());
+  EXPECT_EQ(TakeSent(), "") << "the cancelled wait answers nothing";
+  s->Received(EncodeCommand({Query::kGet, {"/never"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Bytes("now"));
+}
+
+TEST_F(TorchStoreSessionTest, ABarrierReleasesEveryArrivalAtTheWorldSize) {
+  std::vector<std::shared_ptr<TorchStoreSession>> ranks;
+  for (int i = 0; i < 3; ++i) {
+    ranks.push_back(Open());
+    ranks.back()->Received(EncodeCommand({Query::kBarrier, {"/b"}, {}, 3}));
+    if (i < 2) {
+      EXPECT_EQ(TakeSent(), "") << "arrival " << i;
+    }
+  }
+  EXPECT_EQ(TakeSent(), std::string(3, kStopWaiting));
+  EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/b")).value(), "3");
+}
+
+TEST_F(TorchStoreSessionTest, AFailedCommandEndsTheConnectionAndChangesNothing) {
+  auto s = Open();
+  ASSERT_TRUE(service_->InsertKeyValue(StoreKey("/word"), "abc", false).ok());
+  s->Received(EncodeCommand({Query::kAdd, {"/word"}, {}, 1}) +
+              EncodeCommand({Query::kSet, {"/after"}, {"x"}, 0}));
+  EXPECT_EQ(ended().code(), absl::StatusCode::kFailedPrecondition) << ended();
+  EXPECT_THAT(ended().ToString(), HasSubstr("ADD"));
+  EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/word")).value(), "abc");
+  EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/after")).status().code(),
+            absl::StatusCode::kNotFound)
+      << "nothing after the failed command is carried out";
+}
+
+TEST_F(TorchStoreSessionTest, AClosedConnectionsWaitsAreCancelled) {
+  auto s = Open();
+  s->Received(EncodeCommand({Query::kWait, {"/x", "/y"}, {}, 0}));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 2);
+  s->Closed();
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(TakeSent(), "");
+}
+
+// A blocking client socket on loopback, validated.
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    Send(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
+  }
+  ~Client() { close(fd_); }
+  bool ok() const { return ok_; }
+  void Send(const std::string& bytes) {
+    size_t sent = 0;
+    while (ok_ && sent < bytes.size()) {
+      ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) ok_ = false;
+      sent += n > 0 ? n : 0;
+    }
+  }
+  // Exactly n bytes; fewer if the server closed the connection.
+  std::string Read(size_t n) {
+    std::string out(n, '\0');
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = recv(fd_, out.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += r;
+    }
+    out.resize(got);
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// A server on loopback over a real core (jobs of `tasks` tasks: the park limits scale with it).
+class TorchStoreServerTest : public ::testing::Test {
+ protected:
+  void Start(int tasks, const std::string& listen = "127.0.0.1:0") {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", tasks});
+    service_ = std::move(*CoordinationService::Create(config, &clock_));
+    TorchStoreServerOptions options;
+    options.listen = listen;
+    server_ = std::make_unique<TorchStoreServer>(service_.get(), options);
+    started_ = server_->Start();
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+  std::unique_ptr<TorchStoreServer> server_;
+  absl::Status started_;
+};
+
+TEST_F(TorchStoreServerTest, ManyClientsMeetAtABarrierOverLoopback) {
+  constexpr int kClients = 64;
+  Start(kClients);
+  ASSERT_TRUE(started_.ok()) << started_;
+  std::vector<std::string> answers(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      Client client(server_->port());
+      client.Send(EncodeCommand({Query::kSet, {"/rank/" + std::to_string(i)}, {"up"}, 0}) +
+                  EncodeCommand({Query::kBarrier, {"/all"}, {}, kClients}));
+      answers[i] = client.Read(1);
+      // One command at a time, as torch's client sends them.
+      client.Send(EncodeCommand({Query::kGetNumKeys, {}, {}, 0}));
+      answers[i] += client.Read(8);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(answers[i], std::string(1, kStopWaiting) + I64(kClients + 1)) << "client " << i;
+  }
+  server_->Stop();
+}
+
+TEST_F(TorchStoreServerTest, BadInputClosesTheConnectionAndTheServerGoesOn) {
+  Start(1);
+  ASSERT_TRUE(started_.ok()) << started_;
+  Client bad(server_->port());
+  bad.Send(std::string(1, '\x13'));
+  EXPECT_EQ(bad.Read(1), "") << "closed";
+  Client good(server_->port());
+  good.Send(EncodeCommand({Query::kPing, {}, {}, 5}));
+  std::string want;
+  AppendU32(5, &want);
+  EXPECT_EQ(good.Read(4), want);
+  // A connection that stays open while the server stops is closed, its wait cancelled.
+  Client waiting(server_->port());
+  waiting.Send(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
+  waiting.Send(EncodeCommand({Query::kPing, {}, {}, 6}));  // answered: the WAIT is parked
+  EXPECT_EQ(waiting.Read(4).size(), 4u);
+  server_->Stop();
+  EXPECT_EQ(waiting.Read(1), "");
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+}
+
+TEST_F(TorchStoreServerTest, AnAddressThatIsNotHostPortIsRefused) {
+  Start(1, "no-port");
+  EXPECT_EQ(started_.code(), absl::StatusCode::kInvalidArgument) << started_;
+}
+
+}  // namespace
+}  // namespace cohort::torch
