@@ -274,6 +274,12 @@ int main(int argc, char** argv) {
         "loopback (the pods' sidecars carry it to the coordinator with the token), or give "
         "--torch-store-insecure to let anyone who reaches the port use the torch keys")));
   }
+  if (task_options.limits.task_history >= task_options.limits.max_tasks) {
+    spdlog::warn(
+        "--task-history {} is not below --max-tasks {}: finished tasks can fill "
+        "--max-tasks, and then every SubmitTask and PutObj is refused",
+        task_options.limits.task_history, task_options.limits.max_tasks);
+  }
   server.max_receive_message_bytes = cohort::MaxMessageBytes(config);
   config.heartbeat_timeout = *hb;
   config.register_timeout = *rt;

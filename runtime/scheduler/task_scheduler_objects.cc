@@ -65,8 +65,10 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
     if (delivery.from != 0) counters_.delivered_bytes += size;
   }
   if (record->released) {
-    // Let go while it was computed or on its way: the store drops it at once.
+    // Let go while it was computed or on its way: the store drops it at once, and the stores
+    // that asked for it meanwhile wait no more (nobody holds it to read it).
     Emit(DeallocateEffect{store, s.address, object});
+    if (wanted_.erase(object) > 0) WantedChanged(object);
     return absl::OkStatus();
   }
   record->locations.insert(store);

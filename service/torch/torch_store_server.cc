@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -43,7 +44,9 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
     peer_ = socket_.remote_endpoint(ignored);
   }
 
-  void Start() {
+  // Makes the session; then Start reads. (Two steps: the server publishes the connection in
+  // between, so that Stop finds every connection with its session.)
+  void Init() {
     std::weak_ptr<TorchStoreConnection> weak = weak_from_this();
     session_ = std::make_shared<TorchStoreSession>(
         service_, limits_,
@@ -53,6 +56,8 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
         [weak](absl::Status why) {
           if (auto self = weak.lock()) self->End(std::move(why));
         });
+  }
+  void Start() {
     asio::post(strand_, [self = shared_from_this()] { self->Read(); });
   }
 
@@ -134,7 +139,11 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
 class TorchStoreServer::Impl {
  public:
   Impl(CoordinationService* service, TorchStoreServerOptions options)
-      : service_(service), options_(std::move(options)), acceptor_(io_) {}
+      : service_(service),
+        options_(std::move(options)),
+        accept_strand_(asio::make_strand(io_)),
+        acceptor_(accept_strand_),
+        backoff_(accept_strand_) {}
 
   absl::Status Start() {
     int fd = -1;
@@ -161,9 +170,10 @@ class TorchStoreServer::Impl {
 
   void Stop() {
     std::call_once(stopped_, [this] {
-      asio::post(acceptor_.get_executor(), [this] {
+      asio::post(accept_strand_, [this] {
         boost::system::error_code ignored;
         acceptor_.close(ignored);
+        backoff_.cancel();
       });
       std::vector<std::shared_ptr<TorchStoreConnection>> open;
       {
@@ -180,11 +190,23 @@ class TorchStoreServer::Impl {
   }
 
  private:
+  // Handlers on accept_strand_, as the close that Stop posts.
   void Accept() {
     acceptor_.async_accept([this](const boost::system::error_code& error, tcp::socket socket) {
       if (error == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!error) Admit(std::move(socket));
-      Accept();
+      if (!error) {
+        Admit(std::move(socket));
+        Accept();
+        return;
+      }
+      // Out of descriptors (EMFILE, ENFILE) and the like: say so, and try again shortly
+      // rather than at once.
+      spdlog::warn("torch store: accepting a connection failed: {}; trying again in 100 ms",
+                   error.message());
+      backoff_.expires_after(std::chrono::milliseconds(100));
+      backoff_.async_wait([this](const boost::system::error_code& waited) {
+        if (!waited && acceptor_.is_open()) Accept();
+      });
     });
   }
 
@@ -203,6 +225,7 @@ class TorchStoreServer::Impl {
       connection =
           std::make_shared<TorchStoreConnection>(std::move(socket), service_, options_.limits,
                                                  [this](TorchStoreConnection* c) { Forget(c); });
+      connection->Init();
       connections_.emplace(connection.get(), connection);
     }
     connection->Start();
@@ -218,7 +241,9 @@ class TorchStoreServer::Impl {
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{
       asio::make_work_guard(io_)};
+  asio::strand<asio::io_context::executor_type> accept_strand_;
   tcp::acceptor acceptor_;
+  asio::steady_timer backoff_;
   int port_ = 0;
   std::vector<std::thread> threads_;
   std::once_flag stopped_;

@@ -28,12 +28,13 @@ TorchStoreSession::TorchStoreSession(CoordinationService* service, CodecLimits l
     : service_(service), decoder_(limits), send_(std::move(send)), end_(std::move(end)) {}
 
 void TorchStoreSession::Received(absl::string_view bytes) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return;
-  }
   decoder_.Feed(bytes);
   for (;;) {
+    {
+      // Closed by a failed wait (on another thread), or by a command before this one.
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+    }
     absl::StatusOr<std::optional<Command>> next = decoder_.Next();
     absl::Status failed = next.status();
     if (failed.ok()) {
@@ -148,10 +149,14 @@ absl::Status TorchStoreSession::Execute(Command& c) {
       StartWait(c.keys, c.number);
       return absl::OkStatus();
     }
-    case Query::kCancelWait:
-      CancelWaits("CANCEL_WAIT");
-      AppendU8(kWaitCanceled, &reply);
-      break;
+    case Query::kCancelWait: {
+      // WAIT_CANCELED goes out in the same hold of the lock that ends the wait, so that a
+      // STOP_WAITING the wait sends (under that lock too) comes before it or not at all.
+      std::string canceled;
+      AppendU8(kWaitCanceled, &canceled);
+      CancelWaits("CANCEL_WAIT", std::move(canceled));
+      return absl::OkStatus();
+    }
     case Query::kQueuePush:
     case Query::kQueuePop:
     case Query::kQueueLen:
@@ -177,45 +182,58 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
   }
   auto self = shared_from_this();
   for (size_t i = 0; i < keys.size(); ++i) {
+    {
+      // A key that could not park (too long, the coordinator's limits) ended the wait and
+      // the connection: park none of the rest.
+      absl::MutexLock lock(&mu_);
+      if (closed_ || seq != wait_seq_) break;
+    }
     if (barrier_threshold > 0) {
       service_->WaitKeyValueAtLeast(
           StoreKey(keys[i]), barrier_threshold, ids[i], std::nullopt, std::nullopt,
-          [self, seq](absl::Status s) { self->WaitEnded(seq, s); }, ParkKind::kTorchStoreWait);
+          [self, seq](const absl::Status& s) { self->WaitEnded(seq, s); },
+          ParkKind::kTorchStoreWait);
     } else {
       service_->GetKeyValue(
           StoreKey(keys[i]), ids[i], std::nullopt, std::nullopt,
-          [self, seq](absl::StatusOr<std::string> v) { self->WaitEnded(seq, v.status()); },
+          [self, seq](const absl::StatusOr<std::string>& v) { self->WaitEnded(seq, v.status()); },
           ParkKind::kTorchStoreWait);
     }
+  }
+  bool ended = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = closed_ || seq != wait_seq_;
+  }
+  if (ended) {
+    // What parked before the wait ended is cancelled (an id not parked is ignored).
+    for (WaiterId id : ids) service_->Cancel(id, absl::CancelledError("the wait ended"));
+    return;
   }
   WaitEnded(seq, absl::OkStatus());
 }
 
 void TorchStoreSession::WaitEnded(uint64_t seq, const absl::Status& status) {
-  bool reply = false, fail = false;
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || seq != wait_seq_) return;  // cancelled, or from a wait since replaced
-    if (!status.ok()) {
-      fail = true;
-    } else if (--remaining_ == 0) {
+    if (status.ok()) {
+      if (--remaining_ > 0) return;
       waiting_.clear();
-      reply = true;
+      std::string bytes;
+      AppendU8(kStopWaiting, &bytes);
+      // Under the lock: after a CANCEL_WAIT (which bumps wait_seq_ under it) nothing is sent.
+      send_(std::move(bytes));
+      return;
     }
+    closed_ = true;
   }
-  if (reply) {
-    std::string bytes;
-    AppendU8(kStopWaiting, &bytes);
-    send_(std::move(bytes));
-  }
-  if (fail) {
-    // A wait the coordinator could not park (its limits), or the coordinator stopping.
-    Closed();
-    end_(absl::Status(status.code(), absl::StrCat("WAIT: ", status.message())));
-  }
+  // A wait the coordinator could not park (its limits), or the coordinator stopping.
+  CancelWaits("the connection closed");
+  end_(absl::Status(status.code(), absl::StrCat("WAIT: ", status.message())));
 }
 
-void TorchStoreSession::CancelWaits(const char* why) {
+void TorchStoreSession::CancelWaits(const char* why, std::string reply) {
   std::vector<WaiterId> ids;
   {
     absl::MutexLock lock(&mu_);
@@ -223,6 +241,7 @@ void TorchStoreSession::CancelWaits(const char* why) {
     ids = std::move(waiting_);
     waiting_.clear();
     remaining_ = 0;
+    if (!reply.empty() && !closed_) send_(std::move(reply));
   }
   for (WaiterId id : ids) service_->Cancel(id, absl::CancelledError(why));
 }

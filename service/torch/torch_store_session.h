@@ -23,13 +23,15 @@ namespace cohort::torch {
 // answer an empty value; WAIT and BARRIER park (kind torch_store_wait) until their keys are
 // written, with no server-side timeout; CANCEL_WAIT ends them. A command that fails (a value
 // ADD cannot read as a number, a key or value past the store's limits, too many waits) ends the
-// connection, as in torch, and changes nothing. The queue commands (14 to 16) are not served
+// connection, as in torch, and changes nothing (a MULTI_SET keeps the pairs before the one that
+// failed, as torch's does); nothing after it runs. The queue commands (14 to 16) are not served
 // yet: they end the connection with a reason.
 class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession> {
  public:
   // `send` writes reply bytes to the client, in the order of its calls; `end` closes the
   // connection with the reason. Both may be called from any thread (a wait ends on the thread
-  // of the write that ended it).
+  // of the write that ended it), `send` under the session's lock: neither may call back into
+  // the session.
   using Send = std::function<void(std::string bytes)>;
   using End = std::function<void(absl::Status why)>;
 
@@ -46,8 +48,9 @@ class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession>
   // count), answered STOP_WAITING once all are.
   void StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold);
   void WaitEnded(uint64_t seq, const absl::Status& status);
-  // Cancels the waits under way (CANCEL_WAIT, a new WAIT, the end of the connection).
-  void CancelWaits(const char* why);
+  // Cancels the waits under way (CANCEL_WAIT, a new WAIT, the end of the connection), and
+  // sends `reply` (if any) in the same hold of the lock.
+  void CancelWaits(const char* why, std::string reply = "");
 
   CoordinationService* const service_;
   CommandDecoder decoder_;

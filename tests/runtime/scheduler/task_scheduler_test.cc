@@ -688,6 +688,23 @@ TEST_F(NoTaskHistoryTest, AFinishedTaskIsForgottenAtOnceAndItsResultWhenLetGo) {
   EXPECT_EQ(scheduler_.IncrementRefCount({result}).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(NoTaskHistoryTest, AnObjectLetGoWhileAStoreWaitedForItIsForgottenWhenItLands) {
+  absl::StatusOr<SubmitResult> submitted = scheduler_.SubmitTask(driver_, TaskSpec{"f", {}, {}});
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ObjectId result = submitted->results[0];
+  std::vector<ExecuteTaskEffect> runs;
+  for (Effect& e : scheduler_.TakeEffects()) {
+    if (auto* run = std::get_if<ExecuteTaskEffect>(&e)) runs.push_back(*run);
+  }
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_TRUE(scheduler_.RequestObj(driver_, result).ok());  // waits: not computed yet
+  ASSERT_TRUE(scheduler_.DecrementRefCount({result}).ok());
+  ASSERT_TRUE(scheduler_.ObjReady(result, store_a_, 8).ok());
+  ASSERT_TRUE(scheduler_.ReadyForNewTask(worker_, FinishedTask{true, "", runs[0].operation}).ok());
+  EXPECT_EQ(scheduler_.Stats().tasks_kept, 0u);
+  EXPECT_EQ(scheduler_.Stats().objects_kept, 0u) << "no wait is left to keep it";
+}
+
 // Each of SchedulerLimits, at a small value: the call past it is refused RESOURCE_EXHAUSTED
 // naming the coordinator's flag, and changes nothing the scheduler shows.
 TEST(SchedulerLimitsTest, ACallPastALimitIsRefusedNamingItsFlagAndChangesNothing) {

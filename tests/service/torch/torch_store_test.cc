@@ -43,8 +43,8 @@ TEST(TorchKeysTest, KeysAreOnePrintableSegmentAndComeBack) {
   EXPECT_EQ(StoreKey("init/"), "torch/init%2F");
   EXPECT_EQ(StoreKey(""), "torch/%");
   EXPECT_EQ(StoreKey(std::string("a%b c\x00\xff", 7)), "torch/a%25b%20c%00%FF");
-  for (std::string key : {std::string("/x"), std::string(), std::string("a%b c\x00\xff", 7),
-                          std::string("torch/%2F")}) {
+  for (const std::string& key : {std::string("/x"), std::string(), std::string("a%b c\x00\xff", 7),
+                                 std::string("torch/%2F")}) {
     std::optional<std::string> back = TorchKey(StoreKey(key));
     ASSERT_TRUE(back.has_value()) << key;
     EXPECT_EQ(*back, key);
@@ -69,13 +69,13 @@ class TorchStoreSessionTest : public ::testing::Test {
   std::shared_ptr<TorchStoreSession> Open() {
     auto session = std::make_shared<TorchStoreSession>(
         service_.get(), CodecLimits{},
-        [this](std::string bytes) {
+        [this](const std::string& bytes) {
           absl::MutexLock lock(&mu_);
           sent_ += bytes;
         },
         [this](absl::Status why) {
           absl::MutexLock lock(&mu_);
-          ended_ = why;
+          ended_ = std::move(why);
         });
     session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
     return session;
@@ -165,6 +165,18 @@ TEST_F(TorchStoreSessionTest, AFailedCommandEndsTheConnectionAndChangesNothing) 
   EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/after")).status().code(),
             absl::StatusCode::kNotFound)
       << "nothing after the failed command is carried out";
+}
+
+TEST_F(TorchStoreSessionTest, AWaitThatCannotParkEveryKeyParksNoneAndEndsTheConnection) {
+  auto s = Open();
+  // The middle key is past --max-key-bytes (4096) once escaped: its get fails at once.
+  s->Received(EncodeCommand({Query::kWait, {"/a", std::string(3000, '/'), "/b"}, {}, 0}) +
+              EncodeCommand({Query::kSet, {"/after"}, {"x"}, 0}));
+  EXPECT_EQ(ended().code(), absl::StatusCode::kResourceExhausted) << ended();
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/after")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(TakeSent(), "");
 }
 
 TEST_F(TorchStoreSessionTest, AClosedConnectionsWaitsAreCancelled) {
