@@ -226,28 +226,31 @@ void KeyValueStore::WaitAtLeast(absl::string_view key, int64_t threshold, Waiter
   if (!parked.ok()) return call->FinishWithError(parked);
 }
 
+namespace {
+// Removes the call `id` from the calls parked on `key` in `by_key` (a key's list goes when empty);
+// `id_of` reads an element's waiter id.
+template <typename Map, typename IdOf>
+void RemoveParked(Map& by_key, const std::string& key, WaiterId id, IdOf id_of) {
+  auto it = by_key.find(key);
+  if (it == by_key.end()) return;
+  auto& calls = it->second;
+  calls.erase(std::remove_if(calls.begin(), calls.end(),
+                             [&](const auto& call) { return id_of(call) == id; }),
+              calls.end());
+  if (calls.empty()) by_key.erase(it);
+}
+}  // namespace
+
 void KeyValueStore::RemoveCountWaiter(const std::string& key, WaiterId id) {
   absl::MutexLock lock(&mu_);
   timed_gets_.erase(id);
-  auto it = count_waiters_.find(key);
-  if (it == count_waiters_.end()) return;
-  auto& calls = it->second;
-  calls.erase(std::remove_if(calls.begin(), calls.end(),
-                             [id](const CountWaiter& w) { return w.call->id() == id; }),
-              calls.end());
-  if (calls.empty()) count_waiters_.erase(it);
+  RemoveParked(count_waiters_, key, id, [](const CountWaiter& w) { return w.call->id(); });
 }
 
 void KeyValueStore::RemoveWaiter(const std::string& key, WaiterId id) {
   absl::MutexLock lock(&mu_);
   timed_gets_.erase(id);
-  auto it = waiters_.find(key);
-  if (it == waiters_.end()) return;
-  auto& calls = it->second;
-  calls.erase(std::remove_if(calls.begin(), calls.end(),
-                             [id](const auto& call) { return call->id() == id; }),
-              calls.end());
-  if (calls.empty()) waiters_.erase(it);
+  RemoveParked(waiters_, key, id, [](const std::shared_ptr<GetCall>& c) { return c->id(); });
 }
 
 absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t delta) {
@@ -273,39 +276,34 @@ absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t 
   return sum;
 }
 
-std::vector<KeyValueEntry> KeyValueStore::GetDir(absl::string_view dir) const {
+template <typename F>
+void KeyValueStore::ForEachUnder(absl::string_view dir, F&& f) const {
   std::string prefix = NormalizeKey(dir);
   if (!prefix.empty()) prefix += "/";
-  std::vector<KeyValueEntry> out;
   absl::ReaderMutexLock lock(&mu_);
   for (auto it = entries_.lower_bound(prefix);
        it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    out.push_back({it->first, it->second});
+    f(it->first, it->second);
   }
+}
+
+std::vector<KeyValueEntry> KeyValueStore::GetDir(absl::string_view dir) const {
+  std::vector<KeyValueEntry> out;
+  ForEachUnder(dir, [&](const std::string& key, const std::string& value) {
+    out.push_back({key, value});
+  });
   return out;
 }
 
 std::vector<std::string> KeyValueStore::KeysUnder(absl::string_view dir) const {
-  std::string prefix = NormalizeKey(dir);
-  if (!prefix.empty()) prefix += "/";
   std::vector<std::string> out;
-  absl::ReaderMutexLock lock(&mu_);
-  for (auto it = entries_.lower_bound(prefix);
-       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    out.push_back(it->first);
-  }
+  ForEachUnder(dir, [&](const std::string& key, const std::string&) { out.push_back(key); });
   return out;
 }
 
 size_t KeyValueStore::CountUnder(absl::string_view dir) const {
-  std::string prefix = NormalizeKey(dir);
-  if (!prefix.empty()) prefix += "/";
-  absl::ReaderMutexLock lock(&mu_);
   size_t n = 0;
-  for (auto it = entries_.lower_bound(prefix);
-       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    ++n;
-  }
+  ForEachUnder(dir, [&](const std::string&, const std::string&) { ++n; });
   return n;
 }
 

@@ -134,6 +134,9 @@ class KeyValueStore {
   void RecordLocked(KeyChange event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void RemoveWatch(WaiterId id);
+  // Calls f(key, value) for every entry under "dir/", in key order, under the read lock.
+  template <typename F>
+  void ForEachUnder(absl::string_view dir, F&& f) const ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveWaiter(const std::string& key, WaiterId id);
   void RemoveCountWaiter(const std::string& key, WaiterId id);
   // Deadline timers of parked calls, by waiter.
