@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(std::string(token.status().message()));
     options.auth_token = *token;
   }
+  // Signals are taken by Wait below. Blocked before the first gRPC call, which starts gRPC's
+  // own threads: every thread inherits the mask, so none dies of Kubernetes' SIGTERM.
+  const cohort::StopSignals signals;
+
   grpc::ChannelArguments unused;
   auto credentials = cohort::ClientCredentials(tls, &unused);
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
@@ -270,8 +274,6 @@ int main(int argc, char** argv) {
       options.workload.liveness_file.empty()) {
     return Fail("--workload-liveness file needs --liveness-file PATH");
   }
-
-  const cohort::StopSignals signals;
 
   cohort::MetricsRegistry registry;
   spdlog::info("TLS to the coordinator: {}",

@@ -710,6 +710,9 @@ TEST_F(SidecarTest, ByHandTheLogNamesNoEmptyPodAndAFailedConnectIsSaidOnce) {
                                      coordinator,
                                      " failed: unknown job \"other\"; this coordinator serves "
                                      "worker (1 task), sidecar (1 task)\n"));
+  // SIGTERM is how Kubernetes stops the pod: every thread must leave it to the one that
+  // waits for it, or it kills the sidecar before it says goodbye (exit 143).
+  EXPECT_EQ(ThreadsNotBlocking(sidecar.process->pid(), SIGTERM), std::vector<std::string>{});
   sidecar.process->Signal(SIGTERM);
   EXPECT_EQ(sidecar.process->Wait().exit_code, 0);
   const std::string log = ReadFile(sidecar.log);

@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -179,6 +181,39 @@ class Subprocess {
 
 // A loopback port nothing listens on, for servers that cannot bind port 0 (the rule is in
 // free_port.h); a test without one fails.
+// The threads of process `pid` that do not block `sig` (from /proc/PID/task/*/status). A
+// daemon that takes SIGTERM with sigwait must block it in every thread: one thread that
+// does not (started before the mask was set) takes the signal's default action, and the
+// process dies of it instead of shutting down. Empty when every thread blocks it. The thread
+// inside sigwait counts as blocking it: the kernel shows the signal unblocked while it waits.
+inline std::vector<std::string> ThreadsNotBlocking(pid_t pid, int sig) {
+  std::vector<std::string> open;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    std::ifstream status(entry.path() / "status");
+    std::string line, name;
+    unsigned long long blocked = 0;
+    bool found = false;
+    while (std::getline(status, line)) {
+      if (line.rfind("Name:", 0) == 0) name = line.substr(line.find_first_not_of(" \t", 5));
+      if (line.rfind("SigBlk:", 0) == 0) {
+        blocked = std::stoull(line.substr(7), nullptr, 16);
+        found = true;
+      }
+    }
+    std::string waiting;
+    std::ifstream(entry.path() / "wchan") >> waiting;
+    const bool in_sigwait = waiting.find("sigtimedwait") != std::string::npos;
+    // A thread that ended between the listing and the read has nothing left to say.
+    if (found && !in_sigwait && (blocked & (1ULL << (sig - 1))) == 0) {
+      open.push_back(entry.path().filename().string() + " (" + name + ")");
+    }
+  }
+  EXPECT_FALSE(error) << "cannot list " << dir << ": " << error.message();
+  return open;
+}
+
 inline int FreePort() {
   const int port = cohort::testing::PickFreePort();
   if (port == 0) ADD_FAILURE() << "no free loopback port below the ephemeral range";

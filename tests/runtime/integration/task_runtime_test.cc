@@ -479,6 +479,10 @@ TEST_F(TaskRuntimeTest, AWorkerToldToStopFinishesItsTaskAndLeavesThePool) {
   ASSERT_TRUE(Eventually([&] {
     return absl::StrContains(ReadFile(leaving_log), "took task cohort.sleep_ms");
   })) << ReadFile(leaving_log);
+  EXPECT_EQ(cohort::testing::ThreadsNotBlocking(leaving.workers->pid(), SIGTERM),
+            std::vector<std::string>{});
+  EXPECT_EQ(cohort::testing::ThreadsNotBlocking(leaving.store->pid(), SIGTERM),
+            std::vector<std::string>{});
   leaving.workers->Signal(SIGTERM);
   absl::StatusOr<v1::Obj> got = driver->Get((*slow)[0], absl::Seconds(30));
   ASSERT_TRUE(got.ok()) << got.status();

@@ -179,6 +179,9 @@ TEST_F(ProxyRestartTest, CoordinatorStoppedWithSigtermWhileABarrierWaitsCausesNo
   ASSERT_TRUE(
       Eventually([&] { return WaitsAtBarrier("step", "/job:worker/task:0"); }, absl::Seconds(60)));
 
+  // Every thread of both daemons leaves SIGTERM to the one that waits for it.
+  EXPECT_EQ(ThreadsNotBlocking(coordinator_->pid(), SIGTERM), std::vector<std::string>{});
+  EXPECT_EQ(ThreadsNotBlocking(sidecar_->pid(), SIGTERM), std::vector<std::string>{});
   coordinator_->Signal(SIGTERM);
   EXPECT_EQ(coordinator_->Wait(absl::Seconds(30)).exit_code, 0);
   ASSERT_TRUE(sidecar_->WaitForStderr("lost the coordinator"));
