@@ -39,8 +39,11 @@ CMAKE_FLAGS = -G Ninja -DCOHORT_WERROR=$(WERROR) -DCOHORT_UNITY=ON \
   -DCOHORT_NVML_INCLUDE_DIR=$(NVML_DIR)/include -DCOHORT_REQUIRE_NVML_ABI_CHECK=ON
 
 # Configured every time (a second of cmake), so a flag added here reaches existing builds.
+# The programs, benchmarks and tools; the test binaries are built by the test targets:
+# make test runs them under the sanitizers (asan-test, tsan-test), make unit-test here.
 build: deps nvml-header
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DCOHORT_TEST_BINARIES_IN_ALL=OFF >/dev/null
 	ninja -C $(BUILD) -j $(NINJA_JOBS)
 	@echo "binaries in $(BUILD)/bin/"
 
@@ -51,8 +54,11 @@ build: deps nvml-header
 test:
 	@bash tests/run_all.sh
 
-# ctest fails when it finds no test at all (an empty or broken build directory).
+# Every unit and integration test in the RelWithDebInfo build (g++, optimized): not a stage of
+# make test, which runs the same tests under ASan+UBSan and TSan. ctest fails when it finds no
+# test at all (an empty or broken build directory).
 unit-test: build
+	ninja -C $(BUILD) -j $(NINJA_JOBS) unit-tests
 	cd $(BUILD) && ctest --output-on-failure --no-tests=error --timeout 600 -j $(CTEST_JOBS)
 
 # One clang build serves AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer

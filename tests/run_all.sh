@@ -9,8 +9,10 @@
 #   build         tools/deps.sh, the NVML header, cmake + ninja
 #   programs      every program the tests call comes from a package our scripts install
 #   format        clang-format and gofmt
-#   unit          ctest, RelWithDebInfo
-#   asan          ctest under AddressSanitizer and UndefinedBehaviorSanitizer (clang)
+#   asan          every unit and integration test (ctest) under AddressSanitizer and
+#                 UndefinedBehaviorSanitizer (clang). Not again in the RelWithDebInfo build
+#                 (make unit-test runs them there): that build compiles what the later
+#                 stages run, and the tests run twice already, under ASan and under TSan.
 #   fuzz-smoke    every libFuzzer target (from the asan build) and atheris target (the Python
 #                 worker's) for 10 s (make fuzz runs them 10^7 times in all)
 #   compat        real jaxlib and TensorFlow clients (tests/compat)
@@ -29,12 +31,12 @@ LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
 # e2e and tsan come last: on a bare machine the local cluster's binaries and then the TSan
 # build (abseil, gRPC, the tree) compile in the background (tools/prepare.sh) while the stages
 # before them run, and the TSan build goes on while the e2e tests wait on pods.
-STAGES=(build programs format unit asan fuzz-smoke compat python bench-smoke docker e2e tsan)
+STAGES=(build programs format asan fuzz-smoke compat python bench-smoke docker e2e tsan)
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
-  [unit]=unit-test [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
+  [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
   [e2e]=e2e-test [docker]=docker-test)
 # The stages that must run tests: one whose log counts none has failed, whatever its status.
-declare -A RUNS_TESTS=([programs]=1 [unit]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
+declare -A RUNS_TESTS=([programs]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
   [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
 declare -A RESULT PASSED FAILED SECS CPU BUSY
 CHILD_CPU_FILE="$LOGS/.times"

@@ -70,6 +70,27 @@ def object_of(entry: dict, command: str, build: Path):
     return os.path.relpath(os.path.join(entry.get("directory"), output), build)
 
 
+def compiler_deps(command: str, directory: str) -> list:
+    """The files a compile command reads, asked of the compiler itself (-M: the preprocessor
+    alone, a second or so), for a source the build has not compiled: make test's build leaves
+    the test binaries to the sanitizer builds, so ninja has no record of their headers."""
+    words = shlex.split(command)
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "-o":
+            skip = True
+        elif word != "-c":
+            out.append(word)
+    run = subprocess.run(out + ["-M", "-MF", "/dev/stdout"], cwd=directory, capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        return None
+    text = run.stdout.replace("\\\n", " ")
+    return [os.path.normpath(os.path.join(directory, p)) for p in text.split(":", 1)[1].split()]
+
+
 UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"')
 
 
@@ -132,6 +153,7 @@ def main() -> int:
 
     todo, cached = [], 0
     unity = str(build / "unity")
+    entries = []
     for entry in json.loads(commands_file.read_text()):
         path = os.path.normpath(os.path.join(entry.get("directory"), entry.get("file")))
         source = relative(path)
@@ -141,12 +163,22 @@ def main() -> int:
         elif not OWN.match(source):
             continue
         command = entry.get("command") or shlex.join(entry.get("arguments"))
-        output = object_of(entry, command, build)
+        entries.append((source, command, object_of(entry, command, build), entry.get("directory")))
+
+    # Sources the build did not compile: their headers from the compiler, side by side.
+    missing = [e for e in entries if e[2] not in deps]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for (_, command, output, directory), read in zip(
+                missing, pool.map(lambda e: compiler_deps(e[1], e[3]), missing)):
+            if read is not None:
+                deps[output] = read
+
+    for source, command, output, _ in entries:
         key = hashlib.sha256()
         for part in (version, config, command.replace(str(ROOT), ".").replace(str(build), "<build>")):
             key.update(part.encode() + b"\0")
         read = deps.get(output)
-        if read is None:  # not built yet: nothing says what it includes, so never cached
+        if read is None:  # the compiler could not say what it includes: never cached
             key.update(os.urandom(16))
         else:
             for path in sorted(read):
