@@ -15,13 +15,14 @@ cd "$(dirname "$0")/.."
 mode=${1:-runs}
 build=${FUZZ_BUILD:-build-asan}
 # Executions per target for `make fuzz`. The RPC target drives a real gRPC server per call
-# (hundreds of inputs a second); the decoders run tens of thousands a second.
+# (hundreds of inputs a second); the decoders run tens of thousands a second, and the TCPStore
+# target a thousand (each input also runs on a fresh coordination core).
 declare -A RUNS=(
   [rpc_handlers_fuzzer]=300000
   [task_runtime_fuzzer]=100000
   [state_files_fuzzer]=1000000
   [coordinated_job_fuzzer]=3000000
-  [tcpstore_codec_fuzzer]=1000000
+  [tcpstore_codec_fuzzer]=300000
   [config_files_fuzzer]=1000000
   [key_paths_fuzzer]=4000000
   [worker_handlers_fuzzer]=20000

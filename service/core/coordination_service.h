@@ -126,6 +126,13 @@ class CoordinationService {
                                                                    std::string desired);
   absl::Status AppendKeyValue(absl::string_view key, absl::string_view data);
   absl::StatusOr<bool> EraseKeyValue(absl::string_view key);
+  absl::Status QueuePushKeyValue(absl::string_view dir, std::string value);
+  absl::StatusOr<KeyValueStore::Popped> QueuePopKeyValue(absl::string_view dir);
+  size_t QueueLengthKeyValue(absl::string_view dir) const;
+  void PassQueueWake(absl::string_view dir);
+  void WaitKeyValueQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,
+                         std::optional<absl::Time> deadline, KeyValueStore::ReachedDone done,
+                         ParkKind kind = ParkKind::kKeyValueGet);
   void WaitKeyValueAtLeast(absl::string_view key, int64_t threshold, WaiterId waiter,
                            std::optional<TaskName> owner, std::optional<absl::Time> deadline,
                            KeyValueStore::ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);

@@ -55,6 +55,27 @@ absl::StatusOr<bool> CoordinationService::EraseKeyValue(absl::string_view key) {
   return key_values_.Erase(key);
 }
 
+absl::Status CoordinationService::QueuePushKeyValue(absl::string_view dir, std::string value) {
+  return key_values_.QueuePush(dir, std::move(value));
+}
+
+absl::StatusOr<KeyValueStore::Popped> CoordinationService::QueuePopKeyValue(absl::string_view dir) {
+  return key_values_.QueuePop(dir);
+}
+
+size_t CoordinationService::QueueLengthKeyValue(absl::string_view dir) const {
+  return key_values_.QueueLength(dir);
+}
+
+void CoordinationService::PassQueueWake(absl::string_view dir) { key_values_.PassQueueWake(dir); }
+
+void CoordinationService::WaitKeyValueQueue(absl::string_view dir, WaiterId waiter,
+                                            std::optional<TaskName> owner,
+                                            std::optional<absl::Time> deadline,
+                                            KeyValueStore::ReachedDone done, ParkKind kind) {
+  key_values_.WaitQueue(dir, waiter, std::move(owner), deadline, std::move(done), kind);
+}
+
 void CoordinationService::WaitKeyValueAtLeast(absl::string_view key, int64_t threshold,
                                               WaiterId waiter, std::optional<TaskName> owner,
                                               std::optional<absl::Time> deadline,

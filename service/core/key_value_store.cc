@@ -1,9 +1,12 @@
 #include "service/core/key_value_store.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -121,6 +124,7 @@ void KeyValueStore::Apply(Effects& fx) {
   for (auto& call : fx.reached) {
     if (parked_->Claim(*call)) call->Finish(absl::OkStatus());
   }
+  if (!fx.pushed_queue.empty()) WakeOneQueueWaiter(fx.pushed_queue);
   // A recursive delete notifies a watch once per key; once is enough.
   std::sort(fx.notified.begin(), fx.notified.end());
   fx.notified.erase(std::unique(fx.notified.begin(), fx.notified.end()), fx.notified.end());
@@ -360,14 +364,181 @@ absl::StatusOr<bool> KeyValueStore::Erase(absl::string_view key) {
       return absl::FailedPreconditionError(
           absl::StrCat("key \"", k, "\" has keys under it; delete it with them"));
     }
-    bytes_ -= it->first.size() + it->second.size();
-    entries_.erase(it);
-    ++revision_;
-    if (journal_) journal_->KeyDeleted(k, revision_);
-    RecordLocked(KeyChange{KeyChange::Type::kDeleted, k, "", revision_}, &fx);
+    EraseLocked(it, &fx);
   }
   Apply(fx);
   return true;
+}
+
+void KeyValueStore::EraseLocked(std::map<std::string, std::string>::iterator it, Effects* fx) {
+  std::string key = it->first;
+  bytes_ -= it->first.size() + it->second.size();
+  entries_.erase(it);
+  ++revision_;
+  if (journal_) journal_->KeyDeleted(key, revision_);
+  RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(key), "", revision_}, fx);
+}
+
+namespace {
+constexpr size_t kQueueSequenceDigits = 20;  // every uint64_t
+
+// The sequence number of a queue item's key "dir/NNN..." (`prefix` is "dir/"); nullopt for a
+// key under the queue that is not an item.
+std::optional<uint64_t> QueueSequence(absl::string_view key, absl::string_view prefix) {
+  absl::string_view rest = key.substr(prefix.size());
+  uint64_t sequence = 0;
+  if (rest.size() != kQueueSequenceDigits || !absl::SimpleAtoi(rest, &sequence)) {
+    return std::nullopt;
+  }
+  return sequence;
+}
+}  // namespace
+
+absl::Status KeyValueStore::QueuePush(absl::string_view dir, std::string value) {
+  std::string d = NormalizeKey(dir);
+  if (auto s = CheckKey(d, dir); !s.ok()) return s;
+  const std::string prefix = d + "/";
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    // One past the last item's number: the first key after every "dir/..." is "dir0".
+    uint64_t next = 1;
+    auto end = entries_.lower_bound(d + "0");
+    if (end != entries_.begin() && absl::StartsWith(std::prev(end)->first, prefix)) {
+      std::optional<uint64_t> last = QueueSequence(std::prev(end)->first, prefix);
+      if (!last || *last == UINT64_MAX) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "queue \"", d, "\" holds the key \"", std::prev(end)->first,
+            "\", which is not one of its items: delete it, or the queue, to push again"));
+      }
+      next = *last + 1;
+    }
+    std::string item = absl::StrCat(prefix, absl::Dec(next, absl::kZeroPad20));
+    if (auto s = CheckKey(item, item); !s.ok()) return s;
+    if (auto s = PutLocked(item, std::move(value), &fx); !s.ok()) return s;
+    fx.pushed_queue = d;
+  }
+  Apply(fx);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KeyValueStore::Popped> KeyValueStore::QueuePop(absl::string_view dir) {
+  std::string d = NormalizeKey(dir);
+  if (auto s = CheckKey(d, dir); !s.ok()) return s;
+  const std::string prefix = d + "/";
+  Effects fx;
+  Popped popped;
+  {
+    absl::MutexLock lock(&mu_);
+    // Walks the queue's items to count them: queues in torch's jobs hold a few.
+    auto first = entries_.end();
+    for (auto it = entries_.lower_bound(prefix);
+         it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+      if (!QueueSequence(it->first, prefix)) continue;
+      if (first == entries_.end()) first = it;
+      ++popped.length;
+    }
+    if (first == entries_.end()) return popped;
+    // As Erase: the journal's record of the removal would take what is under it too.
+    if (auto next = std::next(first);
+        next != entries_.end() && absl::StartsWith(next->first, first->first + "/")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("queue \"", d, "\": its item \"", first->first,
+                       "\" has keys under it: delete them, or the queue, to pop again"));
+    }
+    popped.item = first->second;
+    EraseLocked(first, &fx);
+  }
+  Apply(fx);
+  return popped;
+}
+
+void KeyValueStore::WaitQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,
+                              std::optional<absl::Time> deadline,
+                              std::function<void(absl::Status)> done, ParkKind kind) {
+  std::string d = NormalizeKey(dir);
+  if (auto s = CheckKey(d, dir); !s.ok()) return done(s);
+  const std::string prefix = d + "/";
+  auto call = std::make_shared<ReachedCall>(waiter, kind, std::move(owner), std::move(done));
+  bool has_item = false;
+  absl::Status parked;
+  {
+    absl::MutexLock lock(&mu_);
+    has_item = HasQueueItemLocked(prefix);
+    if (!has_item) {
+      call->set_unlink([this, d, waiter] { RemoveQueueWaiter(d, waiter); });
+      parked = parked_->Add(call);
+      if (parked.ok()) {
+        queue_waiters_[d].emplace(waiter, call);
+        if (deadline) {
+          ScheduleDeadline(waiter, *deadline,
+                           absl::StrCat("timed out waiting for an item in queue \"", d, "\""));
+        }
+      }
+    }
+  }
+  if (has_item) return call->Finish(absl::OkStatus());
+  if (!parked.ok()) return call->FinishWithError(parked);
+}
+
+void KeyValueStore::RemoveQueueWaiter(const std::string& dir, WaiterId id) {
+  absl::MutexLock lock(&mu_);
+  timed_gets_.erase(id);
+  auto it = queue_waiters_.find(dir);
+  if (it == queue_waiters_.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) queue_waiters_.erase(it);
+}
+
+bool KeyValueStore::HasQueueItemLocked(const std::string& prefix) const {
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    if (QueueSequence(it->first, prefix)) return true;
+  }
+  return false;
+}
+
+size_t KeyValueStore::QueueLength(absl::string_view dir) const {
+  const std::string prefix = NormalizeKey(dir) + "/";
+  size_t n = 0;
+  ForEachUnder(dir, [&](const std::string& key, const std::string&) {
+    if (QueueSequence(key, prefix)) ++n;
+  });
+  return n;
+}
+
+void KeyValueStore::PassQueueWake(absl::string_view dir) {
+  std::string d = NormalizeKey(dir);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (!HasQueueItemLocked(d + "/")) return;
+  }
+  WakeOneQueueWaiter(d);
+}
+
+void KeyValueStore::WakeOneQueueWaiter(const std::string& dir) {
+  // A call being cancelled right now cannot be claimed: the push goes to the next one.
+  for (;;) {
+    std::shared_ptr<ReachedCall> call;
+    std::optional<TimerQueue::TimerId> timer;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = queue_waiters_.find(dir);
+      if (it == queue_waiters_.end()) return;
+      call = it->second.begin()->second;
+      it->second.erase(it->second.begin());
+      if (it->second.empty()) queue_waiters_.erase(it);
+      if (auto t = timed_gets_.find(call->id()); t != timed_gets_.end()) {
+        timer = t->second;
+        timed_gets_.erase(t);
+      }
+    }
+    if (timer) timers_->Cancel(*timer);
+    if (parked_->Claim(*call)) {
+      call->Finish(absl::OkStatus());
+      return;
+    }
+  }
 }
 
 absl::Status KeyValueStore::Delete(absl::string_view key) {

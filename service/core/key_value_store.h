@@ -79,6 +79,26 @@ class KeyValueStore {
   absl::Status Append(absl::string_view key, absl::string_view data);
   // Removes the key alone, not what is under "key/"; whether it was there.
   absl::StatusOr<bool> Erase(absl::string_view key);
+  // A FIFO queue under "dir/" (PyTorch's queue_push, queue_pop and queue_len): each item is
+  // the key "dir/<its sequence number, 20 digits>", so a queue is journaled, restored, listed
+  // and watched as keys are. A push wakes one call parked by WaitQueue on "dir", the longest
+  // parked, as torch's server does.
+  absl::Status QueuePush(absl::string_view dir, std::string value);
+  struct Popped {
+    int64_t length = 0;               // items before the pop
+    std::optional<std::string> item;  // the first of them; none when the queue was empty
+  };
+  absl::StatusOr<Popped> QueuePop(absl::string_view dir);
+  // The number of items (keys under "dir/" that are not items do not count).
+  size_t QueueLength(absl::string_view dir) const;
+  // Answers once "dir/" holds an item (at once when it does), else parks like Get until a
+  // push wakes this call, `deadline` passes (DEADLINE_EXCEEDED) or the call is cancelled.
+  void WaitQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,
+                 std::optional<absl::Time> deadline, std::function<void(absl::Status)> done,
+                 ParkKind kind = ParkKind::kKeyValueGet);
+  // Passes a push's wake-up on: when "dir/" holds an item, ends one more WaitQueue call. For
+  // a caller whose call a push ended but who no longer wanted it (its wait had ended).
+  void PassQueueWake(absl::string_view dir);
   // Answers once the decimal integer at `key` is at least `threshold` (at once when it is),
   // else parks like Get until a change makes it so, `deadline` passes (DEADLINE_EXCEEDED) or
   // the call is cancelled. A value that is not an integer counts as below any threshold.
@@ -128,6 +148,7 @@ class KeyValueStore {
     std::vector<std::shared_ptr<ReachedCall>> reached;
     std::vector<std::shared_ptr<KeyWatch>> notified;
     std::vector<std::pair<std::shared_ptr<KeyWatch>, int64_t>> overflowed;  // resume revision
+    std::string pushed_queue;  // a queue whose push wakes one of its WaitQueue calls
   };
   absl::Status PutLocked(const std::string& key, std::string value, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -139,6 +160,12 @@ class KeyValueStore {
   void ForEachUnder(absl::string_view dir, F&& f) const ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveWaiter(const std::string& key, WaiterId id);
   void RemoveCountWaiter(const std::string& key, WaiterId id);
+  void RemoveQueueWaiter(const std::string& dir, WaiterId id);
+  // Finishes the longest-parked WaitQueue call on `dir` that is still parked, if any.
+  void WakeOneQueueWaiter(const std::string& dir);
+  // The removal of one key with nothing under it (Erase, QueuePop).
+  void EraseLocked(std::map<std::string, std::string>::iterator it, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deadline timers of parked calls, by waiter.
   void ScheduleDeadline(WaiterId waiter, absl::Time deadline, std::string what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -158,6 +185,12 @@ class KeyValueStore {
       ABSL_GUARDED_BY(mu_);
   // WaitAtLeast's calls, by key.
   absl::flat_hash_map<std::string, std::vector<CountWaiter>> count_waiters_ ABSL_GUARDED_BY(mu_);
+  // WaitQueue's calls, by queue, in the order their ids were made (the order they parked, for
+  // one caller's calls; a cancel removes one in log time: thousands wait on one name).
+  absl::flat_hash_map<std::string, std::map<WaiterId, std::shared_ptr<ReachedCall>>> queue_waiters_
+      ABSL_GUARDED_BY(mu_);
+  // Whether "prefix" (a queue's "dir/") holds an item.
+  bool HasQueueItemLocked(const std::string& prefix) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
   StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);

@@ -34,8 +34,9 @@ enum class ParkKind {
   kWatchJobState,
   kWatchKeys,
   kTorchStoreWait,
+  kTorchStoreQueueWait,
 };
-inline constexpr int kNumParkKinds = 10;
+inline constexpr int kNumParkKinds = 11;
 const char* ParkKindName(ParkKind kind);
 
 class ParkedCall {

@@ -16,10 +16,9 @@ int HexValue(char c) {
   return -1;
 }
 
-}  // namespace
-
-std::string StoreKey(absl::string_view torch_key) {
-  std::string out = absl::StrCat(kTorchKeyDir, "/");
+// "dir/" and the torch key, escaped.
+std::string Escaped(absl::string_view dir, absl::string_view torch_key) {
+  std::string out = absl::StrCat(dir, "/");
   if (torch_key.empty()) return out + "%";
   for (char ch : torch_key) {
     auto c = static_cast<unsigned char>(ch);
@@ -33,6 +32,12 @@ std::string StoreKey(absl::string_view torch_key) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string StoreKey(absl::string_view torch_key) { return Escaped(kTorchKeyDir, torch_key); }
+
+std::string QueueKey(absl::string_view torch_queue) { return Escaped(kTorchQueueDir, torch_queue); }
 
 std::optional<std::string> TorchKey(absl::string_view store_key) {
   std::string prefix = absl::StrCat(kTorchKeyDir, "/");

@@ -114,12 +114,12 @@ absl::Status TorchStoreSession::Execute(Command& c) {
     case Query::kCheck: {
       bool all = true;
       for (const std::string& key : c.keys) {
-        absl::StatusOr<std::string> value = service_->TryGetKeyValue(StoreKey(key));
-        if (value.status().code() == absl::StatusCode::kNotFound) {
+        absl::StatusOr<bool> exists = Exists(key);
+        if (!exists.ok()) return WithQuery(c, exists.status());
+        if (!*exists) {
           all = false;
           break;
         }
-        if (!value.ok()) return WithQuery(c, value.status());
       }
       AppendU8(all ? kCheckReady : kCheckNotReady, &reply);
       break;
@@ -158,47 +158,98 @@ absl::Status TorchStoreSession::Execute(Command& c) {
       return absl::OkStatus();
     }
     case Query::kQueuePush:
-    case Query::kQueuePop:
+      if (absl::Status s = service_->QueuePushKeyValue(QueueKey(c.keys[0]), std::move(c.values[0]));
+          !s.ok()) {
+        return WithQuery(c, s);
+      }
+      return absl::OkStatus();
+    case Query::kQueuePop: {
+      absl::StatusOr<KeyValueStore::Popped> popped =
+          service_->QueuePopKeyValue(QueueKey(c.keys[0]));
+      if (!popped.ok()) return WithQuery(c, popped.status());
+      AppendI64(popped->length, &reply);
+      if (popped->item) AppendBytes(*popped->item, &reply);
+      break;
+    }
     case Query::kQueueLen:
-      return absl::UnimplementedError(
-          absl::StrCat(QueryName(c.query),
-                       ": cohort's TCPStore does not serve queues yet (torch's "
-                       "queue_push, queue_pop and queue_len)"));
+      AppendI64(static_cast<int64_t>(service_->QueueLengthKeyValue(QueueKey(c.keys[0]))), &reply);
+      break;
   }
   send_(std::move(reply));
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> TorchStoreSession::Exists(absl::string_view key) const {
+  absl::StatusOr<std::string> value = service_->TryGetKeyValue(StoreKey(key));
+  if (value.ok()) return true;
+  if (value.status().code() != absl::StatusCode::kNotFound) return value.status();
+  return service_->QueueLengthKeyValue(QueueKey(key)) > 0;
+}
+
 void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold) {
   CancelWaits("a new WAIT");
+  const bool barrier = barrier_threshold > 0;
+  std::vector<KeyWait> parks(keys.size());
   std::vector<WaiterId> ids;
-  for (size_t i = 0; i < keys.size(); ++i) ids.push_back(service_->NewWaiterId());
+  for (KeyWait& park : parks) {
+    park.value = service_->NewWaiterId();
+    ids.push_back(park.value);
+    if (!barrier) {
+      park.queue = service_->NewWaiterId();
+      ids.push_back(park.queue);
+    }
+  }
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     seq = ++wait_seq_;
     waiting_ = ids;
+    keys_ = parks;
     remaining_ = keys.size() + 1;  // and this call's own turn, below
   }
   auto self = shared_from_this();
+  // Whether the wait went on: a key that could not park (too long, the coordinator's limits)
+  // ended it and the connection, and a key already answered needs no second call.
+  auto going = [&](size_t i) {
+    absl::MutexLock lock(&mu_);
+    return !closed_ && seq == wait_seq_ && !keys_[i].done;
+  };
   for (size_t i = 0; i < keys.size(); ++i) {
-    {
-      // A key that could not park (too long, the coordinator's limits) ended the wait and
-      // the connection: park none of the rest.
+    if (!going(i)) {
       absl::MutexLock lock(&mu_);
       if (closed_ || seq != wait_seq_) break;
+      continue;
     }
-    if (barrier_threshold > 0) {
+    if (barrier) {
       service_->WaitKeyValueAtLeast(
-          StoreKey(keys[i]), barrier_threshold, ids[i], std::nullopt, std::nullopt,
-          [self, seq](const absl::Status& s) { self->WaitEnded(seq, s); },
+          StoreKey(keys[i]), barrier_threshold, parks[i].value, std::nullopt, std::nullopt,
+          [self, seq, i](const absl::Status& s) { self->WaitEnded(seq, i, s); },
           ParkKind::kTorchStoreWait);
-    } else {
-      service_->GetKeyValue(
-          StoreKey(keys[i]), ids[i], std::nullopt, std::nullopt,
-          [self, seq](const absl::StatusOr<std::string>& v) { self->WaitEnded(seq, v.status()); },
-          ParkKind::kTorchStoreWait);
+      continue;
     }
+    service_->GetKeyValue(
+        StoreKey(keys[i]), parks[i].value, std::nullopt, std::nullopt,
+        [self, seq, i](const absl::StatusOr<std::string>& v) {
+          self->WaitEnded(seq, i, v.status());
+        },
+        ParkKind::kTorchStoreWait);
+    // A name too long for a queue item's key has no queue to wait for.
+    std::string queue = QueueKey(keys[i]);
+    if (queue.size() + kQueueItemSuffixBytes > service_->config().key_value.max_key_bytes ||
+        !going(i)) {
+      continue;
+    }
+    service_->WaitKeyValueQueue(
+        queue, parks[i].queue, std::nullopt, std::nullopt,
+        [self, seq, i, queue](const absl::Status& s) {
+          // A push that ended this call goes to another waiter if this wait no longer
+          // wanted it: the item stays for whoever pops.
+          if (!self->WaitEnded(seq, i, s) && s.ok()) self->service_->PassQueueWake(queue);
+        },
+        ParkKind::kTorchStoreQueueWait);
+    // The key's value may have come while its queue's call parked: that call goes, or it
+    // would take a push meant for another connection's wait.
+    if (!going(i)) service_->Cancel(parks[i].queue, absl::CancelledError("the key was set"));
   }
   bool ended = false;
   {
@@ -210,27 +261,50 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
     for (WaiterId id : ids) service_->Cancel(id, absl::CancelledError("the wait ended"));
     return;
   }
-  WaitEnded(seq, absl::OkStatus());
+  WaitEnded(seq, kOwnTurn, absl::OkStatus());
 }
 
-void TorchStoreSession::WaitEnded(uint64_t seq, const absl::Status& status) {
+bool TorchStoreSession::WaitEnded(uint64_t seq, size_t index, const absl::Status& status) {
+  std::vector<WaiterId> calls;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || seq != wait_seq_) return;  // cancelled, or from a wait since replaced
-    if (status.ok()) {
-      if (--remaining_ > 0) return;
-      waiting_.clear();
-      std::string bytes;
-      AppendU8(kStopWaiting, &bytes);
-      // Under the lock: after a CANCEL_WAIT (which bumps wait_seq_ under it) nothing is sent.
-      send_(std::move(bytes));
-      return;
+    if (closed_ || seq != wait_seq_) return false;  // cancelled, or of a wait since replaced
+    if (index != kOwnTurn) {
+      KeyWait& key = keys_[index];
+      // Its other call answered first; this one's answer (its cancellation, or a push or a
+      // write at the same time) changes nothing.
+      if (key.done) return false;
+      if (status.ok()) {
+        key.done = true;
+        calls = {key.value, key.queue};
+      }
     }
-    closed_ = true;
+    if (status.ok()) {
+      if (--remaining_ == 0) {
+        // Over: what its calls still say (the cancellations below) is of a finished wait.
+        ++wait_seq_;
+        waiting_.clear();
+        keys_.clear();
+        std::string bytes;
+        AppendU8(kStopWaiting, &bytes);
+        // Under the lock: after a CANCEL_WAIT (which bumps wait_seq_ under it) nothing is sent.
+        send_(std::move(bytes));
+      }
+    } else {
+      closed_ = true;
+    }
+  }
+  if (status.ok()) {
+    // The key's other call, if it is still parked (the one that answered is ignored).
+    for (WaiterId id : calls) {
+      if (id != 0) service_->Cancel(id, absl::CancelledError("the key was answered"));
+    }
+    return true;
   }
   // A wait the coordinator could not park (its limits), or the coordinator stopping.
   CancelWaits("the connection closed");
   end_(absl::Status(status.code(), absl::StrCat("WAIT: ", status.message())));
+  return true;
 }
 
 void TorchStoreSession::CancelWaits(const char* why, std::string reply) {
@@ -240,6 +314,7 @@ void TorchStoreSession::CancelWaits(const char* why, std::string reply) {
     ++wait_seq_;
     ids = std::move(waiting_);
     waiting_.clear();
+    keys_.clear();
     remaining_ = 0;
     if (!reply.empty() && !closed_) send_(std::move(reply));
   }

@@ -21,11 +21,14 @@ namespace cohort::torch {
 //
 // As torch's libuv server (the default since torch 2.4): GET and MULTI_GET of a missing key
 // answer an empty value; WAIT and BARRIER park (kind torch_store_wait) until their keys are
-// written, with no server-side timeout; CANCEL_WAIT ends them. A command that fails (a value
-// ADD cannot read as a number, a key or value past the store's limits, too many waits) ends the
-// connection, as in torch, and changes nothing (a MULTI_SET keeps the pairs before the one that
-// failed, as torch's does); nothing after it runs. The queue commands (14 to 16) are not served
-// yet: they end the connection with a reason.
+// written, with no server-side timeout; CANCEL_WAIT ends them. A WAIT also parks, per key, a
+// call for an item in the queue of that name (kind torch_store_queue_wait). Queues (QUEUE_PUSH,
+// QUEUE_POP, QUEUE_LEN) live apart from the keys ("torch-queue/"): CHECK and WAIT count a queue
+// with an item as a key that exists, and a push ends one WAIT on its name (the longest waiting),
+// which is how torch's client blocks in queue_pop. A command that fails (a value ADD cannot read as
+// a number, a key or value past the store's limits, too many waits) ends the connection, as in
+// torch, and changes nothing (a MULTI_SET keeps the pairs before the one that failed, as
+// torch's does); nothing after it runs.
 class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession> {
  public:
   // `send` writes reply bytes to the client, in the order of its calls; `end` closes the
@@ -47,7 +50,12 @@ class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession>
   // Starts a WAIT (or the wait of a BARRIER): one parked call per key still missing (or the
   // count), answered STOP_WAITING once all are.
   void StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold);
-  void WaitEnded(uint64_t seq, const absl::Status& status);
+  // One of the wait's parked calls answered: that of key `index` (kOwnTurn: StartWait's own).
+  // Whether the answer counted (false: the wait had ended, or the key was answered already).
+  static constexpr size_t kOwnTurn = SIZE_MAX;
+  bool WaitEnded(uint64_t seq, size_t index, const absl::Status& status);
+  // Whether a key exists for CHECK and WAIT: its value, or an item in the queue of its name.
+  absl::StatusOr<bool> Exists(absl::string_view key) const;
   // Cancels the waits under way (CANCEL_WAIT, a new WAIT, the end of the connection), and
   // sends `reply` (if any) in the same hold of the lock.
   void CancelWaits(const char* why, std::string reply = "");
@@ -59,6 +67,14 @@ class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession>
   absl::Mutex mu_;
   uint64_t wait_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<WaiterId> waiting_ ABSL_GUARDED_BY(mu_);
+  // Each key of the wait under way: its two parked calls (its value; a push into the queue of
+  // its name; a BARRIER has the first only), and whether one answered.
+  struct KeyWait {
+    WaiterId value = 0;
+    WaiterId queue = 0;
+    bool done = false;
+  };
+  std::vector<KeyWait> keys_ ABSL_GUARDED_BY(mu_);
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

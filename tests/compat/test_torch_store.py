@@ -38,7 +38,7 @@ def run_client(port, scenario, metrics_url):
         f"torch {TORCH_VERSION}, {scenario}:\n{done.stdout}\n{done.stderr}"
 
 
-@pytest.mark.parametrize("scenario", ["basics", "compare_set", "waits"])
+@pytest.mark.parametrize("scenario", ["basics", "compare_set", "waits", "queues"])
 def test_torchs_own_client(group, scenario):
     server, port = start_store(group)
     run_client(port, scenario, server.metrics_url)
@@ -118,12 +118,11 @@ def test_bad_input_closes_the_connection_and_stores_nothing(group):
     conn.send(b"\x01" + key(b"/word") + key(b"abc") + b"\x04" + key(b"/word") +
               struct.pack("<q", 1))
     assert conn.closed()
-    # A queue command (not served yet) and an unknown one.
-    for command in (b"\x0e" + key(b"/q") + key(b"x"), b"\x13"):
-        conn = Raw(port)
-        conn.send(command)
-        assert conn.closed()
-    wait_for_log(server.proc, r"does not serve queues yet", 15)
+    # An unknown command.
+    conn = Raw(port)
+    conn.send(b"\x13")
+    assert conn.closed()
+    wait_for_log(server.proc, r"unknown TCPStore command 19", 15)
     check = Raw(port)
     check.send(b"\x0a" + struct.pack("<Q", 2) + key(b"/word") + key(b"/big"))  # MULTI_GET
     assert check.read(8 + 3 + 8) == key(b"abc") + key(b"")
@@ -149,18 +148,28 @@ def test_keys_survive_a_restart_and_are_the_coordinators(group, tmp_path):
     server, port = start_store(group, name="cohort-1", listen=listen, extra=extra)
     conn = Raw(port)
     conn.send(b"\x01" + key(b"/default_pg/0//cuda//k") + key(b"\x00v") +
-              b"\x04" + key(b"init/") + struct.pack("<q", 2))
+              b"\x04" + key(b"init/") + struct.pack("<q", 2) +
+              b"\x0e" + key(b"q") + key(b"first") + b"\x0e" + key(b"q") + key(b"second") +
+              b"\x10" + key(b"q"))
     assert conn.read(8) == struct.pack("<q", 2)
-    ls = subprocess.run([str(cohort_binary("cohortctl")), "--coordinator", server.address, "kv",
-                         "ls", "torch"], capture_output=True, text=True, timeout=30)
-    assert ls.returncode == 0, ls.stderr
-    assert "torch/%2Fdefault_pg%2F0%2F%2Fcuda%2F%2Fk" in ls.stdout, ls.stdout
-    assert "torch/init%2F" in ls.stdout, ls.stdout
+    assert conn.read(8) == struct.pack("<q", 2), "QUEUE_LEN: both pushes were carried out"
+
+    def ls(directory):
+        done = subprocess.run([str(cohort_binary("cohortctl")), "--coordinator", server.address,
+                               "kv", "ls", directory], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    keys = ls("torch")
+    assert "torch/%2Fdefault_pg%2F0%2F%2Fcuda%2F%2Fk" in keys, keys
+    assert "torch/init%2F" in keys, keys
+    assert "torch-queue/q/00000000000000000002" in ls("torch-queue")
     ProcessGroup.stop(server.proc, sig=signal.SIGKILL)
     server, port = start_store(group, name="cohort-2", listen=listen, extra=extra)
     wait_for_log(server.proc, r"restored the saved state", 15)
     conn = Raw(port)
     conn.send(b"\x03" + key(b"/default_pg/0//cuda//k") + b"\x04" + key(b"init/") +
-              struct.pack("<q", 1))
+              struct.pack("<q", 1) + b"\x0f" + key(b"q"))
     assert conn.read(8 + 2) == key(b"\x00v")
     assert conn.read(8) == struct.pack("<q", 3)
+    assert conn.read(8 + 8 + 5) == struct.pack("<q", 2) + key(b"first"), "the queue, in order"

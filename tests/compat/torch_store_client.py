@@ -22,22 +22,23 @@ def connect(host, port, timeout_s=30):
                     wait_for_workers=False)
 
 
-def parked_waits(metrics_url):
-    """The coordinator's TCPStore waits parked now (cohort_coordinator_parked_calls)."""
+def parked_waits(metrics_url, kind):
+    """The coordinator's TCPStore calls of `kind` parked now (cohort_coordinator_parked_calls):
+    torch_store_wait (a key's value), torch_store_queue_wait (an item in its queue)."""
     with urllib.request.urlopen(metrics_url, timeout=10) as r:
         text = r.read().decode()
-    m = re.search(r'^cohort_coordinator_parked_calls\{kind="torch_store_wait"\} (\S+)$', text,
-                  re.M)
+    m = re.search(r'^cohort_coordinator_parked_calls\{kind="%s"\} (\S+)$' % kind, text, re.M)
     return float(m.group(1)) if m else None
 
 
-def wait_for_parked(metrics_url, count):
+def wait_for_parked(metrics_url, count, kind="torch_store_wait"):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if parked_waits(metrics_url) == count:
+        if parked_waits(metrics_url, kind) == count:
             return
         time.sleep(0.02)
-    raise AssertionError(f"not {count} parked waits within 30 s: {parked_waits(metrics_url)}")
+    raise AssertionError(
+        f"not {count} parked {kind} within 30 s: {parked_waits(metrics_url, kind)}")
 
 
 def expect_raises(fn, *words):
@@ -119,10 +120,47 @@ def waits(host, port, metrics_url):
     waiter.wait(["never"], timedelta(seconds=30))
 
 
+def queues(host, port, metrics_url):
+    producer, consumer, other = connect(host, port), connect(host, port), connect(host, port)
+    assert consumer.queue_len("jobs") == 0
+    producer.queue_push("jobs", "a")
+    producer.queue_push("jobs", b"\x00b")
+    assert consumer.queue_len("jobs") == 2
+    # A queue is not a key of its name, but check() counts it as one, as torch's server does.
+    assert producer.num_keys() == 0, producer.num_keys()
+    assert consumer.check(["jobs"])
+    assert consumer.queue_pop("jobs") == b"a"
+    assert consumer.queue_pop("jobs", block=False) == b"\x00b"
+    assert consumer.queue_len("jobs") == 0
+    expect_raises(lambda: consumer.queue_pop("jobs", block=False), "empty")
+    # A blocking pop waits in the coordinator until another client pushes; one push ends
+    # one of two such pops, the one that waited longest.
+    got = {}
+    first = threading.Thread(target=lambda: got.update(first=consumer.queue_pop("work")))
+    first.start()
+    wait_for_parked(metrics_url, 1, "torch_store_queue_wait")
+    second = threading.Thread(target=lambda: got.update(second=other.queue_pop("work")))
+    second.start()
+    wait_for_parked(metrics_url, 2, "torch_store_queue_wait")
+    producer.queue_push("work", "one")
+    first.join(30)
+    assert got == {"first": b"one"}, got
+    wait_for_parked(metrics_url, 1, "torch_store_queue_wait")
+    producer.queue_push("work", "two")
+    second.join(30)
+    assert got == {"first": b"one", "second": b"two"}, got
+    # A pop that times out raises, and the connection goes on working.
+    short = connect(host, port, timeout_s=1)
+    expect_raises(lambda: short.queue_pop("never"), "timeout")
+    wait_for_parked(metrics_url, 0, "torch_store_queue_wait")
+    producer.queue_push("never", "now")
+    assert short.queue_pop("never") == b"now"
+
+
 def main():
     host, port, scenario, metrics_url = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    if scenario == "waits":
-        waits(host, port, metrics_url)
+    if scenario in ("waits", "queues"):
+        {"waits": waits, "queues": queues}[scenario](host, port, metrics_url)
     else:
         {"basics": basics, "compare_set": compare_set}[scenario](host, port)
     print(f"ok {scenario}", flush=True)

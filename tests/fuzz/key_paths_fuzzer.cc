@@ -1,9 +1,10 @@
 // libFuzzer target: key paths and watch resume revisions, straight into the core's
-// key-value store. The input is a sequence of operations: an op byte, then a 1-byte key
+// key-value store, with PyTorch's store calls (compare-and-set, append, erase, queues, and
+// the waits that park). The input is a sequence of operations: an op byte, then a 1-byte key
 // length and the key's bytes, then (for writes) a 1-byte value length and the value, or
-// (for watches) an 8-byte revision to resume from. Every key goes through normalisation and
-// the store's checks; every watch's events are taken. Whatever the bytes: clear errors, no
-// crash, and the store's books stay consistent (checked after every input).
+// (for watches and counts) 8 bytes. Every key goes through normalisation and the store's
+// checks; every watch's events are taken. Whatever the bytes: clear errors, no crash, the
+// store's books stay consistent and no parked call outlives the input (checked after each).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -63,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!in.empty()) {
     const uint8_t op = in.Byte();
     const std::string key = in.Bytes(in.Byte());
-    switch (op % 7) {
+    switch (op % 14) {
       case 0:
         (void)store.Insert(key, in.Bytes(in.Byte()), /*allow_overwrite=*/op & 0x80);
         break;
@@ -87,6 +88,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 6:
         (void)cohort::KeyValueStore::NormalizeKey(key);
         break;
+      // PyTorch's store calls (service/torch), parked ones included.
+      case 7: {
+        std::string expected = in.Bytes(in.Byte());
+        (void)store.CompareAndSet(key, expected, in.Bytes(in.Byte()));
+        break;
+      }
+      case 8:
+        (void)store.Append(key, in.Bytes(in.Byte()));
+        break;
+      case 9:
+        (void)store.Erase(key);
+        break;
+      case 10:
+        (void)store.QueuePush(key, in.Bytes(in.Byte()));
+        break;
+      case 11:
+        (void)store.QueuePop(key);
+        break;
+      case 12:
+        store.WaitQueue(key, parked.NextId(), std::nullopt, std::nullopt, [](absl::Status) {});
+        break;
+      case 13:
+        store.WaitAtLeast(key, in.Int64(), parked.NextId(), std::nullopt, std::nullopt,
+                          [](absl::Status) {});
+        break;
     }
     for (auto& watch : watches) (void)watch->Take(1024);
   }
@@ -101,5 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (bytes != store.NumBytes() || keys.size() != store.NumKeys()) std::abort();
   parked.CancelAll(absl::CancelledError("input over"));
+  for (int k = 0; k < cohort::kNumParkKinds; ++k) {
+    if (parked.Count(static_cast<cohort::ParkKind>(k)) != 0) std::abort();
+  }
   return 0;
 }

@@ -5,14 +5,20 @@
 //
 // Whatever the bytes: decoding never crashes, leaks or reads out of bounds (ASan, UBSan); the
 // stream decoded in pieces gives the same commands and the same error as decoded at once; and
-// each command encoded again decodes to itself.
+// each command encoded again decodes to itself. Then the commands are carried out by two
+// sessions on a real coordination core, one command to one and the next to the other (so
+// that one's writes and pushes end the other's waits), each in the same pieces: no crash,
+// and once both connections close no wait of theirs is left parked.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_session.h"
 
 namespace {
 
@@ -51,6 +57,37 @@ std::vector<Command> Decode(const std::string& stream, size_t piece, absl::Statu
   return out;
 }
 
+// The commands to two sessions in turn, each sent in pieces; aborts if a wait outlives its
+// connection.
+void Execute(const std::vector<Command>& commands, size_t piece) {
+  cohort::ManualClock clock;
+  cohort::ServiceConfig config;
+  config.jobs.push_back({"worker", 1});
+  config.key_value.max_key_bytes = 96;
+  config.key_value.max_total_bytes = 1 << 16;
+  auto service = cohort::CoordinationService::Create(config, &clock);
+  if (!service.ok()) std::abort();
+  std::vector<std::shared_ptr<cohort::torch::TorchStoreSession>> sessions;
+  for (int i = 0; i < 2; ++i) {
+    sessions.push_back(std::make_shared<cohort::torch::TorchStoreSession>(
+        service->get(), SmallLimits(), [](const std::string&) {}, [](const absl::Status&) {}));
+  }
+  const Command validate{cohort::torch::Query::kValidate, {}, {}, cohort::torch::kValidationMagic};
+  for (auto& session : sessions) session->Received(cohort::torch::EncodeCommand(validate));
+  for (size_t i = 0; i < commands.size(); ++i) {
+    if (commands[i].query == cohort::torch::Query::kValidate) continue;
+    const std::string bytes = cohort::torch::EncodeCommand(commands[i]);
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      sessions[i % 2]->Received(absl::string_view(bytes).substr(at, piece));
+    }
+  }
+  for (auto& session : sessions) session->Closed();
+  if ((*service)->ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
+      (*service)->ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,5 +110,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                1 << 20, &error);
     if (!error.ok() || again.size() != 2 || !Same(again[1], at_once[i])) std::abort();
   }
+  Execute(at_once, piece);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -359,6 +360,112 @@ TEST_F(KeyValueStoreTest, WaitAtLeastEndsAtItsDeadlineOrWhenCancelled) {
   ASSERT_EQ(service_->IncrementKeyValue("n", 9).value(), 9);
   EXPECT_EQ(timed.count(), 1);
   EXPECT_EQ(cancelled.count(), 1);
+}
+
+TEST_F(KeyValueStoreTest, AQueueIsFirstInFirstOutOverKeysOfItsOwn) {
+  ASSERT_TRUE(service_->QueuePushKeyValue("/q/", "a").ok());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "b").ok());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "").ok());
+  EXPECT_EQ(Keys(service_->GetKeyValueDir("q")),
+            (std::vector<std::string>{"q/00000000000000000001", "q/00000000000000000002",
+                                      "q/00000000000000000003"}));
+  EXPECT_EQ(service_->CountKeyValues("q"), 3u);
+  for (auto [length, item] :
+       std::vector<std::pair<int64_t, std::string>>{{3, "a"}, {2, "b"}, {1, ""}}) {
+    absl::StatusOr<KeyValueStore::Popped> popped = service_->QueuePopKeyValue("q");
+    ASSERT_TRUE(popped.ok()) << popped.status();
+    EXPECT_EQ(popped->length, length);
+    EXPECT_EQ(popped->item, std::optional<std::string>(item));
+  }
+  absl::StatusOr<KeyValueStore::Popped> empty = service_->QueuePopKeyValue("q");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->length, 0);
+  EXPECT_EQ(empty->item, std::nullopt);
+  // Emptied, a queue numbers from 1 again; a key of the same name is another thing.
+  ASSERT_TRUE(service_->InsertKeyValue("q", "a key", false).ok());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "c").ok());
+  EXPECT_EQ(Keys(service_->GetKeyValueDir("q")),
+            (std::vector<std::string>{"q/00000000000000000001"}));
+  EXPECT_EQ(service_->TryGetKeyValue("q").value(), "a key");
+}
+
+TEST_F(KeyValueStoreTest, AKeyUnderAQueueThatIsNotAnItemStopsItsPushesAndChangesNothing) {
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "a").ok());
+  ASSERT_TRUE(service_->InsertKeyValue("q/zz", "by hand", false).ok());
+  int64_t revision = service_->KeyValueStats().revision;
+  absl::Status pushed = service_->QueuePushKeyValue("q", "b");
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kFailedPrecondition) << pushed;
+  EXPECT_NE(pushed.message().find("q/zz"), absl::string_view::npos) << pushed;
+  EXPECT_EQ(service_->KeyValueStats().revision, revision);
+  // Pops and counts see the items only.
+  EXPECT_EQ(service_->QueueLengthKeyValue("q"), 1u);
+  absl::StatusOr<KeyValueStore::Popped> popped = service_->QueuePopKeyValue("q");
+  ASSERT_TRUE(popped.ok());
+  EXPECT_EQ(popped->length, 1);
+  EXPECT_EQ(popped->item, std::optional<std::string>("a"));
+  EXPECT_EQ(service_->QueuePopKeyValue("q")->length, 0);
+  EXPECT_EQ(service_->TryGetKeyValue("q/zz").value(), "by hand");
+  // An item with keys under it is not popped: the journal's removal would take them too.
+  ASSERT_TRUE(service_->DeleteKeyValue("q/zz").ok());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "b").ok());
+  ASSERT_TRUE(service_->InsertKeyValue("q/00000000000000000001/under", "x", false).ok());
+  absl::StatusOr<KeyValueStore::Popped> refused = service_->QueuePopKeyValue("q");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_EQ(service_->QueueLengthKeyValue("q"), 1u);
+}
+
+TEST_F(KeyValueStoreTest, APushWakesOneQueueWaitTheLongestParked) {
+  ::cohort::testing::StatusResult first, cancelled, second, third;
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              first.Callback());
+  WaiterId gone = service_->NewWaiterId();
+  service_->WaitKeyValueQueue("q", gone, std::nullopt, std::nullopt, cancelled.Callback());
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              second.Callback());
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt,
+                              clock_.Now() + absl::Seconds(5), third.Callback());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 4);
+  service_->Cancel(gone, absl::CancelledError("CANCEL_WAIT"));
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "a").ok());
+  EXPECT_TRUE(first.fired());
+  EXPECT_FALSE(second.fired()) << "one push, one wait";
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "b").ok());
+  ASSERT_TRUE(second.fired()) << "the cancelled wait took no push";
+  EXPECT_TRUE(second.value().ok());
+  EXPECT_FALSE(third.fired());
+  Advance(absl::Seconds(6));
+  ASSERT_TRUE(third.fired());
+  EXPECT_EQ(third.value().code(), absl::StatusCode::kDeadlineExceeded) << third.value();
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+  // A queue with an item answers at once; a write of the key of its name is no push.
+  ::cohort::testing::StatusResult now, later;
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              now.Callback());
+  EXPECT_TRUE(now.fired());
+  service_->WaitKeyValueQueue("empty", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              later.Callback());
+  ASSERT_TRUE(service_->InsertKeyValue("empty", "v", false).ok());
+  EXPECT_FALSE(later.fired());
+  EXPECT_EQ(first.count() + second.count() + third.count() + cancelled.count(), 4);
+}
+
+TEST_F(KeyValueStoreTest, AWakeUpPassedOnEndsTheNextQueueWaitWhileAnItemIsThere) {
+  ::cohort::testing::StatusResult first, second;
+  for (auto* result : {&first, &second}) {
+    service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                result->Callback());
+  }
+  service_->PassQueueWake("q");
+  EXPECT_FALSE(first.fired()) << "no item: nothing to pass on";
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "a").ok());
+  ASSERT_TRUE(first.fired());
+  EXPECT_FALSE(second.fired());
+  // The first did not want it after all: the item is still there, so the next one is told.
+  service_->PassQueueWake("q");
+  ASSERT_TRUE(second.fired());
+  EXPECT_TRUE(second.value().ok());
+  EXPECT_EQ(service_->QueueLengthKeyValue("q"), 1u);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
 }
 
 TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {

@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -66,12 +68,14 @@ class TorchStoreSessionTest : public ::testing::Test {
     service_ = std::move(*CoordinationService::Create(config, &clock_));
   }
 
-  std::shared_ptr<TorchStoreSession> Open() {
+  // `id` names the connection for SentTo.
+  std::shared_ptr<TorchStoreSession> Open(int id = 0) {
     auto session = std::make_shared<TorchStoreSession>(
         service_.get(), CodecLimits{},
-        [this](const std::string& bytes) {
+        [this, id](const std::string& bytes) {
           absl::MutexLock lock(&mu_);
           sent_ += bytes;
+          sent_to_[id] += bytes;
         },
         [this](absl::Status why) {
           absl::MutexLock lock(&mu_);
@@ -83,7 +87,17 @@ class TorchStoreSessionTest : public ::testing::Test {
 
   std::string TakeSent() {
     absl::MutexLock lock(&mu_);
+    sent_to_.clear();
     return std::exchange(sent_, "");
+  }
+  // What connection `id` was sent since the last TakeSent.
+  std::string SentTo(int id) {
+    absl::MutexLock lock(&mu_);
+    return sent_to_[id];
+  }
+  int64_t Parked() {
+    return service_->ParkedCalls(ParkKind::kTorchStoreWait) +
+           service_->ParkedCalls(ParkKind::kTorchStoreQueueWait);
   }
   absl::Status ended() {
     absl::MutexLock lock(&mu_);
@@ -94,6 +108,7 @@ class TorchStoreSessionTest : public ::testing::Test {
   std::unique_ptr<CoordinationService> service_;
   absl::Mutex mu_;
   std::string sent_;
+  std::map<int, std::string> sent_to_;
   absl::Status ended_;
 };
 
@@ -121,12 +136,15 @@ TEST_F(TorchStoreSessionTest, AWaitAnswersOnceEveryKeyIsWrittenByAnotherConnecti
   auto waiter = Open();
   auto writer = Open();
   waiter->Received(EncodeCommand({Query::kWait, {"/a", "/b"}, {}, 0}));
+  // Each key waits for its value and for an item in the queue of its name.
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 2);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreQueueWait), 2);
   writer->Received(EncodeCommand({Query::kSet, {"/a"}, {"1"}, 0}));
   EXPECT_EQ(TakeSent(), "");
+  EXPECT_EQ(Parked(), 2) << "both of /a's calls are done";
   writer->Received(EncodeCommand({Query::kAppend, {"/b"}, {"2"}, 0}));
   EXPECT_EQ(TakeSent(), std::string(1, kStopWaiting));
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(Parked(), 0);
 }
 
 TEST_F(TorchStoreSessionTest, CancelWaitEndsTheWaitAndTheConnectionGoesOn) {
@@ -134,7 +152,7 @@ TEST_F(TorchStoreSessionTest, CancelWaitEndsTheWaitAndTheConnectionGoesOn) {
   s->Received(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
   s->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
   EXPECT_EQ(TakeSent(), std::string(1, kWaitCanceled));
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(Parked(), 0);
   ASSERT_TRUE(service_->InsertKeyValue(StoreKey("/never"), "now", false).ok());
   EXPECT_EQ(TakeSent(), "") << "the cancelled wait answers nothing";
   s->Received(EncodeCommand({Query::kGet, {"/never"}, {}, 0}));
@@ -173,7 +191,7 @@ TEST_F(TorchStoreSessionTest, AWaitThatCannotParkEveryKeyParksNoneAndEndsTheConn
   s->Received(EncodeCommand({Query::kWait, {"/a", std::string(3000, '/'), "/b"}, {}, 0}) +
               EncodeCommand({Query::kSet, {"/after"}, {"x"}, 0}));
   EXPECT_EQ(ended().code(), absl::StatusCode::kResourceExhausted) << ended();
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(Parked(), 0);
   EXPECT_EQ(service_->TryGetKeyValue(StoreKey("/after")).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(TakeSent(), "");
@@ -182,10 +200,97 @@ TEST_F(TorchStoreSessionTest, AWaitThatCannotParkEveryKeyParksNoneAndEndsTheConn
 TEST_F(TorchStoreSessionTest, AClosedConnectionsWaitsAreCancelled) {
   auto s = Open();
   s->Received(EncodeCommand({Query::kWait, {"/x", "/y"}, {}, 0}));
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 2);
+  EXPECT_EQ(Parked(), 4);
   s->Closed();
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  EXPECT_EQ(Parked(), 0);
   EXPECT_EQ(TakeSent(), "");
+}
+
+TEST_F(TorchStoreSessionTest, AKeyTooLongForAQueueItemWaitsForItsValueOnly) {
+  auto s = Open();
+  // "torch/" and the key fit the limit (4096); "torch-queue/", the key and an item's 21 do not.
+  const std::string key(4080, 'k');
+  s->Received(EncodeCommand({Query::kWait, {key}, {}, 0}));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 1);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreQueueWait), 0);
+  EXPECT_TRUE(ended().ok()) << ended();
+  ASSERT_TRUE(service_->InsertKeyValue(StoreKey(key), "v", false).ok());
+  EXPECT_EQ(TakeSent(), std::string(1, kStopWaiting));
+}
+
+TEST_F(TorchStoreSessionTest, QueuesAnswerAsTorchsServerDoes) {
+  auto s = Open();
+  s->Received(EncodeCommand({Query::kCheck, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kQueuePush, {"/q"}, {"first"}, 0}) +
+              EncodeCommand({Query::kQueuePush, {"/q"}, {std::string("\0two", 4)}, 0}) +
+              EncodeCommand({Query::kQueueLen, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kCheck, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kGet, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kGetNumKeys, {}, {}, 0}) +
+              EncodeCommand({Query::kQueuePop, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kQueuePop, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kQueuePop, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kQueueLen, {"/q"}, {}, 0}) +
+              EncodeCommand({Query::kQueueLen, {"/never"}, {}, 0}));
+  std::string want = std::string(1, kCheckNotReady) + I64(2) + std::string(1, kCheckReady) +
+                     Bytes("") + I64(0) + I64(2) + Bytes("first") + I64(1) +
+                     Bytes(std::string("\0two", 4)) + I64(0) + I64(0) + I64(0);
+  EXPECT_EQ(TakeSent(), want);
+  EXPECT_TRUE(ended().ok()) << ended();
+}
+
+TEST_F(TorchStoreSessionTest, QueueItemsAreTheCoordinatorsKeysAndKeepTheirOrder) {
+  auto s = Open();
+  for (int i = 0; i < 12; ++i) {
+    s->Received(EncodeCommand({Query::kQueuePush, {"/work"}, {absl::StrCat("item ", i)}, 0}));
+  }
+  std::vector<KeyValueEntry> items = service_->GetKeyValueDir(QueueKey("/work"));
+  ASSERT_EQ(items.size(), 12u);
+  EXPECT_EQ(items[0].key, "torch-queue/%2Fwork/00000000000000000001");
+  EXPECT_EQ(items[11].key, "torch-queue/%2Fwork/00000000000000000012");
+  EXPECT_EQ(items[11].value, "item 11");
+  std::string want;
+  for (int i = 0; i < 12; ++i) {
+    s->Received(EncodeCommand({Query::kQueuePop, {"/work"}, {}, 0}));
+    want += I64(12 - i) + Bytes(absl::StrCat("item ", i));
+  }
+  EXPECT_EQ(TakeSent(), want) << "first in, first out, past item 9 too";
+  EXPECT_TRUE(service_->GetKeyValueDir(QueueKey("/work")).empty());
+}
+
+TEST_F(TorchStoreSessionTest, APushEndsOneWaitOnItsNameTheLongestWaiting) {
+  auto first = Open(1), second = Open(2), pusher = Open(3);
+  first->Received(EncodeCommand({Query::kWait, {"/q"}, {}, 0}));
+  second->Received(EncodeCommand({Query::kWait, {"/q"}, {}, 0}));
+  EXPECT_EQ(Parked(), 4);
+  pusher->Received(EncodeCommand({Query::kQueuePush, {"/q"}, {"a"}, 0}));
+  EXPECT_EQ(SentTo(1), std::string(1, kStopWaiting));
+  EXPECT_EQ(SentTo(2), "") << "one push ends one wait";
+  EXPECT_EQ(Parked(), 2);
+  // The woken one pops (torch's queue_pop(block=True)); the other is woken by the next push.
+  first->Received(EncodeCommand({Query::kQueuePop, {"/q"}, {}, 0}));
+  pusher->Received(EncodeCommand({Query::kQueuePush, {"/q"}, {"b"}, 0}));
+  EXPECT_EQ(SentTo(1), std::string(1, kStopWaiting) + I64(1) + Bytes("a"));
+  EXPECT_EQ(SentTo(2), std::string(1, kStopWaiting));
+  EXPECT_EQ(Parked(), 0);
+  // A WAIT on a name whose queue has an item answers at once.
+  second->Received(EncodeCommand({Query::kWait, {"/q"}, {}, 0}));
+  EXPECT_EQ(SentTo(2), std::string(2, kStopWaiting));
+  EXPECT_EQ(Parked(), 0);
+}
+
+TEST_F(TorchStoreSessionTest, ASetOnAQueuesNameEndsEveryWaitOnIt) {
+  auto first = Open(1), second = Open(2), setter = Open(3);
+  first->Received(EncodeCommand({Query::kWait, {"/q"}, {}, 0}));
+  second->Received(EncodeCommand({Query::kWait, {"/q", "/other"}, {}, 0}));
+  setter->Received(EncodeCommand({Query::kSet, {"/q"}, {"v"}, 0}));
+  EXPECT_EQ(SentTo(1), std::string(1, kStopWaiting));
+  EXPECT_EQ(SentTo(2), "");
+  EXPECT_EQ(Parked(), 2) << "/other's two calls";
+  // The queue's call of the ended waits went with them: a push is nobody's.
+  setter->Received(EncodeCommand({Query::kQueuePush, {"/other"}, {"x"}, 0}));
+  EXPECT_EQ(SentTo(2), std::string(1, kStopWaiting));
+  EXPECT_EQ(Parked(), 0);
 }
 
 // A blocking client socket on loopback, validated.
