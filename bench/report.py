@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SYSTEM_NAMES = {
     "cohort": "cohort",
     "cohort-tensorflow": "cohort (tensorflow protocol)",
+    "cohort-torch": "cohort (TCPStore protocol)",
     "jaxlib": "jaxlib service",
     "etcd": "etcd 3.4",
     "tcpstore": "TCPStore",
@@ -130,18 +131,28 @@ def section_register(recs, plots, goals):
            "from the last task's call to the last release (p50/p99 over the rounds).\n"]
     ns = sorted({r["tasks"] for r in recs if "tasks" in r})
     systems = [s for s in SYSTEM_NAMES if any(r.get("system") == s for r in recs)]
-    header = ["N"] + [SYSTEM_NAMES[s] for s in systems] + ["jaxlib ÷ cohort"]
+    # jaxlib against cohort; torch's TCPStore server against cohort's TCPStore protocol (torch's
+    # client and store-based barrier on both).
+    pairs = [("cohort", "jaxlib")]
+    if "cohort-torch" in systems and "tcpstore" in systems:
+        pairs.append(("cohort-torch", "tcpstore"))
+    header = (["N"] + [SYSTEM_NAMES[s] for s in systems]
+              + [f"{SYSTEM_NAMES[a]} ÷ {SYSTEM_NAMES[ours]}" for ours, a in pairs])
     rows_reg, rows_p50, rows_p99 = [], [], []
     for n in ns:
         reg = {s: cell(recs, lambda r: r["register_seconds"], system=s, tasks=n) for s in systems}
         p50 = {s: cell(recs, lambda r: r["round_p50_ms"], system=s, tasks=n) for s in systems}
         p99 = {s: cell(recs, lambda r: r["round_p99_ms"], system=s, tasks=n) for s in systems}
-        rows_reg.append([f"{n:,}"] + [fmt(reg[s]) for s in systems]
-                        + [ratio(num(reg.get("cohort")), num(reg.get("jaxlib")), False)])
-        rows_p50.append([f"{n:,}"] + [fmt(p50[s]) for s in systems]
-                        + [ratio(num(p50.get("cohort")), num(p50.get("jaxlib")), False)])
-        rows_p99.append([f"{n:,}"] + [fmt(p99[s]) for s in systems]
-                        + [ratio(num(p99.get("cohort")), num(p99.get("jaxlib")), False)])
+        for rows, figures in ((rows_reg, reg), (rows_p50, p50), (rows_p99, p99)):
+            rows.append([f"{n:,}"] + [fmt(figures[s]) for s in systems]
+                        + [ratio(num(figures.get(ours)), num(figures.get(a)), False)
+                           for ours, a in pairs])
+        if n == 4000 and ("cohort-torch", "tcpstore") in pairs:
+            c, t = num(p50.get("cohort-torch")), num(p50.get("tcpstore"))
+            goals.append(("TCPStore protocol: the store barrier at 4,000 ranks at least 10× "
+                          "torch's server (p50)",
+                          f"cohort {fmt(c)} ms, torch {fmt(t)} ms ({ratio(c, t, False)})",
+                          bool(c and t and t / c >= 10)))
         if n == 16000:
             goals.append(("16,000 tasks registered in under 10 s", f"{fmt(num(reg.get('cohort')))} s",
                           num(reg.get("cohort")) is not None and reg["cohort"] < 10))
@@ -216,8 +227,15 @@ def section_kv(recs, plots, goals):
            "its set rate counts requests written, not applied.\n\n"]
     values = sorted({r["value_bytes"] for r in recs if "value_bytes" in r})
     clients = sorted({r["clients"] for r in recs if "clients" in r})
-    systems = [s for s in ["cohort"] + ANCHORS if any(r.get("system") == s for r in recs)]
-    for op in ("set", "get", "blocking_get"):
+    systems = [s for s in ["cohort", "cohort-torch"] + ANCHORS
+               if any(r.get("system") == s for r in recs)]
+    # Each anchor against cohort, and torch's server against cohort's TCPStore protocol
+    # (the same client, torch's, drives both).
+    pairs = [("cohort", a) for a in ANCHORS if a in systems]
+    if "cohort-torch" in systems and "tcpstore" in systems:
+        pairs.append(("cohort-torch", "tcpstore"))
+    slower = []
+    for op in ("set", "get", "blocking_get", "add"):
         rows = []
         for v in values:
             for c in clients:
@@ -233,11 +251,19 @@ def section_kv(recs, plots, goals):
                 if all(x is None for x in rate.values()):
                     continue
                 rows.append([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
-                            + [ratio(num(rate.get("cohort")), num(rate.get(a)), True)
-                               for a in systems if a != "cohort"])
+                            + [ratio(num(rate.get(ours)), num(rate.get(a)), True)
+                               for ours, a in pairs])
+                t, o = num(rate.get("tcpstore")), num(rate.get("cohort-torch"))
+                if t and (o is None or o < t):  # a failed or missing row is no pass
+                    slower.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
         header = (["value", "clients"] + [SYSTEM_NAMES[s] + " ops/s / p99 ms" for s in systems]
-                  + [f"cohort ÷ {SYSTEM_NAMES[a]}" for a in systems if a != "cohort"])
+                  + [f"{SYSTEM_NAMES[ours]} ÷ {SYSTEM_NAMES[a]}" for ours, a in pairs])
         out.append(f"**{op.replace('_', ' ')}**\n\n" + table(header, rows) + "\n")
+    if ("cohort-torch", "tcpstore") in pairs:
+        goals.append(("TCPStore protocol: cohort's server at least 1× torch's (libuv) on every "
+                      "key-value row, torch's client on both",
+                      "every row" if not slower else "slower on: " + "; ".join(slower),
+                      not slower))
     # Goal: KV throughput at N = 4,000 vs jaxlib (64 clients, 100 B, set + get).
     c = by(recs, system="cohort", value_bytes=100, clients=64)
     j = by(recs, system="jaxlib", value_bytes=100, clients=64)
@@ -584,6 +610,9 @@ def main():
          "private to PyTorch, so no C++ driver); the barrier is the usual store barrier "
          "(add, the last arrival sets a key the others wait for). The driver's Python "
          "overhead is part of its figures."],
+        ["cohort (TCPStore protocol)", "cohort-coordinator --torch-store-listen (docs/pytorch.md),"
+         " its job of N tasks as a job of N ranks would have; driven by the same "
+         "bench/tcpstore_driver.py as TCPStore, torch's own client, in the same run"],
     ]))
     goal_rows = [[g, m, "met" if ok else "**missed**"] for g, m, ok in goals]
     head.append("\n## Goals\n\n" + table(["goal", "measured", ""], goal_rows))

@@ -4,7 +4,9 @@ and writes bench/results/<scenario>.json (then report.py turns them into BENCHMA
 Each measurement gets a fresh server on a loopback port: cohort-coordinator, jaxlib's
 own service (bench/jaxlib_service.py), etcd 3.4 (Debian's), or PyTorch's TCPStore
 (bench/tcpstore_driver.py). cohort-loadgen drives cohort, jaxlib and etcd; TCPStore is
-driven by its own Python driver with the same parameters. Every process is started here,
+driven by its own Python driver with the same parameters, and so is cohort's TCPStore
+protocol (cohort-torch: cohort-coordinator --torch-store-listen), with torch's own client
+against both servers in the same run. Every process is started here,
 stopped here by its PID, and given a deadline.
 
   python3 bench/run.py                      # the full run
@@ -28,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 from free_port import free_port  # noqa: E402  (below the ephemeral range, as the tests')
 MIB = 1 << 20
+# The systems torch's own client drives (bench/tcpstore_driver.py).
+TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch")
 
 PROFILES = {
     "full": {
@@ -181,12 +185,16 @@ class Bench:
     def check_anchors(self):
         if "jaxlib" in self.systems and not self.py_has("jaxlib"):
             self.skip("jaxlib", f"jaxlib is not importable by {self.python}")
-        if "tcpstore" in self.systems and not self.py_has("torch"):
+        # cohort's TCPStore protocol (cohort-torch) is driven by torch's client too.
+        torch_users = [s for s in ("tcpstore", "cohort-torch") if s in self.systems
+                       or s.split("-")[0] in self.systems]
+        if torch_users and not self.py_has("torch"):
             reason = "torch is not installed"
             note = REPO / ".venv-bench" / "torch.skip"
             if note.exists():
                 reason = note.read_text().strip()
-            self.skip("tcpstore", reason)
+            for system in torch_users:
+                self.skip(system, reason)
         if "etcd" in self.systems:
             for program, package in (("etcd", "etcd-server"), ("etcdctl", "etcd-client")):
                 if not shutil.which(program):
@@ -266,6 +274,15 @@ class Bench:
         server.__exit__()
         raise RuntimeError("etcd accepted no write within 30 s")
 
+    def cohort_torch(self, tasks):
+        """cohort's TCPStore protocol. The job has N tasks, as a job of N ranks would, so the
+        coordinator's limit on waits that name no task (64 per task) is a real job's."""
+        port = free_port()
+        return Server("cohort-torch", [
+            str(self.bin / "cohort-coordinator"), "--listen", f"127.0.0.1:{free_port()}",
+            "--http-listen", "", "--job", f"worker={max(1, tasks)}", "--register-timeout", "10m",
+            "--torch-store-listen", f"127.0.0.1:{port}", "--log-level", "warn"], port, self.logs)
+
     def tcpstore(self):
         port = free_port()
         return Server("tcpstore", [
@@ -275,6 +292,7 @@ class Bench:
     def server(self, system, tasks, **kw):
         return {"cohort": self.cohort, "cohort-tensorflow": self.cohort, "jaxlib": self.jaxlib,
                 "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
+                "cohort-torch": lambda t, **k: self.cohort_torch(t),
                 }[system](tasks, **kw)
 
     # ------------------------------------------------------------ drivers
@@ -308,7 +326,7 @@ class Bench:
                 "--port", str(server.port)]
         for k, v in params.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
-        return self.run_json(argv, f"tcpstore {scenario} {params}")
+        return self.run_json(argv, f"{server.kind} {scenario} {params}")
 
     def measure(self, system, scenario, tasks, **params):
         """One record: a fresh server for `system`, one driver run against it."""
@@ -321,7 +339,7 @@ class Bench:
         load = os.getloadavg()[0]  # other work on the machine skews every figure
         try:
             with self.server(system, tasks, **kw) as server:
-                if system == "tcpstore":
+                if system in TCPSTORE_PROTOCOL:
                     if scenario != "kv":
                         params = {"tasks": tasks, **params}
                     result = self.tcpstore_driver(server, scenario, **params)
@@ -340,7 +358,7 @@ class Bench:
                               f"before the fault (first answer: {result.get('first_answer')})")
         for key, value in params.items():  # a failed run still says what it measured
             result.setdefault(key, value)
-        if system not in ("etcd", "tcpstore") or scenario != "kv":
+        if system not in ("etcd", *TCPSTORE_PROTOCOL) or scenario != "kv":
             result.setdefault("tasks", tasks)
         result["system"] = system
         result["loadavg_1m_before"] = load
@@ -350,15 +368,18 @@ class Bench:
         return result
 
     def systems_for(self, candidates):
-        return [s for s in candidates if s.split("-")[0] in self.systems or s in self.systems]
+        return [s for s in candidates if s not in self.skipped
+                and (s.split("-")[0] in self.systems or s in self.systems)]
 
     # ------------------------------------------------------------ scenarios
 
     def scenario_register(self):
         records = []
         for n in self.p["register_tasks"]:
-            for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib", "tcpstore"]):
-                if system == "tcpstore" and n > self.p["tcpstore_max_tasks"]:
+            for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib",
+                                            "cohort-torch", "tcpstore"]):
+                # torch's client is driven by a Python thread per task.
+                if system in TCPSTORE_PROTOCOL and n > self.p["tcpstore_max_tasks"]:
                     continue
                 rounds = self.p["barrier_rounds"][n]
                 records.append(self.measure(system, "barrier", n, rounds=rounds))
@@ -380,7 +401,8 @@ class Bench:
                 if value * clients > 2 << 30:
                     log(f"kv: {clients} clients x {value} B skipped (over 2 GiB in flight)")
                     continue
-                for system in self.systems_for(["cohort", "jaxlib", "etcd", "tcpstore"]):
+                for system in self.systems_for(["cohort", "jaxlib", "etcd", "cohort-torch",
+                                                "tcpstore"]):
                     params = {"clients": clients, "value_bytes": value,
                               "seconds": self.p["kv_seconds"]}
                     records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))

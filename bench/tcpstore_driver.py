@@ -7,7 +7,9 @@ calls release the GIL). It prints one JSON object shaped like cohort-loadgen's.
   serve     a TCPStore server (libuv backend) until SIGTERM; prints its port
   register  N clients connect and pass a store-based barrier (add, last one sets a key)
   barrier   rounds of that barrier; the last arrival is timed to the last release
-  kv        set / get / blocking get with C clients and V-byte values
+  kv        set / get / blocking get / add with C clients and V-byte values
+
+Any TCPStore server: torch's own (serve) or cohort's (cohort-coordinator --torch-store-listen).
 """
 
 import argparse
@@ -162,6 +164,8 @@ def kv(args):
                 try:
                     if op == "set":
                         store.set(f"bench/kv/{c}", value)
+                    elif op == "add":
+                        store.add(f"bench/add/{c}", 1)
                     elif op == "get":
                         if len(store.get(f"bench/kv/{c}")) != len(value):
                             raise ValueError("wrong value")
@@ -209,7 +213,7 @@ def main():
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--value-bytes", type=int, default=100)
     p.add_argument("--seconds", type=float, default=5)
-    p.add_argument("--ops", default="set,get,blocking_get")
+    p.add_argument("--ops", default="set,get,blocking_get,add")
     args = p.parse_args()
     if args.scenario == "serve":
         serve(args)

@@ -74,8 +74,8 @@ class Checker:
                 self.problems.append(f"machine.json: no {key}")
         reg = self.load("register")
         for n in self.p["register_tasks"]:
-            for s in ("cohort", "cohort-tensorflow", "jaxlib", "tcpstore"):
-                if s == "tcpstore" and n > self.p["tcpstore_max_tasks"]:
+            for s in ("cohort", "cohort-tensorflow", "jaxlib", "cohort-torch", "tcpstore"):
+                if s in ("tcpstore", "cohort-torch") and n > self.p["tcpstore_max_tasks"]:
                     continue
                 self.want(reg, ["register_seconds", "round_p50_ms", "round_p99_ms",
                                 "burst_seconds", "task_release.p99_ms"], "register",
@@ -91,8 +91,11 @@ class Checker:
             for c in self.p["kv_clients"]:
                 if v * c > 2 << 30:
                     continue
-                for s in ("cohort", "jaxlib", "etcd", "tcpstore"):
-                    self.want(kv, [f"phases.{op}.{f}" for op in ("set", "get", "blocking_get")
+                for s in ("cohort", "jaxlib", "etcd", "cohort-torch", "tcpstore"):
+                    # torch's client (cohort's TCPStore protocol and torch's server) adds add.
+                    ops = ("set", "get", "blocking_get") + (
+                        ("add",) if s in ("tcpstore", "cohort-torch") else ())
+                    self.want(kv, [f"phases.{op}.{f}" for op in ops
                                    for f in ("ops_per_second", "latency.p99_ms")],
                               "kv", system=s, value_bytes=v, clients=c)
         mem = self.load("memory")
