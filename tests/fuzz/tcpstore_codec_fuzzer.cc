@@ -19,11 +19,12 @@
 #include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_store_session.h"
+#include "tests/service/torch/decode_all.h"
 
 namespace {
 
 using cohort::torch::Command;
-using cohort::torch::CommandDecoder;
+using cohort::torch::testing::DecodeAll;
 
 cohort::torch::CodecLimits SmallLimits() {
   cohort::torch::CodecLimits limits;
@@ -36,25 +37,6 @@ cohort::torch::CodecLimits SmallLimits() {
 
 bool Same(const Command& a, const Command& b) {
   return a.query == b.query && a.keys == b.keys && a.values == b.values && a.number == b.number;
-}
-
-// The commands of `stream` read `piece` bytes at a time, and the error that ended them.
-std::vector<Command> Decode(const std::string& stream, size_t piece, absl::Status* error) {
-  CommandDecoder decoder(SmallLimits());
-  std::vector<Command> out;
-  for (size_t at = 0; at < stream.size(); at += piece) {
-    decoder.Feed(absl::string_view(stream).substr(at, piece));
-    for (;;) {
-      absl::StatusOr<std::optional<Command>> next = decoder.Next();
-      if (!next.ok()) {
-        *error = next.status();
-        return out;
-      }
-      if (!next->has_value()) break;
-      out.push_back(std::move(**next));
-    }
-  }
-  return out;
 }
 
 // The commands to two sessions in turn, each sent in pieces; aborts if a wait outlives its
@@ -98,16 +80,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   stream.append(reinterpret_cast<const char*>(data) + 1, size - 1);
 
   absl::Status in_pieces_error, at_once_error;
-  std::vector<Command> in_pieces = Decode(stream, piece, &in_pieces_error);
-  std::vector<Command> at_once = Decode(stream, stream.size() + 1, &at_once_error);
+  std::vector<Command> in_pieces = DecodeAll(stream, piece, &in_pieces_error, SmallLimits());
+  std::vector<Command> at_once =
+      DecodeAll(stream, stream.size() + 1, &at_once_error, SmallLimits());
   if (in_pieces.size() != at_once.size() || in_pieces_error != at_once_error) std::abort();
   for (size_t i = 0; i < at_once.size(); ++i) {
     if (!Same(in_pieces[i], at_once[i])) std::abort();
     if (at_once[i].query == cohort::torch::Query::kValidate) continue;
     absl::Status error;
     std::vector<Command> again =
-        Decode(cohort::torch::EncodeCommand(validate) + cohort::torch::EncodeCommand(at_once[i]),
-               1 << 20, &error);
+        DecodeAll(cohort::torch::EncodeCommand(validate) + cohort::torch::EncodeCommand(at_once[i]),
+                  1 << 20, &error, SmallLimits());
     if (!error.ok() || again.size() != 2 || !Same(again[1], at_once[i])) std::abort();
   }
   Execute(at_once, piece);

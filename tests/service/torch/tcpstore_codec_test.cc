@@ -5,10 +5,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/service/torch/decode_all.h"
 
 namespace cohort::torch {
 namespace {
 
+using ::cohort::torch::testing::DecodeAll;
 using ::testing::HasSubstr;
 
 bool operator==(const Command& a, const Command& b) {
@@ -40,27 +42,6 @@ std::vector<Command> EveryCommand() {
       {Query::kListKeys, {}, {}, 0},
       {Query::kBarrier, {"/b"}, {}, 4000},
   };
-}
-
-// Decodes `bytes` fed `piece` bytes at a time; stops at the first error, which it returns.
-std::vector<Command> DecodeAll(const std::string& bytes, size_t piece, absl::Status* error,
-                               CodecLimits limits = {}) {
-  CommandDecoder decoder(limits);
-  std::vector<Command> out;
-  *error = absl::OkStatus();
-  for (size_t at = 0; at < bytes.size(); at += piece) {
-    decoder.Feed(absl::string_view(bytes).substr(at, piece));
-    for (;;) {
-      absl::StatusOr<std::optional<Command>> next = decoder.Next();
-      if (!next.ok()) {
-        *error = next.status();
-        return out;
-      }
-      if (!next->has_value()) break;
-      out.push_back(std::move(**next));
-    }
-  }
-  return out;
 }
 
 std::string Encode(const std::vector<Command>& commands) {
