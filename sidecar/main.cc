@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
                  "serve the workload's coordinator endpoint here (in a pod 127.0.0.1:8476): "
                  "every coordinator protocol, forwarded to --coordinator, riding out its "
                  "restarts; empty: no proxy");
+  app.add_option("--torch-store-proxy-listen", options.torch_store_proxy_listen,
+                 "with --proxy-listen, also serve PyTorch's TCPStore protocol here (loopback; in "
+                 "a pod 127.0.0.1:29500, where MASTER_ADDR/MASTER_PORT point): the pod's "
+                 "torch.distributed stores, forwarded to the coordinator's, riding out its "
+                 "restarts (docs/pytorch.md); empty: not served");
   app.add_option("--outage-tolerance", outage_tolerance,
                  "how long the proxy holds calls while the coordinator is unreachable before "
                  "they fail UNAVAILABLE")
@@ -206,6 +211,20 @@ int main(int argc, char** argv) {
   if (!options.proxy_listen.empty()) {
     if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
       return Fail(absl::StrCat("--proxy-listen: ", s.message()));
+    }
+  }
+  if (!options.torch_store_proxy_listen.empty()) {
+    if (options.proxy_listen.empty()) {
+      return Fail("--torch-store-proxy-listen needs --proxy-listen (its way to the coordinator)");
+    }
+    if (auto s = cohort::ValidateListenAddress(options.torch_store_proxy_listen); !s.ok()) {
+      return Fail(absl::StrCat("--torch-store-proxy-listen: ", s.message()));
+    }
+    if (!cohort::IsLoopbackListenAddress(options.torch_store_proxy_listen)) {
+      return Fail(absl::StrCat(
+          "--torch-store-proxy-listen ", options.torch_store_proxy_listen,
+          ": loopback only (127.0.0.1 or [::1]): torch's protocol carries no credentials, and "
+          "the proxy would lend anyone who reaches it the job's token"));
     }
   }
   if (!objstore.listen.empty()) {

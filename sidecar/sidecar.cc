@@ -74,6 +74,7 @@ absl::Status Sidecar::Start() {
   if (!options_.proxy_listen.empty()) {
     ProxyOptions proxy;
     proxy.listen = options_.proxy_listen;
+    proxy.torch_store_listen = options_.torch_store_proxy_listen;
     proxy.upstream.address = options_.coordinator_address;
     proxy.upstream.outage_tolerance = options_.outage_tolerance;
     proxy.upstream.auth_token = options_.auth_token;

@@ -50,6 +50,9 @@ struct SidecarOptions {
   // forwarded to coordinator_address), which rides out coordinator outages up to
   // outage_tolerance; the sidecar's own agent then goes through it too.
   std::string proxy_listen;
+  // With the proxy: PyTorch's TCPStore protocol served here too (loopback), forwarded to the
+  // coordinator (--torch-store-proxy-listen). Empty: not served.
+  std::string torch_store_proxy_listen;
   absl::Duration outage_tolerance = absl::Seconds(60);
   // The job's token (--auth-token-file), sent with every call to the coordinator: the
   // proxy's on the workload's behalf, and the agent's own. Empty: none.

@@ -46,6 +46,17 @@ struct CoordinatorSnapshot {
   KeyValueStore::Stats key_values;
 };
 
+// One command of PyTorch's TCPStore protocol forwarded to the coordinator (cohort.v1
+// TorchStore; torch::ForwardedCommands says what each field means).
+struct ForwardedTorchCommand {
+  std::string client;
+  uint64_t sequence = 0;
+  std::string command;
+  bool end_client = false;
+  // A WAIT or BARRIER, which may take long: a backend that forwards parks it.
+  bool waits = false;
+};
+
 // Every call may answer on the calling thread (before it returns) or later on another
 // thread; every call answers exactly once. Calls that wait (registration, barriers,
 // blocking gets, error polls, watches, exchanges) end early when Cancel names their waiter.
@@ -117,6 +128,10 @@ class CoordinationBackend {
                          std::function<void()> notify, Done<std::shared_ptr<KeyWatch>> started) = 0;
 
   virtual void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) = 0;
+
+  // One TCPStore command: the reply bytes torch's server would send.
+  virtual void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+                                 Done<std::string> done) = 0;
 };
 
 }  // namespace cohort

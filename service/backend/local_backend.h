@@ -7,17 +7,18 @@
 
 #include "service/backend/coordination_backend.h"
 #include "service/core/coordination_service.h"
+#include "service/torch/forwarded_commands.h"
 
 namespace cohort {
 
 class LocalBackend final : public CoordinationBackend {
  public:
-  explicit LocalBackend(CoordinationService* service) : service_(service) {}
+  explicit LocalBackend(CoordinationService* service) : service_(service), torch_(service) {}
 
   uint64_t service_incarnation() const override { return service_->service_incarnation(); }
   WaiterId NewWaiterId() override { return service_->NewWaiterId(); }
   void Cancel(WaiterId waiter, const absl::Status& status) override {
-    service_->Cancel(waiter, status);
+    if (!torch_.Cancel(waiter, status)) service_->Cancel(waiter, status);
   }
   absl::StatusOr<TaskName> ResolveTask(const std::string& job, int32_t id) const override {
     return service_->ResolveTask(job, id);
@@ -66,8 +67,14 @@ class LocalBackend final : public CoordinationBackend {
 
   void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) override;
 
+  void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+                         Done<std::string> done) override {
+    torch_.Execute(call.waiter, std::move(command), std::move(done));
+  }
+
  private:
   CoordinationService* const service_;
+  torch::ForwardedCommands torch_;
 };
 
 }  // namespace cohort

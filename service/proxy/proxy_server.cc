@@ -1,7 +1,13 @@
 #include "service/proxy/proxy_server.h"
 
+#include <atomic>
+#include <random>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_auth.h"
+#include "service/torch/torch_store_proxy_session.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -38,6 +44,16 @@ ProxyServer::~ProxyServer() { Shutdown(absl::UnavailableError("the sidecar proxy
 
 absl::Status ProxyServer::Start() {
   if (auto s = ValidateListenAddress(options_.listen); !s.ok()) return s;
+  if (!options_.torch_store_listen.empty()) {
+    if (auto s = ValidateListenAddress(options_.torch_store_listen); !s.ok()) return s;
+    // The protocol carries no credentials, and the proxy adds the job's token upstream.
+    if (!IsLoopbackListenAddress(options_.torch_store_listen)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the TCPStore proxy serves loopback only (", options_.torch_store_listen,
+          " is not): torch's protocol carries no credentials, and the proxy would lend anyone "
+          "who reaches it the job's token"));
+    }
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&tensorflow_);
@@ -57,6 +73,34 @@ absl::Status ProxyServer::Start() {
     return absl::UnavailableError(absl::StrCat("cannot serve the proxy on ", options_.listen,
                                                ": the address is invalid or already in use"));
   }
+  if (!options_.torch_store_listen.empty()) {
+    // Each connection a client of its own at the coordinator: this process's random prefix
+    // and a count, so that no two connections, of this sidecar or another, share a name.
+    std::random_device random;
+    const std::string prefix = absl::StrFormat("%08x%08x", static_cast<uint32_t>(random()),
+                                               static_cast<uint32_t>(random()));
+    auto connections = std::make_shared<std::atomic<uint64_t>>(0);
+    auto order = std::make_shared<torch::WriteOrder>();
+    torch::TorchStoreServerOptions torch_options;
+    torch_options.listen = options_.torch_store_listen;
+    torch_store_ = std::make_unique<torch::TorchStoreServer>(
+        [this, prefix, connections, order, limits = torch_options.limits](
+            torch::TorchStoreHandler::Send send, torch::TorchStoreHandler::End end) {
+          return std::make_shared<torch::TorchStoreProxySession>(
+              &backend_, order, absl::StrCat(prefix, "-", ++*connections), limits, std::move(send),
+              std::move(end));
+        },
+        torch_options);
+    if (absl::Status s = torch_store_->Start(); !s.ok()) {
+      torch_store_.reset();
+      server_->Shutdown();
+      server_.reset();
+      return absl::Status(s.code(), absl::StrCat("--torch-store-proxy-listen: ", s.message()));
+    }
+    spdlog::info(
+        "proxy serving PyTorch's TCPStore protocol on {} (port {}), forwarded to the coordinator",
+        options_.torch_store_listen, torch_store_->port());
+  }
   backend_.Start();
   spdlog::info(
       "proxy serving the coordinator protocols and the task runtime's scheduler on {} (port "
@@ -70,6 +114,7 @@ absl::Status ProxyServer::Start() {
 void ProxyServer::Shutdown(const absl::Status& why) {
   if (stopped_) return;
   stopped_ = true;
+  if (torch_store_) torch_store_->Stop();
   backend_.Stop(why);
   cohort_.ClosePark(why);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

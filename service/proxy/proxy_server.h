@@ -14,12 +14,16 @@
 #include "service/rpc/distributed_runtime_service.h"
 #include "service/rpc/tensorflow_service.h"
 #include "service/rpc/xla_service.h"
+#include "service/torch/torch_store_server.h"
 
 namespace cohort {
 
 struct ProxyOptions {
   std::string listen = "127.0.0.1:8476";  // HOST:PORT
   UpstreamOptions upstream;
+  // Also serves PyTorch's TCPStore protocol here (a loopback HOST:PORT), each connection
+  // forwarded to the coordinator (torch::TorchStoreProxySession); empty: not served.
+  std::string torch_store_listen;
 };
 
 // "HOST:PORT" with a port number (0 picks one); what is wrong with it otherwise.
@@ -33,6 +37,8 @@ class ProxyServer {
   // Binds the port and starts connecting to the coordinator.
   absl::Status Start();
   int port() const { return port_; }
+  // The TCPStore port (0 without one).
+  int torch_store_port() const { return torch_store_ ? torch_store_->port() : 0; }
   UpstreamBackend& backend() { return backend_; }
   // Ends every call with `why` and stops serving.
   void Shutdown(const absl::Status& why);
@@ -46,6 +52,7 @@ class ProxyServer {
   CohortCoordinatorService cohort_;
   SchedulerForward scheduler_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<torch::TorchStoreServer> torch_store_;
   int port_ = 0;
   bool stopped_ = false;
 };

@@ -142,6 +142,9 @@ class UpstreamBackend final : public CoordinationBackend {
 
   void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) override;
 
+  void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+                         Done<std::string> done) override;
+
   // For tests and metrics: upstream attempts that failed for want of the coordinator and
   // were sent again, and calls held right now.
   int64_t reissued_calls() const;

@@ -1,10 +1,12 @@
-// UpstreamBackend: barriers, the key-value store and its watches, and the cluster snapshot.
+// UpstreamBackend: barriers, the key-value store and its watches, the cluster snapshot, and
+// PyTorch's TCPStore commands.
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "service/core/errors.h"
 #include "service/proxy/upstream_backend.h"
 #include "service/proxy/upstream_forward.h"
 #include "service/rpc/status_translation.h"
+#include "service/rpc/torch_store_messages.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -208,6 +210,39 @@ void UpstreamBackend::GetCoordinatorSnapshot(const CallContext& call,
          [done = std::move(done)](const absl::Status& s, const google::protobuf::Message& m) {
            if (!s.ok()) return done(s);
            done(FromWire(static_cast<const v1::ClusterSnapshot&>(m), absl::Now()));
+         });
+}
+
+// ---- PyTorch's TCPStore ----------------------------------------------------------------
+
+void UpstreamBackend::TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+                                        Done<std::string> done) {
+  auto messages = std::make_shared<std::pair<v1::TorchStoreRequest, v1::TorchStoreResponse>>();
+  TorchCommandToProto(command, &messages->first);
+  auto op = std::make_shared<Forward>();
+  auto* async = cohort_stub_->async();
+  op->start = [async, messages](grpc::ClientContext* ctx, std::function<void(grpc::Status)> d) {
+    using CohortAsync = v1::Coordinator::StubInterface::async_interface;
+    SendVia<v1::TorchStoreResponse, v1::TorchStoreRequest, CohortAsync>(
+        async, &CohortAsync::TorchStore, messages, ctx, std::move(d));
+  };
+  op->response = &messages->second;
+  op->messages = messages;
+  if (command.waits) {
+    // A WAIT parks in the coordinator until its keys are there: on the park stream, and parked
+    // again by a restarted coordinator. A command sent again is harmless: the coordinator
+    // keeps the answer of the connection's last change (torch::ForwardedCommands).
+    op->options.park = true;
+    op->park = [messages](v1::ParkRequest* out) { *out->mutable_torch_store() = messages->first; };
+    op->take_park_result = [messages](const v1::ParkResponse& in) {
+      messages->second = in.torch_store();
+    };
+  }
+  op->deadline = call.deadline;
+  Submit(op, call.waiter,
+         [done = std::move(done)](const absl::Status& s, const google::protobuf::Message& m) {
+           if (!s.ok()) return done(s);
+           done(static_cast<const v1::TorchStoreResponse&>(m).reply());
          });
 }
 

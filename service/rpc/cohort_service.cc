@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "service/rpc/park_stream.h"
+#include "service/rpc/torch_store_messages.h"
 
 namespace cohort {
 namespace {
@@ -241,6 +242,19 @@ grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>* CohortCoordinatorSer
     }
   }
   return park_streams_.NewStream();
+}
+
+grpc::ServerUnaryReactor* CohortCoordinatorService::TorchStore(grpc::CallbackServerContext* ctx,
+                                                               const v1::TorchStoreRequest* request,
+                                                               v1::TorchStoreResponse* response) {
+  auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "TorchStore", ctx, auth_);
+  if (call->Refused()) return call;
+  backend_->TorchStoreCommand(call->Context(), TorchCommandFromProto(*request),
+                              [call, response](absl::StatusOr<std::string> reply) {
+                                if (reply.ok()) response->set_reply(std::move(*reply));
+                                call->Reply(reply.status());
+                              });
+  return call;
 }
 
 }  // namespace cohort

@@ -26,6 +26,9 @@ class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackS
                                                v1::ClusterSnapshot* response) override;
   grpc::ServerBidiReactor<v1::ParkRequest, v1::ParkResponse>* Park(
       grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* TorchStore(grpc::CallbackServerContext* ctx,
+                                       const v1::TorchStoreRequest* request,
+                                       v1::TorchStoreResponse* response) override;
 
  private:
   CoordinationBackend* const backend_;

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "service/rpc/torch_store_messages.h"
 
 namespace cohort {
 
@@ -133,6 +134,8 @@ class ParkStream final : public grpc::ServerBidiReactor<v1::ParkRequest, v1::Par
         return "Park/RegisterTask";
       case v1::ParkRequest::kShutdownTask:
         return "Park/ShutdownTask";
+      case v1::ParkRequest::kTorchStore:
+        return "Park/TorchStore";
       default:
         return "Park/Unknown";
     }
@@ -224,6 +227,15 @@ class ParkStream final : public grpc::ServerBidiReactor<v1::ParkRequest, v1::Par
         });
         return;
       }
+      case v1::ParkRequest::kTorchStore:
+        backend_->TorchStoreCommand(call, TorchCommandFromProto(request.torch_store()),
+                                    [this, id](absl::StatusOr<std::string> reply) {
+                                      if (!reply.ok()) return Answer(id, reply.status(), {});
+                                      Answer(id, absl::OkStatus(), [&reply](v1::ParkResponse* r) {
+                                        r->mutable_torch_store()->set_reply(std::move(*reply));
+                                      });
+                                    });
+        return;
       default:
         return Answer(id, absl::InvalidArgumentError("the park request names no call"), {});
     }

@@ -230,6 +230,23 @@ void AppendBytes(absl::string_view bytes, std::string* out) {
   out->append(bytes.data(), bytes.size());
 }
 
+bool ChangesStore(Query query) {
+  switch (query) {
+    case Query::kSet:
+    case Query::kCompareSet:
+    case Query::kAdd:
+    case Query::kDeleteKey:
+    case Query::kAppend:
+    case Query::kMultiSet:
+    case Query::kQueuePush:
+    case Query::kQueuePop:
+    case Query::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string EncodeCommand(const Command& c) {
   std::string out;
   AppendU8(static_cast<uint8_t>(c.query), &out);

@@ -51,6 +51,9 @@ inline constexpr uint8_t kStopWaiting = 0;
 inline constexpr uint8_t kWaitCanceled = 1;
 
 absl::string_view QueryName(Query query);
+// Whether the command changes the store (SET, COMPARE_SET, ADD, DELETE_KEY, APPEND, MULTI_SET,
+// QUEUE_PUSH, QUEUE_POP, BARRIER): one that must not be carried out twice.
+bool ChangesStore(Query query);
 
 // What one command may carry; past a limit the decoder refuses before it allocates, and the
 // server closes the connection (as torch's libuv server does past its own: 8 KiB keys, 8 MiB

@@ -33,12 +33,10 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
  public:
   using Forget = std::function<void(TorchStoreConnection*)>;
 
-  TorchStoreConnection(tcp::socket socket, CoordinationService* service, const CodecLimits& limits,
-                       Forget forget)
+  TorchStoreConnection(tcp::socket socket, const TorchStoreServer::MakeHandler& make, Forget forget)
       : socket_(std::move(socket)),
         strand_(asio::make_strand(socket_.get_executor())),
-        service_(service),
-        limits_(limits),
+        make_(make),
         forget_(std::move(forget)) {
     boost::system::error_code ignored;
     peer_ = socket_.remote_endpoint(ignored);
@@ -48,8 +46,7 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   // between, so that Stop finds every connection with its session.)
   void Init() {
     std::weak_ptr<TorchStoreConnection> weak = weak_from_this();
-    session_ = std::make_shared<TorchStoreSession>(
-        service_, limits_,
+    session_ = make_(
         [weak](std::string bytes) {
           if (auto self = weak.lock()) self->Send(std::move(bytes));
         },
@@ -126,11 +123,10 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
 
   tcp::socket socket_;
   asio::strand<tcp::socket::executor_type> strand_;
-  CoordinationService* const service_;
-  const CodecLimits limits_;
+  const TorchStoreServer::MakeHandler& make_;
   const Forget forget_;
   tcp::endpoint peer_;
-  std::shared_ptr<TorchStoreSession> session_;
+  std::shared_ptr<TorchStoreHandler> session_;
   std::array<char, 64 * 1024> buffer_;
   std::deque<std::string> outbox_;
   bool closed_ = false;
@@ -138,8 +134,8 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
 
 class TorchStoreServer::Impl {
  public:
-  Impl(CoordinationService* service, TorchStoreServerOptions options)
-      : service_(service),
+  Impl(TorchStoreServer::MakeHandler make, TorchStoreServerOptions options)
+      : make_(std::move(make)),
         options_(std::move(options)),
         accept_strand_(asio::make_strand(io_)),
         acceptor_(accept_strand_),
@@ -222,9 +218,8 @@ class TorchStoreServer::Impl {
                      connections_.size());
         return;  // the socket closes as it goes out of scope
       }
-      connection =
-          std::make_shared<TorchStoreConnection>(std::move(socket), service_, options_.limits,
-                                                 [this](TorchStoreConnection* c) { Forget(c); });
+      connection = std::make_shared<TorchStoreConnection>(
+          std::move(socket), make_, [this](TorchStoreConnection* c) { Forget(c); });
       connection->Init();
       connections_.emplace(connection.get(), connection);
     }
@@ -236,7 +231,7 @@ class TorchStoreServer::Impl {
     connections_.erase(connection);
   }
 
-  CoordinationService* const service_;
+  const TorchStoreServer::MakeHandler make_;
   const TorchStoreServerOptions options_;
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{
@@ -254,7 +249,16 @@ class TorchStoreServer::Impl {
 };
 
 TorchStoreServer::TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options)
-    : impl_(std::make_unique<Impl>(service, std::move(options))) {}
+    : TorchStoreServer(
+          [service, limits = options.limits](TorchStoreHandler::Send send,
+                                             TorchStoreHandler::End end) {
+            return std::make_shared<TorchStoreSession>(service, limits, std::move(send),
+                                                       std::move(end));
+          },
+          options) {}
+
+TorchStoreServer::TorchStoreServer(MakeHandler make, TorchStoreServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(make), std::move(options))) {}
 
 TorchStoreServer::~TorchStoreServer() { Stop(); }
 

@@ -1,11 +1,13 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_session.h"
 
 namespace cohort::torch {
 
@@ -20,12 +22,19 @@ struct TorchStoreServerOptions {
 };
 
 // Serves PyTorch's TCPStore protocol over TCP (Boost.Asio), each connection a
-// TorchStoreSession on the coordinator's state. The protocol carries no credentials: who may
-// reach the address is the caller's to decide (the coordinator serves it on loopback only when
-// it has a token, unless told otherwise).
+// TorchStoreSession on the coordinator's state, or another handler. The protocol carries no
+// credentials: who may reach the address is the caller's to decide (the coordinator serves it on
+// loopback only when it has a token, unless told otherwise).
 class TorchStoreServer {
  public:
+  // What serves one connection.
+  using MakeHandler = std::function<std::shared_ptr<TorchStoreHandler>(TorchStoreHandler::Send,
+                                                                       TorchStoreHandler::End)>;
+
+  // Each connection a TorchStoreSession on `service`.
   TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options);
+  // Each connection what `make` makes (a sidecar's TorchStoreProxySession).
+  TorchStoreServer(MakeHandler make, TorchStoreServerOptions options);
   ~TorchStoreServer();
   TorchStoreServer(const TorchStoreServer&) = delete;
   TorchStoreServer& operator=(const TorchStoreServer&) = delete;

@@ -15,6 +15,21 @@
 
 namespace cohort::torch {
 
+// What a TorchStoreServer connection feeds: the bytes its client sends, and its end. `Send`
+// writes reply bytes to the client in the order of its calls; `End` closes the connection with
+// the reason. Both may be called from any thread, neither may call back into the handler.
+class TorchStoreHandler {
+ public:
+  using Send = std::function<void(std::string bytes)>;
+  using End = std::function<void(absl::Status why)>;
+
+  virtual ~TorchStoreHandler() = default;
+  // Bytes read from the client. Not thread-safe: one reader per connection.
+  virtual void Received(absl::string_view bytes) = 0;
+  // The connection is gone: what it waits for is cancelled.
+  virtual void Closed() = 0;
+};
+
 // One TCPStore connection: the commands its client sends (tcpstore_codec.h), carried out on
 // the coordinator's key-value store (keys under "torch/", torch_keys.h), and the replies. No
 // sockets: the server gives it what it reads and sends what it answers.
@@ -29,21 +44,16 @@ namespace cohort::torch {
 // a number, a key or value past the store's limits, too many waits) ends the connection, as in
 // torch, and changes nothing (a MULTI_SET keeps the pairs before the one that failed, as
 // torch's does); nothing after it runs.
-class TorchStoreSession : public std::enable_shared_from_this<TorchStoreSession> {
+class TorchStoreSession final : public TorchStoreHandler,
+                                public std::enable_shared_from_this<TorchStoreSession> {
  public:
-  // `send` writes reply bytes to the client, in the order of its calls; `end` closes the
-  // connection with the reason. Both may be called from any thread (a wait ends on the thread
-  // of the write that ended it), `send` under the session's lock: neither may call back into
-  // the session.
-  using Send = std::function<void(std::string bytes)>;
-  using End = std::function<void(absl::Status why)>;
-
+  // `send` is called under the session's lock (a wait ends on the thread of the write that
+  // ended it).
   TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send, End end);
 
-  // Bytes read from the client. Not thread-safe: one reader per connection.
-  void Received(absl::string_view bytes);
-  // The connection is gone: its waits are cancelled.
-  void Closed();
+  void Received(absl::string_view bytes) override;
+  // Its waits are cancelled.
+  void Closed() override;
 
  private:
   absl::Status Execute(Command& command);

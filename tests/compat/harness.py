@@ -252,7 +252,7 @@ def wait_accepting(address, timeout, proc=None):
     raise AssertionError(f"nothing accepts connections at {address} after {timeout}s{detail}")
 
 
-def start_proxy(group, coordinator, index, sidecars, job="worker", tolerance="60s"):
+def start_proxy(group, coordinator, index, sidecars, job="worker", tolerance="60s", extra=()):
     """A cohort-sidecar as a pod's coordinator endpoint (--proxy-listen) in front of
     `coordinator`: sidecar `index` of `sidecars` (the coordinator's auxiliary job
     sidecar=`sidecars`). Returns (process, its proxy address)."""
@@ -263,9 +263,44 @@ def start_proxy(group, coordinator, index, sidecars, job="worker", tolerance="60
     proc = group.start(f"sidecar-{index}", [
         str(binary), "--coordinator", coordinator, "--proxy-listen", address,
         "--outage-tolerance", tolerance, "--http-listen", f"127.0.0.1:{free_port()}",
-        "--job", job, "--task", str(index), "--num-tasks", str(sidecars)])
+        "--job", job, "--task", str(index), "--num-tasks", str(sidecars), *extra])
     wait_accepting(address, 30, proc)
     return proc, address
+
+
+class DurableCoordinator:
+    """A cohort coordinator with --state-dir on a fixed port, killed and started again."""
+
+    def __init__(self, group, job, tasks, sidecars, state_dir):
+        self.group = group
+        self.listen = f"127.0.0.1:{free_port()}"
+        self.args = dict(job=job, tasks=tasks, heartbeat_s=10, listen=self.listen,
+                         extra=["--state-dir", str(state_dir),
+                                "--auxiliary-job", f"sidecar={sidecars}"])
+        self.starts = 0
+        self.server = self.start()
+
+    def start(self):
+        self.starts += 1
+        self.server = start_cohort(self.group, name=f"cohort-{self.starts}", **self.args)
+        return self.server
+
+    def kill_and_restart(self):
+        ProcessGroup.stop(self.server.proc, sig=signal.SIGKILL)
+        self.start()
+        wait_for_log(self.server.proc, r"restored the saved state", 15)
+
+
+KILL_AT_ROUNDS = (8, 24)
+
+
+def kill_during_rounds(coordinator, logs_of_tasks, at_rounds=KILL_AT_ROUNDS):
+    """Kills and restarts the coordinator once every task has begun each round of
+    `at_rounds` (each task prints "round R begins")."""
+    for r in at_rounds:
+        for proc in logs_of_tasks:
+            wait_for_log(proc, rf"round {r} begins", 120)
+        coordinator.kill_and_restart()
 
 
 def start_jaxlib_service(group, client, tasks, heartbeat_s, shutdown_s=30, name="jaxlib",

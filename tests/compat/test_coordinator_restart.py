@@ -8,18 +8,17 @@ see an error, and every key written must be there at the end.
 """
 
 import json
-import signal
 
 import pytest
 
 from conftest import JAXLIB_CLIENTS
-from harness import (COMPAT_DIR, ProcessGroup, free_port, start_cohort, start_proxy, start_tasks,
-                     tail, tensorflow_client, wait_all, wait_for_log)
+from harness import (COMPAT_DIR, KILL_AT_ROUNDS, DurableCoordinator, free_port,
+                     kill_during_rounds, start_proxy, start_tasks, tail, tensorflow_client,
+                     wait_all)
 
 TASKS = 4
 SIDECARS = 2
 ROUNDS = 40
-KILL_AT_ROUNDS = (8, 24)
 WANTED = ("jaxlib-0.9.2", None)  # None: the main venv's jaxlib (0.12)
 TF_PYTHON, TF_VERSION, TF_SKIP = tensorflow_client()
 
@@ -34,38 +33,6 @@ def restart_clients():
             if client.skip_reason else []
         params.append(pytest.param(client, id=client.name, marks=marks))
     return params
-
-
-class DurableCoordinator:
-    """A cohort coordinator with --state-dir on a fixed port, killed and started again."""
-
-    def __init__(self, group, job, tasks, sidecars, state_dir):
-        self.group = group
-        self.listen = f"127.0.0.1:{free_port()}"
-        self.args = dict(job=job, tasks=tasks, heartbeat_s=10, listen=self.listen,
-                         extra=["--state-dir", str(state_dir),
-                                "--auxiliary-job", f"sidecar={sidecars}"])
-        self.starts = 0
-        self.server = self.start()
-
-    def start(self):
-        self.starts += 1
-        self.server = start_cohort(self.group, name=f"cohort-{self.starts}", **self.args)
-        return self.server
-
-    def kill_and_restart(self):
-        ProcessGroup.stop(self.server.proc, sig=signal.SIGKILL)
-        self.start()
-        wait_for_log(self.server.proc, r"restored the saved state", 15)
-
-
-def kill_during_rounds(coordinator, logs_of_tasks):
-    """Kills and restarts the coordinator once every task has begun each round of
-    KILL_AT_ROUNDS."""
-    for r in KILL_AT_ROUNDS:
-        for proc in logs_of_tasks:
-            wait_for_log(proc, rf"round {r} begins", 120)
-        coordinator.kill_and_restart()
 
 
 def assert_all_rounds_ok(name, steps, log):

@@ -5,6 +5,11 @@ venv bench/setup.sh makes) runs each scenario of torch_store_client.py against a
 coordinator; raw sockets check the commands torch's Python API does not send (BARRIER) and
 what bad input gets (the connection closed, nothing stored); and the keys survive a restart
 with --state-dir and are the coordinator's keys (cohortctl kv ls torch).
+
+The same scenarios run through a cohort-sidecar's --torch-store-proxy-listen, which forwards
+each command to the coordinator over gRPC; ranks behind two sidecars run rounds of sets, adds,
+blocking waits and blocking queue pops while the coordinator is killed and started again twice,
+and every ADD counts once.
 """
 
 import signal
@@ -14,8 +19,9 @@ import subprocess
 
 import pytest
 
-from harness import (COMPAT_DIR, ProcessGroup, cohort_binary, free_port, start_cohort,
-                     torch_client, wait_for_log, wait_for_parked)
+from harness import (COMPAT_DIR, DurableCoordinator, ProcessGroup, cohort_binary, free_port,
+                     kill_during_rounds, log_text, start_cohort, start_proxy, tail, torch_client,
+                     wait_all, wait_for_log, wait_for_parked)
 
 TORCH_PYTHON, TORCH_VERSION, TORCH_MISSING = torch_client()
 CLIENT = COMPAT_DIR / "torch_store_client.py"
@@ -38,10 +44,68 @@ def run_client(port, scenario, metrics_url):
         f"torch {TORCH_VERSION}, {scenario}:\n{done.stdout}\n{done.stderr}"
 
 
-@pytest.mark.parametrize("scenario", ["basics", "compare_set", "waits", "queues"])
+SCENARIOS = ["basics", "compare_set", "waits", "queues"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_torchs_own_client(group, scenario):
     server, port = start_store(group)
     run_client(port, scenario, server.metrics_url)
+
+
+def start_sidecar_store(group, coordinator, index=0, sidecars=1):
+    """A cohort-sidecar with --torch-store-proxy-listen in front of `coordinator` (whose
+    auxiliary job is sidecar=`sidecars`); returns its process and TCPStore port."""
+    proc, _ = start_proxy(group, coordinator.address, index, sidecars,
+                          extra=["--torch-store-proxy-listen", "127.0.0.1:0"])
+    port = wait_for_log(proc, r"proxy serving PyTorch's TCPStore protocol on \S+ \(port (\d+)\)",
+                        15).group(1)
+    return proc, int(port)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_torchs_own_client_through_a_sidecar(group, scenario):
+    coordinator = start_cohort(group, "worker", 1, 30, http=True,
+                               extra=["--auxiliary-job", "sidecar=1"])
+    _, port = start_sidecar_store(group, coordinator)
+    # The waits park in the coordinator, whose metrics the scenarios watch.
+    run_client(port, scenario, coordinator.metrics_url)
+
+
+RANKS = 4
+SIDECARS = 2
+ROUNDS = 30
+
+
+def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, tmp_path):
+    assert not TORCH_MISSING, TORCH_MISSING
+    coordinator = DurableCoordinator(group, "worker", RANKS, SIDECARS, tmp_path / "state")
+    ports = [start_sidecar_store(group, coordinator.server, i, SIDECARS)[1]
+             for i in range(SIDECARS)]
+    ranks = [group.start(f"rank-{r}", [TORCH_PYTHON, str(CLIENT), "127.0.0.1",
+                                       str(ports[r % SIDECARS]), "rounds", "", str(r), str(RANKS),
+                                       str(ROUNDS)])
+             for r in range(RANKS)]
+    kill_during_rounds(coordinator, ranks, at_rounds=(6, 18))
+    assert wait_all(ranks, timeout=240) == [], "a rank did not finish in time"
+    for proc in ranks:
+        log = log_text(proc)
+        assert proc.returncode == 0 and "ok rounds" in log, f"torch {TORCH_VERSION}:\n{tail(log)}"
+    assert coordinator.starts == 3
+
+
+def test_the_sidecars_store_is_loopback_only(group):
+    argv = [str(cohort_binary("cohort-sidecar")), "--coordinator", "127.0.0.1:1",
+            "--proxy-listen", "127.0.0.1:0", "--torch-store-proxy-listen", "0.0.0.0:29500",
+            "--job", "worker", "--task", "0", "--num-tasks", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "loopback only" in done.stderr + done.stdout, done.stderr
+    argv[argv.index("--proxy-listen"):argv.index("--proxy-listen") + 2] = []
+    argv[argv.index("0.0.0.0:29500")] = "127.0.0.1:0"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "needs --proxy-listen" in done.stderr + done.stdout, done.stderr
 
 
 # ---------------------------------------------------------------- raw protocol

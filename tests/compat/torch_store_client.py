@@ -1,7 +1,7 @@
 """PyTorch's own TCPStore client against cohort's --torch-store-listen, one scenario per run.
 
 Run by an interpreter that has torch (tests/compat/test_torch_store.py picks it):
-    python torch_store_client.py HOST PORT SCENARIO METRICS_URL
+    python torch_store_client.py HOST PORT SCENARIO METRICS_URL [RANK WORLD ROUNDS]
 Each scenario asserts what torch's store promises and prints "ok SCENARIO" at its end; any
 failure raises (exit status 1, with the traceback).
 """
@@ -157,9 +157,35 @@ def queues(host, port, metrics_url):
     assert short.queue_pop("never") == b"now"
 
 
+def rounds(host, port, rank, world, count):
+    """One rank of `world`, through its sidecar's store, for `count` rounds: each round it
+    writes a key, counts itself in, blocks until every rank's key is there, hands an item to
+    the next rank's queue and blocks popping its own. Prints "round R begins" (the test kills
+    the coordinator at some of them). Every ADD must count once, however often the
+    coordinator went away while it was out."""
+    store = connect(host, port, timeout_s=120)
+    for r in range(count):
+        print(f"round {r} begins", flush=True)
+        store.set(f"r{r}/k{rank}", str(rank))
+        store.add(f"r{r}/count", 1)
+        store.wait([f"r{r}/k{j}" for j in range(world)])
+        got = store.multi_get([f"r{r}/k{j}" for j in range(world)])
+        assert got == [str(j).encode() for j in range(world)], (r, got)
+        store.queue_push(f"q{(rank + 1) % world}", f"{r}:{rank}")
+        item = store.queue_pop(f"q{rank}")
+        assert item == f"{r}:{(rank - 1) % world}".encode(), (r, item)
+    store.set(f"done{rank}", "1")
+    store.wait([f"done{j}" for j in range(world)])
+    counts = store.multi_get([f"r{r}/count" for r in range(count)])
+    assert counts == [str(world).encode()] * count, counts
+    assert store.queue_len(f"q{rank}") == 0
+
+
 def main():
     host, port, scenario, metrics_url = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    if scenario in ("waits", "queues"):
+    if scenario == "rounds":
+        rounds(host, port, *(int(a) for a in sys.argv[5:8]))
+    elif scenario in ("waits", "queues"):
         {"waits": waits, "queues": queues}[scenario](host, port, metrics_url)
     else:
         {"basics": basics, "compare_set": compare_set}[scenario](host, port)

@@ -22,23 +22,15 @@
 #include "service/torch/torch_keys.h"
 #include "service/torch/torch_store_server.h"
 #include "service/torch/torch_store_session.h"
+#include "tests/service/torch/replies.h"
 
 namespace cohort::torch {
 namespace {
 
+using testing::Byte;
+using testing::Bytes;
 using ::testing::HasSubstr;
-
-std::string Bytes(absl::string_view s) {
-  std::string out;
-  AppendBytes(s, &out);
-  return out;
-}
-
-std::string I64(int64_t v) {
-  std::string out;
-  AppendI64(v, &out);
-  return out;
-}
+using testing::I64;
 
 TEST(TorchKeysTest, KeysAreOnePrintableSegmentAndComeBack) {
   EXPECT_EQ(StoreKey("/default_pg/0//cuda//k"), "torch/%2Fdefault_pg%2F0%2F%2Fcuda%2F%2Fk");

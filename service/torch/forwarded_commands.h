@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "service/backend/coordination_backend.h"
+#include "service/core/coordination_service.h"
+#include "service/torch/tcpstore_codec.h"
+
+namespace cohort::torch {
+
+// One TCPStore command that another process forwards (cohort.v1 TorchStore: a sidecar's
+// --torch-store-proxy-listen, for one connection of its pod's processes): `client` names the
+// forwarded connection, `sequence` the command's place among those of its commands that change
+// the store (0 for one that does not), `command` is one whole command as torch's client encodes
+// it; `end_client` (with no command) says the connection is gone.
+using ForwardedCommand = ::cohort::ForwardedTorchCommand;
+
+// Carries out forwarded commands on the coordinator's store, as TorchStoreSession does for a
+// connection of its own, and makes a command sent again harmless: the forwarding side sends
+// a command again when the coordinator went away before answering, and it may have been
+// carried out then. Each client's last answer to a command that changes the store is kept
+// with its sequence number in the store itself, under "torch-proxy/<client>" (so it is as
+// durable as the change, and visible to `cohortctl kv ls torch-proxy`); a command with that
+// number gets the answer again, one with an older number is refused.
+//
+// The change and that record are two writes, one after the other on the same thread: a
+// coordinator killed between them (microseconds, against the whole round trip of an answer
+// without the record) would carry out the command again when it is sent again.
+class ForwardedCommands {
+ public:
+  using Done = std::function<void(absl::StatusOr<std::string>)>;
+
+  ForwardedCommands(CoordinationService* service, CodecLimits limits = {});
+  ~ForwardedCommands();
+  ForwardedCommands(const ForwardedCommands&) = delete;
+  ForwardedCommands& operator=(const ForwardedCommands&) = delete;
+
+  // Carries out `request` and answers `done` with the reply bytes torch's server would send,
+  // once (maybe before it returns; WAIT and BARRIER when their keys are there). A request that
+  // is not one whole command of those that may be forwarded, or names no valid client, is
+  // INVALID_ARGUMENT and changes nothing; a command the store refuses (ADD of a value that is
+  // not a number, a limit) answers the store's error.
+  void Execute(WaiterId waiter, ForwardedCommand request, Done done);
+  // Ends the call of `waiter` with `status`, if it is one of these; false otherwise.
+  bool Cancel(WaiterId waiter, const absl::Status& status);
+
+  // "torch-proxy/<client>".
+  static std::string LedgerKey(absl::string_view client);
+
+ private:
+  struct Waiting;
+  void Barrier(WaiterId waiter, const Command& command, Done done);
+  void Wait(WaiterId waiter, const std::string& bytes, Done done);
+  // Carries out a command that answers at once, on a session of its own.
+  absl::StatusOr<std::string> RunNow(const std::string& bytes);
+  void Finish(WaiterId waiter, absl::StatusOr<std::string> result);
+
+  CoordinationService* const service_;
+  const CodecLimits limits_;
+  // Held from the reading of a client's record to the writing of its new one: a command sent
+  // again while its first attempt still runs (a connection that broke without a restart) finds
+  // that attempt's record.
+  absl::Mutex ledger_mu_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<WaiterId, std::shared_ptr<Waiting>> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort::torch

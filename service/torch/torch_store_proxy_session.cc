@@ -1,0 +1,225 @@
+#include "service/torch/torch_store_proxy_session.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace cohort::torch {
+
+namespace {
+
+// A write torch's client sends without waiting for an answer.
+bool Unanswered(Query query) {
+  return query == Query::kSet || query == Query::kMultiSet || query == Query::kAppend ||
+         query == Query::kQueuePush;
+}
+
+bool Waits(Query query) { return query == Query::kWait || query == Query::kBarrier; }
+
+}  // namespace
+
+uint64_t WriteOrder::Issue() {
+  absl::MutexLock lock(&mu_);
+  open_.insert(++issued_);
+  return issued_;
+}
+
+void WriteOrder::Done(uint64_t ticket) {
+  std::vector<std::function<void()>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    open_.erase(ticket);
+    // Every write below the oldest still open is done.
+    const uint64_t below = open_.empty() ? issued_ + 1 : *open_.begin();
+    auto end = waiting_.lower_bound(below);
+    for (auto it = waiting_.begin(); it != end; ++it) ready.push_back(std::move(it->second));
+    waiting_.erase(waiting_.begin(), end);
+  }
+  for (auto& then : ready) then();
+}
+
+uint64_t WriteOrder::issued() const {
+  absl::MutexLock lock(&mu_);
+  return issued_;
+}
+
+bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
+  absl::MutexLock lock(&mu_);
+  if (open_.empty() || *open_.begin() > ticket) return true;
+  waiting_.emplace(ticket, std::move(then));
+  return false;
+}
+
+TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
+                                               std::shared_ptr<WriteOrder> order,
+                                               std::string client, CodecLimits limits, Send send,
+                                               End end)
+    : backend_(backend),
+      order_(std::move(order)),
+      client_(std::move(client)),
+      decoder_(limits),
+      send_(std::move(send)),
+      end_(std::move(end)) {}
+
+void TorchStoreProxySession::Received(absl::string_view bytes) {
+  decoder_.Feed(bytes);
+  for (;;) {
+    absl::StatusOr<std::optional<Command>> next = decoder_.Next();
+    if (!next.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (failed_ || closed_) return;
+        failed_ = true;
+      }
+      end_(next.status());
+      return;
+    }
+    if (!next->has_value()) break;
+    Command& command = **next;
+    WaiterId cancel = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (failed_ || closed_) return;
+      if (command.query == Query::kValidate) continue;
+      // A CANCEL_WAIT right behind the WAIT that is out ends it; its WAIT_CANCELED goes out
+      // after the WAIT's answer, in turn.
+      if (command.query == Query::kCancelWait && queue_.empty() && out_ != 0 && out_waits_ &&
+          !out_cancelled_) {
+        out_cancelled_ = true;
+        cancel = out_;
+      }
+      Queued queued;
+      queued.after = order_->issued();
+      // A write takes its place among the proxy's now, unless it comes behind a wait of its own
+      // connection (torch's client never sends one there): it takes it when its turn comes, so
+      // that no other connection waits for a write that waits for it.
+      bool behind_wait = out_ != 0 && out_waits_;
+      for (const Queued& q : queue_) behind_wait = behind_wait || Waits(q.command.query);
+      if (Unanswered(command.query) && !behind_wait) queued.ticket = order_->Issue();
+      queued.command = std::move(command);
+      queue_.push_back(std::move(queued));
+    }
+    if (cancel != 0) backend_->Cancel(cancel, absl::CancelledError("CANCEL_WAIT"));
+  }
+  Pump();
+}
+
+void TorchStoreProxySession::Pump() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (pumping_) {
+      repump_ = true;  // the thread pumping looks again before it stops
+      return;
+    }
+    pumping_ = true;
+  }
+  std::weak_ptr<TorchStoreProxySession> weak = weak_from_this();
+  for (;;) {
+    ForwardedTorchCommand call;
+    WaiterId waiter = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      repump_ = false;
+      while (out_ == 0 && !failed_ && !closed_ && !queue_.empty()) {
+        Queued& head = queue_.front();
+        if (head.after > 0 && !order_->DoneUpTo(head.after, [weak] {
+              if (auto self = weak.lock()) self->Pump();
+            })) {
+          break;  // the proxy's earlier writes first
+        }
+        head.after = 0;
+        Command command = std::move(head.command);
+        uint64_t ticket = head.ticket;
+        queue_.pop_front();
+        if (command.query == Query::kPing) {
+          std::string reply;
+          AppendU32(static_cast<uint32_t>(command.number), &reply);
+          send_(std::move(reply));
+          continue;
+        }
+        if (command.query == Query::kCancelWait) {
+          std::string reply;
+          AppendU8(kWaitCanceled, &reply);
+          send_(std::move(reply));
+          continue;
+        }
+        if (Unanswered(command.query) && ticket == 0) ticket = order_->Issue();
+        call.client = client_;
+        call.sequence = ChangesStore(command.query) ? ++sequence_ : 0;
+        call.waits = Waits(command.query);
+        call.command = EncodeCommand(command);
+        waiter = backend_->NewWaiterId();
+        out_ = waiter;
+        out_ticket_ = ticket;
+        out_waits_ = call.waits;
+        out_cancelled_ = false;
+        break;
+      }
+      if (waiter == 0) {
+        if (repump_) continue;
+        pumping_ = false;
+        return;
+      }
+    }
+    // May answer before it returns (Answered's Pump then leaves the next command to this loop).
+    backend_->TorchStoreCommand(
+        CallContext{waiter, absl::InfiniteFuture()}, std::move(call),
+        [self = shared_from_this(), waiter](absl::StatusOr<std::string> reply) {
+          self->Answered(waiter, std::move(reply));
+        });
+  }
+}
+
+void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::string> reply) {
+  bool fail = false;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiter != out_ || closed_ || failed_) return;
+    out_ = 0;
+    ticket = std::exchange(out_ticket_, 0);
+    if (reply.ok()) {
+      if (!reply->empty()) send_(std::move(*reply));
+    } else if (!(out_cancelled_ && reply.status().code() == absl::StatusCode::kCancelled)) {
+      // (A WAIT the client cancelled ends with no reply of its own.)
+      failed_ = fail = true;
+    }
+  }
+  if (ticket != 0) order_->Done(ticket);
+  if (fail) {
+    end_(absl::Status(reply.status().code(),
+                      absl::StrCat("the coordinator: ", reply.status().message())));
+    return;
+  }
+  Pump();
+}
+
+void TorchStoreProxySession::Closed() {
+  WaiterId out = 0;
+  bool forget = false;
+  std::vector<uint64_t> tickets;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    out = std::exchange(out_, 0);
+    if (out_ticket_ != 0) tickets.push_back(std::exchange(out_ticket_, 0));
+    for (const Queued& q : queue_) {
+      if (q.ticket != 0) tickets.push_back(q.ticket);
+    }
+    queue_.clear();
+    forget = sequence_ > 0;  // the coordinator keeps a record of this connection
+  }
+  // Writes that will not be sent (or whose answer nobody reads) hold up nobody.
+  for (uint64_t ticket : tickets) order_->Done(ticket);
+  if (out != 0) backend_->Cancel(out, absl::CancelledError("the connection closed"));
+  if (!forget) return;
+  ForwardedTorchCommand end;
+  end.client = client_;
+  end.end_client = true;
+  backend_->TorchStoreCommand(CallContext{}, std::move(end), [](absl::StatusOr<std::string>) {});
+}
+
+}  // namespace cohort::torch

@@ -1,0 +1,106 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "service/backend/coordination_backend.h"
+#include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_session.h"
+
+namespace cohort::torch {
+
+// The order of the writes torch sends without waiting for an answer (SET, MULTI_SET, APPEND,
+// QUEUE_PUSH) among all the connections of one proxy. torch's client returns from set() once
+// the bytes are sent, so a process may set through one connection and read through another at
+// once: with torch's own server (one event loop) the read sees the write. Through a proxy each
+// connection's commands go upstream one at a time but the connections' go side by side, so a
+// command waits until every such write the proxy received before it has been answered.
+class WriteOrder {
+ public:
+  // A write received: its ticket (1, 2, ...).
+  uint64_t Issue();
+  // The write of `ticket` was answered, or will never be sent.
+  void Done(uint64_t ticket);
+  // The last ticket issued.
+  uint64_t issued() const;
+  // Whether every write up to `ticket` is done; if not, `then` runs once they are (on the
+  // thread of the last Done), and false.
+  bool DoneUpTo(uint64_t ticket, std::function<void()> then);
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> open_ ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+// One TCPStore connection of a pod's processes, served by the pod's sidecar
+// (--torch-store-proxy-listen) and carried to the coordinator command by command (cohort.v1
+// TorchStore) through a backend: the sidecar's UpstreamBackend, which holds a call while the
+// coordinator is away and sends it again once it is back, so a WAIT or a queue pop that blocks
+// rides through a coordinator restart and torch sees none.
+//
+// Commands go upstream one at a time, in the order they came, and their replies come back in
+// that order (torch's client sends one and reads its reply; it sends CANCEL_WAIT while a WAIT is
+// out). VALIDATE, PING and CANCEL_WAIT are answered here: CANCEL_WAIT ends the WAIT that is
+// out (a STOP_WAITING that came first is sent before WAIT_CANCELED, as torch's server does).
+// Every command that changes the store carries the next sequence number of the connection, so
+// the coordinator never carries it out twice (torch::ForwardedCommands). A command the
+// coordinator refuses, or one that cannot reach it within the backend's outage tolerance, ends
+// the connection with the reason, as a command torch's server refuses does. A command waits for
+// the writes of the proxy's other connections received before it (WriteOrder).
+class TorchStoreProxySession final : public TorchStoreHandler,
+                                     public std::enable_shared_from_this<TorchStoreProxySession> {
+ public:
+  // `client`: a name for this connection that no other connection to the coordinator uses,
+  // now or after a restart of the sidecar ([A-Za-z0-9._-], at most 128 bytes).
+  // `order`: shared by every connection of the proxy.
+  TorchStoreProxySession(CoordinationBackend* backend, std::shared_ptr<WriteOrder> order,
+                         std::string client, CodecLimits limits, Send send, End end);
+
+  void Received(absl::string_view bytes) override;
+  // Abandons the command that is out, and tells the coordinator to forget the connection.
+  void Closed() override;
+
+ private:
+  // Sends the next command upstream, answering those that are answered here, until one is out.
+  void Pump();
+  void Answered(WaiterId waiter, absl::StatusOr<std::string> reply);
+
+  // A command received, with the writes it must wait for (every ticket up to `after`) and its
+  // own ticket if it is such a write (0 if not).
+  struct Queued {
+    Command command;
+    uint64_t after = 0;
+    uint64_t ticket = 0;
+  };
+
+  CoordinationBackend* const backend_;
+  const std::shared_ptr<WriteOrder> order_;
+  const std::string client_;
+  CommandDecoder decoder_;
+  const Send send_;
+  const End end_;
+  absl::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t out_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool pumping_ ABSL_GUARDED_BY(mu_) = false;
+  bool repump_ ABSL_GUARDED_BY(mu_) = false;
+  // The command that is out: its waiter (0: none), whether it is a WAIT or BARRIER, and whether
+  // the client cancelled it.
+  WaiterId out_ ABSL_GUARDED_BY(mu_) = 0;
+  bool out_waits_ ABSL_GUARDED_BY(mu_) = false;
+  bool out_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace cohort::torch

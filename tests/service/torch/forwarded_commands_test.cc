@@ -1,0 +1,334 @@
+// TCPStore commands forwarded to the coordinator (cohort.v1 TorchStore), on a real coordination
+// core through the coordinator's own backend: each command carried out once however often it is
+// sent, what may not be forwarded refused with nothing changed, waits answered and cancelled;
+// and a sidecar's proxy session over that backend answering as the coordinator's own session.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service/backend/local_backend.h"
+#include "service/core/coordination_service.h"
+#include "service/torch/forwarded_commands.h"
+#include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_keys.h"
+#include "service/torch/torch_store_proxy_session.h"
+#include "service/torch/torch_store_session.h"
+#include "tests/service/torch/replies.h"
+
+namespace cohort::torch {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Byte;
+using testing::Bytes;
+using testing::I64;
+
+class ForwardedCommandsTest : public ::testing::Test {
+ protected:
+  ForwardedCommandsTest() {
+    ServiceConfig config;
+    config.jobs.push_back({"worker", 2});
+    config.heartbeat_timeout = absl::Hours(1);
+    service_ = std::move(*CoordinationService::Create(config, &clock_));
+    backend_ = std::make_unique<LocalBackend>(service_.get());
+  }
+
+  // A call whose answer is kept (nullopt until it comes).
+  struct Call {
+    WaiterId waiter = 0;
+    std::shared_ptr<std::optional<absl::StatusOr<std::string>>> answer =
+        std::make_shared<std::optional<absl::StatusOr<std::string>>>();
+  };
+
+  Call Start(const std::string& client, uint64_t sequence, const Command& command) {
+    ForwardedTorchCommand forwarded;
+    forwarded.client = client;
+    forwarded.sequence = sequence;
+    forwarded.command = EncodeCommand(command);
+    return StartRaw(std::move(forwarded));
+  }
+  Call StartRaw(ForwardedTorchCommand forwarded) {
+    Call call;
+    call.waiter = backend_->NewWaiterId();
+    backend_->TorchStoreCommand(
+        CallContext{call.waiter, absl::InfiniteFuture()}, std::move(forwarded),
+        [answer = call.answer](absl::StatusOr<std::string> reply) {
+          ASSERT_FALSE(answer->has_value()) << "answered twice";
+          *answer = std::move(reply);
+        });
+    return call;
+  }
+  // A call that answers at once.
+  absl::StatusOr<std::string> Run(const std::string& client, uint64_t sequence,
+                                  const Command& command) {
+    Call call = Start(client, sequence, command);
+    EXPECT_TRUE(call.answer->has_value()) << QueryName(command.query) << " did not answer at once";
+    if (!call.answer->has_value()) return absl::InternalError("no answer");
+    return **call.answer;
+  }
+  std::string Value(absl::string_view torch_key) {
+    return service_->TryGetKeyValue(StoreKey(torch_key)).value_or("<absent>");
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<CoordinationService> service_;
+  std::unique_ptr<LocalBackend> backend_;
+};
+
+TEST_F(ForwardedCommandsTest, ACommandSentAgainIsAnsweredAgainNotCarriedOutTwice) {
+  const Command add{Query::kAdd, {"init/"}, {}, 5};
+  EXPECT_EQ(Run("a", 1, add).value(), I64(5));
+  EXPECT_EQ(Run("a", 1, add).value(), I64(5)) << "the same answer, from the record";
+  EXPECT_EQ(Value("init/"), "5");
+  EXPECT_EQ(Run("b", 1, add).value(), I64(10)) << "another client's command 1 is its own";
+  EXPECT_EQ(Run("a", 2, add).value(), I64(15));
+  EXPECT_EQ(Value("init/"), "15");
+  absl::StatusOr<std::string> stale = Run("a", 1, add);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_EQ(Value("init/"), "15");
+
+  // A pop sent again gets the same item; the queue lost one.
+  ASSERT_TRUE(Run("a", 3, {Query::kQueuePush, {"q"}, {"x"}, 0}).ok());
+  ASSERT_TRUE(Run("a", 4, {Query::kQueuePush, {"q"}, {"y"}, 0}).ok());
+  const Command pop{Query::kQueuePop, {"q"}, {}, 0};
+  EXPECT_EQ(Run("a", 5, pop).value(), I64(2) + Bytes("x"));
+  EXPECT_EQ(Run("a", 5, pop).value(), I64(2) + Bytes("x"));
+  EXPECT_EQ(Run("a", 0, {Query::kQueueLen, {"q"}, {}, 0}).value(), I64(1));
+  // So is a delete: it answers what the first attempt did.
+  ASSERT_TRUE(Run("a", 6, {Query::kSet, {"/d"}, {"v"}, 0}).ok());
+  EXPECT_EQ(Run("a", 7, {Query::kDeleteKey, {"/d"}, {}, 0}).value(), I64(1));
+  EXPECT_EQ(Run("a", 7, {Query::kDeleteKey, {"/d"}, {}, 0}).value(), I64(1));
+  // Reads need no number, and are carried out each time.
+  EXPECT_EQ(Run("a", 0, {Query::kGet, {"init/"}, {}, 0}).value(), Bytes("15"));
+  // The record is the coordinator's key, and goes when the client ends.
+  EXPECT_TRUE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("a")).ok());
+  ForwardedTorchCommand end;
+  end.client = "a";
+  end.end_client = true;
+  Call ended = StartRaw(end);
+  ASSERT_TRUE(ended.answer->has_value());
+  EXPECT_TRUE(ended.answer->value().ok()) << ended.answer->value().status();
+  EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("a")).ok());
+}
+
+TEST_F(ForwardedCommandsTest, WhatMayNotBeForwardedIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(Run("a", 1, {Query::kSet, {"/k"}, {"v"}, 0}).ok());
+  const KeyValueStore::Stats before = service_->KeyValueStats();
+  const std::string set = EncodeCommand({Query::kSet, {"/k"}, {"w"}, 0});
+  struct Case {
+    const char* what;
+    ForwardedTorchCommand request;
+    const char* says;
+  };
+  auto request = [](std::string client, uint64_t sequence, std::string command,
+                    bool end_client = false) {
+    ForwardedTorchCommand r;
+    r.client = std::move(client);
+    r.sequence = sequence;
+    r.command = std::move(command);
+    r.end_client = end_client;
+    return r;
+  };
+  const std::vector<Case> cases = {
+      {"no client", request("", 2, set), "client name"},
+      {"a client that is no path segment", request("a/b", 2, set), "[A-Za-z0-9._-]"},
+      {"a client too long", request(std::string(129, 'c'), 2, set), "1 to 128"},
+      {"no command", request("a", 2, ""), "no command"},
+      {"half a command", request("a", 2, set.substr(0, set.size() - 1)), "end before"},
+      {"two commands", request("a", 2, set + set), "more than one"},
+      {"an unknown query byte", request("a", 2, std::string(1, '\x7f')), "not a TCPStore"},
+      {"VALIDATE", request("a", 2, EncodeCommand({Query::kValidate, {}, {}, kValidationMagic})),
+       "VALIDATE"},
+      {"CANCEL_WAIT", request("a", 2, EncodeCommand({Query::kCancelWait, {}, {}, 0})),
+       "not forwarded"},
+      {"a change with no number", request("a", 0, set), "sequence number"},
+      {"an end with a command", request("a", 0, set, true), "carries no command"},
+  };
+  for (const Case& c : cases) {
+    Call call = StartRaw(c.request);
+    ASSERT_TRUE(call.answer->has_value()) << c.what;
+    absl::Status status = call.answer->value().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.says)) << c.what;
+  }
+  const KeyValueStore::Stats after = service_->KeyValueStats();
+  EXPECT_EQ(after.revision, before.revision);
+  EXPECT_EQ(after.keys, before.keys);
+  EXPECT_EQ(Value("/k"), "v");
+  // A command the store refuses changes nothing either, and leaves no record.
+  ASSERT_TRUE(Run("a", 2, {Query::kSet, {"/text"}, {"abc"}, 0}).ok());
+  absl::StatusOr<std::string> add = Run("a", 3, {Query::kAdd, {"/text"}, {}, 1});
+  EXPECT_FALSE(add.ok());
+  EXPECT_EQ(Value("/text"), "abc");
+  EXPECT_EQ(Run("a", 3, {Query::kSet, {"/x"}, {"1"}, 0}).status().code(), absl::StatusCode::kOk)
+      << "number 3 was not used up by the refused command";
+}
+
+TEST_F(ForwardedCommandsTest, AWaitAnswersOnceItsKeysAreThereAndCancelEndsIt) {
+  Call wait = Start("w", 0, {Query::kWait, {"/a", "/b"}, {}, 0});
+  EXPECT_FALSE(wait.answer->has_value());
+  ASSERT_TRUE(Run("s", 1, {Query::kSet, {"/a"}, {"1"}, 0}).ok());
+  EXPECT_FALSE(wait.answer->has_value());
+  ASSERT_TRUE(Run("s", 2, {Query::kQueuePush, {"/b"}, {"item"}, 0}).ok());
+  ASSERT_TRUE(wait.answer->has_value()) << "a queue item counts as the key";
+  EXPECT_EQ(wait.answer->value().value(), Byte(kStopWaiting));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait) +
+                service_->ParkedCalls(ParkKind::kTorchStoreQueueWait),
+            0);
+
+  Call never = Start("w", 0, {Query::kWait, {"/never"}, {}, 0});
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 1);
+  backend_->Cancel(never.waiter, absl::CancelledError("the caller left"));
+  ASSERT_TRUE(never.answer->has_value());
+  EXPECT_EQ(never.answer->value().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait) +
+                service_->ParkedCalls(ParkKind::kTorchStoreQueueWait),
+            0);
+  ASSERT_TRUE(Run("s", 3, {Query::kSet, {"/never"}, {"now"}, 0}).ok());  // answers nothing
+}
+
+TEST_F(ForwardedCommandsTest, ABarrierSentAgainArrivesOnce) {
+  const Command barrier{Query::kBarrier, {"/b"}, {}, 2};
+  Call first = Start("a", 1, barrier);
+  EXPECT_FALSE(first.answer->has_value());
+  EXPECT_EQ(Value("/b"), "1");
+  // Its answer was lost (the coordinator went away): sent again, it waits again.
+  backend_->Cancel(first.waiter, absl::UnavailableError("the connection broke"));
+  Call again = Start("a", 1, barrier);
+  EXPECT_FALSE(again.answer->has_value());
+  EXPECT_EQ(Value("/b"), "1") << "arrived once";
+  Call other = Start("b", 1, barrier);
+  ASSERT_TRUE(other.answer->has_value());
+  EXPECT_EQ(other.answer->value().value(), Byte(kStopWaiting));
+  ASSERT_TRUE(again.answer->has_value());
+  EXPECT_EQ(again.answer->value().value(), Byte(kStopWaiting));
+  EXPECT_EQ(Value("/b"), "2");
+}
+
+TEST(WriteOrderTest, ACommandWaitsForEveryWriteReceivedBeforeItAnsweredInAnyOrder) {
+  WriteOrder order;
+  EXPECT_TRUE(order.DoneUpTo(order.issued(), [] { FAIL() << "nothing to wait for"; }));
+  const uint64_t first = order.Issue();
+  const uint64_t second = order.Issue();
+  int ran = 0;
+  EXPECT_FALSE(order.DoneUpTo(second, [&ran] { ++ran; }));
+  EXPECT_FALSE(order.DoneUpTo(first, [&ran] { ran += 10; }));
+  order.Done(second);
+  EXPECT_EQ(ran, 0) << "the first write is still out";
+  const uint64_t third = order.Issue();  // received after: waited for by neither
+  order.Done(first);
+  EXPECT_EQ(ran, 11);
+  EXPECT_TRUE(order.DoneUpTo(second, [] { FAIL() << "done already"; }));
+  EXPECT_FALSE(order.DoneUpTo(third, [&ran] { ran += 100; }));
+  order.Done(third);
+  EXPECT_EQ(ran, 111);
+}
+
+// A sidecar's proxy session, over the coordinator's own backend here (the sidecar's forwards
+// over gRPC; tests/compat runs that with torch's client).
+class TorchStoreProxySessionTest : public ForwardedCommandsTest {
+ protected:
+  std::shared_ptr<TorchStoreProxySession> Open(const std::string& client) {
+    auto session = std::make_shared<TorchStoreProxySession>(
+        backend_.get(), order_, client, CodecLimits{},
+        [this](const std::string& bytes) {
+          absl::MutexLock lock(&mu_);
+          sent_ += bytes;
+        },
+        [this](absl::Status why) {
+          absl::MutexLock lock(&mu_);
+          ended_ = std::move(why);
+        });
+    session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
+    return session;
+  }
+  std::string TakeSent() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(sent_, "");
+  }
+  absl::Status ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  std::shared_ptr<WriteOrder> order_ = std::make_shared<WriteOrder>();
+  absl::Mutex mu_;
+  std::string sent_;
+  absl::Status ended_;
+};
+
+TEST_F(TorchStoreProxySessionTest, CommandsAnswerAsOnTheCoordinatorsOwnPort) {
+  const std::string commands = EncodeCommand({Query::kSet, {"/k"}, {"v"}, 0}) +
+                               EncodeCommand({Query::kGet, {"/k"}, {}, 0}) +
+                               EncodeCommand({Query::kGet, {"/missing"}, {}, 0}) +
+                               EncodeCommand({Query::kAdd, {"init/"}, {}, 3}) +
+                               EncodeCommand({Query::kCompareSet, {"/absent"}, {"x", "y"}, 0}) +
+                               EncodeCommand({Query::kCheck, {"/k", "init/"}, {}, 0}) +
+                               EncodeCommand({Query::kGetNumKeys, {}, {}, 0}) +
+                               EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
+                               EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
+                               EncodeCommand({Query::kPing, {}, {}, 77});
+  auto proxy = Open("p");
+  // Byte by byte: commands split anywhere.
+  for (char c : commands) proxy->Received(absl::string_view(&c, 1));
+  std::string through_proxy = TakeSent();
+  // The same commands on a session of the coordinator's own port, on a fresh store.
+  ASSERT_TRUE(Run("p", 0, {Query::kGet, {"/k"}, {}, 0}).ok());
+  ServiceConfig config;
+  config.jobs.push_back({"worker", 2});
+  auto fresh = std::move(*CoordinationService::Create(config, &clock_));
+  std::string direct;
+  auto session = std::make_shared<TorchStoreSession>(
+      fresh.get(), CodecLimits{}, [&direct](const std::string& b) { direct += b; },
+      [](absl::Status) {});
+  session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}) + commands);
+  EXPECT_EQ(through_proxy, direct);
+  EXPECT_TRUE(ended().ok()) << ended();
+  // It changed the store four times (SET, ADD, COMPARE_SET, DELETE_KEY twice: five numbers).
+  std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).value();
+  EXPECT_EQ(static_cast<uint8_t>(record[0]), 5);
+  proxy->Closed();
+  EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).ok())
+      << "a closed connection's record is forgotten";
+}
+
+TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesOn) {
+  auto proxy = Open("p");
+  proxy->Received(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 1);
+  // What comes behind the WAIT waits its turn.
+  proxy->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}) +
+                  EncodeCommand({Query::kGet, {"/never"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Byte(kWaitCanceled) + Bytes(""));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  // A WAIT answered before its CANCEL_WAIT came: STOP_WAITING, then WAIT_CANCELED.
+  proxy->Received(EncodeCommand({Query::kWait, {"/soon"}, {}, 0}));
+  ASSERT_TRUE(Run("s", 1, {Query::kSet, {"/soon"}, {"1"}, 0}).ok());
+  proxy->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Byte(kStopWaiting) + Byte(kWaitCanceled));
+  EXPECT_TRUE(ended().ok()) << ended();
+}
+
+TEST_F(TorchStoreProxySessionTest, ACommandTheCoordinatorRefusesEndsTheConnection) {
+  auto proxy = Open("p");
+  proxy->Received(EncodeCommand({Query::kSet, {"/t"}, {"text"}, 0}) +
+                  EncodeCommand({Query::kAdd, {"/t"}, {}, 1}) +
+                  EncodeCommand({Query::kSet, {"/after"}, {"x"}, 0}));
+  EXPECT_FALSE(ended().ok());
+  EXPECT_THAT(std::string(ended().message()), HasSubstr("ADD"));
+  EXPECT_EQ(Value("/after"), "<absent>") << "nothing after the refused command runs";
+  // Bad bytes end it too, before anything goes upstream.
+  auto bad = Open("q");
+  bad->Received(std::string(1, '\x7f'));
+  EXPECT_THAT(std::string(ended().message()), HasSubstr("unknown"));
+}
+
+}  // namespace
+}  // namespace cohort::torch
