@@ -210,8 +210,15 @@ void Sidecar::Stop() {
   agent_.CancelPendingCalls();
   if (lifecycle_thread_.joinable()) lifecycle_thread_.join();
   if (agent_.state() == AgentState::kConnected) {
-    // The sidecar job is auxiliary: no shutdown barrier waits for it.
-    if (auto s = agent_.Shutdown(); !s.ok()) spdlog::warn("shutdown: {}", DescribeStatus(s));
+    if (proxy_ && proxy_->backend().link() != UpstreamBackend::Link::kConnected) {
+      // The proxy would hold the call until the coordinator is back (up to
+      // --outage-tolerance), past the pod's grace period: it learns of the end from the
+      // missing heartbeats instead.
+      spdlog::warn("shutdown: the coordinator cannot be reached: not telling it of the stop");
+    } else if (auto s = agent_.Shutdown(); !s.ok()) {
+      // The sidecar job is auxiliary: no shutdown barrier waits for it.
+      spdlog::warn("shutdown: {}", DescribeStatus(s));
+    }
   }
   http_.Stop();
   if (objstore_) {

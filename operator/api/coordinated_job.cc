@@ -369,6 +369,8 @@ std::string FrameworkName(Framework f) {
       return "jax";
     case Framework::kTensorflow:
       return "tensorflow";
+    case Framework::kPytorch:
+      return "pytorch";
     case Framework::kGeneric:
       break;
   }
@@ -440,11 +442,25 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     s.framework = Framework::kJax;
   } else if (framework == "tensorflow") {
     s.framework = Framework::kTensorflow;
+  } else if (framework == "pytorch") {
+    s.framework = Framework::kPytorch;
   } else if (framework == "generic") {
     s.framework = Framework::kGeneric;
   } else {
     return Invalid("spec.framework",
-                   absl::StrCat("\"", framework, "\" is not jax, tensorflow or generic"));
+                   absl::StrCat("\"", framework, "\" is not jax, tensorflow, pytorch or generic"));
+  }
+  if (spec.contains("pytorch") && !spec["pytorch"].is_null()) {
+    if (s.framework != Framework::kPytorch) {
+      return Invalid("spec.pytorch", "is for framework: pytorch");
+    }
+    const json& pytorch = spec["pytorch"];
+    if (!pytorch.is_object()) return Invalid("spec.pytorch", "must be an object");
+    if (pytorch.contains("nprocPerNode") && !pytorch["nprocPerNode"].is_null()) {
+      const auto n = Whole(pytorch, "nprocPerNode", 1, 1, 1024);
+      if (!n) return Invalid("spec.pytorch.nprocPerNode", "must be a whole number from 1 to 1024");
+      s.pytorch.nproc_per_node = static_cast<int>(*n);
+    }
   }
 
   s.pod_template = spec.value("template", json::object());

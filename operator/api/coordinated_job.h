@@ -19,7 +19,7 @@ inline constexpr char kGroup[] = "cohort.dev";
 inline constexpr char kApiVersion[] = "cohort.dev/v1alpha1";
 inline constexpr char kKind[] = "CoordinatedJob";
 
-enum class Framework { kGeneric, kJax, kTensorflow };
+enum class Framework { kGeneric, kJax, kTensorflow, kPytorch };
 enum class SuccessPolicy { kAllWorkers, kWorker0 };
 // Where the coordinator keeps its durable state (cohort-coordinator --state-dir).
 enum class StateVolume { kEmptyDir, kPersistentVolumeClaim, kNone };
@@ -128,9 +128,16 @@ struct GangSchedulingSpec {
   std::string queue;                            // Volcano only
 };
 
+// spec.pytorch (framework: pytorch): how many processes each pod runs (torchrun's
+// --nproc-per-node). Unset: the GPUs the template's containers ask for, or 1 without GPUs.
+struct PytorchSpec {
+  std::optional<int> nproc_per_node;
+};
+
 struct JobSpec {
   int replicas = 1;
   Framework framework = Framework::kGeneric;
+  PytorchSpec pytorch;
   json pod_template = json::object();  // a PodTemplateSpec
   CoordinatorSpec coordinator;
   SidecarSpec sidecar;

@@ -33,6 +33,10 @@ inline constexpr int kSidecarHttpPort = 9477;
 // The workload's coordinator endpoint: its sidecar's proxy (cohort-sidecar --proxy-listen),
 // on the pod's loopback, which forwards to the coordinator and rides out its restarts.
 inline constexpr char kSidecarProxyAddress[] = "127.0.0.1:8476";
+// framework: pytorch: the sidecar's TCPStore (--torch-store-proxy-listen), where MASTER_ADDR
+// and MASTER_PORT point (torch's default port).
+inline constexpr char kSidecarTorchStoreHost[] = "127.0.0.1";
+inline constexpr int kSidecarTorchStorePort = 29500;
 // Where JAX's process 0 starts jaxlib's own coordination service, which nobody uses: a
 // loopback port apart from the proxy's (jax reads JAX_COORDINATOR_BIND_ADDRESS).
 inline constexpr char kJaxUnusedServiceAddress[] = "127.0.0.1:18476";

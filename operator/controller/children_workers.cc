@@ -26,6 +26,41 @@ json Env(const std::string& name, const std::string& value) {
   return {{"name", name}, {"value", value}};
 }
 
+// framework: pytorch. What torchrun and a plain init_process_group(init_method="env://") need,
+// the store being the pod's sidecar (docs/pytorch.md, "On Kubernetes"): RANK and WORLD_SIZE
+// count `nproc` processes per pod (torchrun sets each process's own); TORCHELASTIC_USE_AGENT_STORE
+// "True" makes every rank of a plain script a client of MASTER_ADDR:MASTER_PORT (no rank binds
+// it), and torchrun's node-0 agent, whose static rendezvous tries to bind MASTER_PORT, go on as a
+// client when the sidecar holds it (torch 2.7 and later). The PET_* variables are torchrun's
+// defaults: static rendezvous over the same store, or c10d with PET_RDZV_BACKEND=c10d (every
+// agent a client: is_host=false); the rendezvous id is the job's and its gang attempt's, so a
+// gang restart does not meet the keys of the one before.
+void PytorchEnv(const api::CoordinatedJob& job, int index, int restart, json* env) {
+  const int nproc = job.spec.pytorch.nproc_per_node.value_or(
+      std::max(1, TemplateGpusOf(job.spec.pod_template).count));
+  const std::string store_port = absl::StrCat(kSidecarTorchStorePort);
+  const std::string endpoint = absl::StrCat(kSidecarTorchStoreHost, ":", store_port);
+  for (const auto& [name, value] : std::vector<std::pair<const char*, std::string>>{
+           {"MASTER_ADDR", kSidecarTorchStoreHost},
+           {"MASTER_PORT", store_port},
+           {"WORLD_SIZE", absl::StrCat(int64_t{job.spec.replicas} * nproc)},
+           {"RANK", absl::StrCat(int64_t{index} * nproc)},
+           {"LOCAL_RANK", "0"},
+           {"NODE_RANK", absl::StrCat(index)},
+           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+           {"PET_NNODES", absl::StrCat(job.spec.replicas)},
+           {"PET_NPROC_PER_NODE", absl::StrCat(nproc)},
+           {"PET_NODE_RANK", absl::StrCat(index)},
+           {"PET_MASTER_ADDR", kSidecarTorchStoreHost},
+           {"PET_MASTER_PORT", store_port},
+           {"PET_RDZV_ENDPOINT", endpoint},
+           {"PET_RDZV_CONF", "is_host=false"},
+           {"PET_RDZV_ID", absl::StrCat(job.name, "-", restart)},
+       }) {
+    env->push_back(Env(name, value));
+  }
+}
+
 // The env contract. The workload's containers reach the coordinator through their pod's
 // sidecar (`for_workload`); the sidecar itself gets the coordinator's own address.
 json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool for_workload) {
@@ -57,6 +92,8 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool fo
     json tf_config = {{"cluster", {{"worker", workers}}},
                       {"task", {{"type", "worker"}, {"index", index}}}};
     env.push_back(Env("TF_CONFIG", tf_config.dump()));
+  } else if (job.spec.framework == api::Framework::kPytorch && for_workload) {
+    PytorchEnv(job, index, restart, &env);
   }
   return env;
 }
@@ -106,6 +143,10 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
        "--heartbeat-timeout", job.spec.coordinator.heartbeat_timeout, "--workload-liveness",
        settings.workload_liveness, "--proxy-listen", kSidecarProxyAddress, "--outage-tolerance",
        job.spec.coordinator.outage_tolerance, "--auth-token-file", kTokenFile});
+  if (job.spec.framework == api::Framework::kPytorch) {
+    args.push_back("--torch-store-proxy-listen");
+    args.push_back(absl::StrCat(kSidecarTorchStoreHost, ":", kSidecarTorchStorePort));
+  }
   if (settings.workload_liveness == "process") {
     args.push_back("--workload-process");
     args.push_back(WorkloadProcessPattern(job.spec.pod_template));

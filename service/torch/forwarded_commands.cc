@@ -18,17 +18,15 @@ constexpr size_t kMaxClientBytes = 128;
 
 absl::Status ValidClient(absl::string_view client) {
   if (client.empty() || client.size() > kMaxClientBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the client name must be 1 to ",
-                                                   kMaxClientBytes, " bytes (got ", client.size(),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat("the client name must be 1 to ", kMaxClientBytes,
+                                                   " bytes (got ", client.size(), ")"));
   }
   for (char c : client) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-';
     if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the client name may hold only [A-Za-z0-9._-] (got \"",
-                       absl::CEscape(client), "\")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the client name may hold only [A-Za-z0-9._-] (got \"", absl::CEscape(client), "\")"));
     }
   }
   return absl::OkStatus();

@@ -17,8 +17,11 @@ struct TorchStoreServerOptions {
   CodecLimits limits;
   // Connections served at once; past it a new one is closed at once (and said so in the log).
   size_t max_connections = 65536;
-  // Threads that read, write and carry out commands.
-  int threads = 2;
+  // Threads that read, write and carry out commands. One, as torch's own server: commands of
+  // different connections are then carried out in the order their bytes arrived, so a write
+  // torch's client sends without waiting for an answer (SET, QUEUE_PUSH) on one connection is
+  // seen by a command sent after it on another.
+  int threads = 1;
 };
 
 // Serves PyTorch's TCPStore protocol over TCP (Boost.Asio), each connection a

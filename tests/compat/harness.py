@@ -143,7 +143,9 @@ class ProcessGroup:
         return proc.returncode
 
     def close(self):
-        for proc in self.procs:
+        # Last started first: clients and sidecars before the servers they talk to, which
+        # they would otherwise wait for while stopping.
+        for proc in reversed(self.procs):
             self.stop(proc, grace=3.0)
 
 

@@ -12,6 +12,8 @@ blocking waits and blocking queue pops while the coordinator is killed and start
 and every ADD counts once.
 """
 
+import os
+import re
 import signal
 import socket
 import struct
@@ -92,6 +94,53 @@ def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, tmp_path
         log = log_text(proc)
         assert proc.returncode == 0 and "ok rounds" in log, f"torch {TORCH_VERSION}:\n{tail(log)}"
     assert coordinator.starts == 3
+
+
+# ------------------------------------------------ init_process_group and torchrun, unmodified
+
+ALLREDUCE = COMPAT_DIR / "torch_allreduce.py"
+
+
+def operator_env(port, node, nodes, run_id):
+    """What cohort-operator gives a framework: pytorch worker with one process per pod
+    (operator/controller/children_workers.cc, PytorchEnv), its sidecar's store at `port` (29500
+    in a pod, where every sidecar has the pod's loopback to itself)."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nodes),
+            "RANK": str(node), "LOCAL_RANK": "0", "NODE_RANK": str(node),
+            "TORCHELASTIC_USE_AGENT_STORE": "True", "PET_NNODES": str(nodes),
+            "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": str(port), "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+            "PET_RDZV_CONF": "is_host=false", "PET_RDZV_ID": run_id}
+
+
+@pytest.mark.parametrize("launch", ["plain", "torchrun-static", "torchrun-c10d"])
+def test_two_pods_all_reduce_through_their_sidecars(group, launch):
+    """Two "pods", each a sidecar and a workload that knows nothing of cohort: a plain
+    init_process_group script, or torchrun (nnodes=2) with its default static rendezvous or
+    with c10d (PET_RDZV_BACKEND=c10d, the user's one change); every agent and rank is a client
+    of its pod's sidecar store."""
+    assert not TORCH_MISSING, TORCH_MISSING
+    coordinator = start_cohort(group, "worker", 2, 30, extra=["--auxiliary-job", "sidecar=2"])
+    ports = [start_sidecar_store(group, coordinator, i, 2)[1] for i in range(2)]
+    procs = []
+    for node in range(2):
+        env = dict(os.environ, **operator_env(ports[node], node, 2, f"job-{launch}"))
+        argv = [TORCH_PYTHON, str(ALLREDUCE)]
+        if launch != "plain":
+            argv = [TORCH_PYTHON, "-m", "torch.distributed.run", str(ALLREDUCE)]
+        if launch == "torchrun-c10d":
+            env["PET_RDZV_BACKEND"] = "c10d"
+        procs.append(group.start(f"{launch}-{node}", argv, env=env))
+    assert wait_all(procs, timeout=120) == [], f"{launch}: a pod did not finish in time"
+    ranks = []
+    for proc in procs:
+        log = log_text(proc)
+        assert proc.returncode == 0, f"torch {TORCH_VERSION}, {launch}:\n{tail(log)}"
+        ranks += re.findall(r"rank (\d) of 2: all-reduce 3\b", log)
+    # c10d numbers the nodes in the order they join; static and plain as NODE_RANK says.
+    assert sorted(ranks) == ["0", "1"], (launch, ranks)
+    if launch != "torchrun-c10d":
+        assert "rank 0 of 2" in log_text(procs[0]), tail(log_text(procs[0]))
 
 
 def test_the_sidecars_store_is_loopback_only(group):

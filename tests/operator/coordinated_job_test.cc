@@ -123,7 +123,16 @@ TEST(CoordinatedJobTest, CountsTheApiServerKeepsAreReadOnlyWhenTheyAreWholeNumbe
 TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["spec"]["replicas"] = 0; }, "spec.replicas"},
-      {[](json& j) { j["spec"]["framework"] = "pytorch"; }, "spec.framework"},
+      {[](json& j) { j["spec"]["framework"] = "mxnet"; }, "spec.framework"},
+      {[](json& j) {
+         j["spec"]["pytorch"] = {{"nprocPerNode", 2}};
+       },
+       "spec.pytorch"},
+      {[](json& j) {
+         j["spec"]["framework"] = "pytorch";
+         j["spec"]["pytorch"] = {{"nprocPerNode", 0}};
+       },
+       "spec.pytorch.nprocPerNode"},
       {[](json& j) { j["spec"]["template"]["spec"]["containers"] = json::array(); },
        "spec.template.spec.containers"},
       {[](json& j) { j["spec"]["coordinator"]["heartbeatTimeout"] = "soon"; },
@@ -300,6 +309,78 @@ TEST(ChildrenTest, TensorflowWorkersGetTfConfig) {
             json::parse(R"({"cluster": {"worker": ["train-worker-0.train-workers.ml.svc:2222",
                             "train-worker-1.train-workers.ml.svc:2222"]},
                             "task": {"type": "worker", "index": 0}})"));
+}
+
+// What torchrun and a plain init_process_group(init_method="env://") read (docs/pytorch.md):
+// tests/compat/test_torch_store.py runs both with exactly these variables through sidecars.
+TEST(ChildrenTest, PytorchWorkersGetTheirStoreAtTheirSidecarAndTorchrunsOptions) {
+  json object = Minimal();
+  object["spec"]["framework"] = "pytorch";
+  object["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+      {"limits", {{"nvidia.com/gpu", 4}}}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto env_of = [](const json& container) {
+    std::map<std::string, std::string> env;
+    for (const auto& e : container["env"]) {
+      if (e.contains("value")) env[e["name"]] = e["value"];
+    }
+    return env;
+  };
+  json pod = controller::WorkerPod(*job, 1, 3, controller::OperatorSettings{});
+  std::map<std::string, std::string> env = env_of(pod["spec"]["containers"][0]);
+  const std::map<std::string, std::string> want = {
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", "29500"},
+      {"WORLD_SIZE", "8"},  // 2 pods of 4 processes (the template's GPUs)
+      {"RANK", "4"},        // the pod's first process
+      {"LOCAL_RANK", "0"},
+      {"NODE_RANK", "1"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"PET_NNODES", "2"},
+      {"PET_NPROC_PER_NODE", "4"},
+      {"PET_NODE_RANK", "1"},
+      {"PET_MASTER_ADDR", "127.0.0.1"},
+      {"PET_MASTER_PORT", "29500"},
+      {"PET_RDZV_ENDPOINT", "127.0.0.1:29500"},
+      {"PET_RDZV_CONF", "is_host=false"},
+      {"PET_RDZV_ID", "train-3"},  // the job and its gang attempt
+  };
+  for (const auto& [name, value] : want) EXPECT_EQ(env[name], value) << name;
+  EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
+  // The sidecar serves the store there; torch's variables are the workload's alone.
+  const json& sidecar = pod["spec"]["initContainers"].back();
+  std::vector<std::string> args = sidecar["args"];
+  auto it = std::find(args.begin(), args.end(), "--torch-store-proxy-listen");
+  ASSERT_NE(it, args.end());
+  EXPECT_EQ(*(it + 1), "127.0.0.1:29500");
+  EXPECT_EQ(env_of(sidecar).count("MASTER_PORT"), 0u);
+
+  // spec.pytorch.nprocPerNode wins over the GPUs; without either, one process per pod.
+  object["spec"]["pytorch"] = {{"nprocPerNode", 2}};
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  env = env_of(
+      controller::WorkerPod(*job, 1, 0, controller::OperatorSettings{})["spec"]["containers"][0]);
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
+  EXPECT_EQ(env["RANK"], "2");
+  EXPECT_EQ(env["PET_NPROC_PER_NODE"], "2");
+  object["spec"].erase("pytorch");
+  object["spec"]["template"]["spec"]["containers"][0].erase("resources");
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  env = env_of(
+      controller::WorkerPod(*job, 1, 0, controller::OperatorSettings{})["spec"]["containers"][0]);
+  EXPECT_EQ(env["WORLD_SIZE"], "2");
+  EXPECT_EQ(env["RANK"], "1");
+  // Other frameworks get none of it.
+  object["spec"]["framework"] = "generic";
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok());
+  pod = controller::WorkerPod(*job, 1, 0, controller::OperatorSettings{});
+  EXPECT_EQ(env_of(pod["spec"]["containers"][0]).count("MASTER_ADDR"), 0u);
+  args = pod["spec"]["initContainers"].back()["args"].get<std::vector<std::string>>();
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--torch-store-proxy-listen"), args.end());
 }
 
 TEST(ChildrenTest, TheCoordinatorConfigDeclaresTheWorkloadAndSidecarJobs) {

@@ -2,6 +2,8 @@
 // core through the coordinator's own backend: each command carried out once however often it is
 // sent, what may not be forwarded refused with nothing changed, waits answered and cancelled;
 // and a sidecar's proxy session over that backend answering as the coordinator's own session.
+#include "service/torch/forwarded_commands.h"
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,7 +17,6 @@
 #include "gtest/gtest.h"
 #include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
-#include "service/torch/forwarded_commands.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_keys.h"
 #include "service/torch/torch_store_proxy_session.h"
@@ -25,9 +26,9 @@
 namespace cohort::torch {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Byte;
 using testing::Bytes;
+using ::testing::HasSubstr;
 using testing::I64;
 
 class ForwardedCommandsTest : public ::testing::Test {
@@ -57,12 +58,12 @@ class ForwardedCommandsTest : public ::testing::Test {
   Call StartRaw(ForwardedTorchCommand forwarded) {
     Call call;
     call.waiter = backend_->NewWaiterId();
-    backend_->TorchStoreCommand(
-        CallContext{call.waiter, absl::InfiniteFuture()}, std::move(forwarded),
-        [answer = call.answer](absl::StatusOr<std::string> reply) {
-          ASSERT_FALSE(answer->has_value()) << "answered twice";
-          *answer = std::move(reply);
-        });
+    backend_->TorchStoreCommand(CallContext{call.waiter, absl::InfiniteFuture()},
+                                std::move(forwarded),
+                                [answer = call.answer](absl::StatusOr<std::string> reply) {
+                                  ASSERT_FALSE(answer->has_value()) << "answered twice";
+                                  *answer = std::move(reply);
+                                });
     return call;
   }
   // A call that answers at once.
@@ -265,16 +266,15 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
 };
 
 TEST_F(TorchStoreProxySessionTest, CommandsAnswerAsOnTheCoordinatorsOwnPort) {
-  const std::string commands = EncodeCommand({Query::kSet, {"/k"}, {"v"}, 0}) +
-                               EncodeCommand({Query::kGet, {"/k"}, {}, 0}) +
-                               EncodeCommand({Query::kGet, {"/missing"}, {}, 0}) +
-                               EncodeCommand({Query::kAdd, {"init/"}, {}, 3}) +
-                               EncodeCommand({Query::kCompareSet, {"/absent"}, {"x", "y"}, 0}) +
-                               EncodeCommand({Query::kCheck, {"/k", "init/"}, {}, 0}) +
-                               EncodeCommand({Query::kGetNumKeys, {}, {}, 0}) +
-                               EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
-                               EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
-                               EncodeCommand({Query::kPing, {}, {}, 77});
+  const std::string commands =
+      EncodeCommand({Query::kSet, {"/k"}, {"v"}, 0}) + EncodeCommand({Query::kGet, {"/k"}, {}, 0}) +
+      EncodeCommand({Query::kGet, {"/missing"}, {}, 0}) +
+      EncodeCommand({Query::kAdd, {"init/"}, {}, 3}) +
+      EncodeCommand({Query::kCompareSet, {"/absent"}, {"x", "y"}, 0}) +
+      EncodeCommand({Query::kCheck, {"/k", "init/"}, {}, 0}) +
+      EncodeCommand({Query::kGetNumKeys, {}, {}, 0}) +
+      EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) +
+      EncodeCommand({Query::kDeleteKey, {"/k"}, {}, 0}) + EncodeCommand({Query::kPing, {}, {}, 77});
   auto proxy = Open("p");
   // Byte by byte: commands split anywhere.
   for (char c : commands) proxy->Received(absl::string_view(&c, 1));
