@@ -22,7 +22,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-build tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-build tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks demo-pytorch bench fuzz fuzz-smoke clean
 
 all: build
 
@@ -154,6 +154,10 @@ demo: build
 # The task runtime on the local cluster: examples/tasks-python.yaml's map-reduce.
 demo-tasks: build
 	bash tools/demo-tasks.sh
+
+# PyTorch on the local cluster: examples/pytorch-ddp.yaml, its coordinator deleted mid-training.
+demo-pytorch: build
+	bash tools/demo-pytorch.sh
 
 # Benchmarks side by side with jaxlib's service, etcd 3.4 and TCPStore (bench/README.md):
 # installs etcd-server and .venv-bench, builds build-bench/ (Release), writes

@@ -15,7 +15,8 @@
 #        gpu    Kueue, gang scheduling, GPU visibility, failure rules: they ask for the node's
 #               4 (fake) GPUs, so never two at a time; then the task runtime benchmark's smoke
 #               run and the dashboards (no GPU), which even out the lanes' times
-#        api    CRD, isolation, cert-manager certificates, operator
+#        api    CRD, isolation, cert-manager certificates, operator, the PyTorch example with
+#               its coordinator deleted twice
 #   5. down again at the end whatever happened (trap).
 # Tests side by side must not meet: each works in namespaces of its own, runs its operators
 # for those only (--namespace, the chart's watchNamespace), names its cluster-wide objects
@@ -36,6 +37,7 @@ declare -A CMD=(
   [helm_install_test]="bash tests/e2e/helm_install_test.sh"
   [chart_test]="bash tests/chart/chart_test.sh"
   [jax_restart_test]="bash tests/e2e/jax_restart_test.sh"
+  [pytorch_restart_test]="bash tests/e2e/pytorch_restart_test.sh"
   [tasks_test]="bash tests/e2e/tasks_test.sh"
   [tasks_k8s_bench]="bash bench/tasks_k8s_bench.sh --smoke --out $LOGS/tasks_k8s.json"
   [kueue_test]="bash tests/e2e/kueue_test.sh"
@@ -138,7 +140,7 @@ start=$SECONDS
 start_lane heavy jax_restart_test tasks_test
 start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_test \
   tasks_k8s_bench dashboards_test
-start_lane api crd_test isolation_test cert_manager_test operator_test
+start_lane api crd_test isolation_test cert_manager_test operator_test pytorch_restart_test
 wait_lanes
 echo "e2e: the lanes took $((SECONDS - start)) s"
 
