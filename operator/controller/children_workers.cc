@@ -59,6 +59,9 @@ void PytorchEnv(const api::CoordinatedJob& job, int index, int restart, json* en
        }) {
     env->push_back(Env(name, value));
   }
+  // What a c10d rendezvous's rank-0 agent publishes for its workers' store (else its FQDN,
+  // which a cluster without pod DNS does not resolve).
+  env->push_back(FieldEnv("PET_LOCAL_ADDR", "status.podIP"));
 }
 
 // The env contract. The workload's containers reach the coordinator through their pod's

@@ -130,7 +130,7 @@ class CoordinationBackend {
   virtual void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) = 0;
 
   // One TCPStore command: the reply bytes torch's server would send.
-  virtual void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+  virtual void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                                  Done<std::string> done) = 0;
 };
 

@@ -67,9 +67,9 @@ class LocalBackend final : public CoordinationBackend {
 
   void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) override;
 
-  void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+  void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                          Done<std::string> done) override {
-    torch_.Execute(call.waiter, std::move(command), std::move(done));
+    torch_.Execute(call.waiter, command, std::move(done));
   }
 
  private:

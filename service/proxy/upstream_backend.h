@@ -142,7 +142,7 @@ class UpstreamBackend final : public CoordinationBackend {
 
   void GetCoordinatorSnapshot(const CallContext& call, Done<CoordinatorSnapshot> done) override;
 
-  void TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+  void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                          Done<std::string> done) override;
 
   // For tests and metrics: upstream attempts that failed for want of the coordinator and

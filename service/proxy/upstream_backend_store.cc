@@ -215,7 +215,8 @@ void UpstreamBackend::GetCoordinatorSnapshot(const CallContext& call,
 
 // ---- PyTorch's TCPStore ----------------------------------------------------------------
 
-void UpstreamBackend::TorchStoreCommand(const CallContext& call, ForwardedTorchCommand command,
+void UpstreamBackend::TorchStoreCommand(const CallContext& call,
+                                        const ForwardedTorchCommand& command,
                                         Done<std::string> done) {
   auto messages = std::make_shared<std::pair<v1::TorchStoreRequest, v1::TorchStoreResponse>>();
   TorchCommandToProto(command, &messages->first);

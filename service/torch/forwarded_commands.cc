@@ -109,7 +109,7 @@ std::string ForwardedCommands::LedgerKey(absl::string_view client) {
   return absl::StrCat(kLedgerDir, "/", client);
 }
 
-void ForwardedCommands::Execute(WaiterId waiter, ForwardedCommand request, Done done) {
+void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request, Done done) {
   if (absl::Status s = ValidClient(request.client); !s.ok()) return done(s);
   const std::string ledger_key = LedgerKey(request.client);
   if (request.end_client) {
@@ -189,7 +189,7 @@ absl::StatusOr<std::string> ForwardedCommands::RunNow(const std::string& bytes) 
   std::string reply;
   absl::Status failed;
   auto session = std::make_shared<TorchStoreSession>(
-      service_, limits_, [&reply](std::string b) { reply.append(b); },
+      service_, limits_, [&reply](const std::string& b) { reply.append(b); },
       [&failed](absl::Status why) { failed = std::move(why); });
   session->Received(ValidateBytes());
   session->Received(bytes);

@@ -47,7 +47,7 @@ class ForwardedCommands {
   // is not one whole command of those that may be forwarded, or names no valid client, is
   // INVALID_ARGUMENT and changes nothing; a command the store refuses (ADD of a value that is
   // not a number, a limit) answers the store's error.
-  void Execute(WaiterId waiter, ForwardedCommand request, Done done);
+  void Execute(WaiterId waiter, const ForwardedCommand& request, Done done);
   // Ends the call of `waiter` with `status`, if it is one of these; false otherwise.
   bool Cancel(WaiterId waiter, const absl::Status& status);
 

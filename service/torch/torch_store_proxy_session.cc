@@ -219,7 +219,8 @@ void TorchStoreProxySession::Closed() {
   ForwardedTorchCommand end;
   end.client = client_;
   end.end_client = true;
-  backend_->TorchStoreCommand(CallContext{}, std::move(end), [](absl::StatusOr<std::string>) {});
+  backend_->TorchStoreCommand(CallContext{}, std::move(end),
+                              [](const absl::StatusOr<std::string>&) {});
 }
 
 }  // namespace cohort::torch

@@ -248,7 +248,8 @@ class TorchStoreServer::Impl {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-TorchStoreServer::TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options)
+TorchStoreServer::TorchStoreServer(CoordinationService* service,
+                                   const TorchStoreServerOptions& options)
     : TorchStoreServer(
           [service, limits = options.limits](TorchStoreHandler::Send send,
                                              TorchStoreHandler::End end) {

@@ -35,7 +35,7 @@ class TorchStoreServer {
                                                                        TorchStoreHandler::End)>;
 
   // Each connection a TorchStoreSession on `service`.
-  TorchStoreServer(CoordinationService* service, TorchStoreServerOptions options);
+  TorchStoreServer(CoordinationService* service, const TorchStoreServerOptions& options);
   // Each connection what `make` makes (a sidecar's TorchStoreProxySession).
   TorchStoreServer(MakeHandler make, TorchStoreServerOptions options);
   ~TorchStoreServer();

@@ -110,7 +110,8 @@ def operator_env(port, node, nodes, run_id):
             "TORCHELASTIC_USE_AGENT_STORE": "True", "PET_NNODES": str(nodes),
             "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": "127.0.0.1",
             "PET_MASTER_PORT": str(port), "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
-            "PET_RDZV_CONF": "is_host=false", "PET_RDZV_ID": run_id}
+            "PET_RDZV_CONF": "is_host=false", "PET_RDZV_ID": run_id,
+            "PET_LOCAL_ADDR": "127.0.0.1"}  # the pod's IP
 
 
 @pytest.mark.parametrize("launch", ["plain", "torchrun-static", "torchrun-c10d"])

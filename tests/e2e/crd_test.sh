@@ -133,7 +133,7 @@ PY
   fi
 }
 refused "no replicas" 'spec.replicas: Invalid value: 0' '{"spec":{"replicas":0}}'
-refused "an unknown framework" 'spec.framework: Unsupported value: "pytorch"' '{"spec":{"framework":"pytorch"}}'
+refused "an unknown framework" 'spec.framework: Unsupported value: "mxnet"' '{"spec":{"framework":"mxnet"}}'
 refused "a template without containers" 'spec.template.spec.containers' '{"spec":{"template":{"spec":{"containers":[]}}}}'
 refused "a malformed duration" 'spec.coordinator.heartbeatTimeout' '{"spec":{"coordinator":{"heartbeatTimeout":"ten seconds"}}}'
 refused "an exit code both retryable and permanent" 'an exit code cannot be both retryable and permanent' \

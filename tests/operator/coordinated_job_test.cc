@@ -347,6 +347,12 @@ TEST(ChildrenTest, PytorchWorkersGetTheirStoreAtTheirSidecarAndTorchrunsOptions)
       {"PET_RDZV_ID", "train-3"},  // the job and its gang attempt
   };
   for (const auto& [name, value] : want) EXPECT_EQ(env[name], value) << name;
+  bool local_addr = false;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    local_addr = local_addr || (e["name"] == "PET_LOCAL_ADDR" &&
+                                e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP");
+  }
+  EXPECT_TRUE(local_addr) << "c10d's rank-0 agent publishes the pod's IP";
   EXPECT_EQ(env["COHORT_COORDINATOR_ADDRESS"], "127.0.0.1:8476");
   // The sidecar serves the store there; torch's variables are the workload's alone.
   const json& sidecar = pod["spec"]["initContainers"].back();

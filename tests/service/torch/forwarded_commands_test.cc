@@ -287,7 +287,7 @@ TEST_F(TorchStoreProxySessionTest, CommandsAnswerAsOnTheCoordinatorsOwnPort) {
   std::string direct;
   auto session = std::make_shared<TorchStoreSession>(
       fresh.get(), CodecLimits{}, [&direct](const std::string& b) { direct += b; },
-      [](absl::Status) {});
+      [](const absl::Status&) {});
   session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}) + commands);
   EXPECT_EQ(through_proxy, direct);
   EXPECT_TRUE(ended().ok()) << ended();
