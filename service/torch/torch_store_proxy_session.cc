@@ -165,7 +165,7 @@ void TorchStoreProxySession::Pump() {
     }
     // May answer before it returns (Answered's Pump then leaves the next command to this loop).
     backend_->TorchStoreCommand(
-        CallContext{waiter, absl::InfiniteFuture()}, std::move(call),
+        CallContext{waiter, absl::InfiniteFuture()}, call,
         [self = shared_from_this(), waiter](absl::StatusOr<std::string> reply) {
           self->Answered(waiter, std::move(reply));
         });
@@ -219,8 +219,7 @@ void TorchStoreProxySession::Closed() {
   ForwardedTorchCommand end;
   end.client = client_;
   end.end_client = true;
-  backend_->TorchStoreCommand(CallContext{}, std::move(end),
-                              [](const absl::StatusOr<std::string>&) {});
+  backend_->TorchStoreCommand(CallContext{}, end, [](const absl::StatusOr<std::string>&) {});
 }
 
 }  // namespace cohort::torch
