@@ -111,13 +111,15 @@ std::string ForwardedCommands::LedgerKey(absl::string_view client) {
 
 void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request, Done done) {
   if (absl::Status s = ValidClient(request.client); !s.ok()) return done(s);
-  const std::string ledger_key = LedgerKey(request.client);
   if (request.end_client) {
     if (!request.command.empty()) {
       return done(absl::InvalidArgumentError("a request that ends its client carries no command"));
     }
-    absl::MutexLock ledger(&ledger_mu_);
-    absl::StatusOr<bool> erased = service_->EraseKeyValue(ledger_key);
+    absl::StatusOr<bool> erased;
+    {
+      absl::MutexLock ledger(&ledger_mu_);
+      erased = service_->EraseKeyValue(LedgerKey(request.client));
+    }
     if (!erased.ok()) return done(erased.status());
     return done(std::string());
   }
@@ -132,57 +134,57 @@ void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request
         absl::StrCat(QueryName(command->query),
                      " changes the store: it needs a sequence number of its client (1, 2, ...)")));
   }
-  std::string reply;
-  {
-    absl::MutexLock ledger(&ledger_mu_);
-    absl::StatusOr<std::string> record = service_->TryGetKeyValue(ledger_key);
-    bool answered = false;
-    if (record.ok()) {
-      if (record->size() < 8) {
-        return done(absl::DataLossError(
-            absl::StrCat("the record of client ", request.client, " at ", ledger_key,
-                         " is not one this coordinator wrote (", record->size(), " bytes)")));
-      }
-      const uint64_t last = absl::little_endian::Load64(record->data());
-      if (last > request.sequence) {
-        return done(absl::FailedPreconditionError(absl::StrCat(
-            "command ", request.sequence, " of client ", request.client,
-            " comes after its command ", last, " was answered: the client is broken")));
-      }
-      if (last == request.sequence) {
-        answered = true;
-        reply = record->substr(8);
-      }
-    } else if (record.status().code() != absl::StatusCode::kNotFound) {
-      return done(record.status());
-    }
-    if (!answered) {
-      if (command->query == Query::kBarrier) {
-        // Its arrival is what must not count twice; the wait that follows may be repeated.
-        absl::StatusOr<int64_t> arrived =
-            service_->IncrementKeyValue(StoreKey(command->keys[0]), 1);
-        if (!arrived.ok()) {
-          return done(absl::Status(arrived.status().code(),
-                                   absl::StrCat("BARRIER: ", arrived.status().message())));
-        }
-      } else {
-        absl::StatusOr<std::string> result = RunNow(request.command);
-        if (!result.ok()) return done(result.status());
-        reply = std::move(*result);
-      }
-      if (absl::Status s = service_->InsertKeyValue(
-              ledger_key, EncodeRecord(request.sequence, reply), /*allow_overwrite=*/true);
-          !s.ok()) {
-        return done(absl::Status(
-            s.code(), absl::StrCat(QueryName(command->query),
-                                   " was carried out, but the record that keeps it from being "
-                                   "carried out twice could not be written: ",
-                                   s.message())));
-      }
-    }
-  }
+  // `done` is called outside the ledger's lock: it may send the next command.
+  absl::StatusOr<std::string> reply = ApplyOnce(request, *command);
+  if (!reply.ok()) return done(reply.status());
   if (command->query == Query::kBarrier) return Barrier(waiter, *command, std::move(done));
   done(std::move(reply));
+}
+
+absl::StatusOr<std::string> ForwardedCommands::ApplyOnce(const ForwardedCommand& request,
+                                                         const Command& command) {
+  const std::string ledger_key = LedgerKey(request.client);
+  absl::MutexLock ledger(&ledger_mu_);
+  absl::StatusOr<std::string> record = service_->TryGetKeyValue(ledger_key);
+  if (record.ok()) {
+    if (record->size() < 8) {
+      return absl::DataLossError(absl::StrCat("the record of client ", request.client, " at ",
+                                              ledger_key, " is not one this coordinator wrote (",
+                                              record->size(), " bytes)"));
+    }
+    const uint64_t last = absl::little_endian::Load64(record->data());
+    if (last > request.sequence) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("command ", request.sequence, " of client ", request.client,
+                       " comes after its command ", last, " was answered: the client is broken"));
+    }
+    if (last == request.sequence) return record->substr(8);  // answered before
+  } else if (record.status().code() != absl::StatusCode::kNotFound) {
+    return record.status();
+  }
+  std::string reply;
+  if (command.query == Query::kBarrier) {
+    // Its arrival is what must not count twice; the wait that follows may be repeated.
+    absl::StatusOr<int64_t> arrived = service_->IncrementKeyValue(StoreKey(command.keys[0]), 1);
+    if (!arrived.ok()) {
+      return absl::Status(arrived.status().code(),
+                          absl::StrCat("BARRIER: ", arrived.status().message()));
+    }
+  } else {
+    absl::StatusOr<std::string> result = RunNow(request.command);
+    if (!result.ok()) return result.status();
+    reply = std::move(*result);
+  }
+  if (absl::Status s = service_->InsertKeyValue(ledger_key, EncodeRecord(request.sequence, reply),
+                                                /*allow_overwrite=*/true);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat(QueryName(command.query),
+                                     " was carried out, but the record that keeps it from being "
+                                     "carried out twice could not be written: ",
+                                     s.message()));
+  }
+  return reply;
 }
 
 absl::StatusOr<std::string> ForwardedCommands::RunNow(const std::string& bytes) {
@@ -211,6 +213,7 @@ void ForwardedCommands::Wait(WaiterId waiter, const std::string& bytes, Done don
   }
   session->Received(ValidateBytes());
   session->Received(bytes);
+  EndIfCancelled(waiter, session.get());
 }
 
 void ForwardedCommands::Barrier(WaiterId waiter, const Command& command, Done done) {
@@ -227,6 +230,21 @@ void ForwardedCommands::Barrier(WaiterId waiter, const Command& command, Done do
         Finish(waiter, absl::Status(s.code(), absl::StrCat("BARRIER: ", s.message())));
       },
       ParkKind::kTorchStoreWait);
+  EndIfCancelled(waiter, nullptr);
+}
+
+void ForwardedCommands::EndIfCancelled(WaiterId waiter, TorchStoreSession* session) {
+  // Cancel, on another thread, may have come after the call was registered and before it
+  // parked: it found nothing parked to end, and the call must not stay parked.
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiting_.contains(waiter)) return;  // still waiting, or cancellable
+  }
+  if (session) {
+    session->Closed();
+  } else {
+    service_->Cancel(waiter, absl::CancelledError("the call was cancelled"));
+  }
 }
 
 void ForwardedCommands::Finish(WaiterId waiter, absl::StatusOr<std::string> result) {

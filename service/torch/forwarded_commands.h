@@ -15,6 +15,8 @@
 
 namespace cohort::torch {
 
+class TorchStoreSession;
+
 // One TCPStore command that another process forwards (cohort.v1 TorchStore: a sidecar's
 // --torch-store-proxy-listen, for one connection of its pod's processes): `client` names the
 // forwarded connection, `sequence` the command's place among those of its commands that change
@@ -58,6 +60,11 @@ class ForwardedCommands {
   struct Waiting;
   void Barrier(WaiterId waiter, const Command& command, Done done);
   void Wait(WaiterId waiter, const std::string& bytes, Done done);
+  // Carries out a command that changes the store, unless its client's record says it was:
+  // the reply, kept as that record.
+  absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request, const Command& command);
+  // A wait that is no longer registered (cancelled, or answered at once) must not stay parked.
+  void EndIfCancelled(WaiterId waiter, TorchStoreSession* session);
   // Carries out a command that answers at once, on a session of its own.
   absl::StatusOr<std::string> RunNow(const std::string& bytes);
   void Finish(WaiterId waiter, absl::StatusOr<std::string> result);

@@ -65,30 +65,38 @@ TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
 
 void TorchStoreProxySession::Received(absl::string_view bytes) {
   decoder_.Feed(bytes);
+  std::vector<WaiterId> cancels;
   for (;;) {
     absl::StatusOr<std::optional<Command>> next = decoder_.Next();
     if (!next.ok()) {
       {
         absl::MutexLock lock(&mu_);
-        if (failed_ || closed_) return;
-        failed_ = true;
+        if (bad_input_ || closed_) return;
+        bad_input_ = true;  // the rest of the connection's bytes are no commands
       }
+      // The commands before the bad bytes still go upstream (Closed, which the end brings,
+      // lets them), as torch's server carries out what it read before.
+      for (WaiterId cancel : cancels) backend_->Cancel(cancel, absl::CancelledError("CANCEL_WAIT"));
+      Pump();
       end_(next.status());
       return;
     }
     if (!next->has_value()) break;
     Command& command = **next;
-    WaiterId cancel = 0;
     {
       absl::MutexLock lock(&mu_);
-      if (failed_ || closed_) return;
+      if (failed_ || closed_ || bad_input_) return;
       if (command.query == Query::kValidate) continue;
-      // A CANCEL_WAIT right behind the WAIT that is out ends it; its WAIT_CANCELED goes out
-      // after the WAIT's answer, in turn.
-      if (command.query == Query::kCancelWait && queue_.empty() && out_ != 0 && out_waits_ &&
-          !out_cancelled_) {
-        out_cancelled_ = true;
-        cancel = out_;
+      if (command.query == Query::kCancelWait) {
+        // It ends the WAIT right before it: one still queued is not sent at all, the one that is
+        // out is cancelled (its WAIT_CANCELED goes out after the WAIT's answer, in turn).
+        if (!queue_.empty()) {
+          Queued& last = queue_.back();
+          if (Waits(last.command.query)) last.cancelled = true;
+        } else if (out_ != 0 && out_waits_ && !out_cancelled_) {
+          out_cancelled_ = true;
+          cancels.push_back(out_);
+        }
       }
       Queued queued;
       queued.after = order_->issued();
@@ -101,8 +109,8 @@ void TorchStoreProxySession::Received(absl::string_view bytes) {
       queued.command = std::move(command);
       queue_.push_back(std::move(queued));
     }
-    if (cancel != 0) backend_->Cancel(cancel, absl::CancelledError("CANCEL_WAIT"));
   }
+  for (WaiterId cancel : cancels) backend_->Cancel(cancel, absl::CancelledError("CANCEL_WAIT"));
   Pump();
 }
 
@@ -119,11 +127,17 @@ void TorchStoreProxySession::Pump() {
   for (;;) {
     ForwardedTorchCommand call;
     WaiterId waiter = 0;
+    bool forget = false;
     {
       absl::MutexLock lock(&mu_);
       repump_ = false;
-      while (out_ == 0 && !failed_ && !closed_ && !queue_.empty()) {
+      while (out_ == 0 && !failed_ && !queue_.empty()) {
         Queued& head = queue_.front();
+        // A wait the client cancelled, or one of a client that is gone, is not sent.
+        if (head.cancelled || (closed_ && Waits(head.command.query))) {
+          queue_.pop_front();
+          continue;
+        }
         if (head.after > 0 && !order_->DoneUpTo(head.after, [weak] {
               if (auto self = weak.lock()) self->Pump();
             })) {
@@ -133,16 +147,14 @@ void TorchStoreProxySession::Pump() {
         Command command = std::move(head.command);
         uint64_t ticket = head.ticket;
         queue_.pop_front();
-        if (command.query == Query::kPing) {
+        if (command.query == Query::kPing || command.query == Query::kCancelWait) {
           std::string reply;
-          AppendU32(static_cast<uint32_t>(command.number), &reply);
-          send_(std::move(reply));
-          continue;
-        }
-        if (command.query == Query::kCancelWait) {
-          std::string reply;
-          AppendU8(kWaitCanceled, &reply);
-          send_(std::move(reply));
+          if (command.query == Query::kPing) {
+            AppendU32(static_cast<uint32_t>(command.number), &reply);
+          } else {
+            AppendU8(kWaitCanceled, &reply);
+          }
+          if (!closed_) send_(std::move(reply));
           continue;
         }
         if (Unanswered(command.query) && ticket == 0) ticket = order_->Issue();
@@ -160,15 +172,34 @@ void TorchStoreProxySession::Pump() {
       if (waiter == 0) {
         if (repump_) continue;
         pumping_ = false;
-        return;
+        // A closed connection with nothing left to send: the coordinator forgets its record.
+        if (closed_ && out_ == 0 && (queue_.empty() || failed_) && !forgotten_ && sequence_ > 0) {
+          forgotten_ = forget = true;
+        }
       }
     }
+    if (forget) {
+      ForwardedTorchCommand end;
+      end.client = client_;
+      end.end_client = true;
+      backend_->TorchStoreCommand(CallContext{}, end, [](const absl::StatusOr<std::string>&) {});
+      return;
+    }
+    if (waiter == 0) return;
     // May answer before it returns (Answered's Pump then leaves the next command to this loop).
     backend_->TorchStoreCommand(
         CallContext{waiter, absl::InfiniteFuture()}, call,
         [self = shared_from_this(), waiter](absl::StatusOr<std::string> reply) {
           self->Answered(waiter, std::move(reply));
         });
+    // A cancellation that came between publishing the call and sending it found nothing to
+    // cancel: it is made again now that the call is out (a second one changes nothing).
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancel = out_ == waiter && out_waits_ && (out_cancelled_ || closed_);
+    }
+    if (cancel) backend_->Cancel(waiter, absl::CancelledError("the wait was cancelled"));
   }
 }
 
@@ -177,49 +208,45 @@ void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::strin
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (waiter != out_ || closed_ || failed_) return;
+    if (waiter != out_) return;
     out_ = 0;
     ticket = std::exchange(out_ticket_, 0);
     if (reply.ok()) {
-      if (!reply->empty()) send_(std::move(*reply));
-    } else if (!(out_cancelled_ && reply.status().code() == absl::StatusCode::kCancelled)) {
-      // (A WAIT the client cancelled ends with no reply of its own.)
-      failed_ = fail = true;
+      if (!reply->empty() && !closed_) send_(std::move(*reply));
+    } else if (!((out_cancelled_ || closed_) &&
+                 reply.status().code() == absl::StatusCode::kCancelled)) {
+      // (A WAIT the client cancelled, or one of a client that is gone, ends with no reply.)
+      failed_ = true;
+      fail = !closed_;
     }
   }
   if (ticket != 0) order_->Done(ticket);
   if (fail) {
     end_(absl::Status(reply.status().code(),
                       absl::StrCat("the coordinator: ", reply.status().message())));
-    return;
   }
   Pump();
 }
 
 void TorchStoreProxySession::Closed() {
-  WaiterId out = 0;
-  bool forget = false;
+  WaiterId cancel = 0;
   std::vector<uint64_t> tickets;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
-    out = std::exchange(out_, 0);
-    if (out_ticket_ != 0) tickets.push_back(std::exchange(out_ticket_, 0));
-    for (const Queued& q : queue_) {
-      if (q.ticket != 0) tickets.push_back(q.ticket);
+    if (out_ != 0 && out_waits_) cancel = out_;
+    if (failed_) {
+      // Nothing more is sent: writes that will not be sent hold up nobody.
+      for (const Queued& q : queue_) {
+        if (q.ticket != 0) tickets.push_back(q.ticket);
+      }
+      queue_.clear();
     }
-    queue_.clear();
-    forget = sequence_ > 0;  // the coordinator keeps a record of this connection
   }
-  // Writes that will not be sent (or whose answer nobody reads) hold up nobody.
   for (uint64_t ticket : tickets) order_->Done(ticket);
-  if (out != 0) backend_->Cancel(out, absl::CancelledError("the connection closed"));
-  if (!forget) return;
-  ForwardedTorchCommand end;
-  end.client = client_;
-  end.end_client = true;
-  backend_->TorchStoreCommand(CallContext{}, end, [](const absl::StatusOr<std::string>&) {});
+  if (cancel != 0) backend_->Cancel(cancel, absl::CancelledError("the connection closed"));
+  Pump();  // what is left goes upstream; then the coordinator forgets the connection
 }
 
 }  // namespace cohort::torch

@@ -55,7 +55,10 @@ class WriteOrder {
 // the coordinator never carries it out twice (torch::ForwardedCommands). A command the
 // coordinator refuses, or one that cannot reach it within the backend's outage tolerance, ends
 // the connection with the reason, as a command torch's server refuses does. A command waits for
-// the writes of the proxy's other connections received before it (WriteOrder).
+// the writes of the proxy's other connections received before it (WriteOrder). As torch's server
+// carries out every command it read before a connection ended, so does the proxy: what was
+// received before the client went away is still sent upstream (its replies go nowhere), except
+// waits, which end.
 class TorchStoreProxySession final : public TorchStoreHandler,
                                      public std::enable_shared_from_this<TorchStoreProxySession> {
  public:
@@ -66,7 +69,8 @@ class TorchStoreProxySession final : public TorchStoreHandler,
                          std::string client, CodecLimits limits, Send send, End end);
 
   void Received(absl::string_view bytes) override;
-  // Abandons the command that is out, and tells the coordinator to forget the connection.
+  // Ends the wait that is out; the commands received before still go upstream, and then the
+  // coordinator is told to forget the connection.
   void Closed() override;
 
  private:
@@ -80,6 +84,7 @@ class TorchStoreProxySession final : public TorchStoreHandler,
     Command command;
     uint64_t after = 0;
     uint64_t ticket = 0;
+    bool cancelled = false;  // a WAIT or BARRIER the client cancelled before it was sent
   };
 
   CoordinationBackend* const backend_;
@@ -99,8 +104,12 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   bool out_waits_ ABSL_GUARDED_BY(mu_) = false;
   bool out_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // A command the coordinator refused, or bytes that are no command: nothing more is sent.
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  // The client is gone: replies go nowhere.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool forgotten_ ABSL_GUARDED_BY(mu_) = false;  // end_client sent
+  bool bad_input_ ABSL_GUARDED_BY(mu_) = false;  // bytes that are no command came
 };
 
 }  // namespace cohort::torch

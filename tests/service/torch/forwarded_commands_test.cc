@@ -53,13 +53,12 @@ class ForwardedCommandsTest : public ::testing::Test {
     forwarded.client = client;
     forwarded.sequence = sequence;
     forwarded.command = EncodeCommand(command);
-    return StartRaw(std::move(forwarded));
+    return StartRaw(forwarded);
   }
-  Call StartRaw(ForwardedTorchCommand forwarded) {
+  Call StartRaw(const ForwardedTorchCommand& forwarded) {
     Call call;
     call.waiter = backend_->NewWaiterId();
-    backend_->TorchStoreCommand(CallContext{call.waiter, absl::InfiniteFuture()},
-                                std::move(forwarded),
+    backend_->TorchStoreCommand(CallContext{call.waiter, absl::InfiniteFuture()}, forwarded,
                                 [answer = call.answer](absl::StatusOr<std::string> reply) {
                                   ASSERT_FALSE(answer->has_value()) << "answered twice";
                                   *answer = std::move(reply);
@@ -314,6 +313,36 @@ TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesO
   proxy->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
   EXPECT_EQ(TakeSent(), Byte(kStopWaiting) + Byte(kWaitCanceled));
   EXPECT_TRUE(ended().ok()) << ended();
+}
+
+TEST_F(TorchStoreProxySessionTest, WritesReceivedBeforeTheClientLeftStillGoAndWaitsDoNot) {
+  // Another connection's write the proxy received first, not yet answered: this connection's
+  // commands wait for it.
+  const uint64_t earlier = order_->Issue();
+  auto proxy = Open("p");
+  proxy->Received(EncodeCommand({Query::kSet, {"/x"}, {"1"}, 0}) +
+                  EncodeCommand({Query::kAppend, {"/x"}, {"2"}, 0}) +
+                  EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
+  EXPECT_EQ(Value("/x"), "<absent>") << "behind the earlier write";
+  proxy->Closed();  // torch's set() returned once the bytes were sent; the process exited
+  order_->Done(earlier);
+  EXPECT_EQ(Value("/x"), "12") << "what the client sent before it left was carried out";
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0) << "a gone client's wait ends";
+  EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).ok())
+      << "then the coordinator forgot the connection";
+  EXPECT_EQ(TakeSent(), "");
+}
+
+TEST_F(TorchStoreProxySessionTest, ACancelWaitForAWaitNotYetSentEndsItThere) {
+  const uint64_t earlier = order_->Issue();
+  auto proxy = Open("p");
+  proxy->Received(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
+  proxy->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
+  order_->Done(earlier);
+  EXPECT_EQ(TakeSent(), Byte(kWaitCanceled));
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0) << "the WAIT was never sent";
+  proxy->Received(EncodeCommand({Query::kGet, {"/never"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Bytes("")) << "the connection goes on";
 }
 
 TEST_F(TorchStoreProxySessionTest, ACommandTheCoordinatorRefusesEndsTheConnection) {
