@@ -9,69 +9,22 @@
 # at all. torch comes from the benchmarks' venv (.venv-bench, made by bench/setup.sh, which
 # make test runs before the compat suite).
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-BIN="$ROOT/build/bin"
-PYTHON="$ROOT/.venv-bench/bin/python3"
-WORK=$(mktemp -d)
-passed=0
-failed=0
-started_here=0
 NS="pytorch-restart-$$"
-OPERATOR_PID=""
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+PYTHON="$ROOT/.venv-bench/bin/python3"
 REF_PIDS=()
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1${2:+: $2}"
-}
-until_true() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-
-cleanup() {
-  [[ -n "$OPERATOR_PID" ]] && kill -KILL "$OPERATOR_PID" 2>/dev/null
-  for pid in "${REF_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
-  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
-  if [[ $failed -gt 0 ]]; then
-    for f in "$WORK"/*.log; do
-      echo "---- $(basename "$f") (last 40 lines)"
-      tail -n 40 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "pytorch restart test: $PYTHON cannot import torch; run bash bench/setup.sh first"
+  echo "$TEST: $PYTHON cannot import torch; run bash bench/setup.sh first"
   exit 1
 fi
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
-  started_here=1
-  line=$("$LC" up | tail -n 1) || { echo "pytorch restart test: the local cluster did not come up"; exit 1; }
-else
-  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
-fi
-export "${line?}"
-trap cleanup EXIT
-"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
-  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
-  { echo "pytorch restart test: the CRD does not install"; exit 1; }
+cluster_up
+k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
 
 # The example as a user applies it, run by the venv's Python (the local cluster has no images).
 sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
   "$ROOT/examples/pytorch-ddp.yaml" >"$WORK/pytorch-ddp.yaml"
-grep -q "$PYTHON" "$WORK/pytorch-ddp.yaml" || { echo "pytorch restart test: the example's command changed"; exit 1; }
+grep -q "$PYTHON" "$WORK/pytorch-ddp.yaml" || { echo "$TEST: the example's command changed"; exit 1; }
 
 # The undisturbed run: the example's program, three processes here with torch's own store.
 "$PYTHON" - "$ROOT/examples/pytorch-ddp.yaml" "$WORK/train.py" <<'PY'
@@ -88,7 +41,6 @@ for r in 0 1 2; do
   REF_PIDS+=($!)
 done
 for pid in "${REF_PIDS[@]}"; do wait "$pid"; done
-REF_PIDS=()
 reference=$(grep -o "final loss [0-9.]*" "$WORK/reference-0.log")
 if [[ -n "$reference" ]]; then
   pass "the undisturbed run (torch's own store): $reference"
@@ -96,57 +48,49 @@ else
   fail "the undisturbed run" "$(tail -n 3 "$WORK/reference-0.log")"
 fi
 
-"$KUBECTL" create namespace "$NS" >/dev/null
-"$KUBECTL" label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
-"$BIN/cohort-operator" --namespace "$NS" --leader-elect=false --http-listen 127.0.0.1:0 \
-  --failure-settle 1s --coordinator-poll 200ms >"$WORK/operator.log" 2>&1 &
-OPERATOR_PID=$!
-"$KUBECTL" -n "$NS" apply -f "$WORK/pytorch-ddp.yaml" >/dev/null
+start_operator operator
+k apply -f "$WORK/pytorch-ddp.yaml" >/dev/null
 
-at_step() { "$KUBECTL" -n "$NS" logs pytorch-ddp-worker-0 -c trainer 2>/dev/null | grep "^step $1 loss" >/dev/null; }
-phase() { "$KUBECTL" -n "$NS" get cjob pytorch-ddp -o jsonpath='{.status.phase}' 2>/dev/null; }
-done_phase() { [[ "$(phase)" == Succeeded || "$(phase)" == Failed ]]; }
+at_step() { k logs pytorch-ddp-worker-0 -c trainer 2>/dev/null | grep "^step $1 loss" >/dev/null; }
+done_phase() {
+  local phase
+  phase=$(field cjob/pytorch-ddp "{.status.phase}")
+  [[ $phase == Succeeded || $phase == Failed ]]
+}
 workers() {
-  "$KUBECTL" -n "$NS" get pods -l cohort.dev/role=worker \
+  k get pods -l cohort.dev/role=worker \
     -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}/{.status.initContainerStatuses[0].restartCount}/{.status.containerStatuses[0].restartCount} {end}'
 }
-coordinator_uid() { "$KUBECTL" -n "$NS" get pod pytorch-ddp-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null; }
-save_logs() {
-  local i
-  for i in 0 1 2; do
-    "$KUBECTL" -n "$NS" logs "pytorch-ddp-worker-$i" -c trainer >"$WORK/worker-$i.log" 2>&1
-    "$KUBECTL" -n "$NS" logs "pytorch-ddp-worker-$i" -c cohort-sidecar >"$WORK/sidecar-$i.log" 2>&1
-  done
-  "$KUBECTL" -n "$NS" logs pytorch-ddp-coordinator -c coordinator >"$WORK/coordinator.log" 2>&1
-  "$KUBECTL" -n "$NS" get events --sort-by=.lastTimestamp >"$WORK/events.log" 2>&1
+coordinator_back() { # a coordinator pod other than the one of uid $1
+  local uid
+  uid=$(field pod/pytorch-ddp-coordinator '{.metadata.uid}')
+  [[ -n "$uid" && "$uid" != "$1" ]]
 }
 
 before=""
 deleted=0
 for step in 10 30; do
-  if ! until_true 300 at_step "$step"; then
-    fail "the training reaches step $step" "phase $(phase); $(workers)"
+  if ! until_true 300 "at_step $step"; then
+    fail "the training reaches step $step" "phase $(field cjob/pytorch-ddp '{.status.phase}'); $(workers)"
     break
   fi
   [[ -z "$before" ]] && before=$(workers)
-  old=$(coordinator_uid)
-  "$KUBECTL" -n "$NS" delete pod pytorch-ddp-coordinator --wait=false >/dev/null && deleted=$((deleted + 1))
+  old=$(field pod/pytorch-ddp-coordinator '{.metadata.uid}')
+  k delete pod pytorch-ddp-coordinator --wait=false >/dev/null && deleted=$((deleted + 1))
   # The next deletion only once the coordinator is back (a new pod of the same name).
-  until_true 120 bash -c "[[ -n \"\$(\"$KUBECTL\" -n $NS get pod pytorch-ddp-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null)\" && \
-    \"\$(\"$KUBECTL\" -n $NS get pod pytorch-ddp-coordinator -o jsonpath='{.metadata.uid}')\" != $old ]]" ||
-    fail "the coordinator comes back after deletion $deleted"
+  until_true 120 "coordinator_back $old" || fail "the coordinator comes back after deletion $deleted"
 done
 [[ $deleted == 2 ]] && pass "the coordinator pod was deleted twice mid-training"
 
 if until_true 300 done_phase; then
-  got=$("$KUBECTL" -n "$NS" get cjob pytorch-ddp -o jsonpath='{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
+  got=$(field cjob/pytorch-ddp '{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
   if [[ "$got" == "Succeeded restarts=0 coordinatorRestarts=2" ]]; then
     pass "coordinator deleted twice mid-training: $got"
   else
     fail "the job's status" "$got"
   fi
 else
-  fail "the job ends" "phase $(phase)"
+  fail "the job ends" "phase $(field cjob/pytorch-ddp '{.status.phase}')"
 fi
 after=$(workers)
 if [[ -n "$after" && "$after" == "$before" && "$after" != *"/1"* ]]; then
@@ -154,17 +98,12 @@ if [[ -n "$after" && "$after" == "$before" && "$after" != *"/1"* ]]; then
 else
   fail "the worker pods" "before: $before; after: $after"
 fi
-save_logs
+for i in 0 1 2; do k logs "pytorch-ddp-worker-$i" -c trainer >"$WORK/worker-$i.log" 2>&1; done
 got=$(grep -o "final loss [0-9.]*" "$WORK/worker-0.log")
-if [[ -n "$reference" && "$got" == "$reference" ]] &&
-  ! grep -qi "error\|Traceback" "$WORK"/worker-*.log; then
+if [[ -n "$reference" && "$got" == "$reference" ]] && ! grep -qi "error\|Traceback" "$WORK"/worker-*.log; then
   pass "the final loss equals the undisturbed run's ($got)"
 else
   fail "the final loss" "got '$got', undisturbed '$reference'"
+  pod_logs pytorch-ddp
 fi
-
-kill -TERM "$OPERATOR_PID" 2>/dev/null && wait "$OPERATOR_PID" 2>/dev/null
-OPERATOR_PID=""
-
-echo "pytorch restart test: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish
