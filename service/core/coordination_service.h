@@ -128,6 +128,8 @@ class CoordinationService {
   absl::StatusOr<bool> EraseKeyValue(absl::string_view key);
   absl::Status QueuePushKeyValue(absl::string_view dir, std::string value);
   absl::StatusOr<KeyValueStore::Popped> QueuePopKeyValue(absl::string_view dir);
+  // Several changes made as one (KeyValueStore::Atomically).
+  void KeyValueAtomically(const std::function<void(KeyValueStore::Batch&)>& body);
   size_t QueueLengthKeyValue(absl::string_view dir) const;
   void PassQueueWake(absl::string_view dir);
   void WaitKeyValueQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,

@@ -63,6 +63,11 @@ absl::StatusOr<KeyValueStore::Popped> CoordinationService::QueuePopKeyValue(absl
   return key_values_.QueuePop(dir);
 }
 
+void CoordinationService::KeyValueAtomically(
+    const std::function<void(KeyValueStore::Batch&)>& body) {
+  key_values_.Atomically(body);
+}
+
 size_t CoordinationService::QueueLengthKeyValue(absl::string_view dir) const {
   return key_values_.QueueLength(dir);
 }

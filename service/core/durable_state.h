@@ -59,6 +59,14 @@ struct DurableKey {
   std::string value;
 };
 
+// One change of a key as the journal hears of it (KeyPut, KeyDeleted).
+struct KeyJournalChange {
+  bool deleted = false;  // KeyDeleted: the key and every key under "key/"
+  std::string key;
+  std::string value;  // a put's
+  int64_t revision = 0;
+};
+
 struct DurableState {
   uint64_t service_incarnation = 0;
   std::vector<DurableTask> tasks;
@@ -92,6 +100,8 @@ class StateJournal {
   virtual void KeyPut(const std::string& key, const std::string& value, int64_t revision) = 0;
   // Removes `key` and every key under "key/".
   virtual void KeyDeleted(const std::string& key, int64_t revision) = 0;
+  // Changes made together (KeyValueStore::Atomically), in order: restored all or none.
+  virtual void KeysChanged(const std::vector<KeyJournalChange>& changes) = 0;
 
   // A new instance of a named barrier (none arrived yet); it replaces the id's earlier one.
   virtual void BarrierStarted(const DurableBarrier& barrier) = 0;

@@ -55,11 +55,10 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
   }
   bytes_ = new_total;
   ++revision_;
-  if (journal_) journal_->KeyPut(key, value, revision_);
+  JournalLocked({/*deleted=*/false, key, value, revision_});
   auto w = waiters_.find(key);
   if (w != waiters_.end()) {
-    fx->woken = std::move(w->second);
-    fx->woken_value = value;
+    fx->woken.push_back({std::move(w->second), value});
     waiters_.erase(w);
   }
   if (auto c = count_waiters_.find(key); c != count_waiters_.end()) {
@@ -114,17 +113,21 @@ void KeyValueStore::Apply(Effects& fx) {
       timers.push_back(t->second);
       timed_gets_.erase(t);
     };
-    for (auto& call : fx.woken) cancel_timer(call->id());
+    for (const Effects::Woken& woken : fx.woken) {
+      for (const auto& call : woken.calls) cancel_timer(call->id());
+    }
     for (auto& call : fx.reached) cancel_timer(call->id());
   }
   for (TimerQueue::TimerId t : timers) timers_->Cancel(t);
-  for (auto& call : fx.woken) {
-    if (parked_->Claim(*call)) call->Finish(fx.woken_value);
+  for (const Effects::Woken& woken : fx.woken) {
+    for (const auto& call : woken.calls) {
+      if (parked_->Claim(*call)) call->Finish(woken.value);
+    }
   }
   for (auto& call : fx.reached) {
     if (parked_->Claim(*call)) call->Finish(absl::OkStatus());
   }
-  if (!fx.pushed_queue.empty()) WakeOneQueueWaiter(fx.pushed_queue);
+  for (const std::string& dir : fx.pushed_queues) WakeOneQueueWaiter(dir);
   // A recursive delete notifies a watch once per key; once is enough.
   std::sort(fx.notified.begin(), fx.notified.end());
   fx.notified.erase(std::unique(fx.notified.begin(), fx.notified.end()), fx.notified.end());
@@ -142,15 +145,21 @@ absl::Status KeyValueStore::Insert(absl::string_view key, std::string value, boo
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   Effects fx;
+  absl::Status done;
   {
     absl::MutexLock lock(&mu_);
-    if (!allow_overwrite && entries_.count(k)) {
-      return absl::AlreadyExistsError(absl::StrCat("key \"", k, "\" already exists"));
-    }
-    if (auto s = PutLocked(k, std::move(value), &fx); !s.ok()) return s;
+    done = InsertLocked(k, std::move(value), allow_overwrite, &fx);
   }
   Apply(fx);
-  return absl::OkStatus();
+  return done;
+}
+
+absl::Status KeyValueStore::InsertLocked(const std::string& k, std::string value,
+                                         bool allow_overwrite, Effects* fx) {
+  if (!allow_overwrite && entries_.count(k)) {
+    return absl::AlreadyExistsError(absl::StrCat("key \"", k, "\" already exists"));
+  }
+  return PutLocked(k, std::move(value), fx);
 }
 
 absl::StatusOr<std::string> KeyValueStore::TryGet(absl::string_view key) const {
@@ -261,22 +270,29 @@ absl::StatusOr<int64_t> KeyValueStore::Increment(absl::string_view key, int64_t 
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   Effects fx;
-  int64_t sum = 0;
+  absl::StatusOr<int64_t> sum;
   {
     absl::MutexLock lock(&mu_);
-    int64_t current = 0;
-    auto it = entries_.find(k);
-    if (it != entries_.end() && !absl::SimpleAtoi(it->second, &current)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("key \"", k, "\" holds a value that is not a decimal 64-bit integer"));
-    }
-    if (__builtin_add_overflow(current, delta, &sum)) {
-      return absl::OutOfRangeError(
-          absl::StrCat("incrementing key \"", k, "\" (", current, ") by ", delta, " overflows"));
-    }
-    if (auto s = PutLocked(k, absl::StrCat(sum), &fx); !s.ok()) return s;
+    sum = IncrementLocked(k, delta, &fx);
   }
   Apply(fx);
+  return sum;
+}
+
+absl::StatusOr<int64_t> KeyValueStore::IncrementLocked(const std::string& k, int64_t delta,
+                                                       Effects* fx) {
+  int64_t current = 0;
+  auto it = entries_.find(k);
+  if (it != entries_.end() && !absl::SimpleAtoi(it->second, &current)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key \"", k, "\" holds a value that is not a decimal 64-bit integer"));
+  }
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("incrementing key \"", k, "\" (", current, ") by ", delta, " overflows"));
+  }
+  if (auto s = PutLocked(k, absl::StrCat(sum), fx); !s.ok()) return s;
   return sum;
 }
 
@@ -317,19 +333,25 @@ absl::StatusOr<std::optional<std::string>> KeyValueStore::CompareAndSet(absl::st
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   Effects fx;
-  std::optional<std::string> after;
+  absl::StatusOr<std::optional<std::string>> after;
   {
     absl::MutexLock lock(&mu_);
-    auto it = entries_.find(k);
-    bool matches = it == entries_.end() ? expected.empty() : it->second == expected;
-    if (!matches) {
-      if (it != entries_.end()) after = it->second;
-      return after;
-    }
-    after = desired;
-    if (auto s = PutLocked(k, std::move(desired), &fx); !s.ok()) return s;
+    after = CompareAndSetLocked(k, expected, std::move(desired), &fx);
   }
   Apply(fx);
+  return after;
+}
+
+absl::StatusOr<std::optional<std::string>> KeyValueStore::CompareAndSetLocked(
+    const std::string& k, absl::string_view expected, std::string desired, Effects* fx) {
+  auto it = entries_.find(k);
+  bool matches = it == entries_.end() ? expected.empty() : it->second == expected;
+  if (!matches) {
+    if (it != entries_.end()) return std::optional<std::string>(it->second);
+    return std::optional<std::string>();
+  }
+  std::optional<std::string> after = desired;
+  if (auto s = PutLocked(k, std::move(desired), fx); !s.ok()) return s;
   return after;
 }
 
@@ -337,36 +359,48 @@ absl::Status KeyValueStore::Append(absl::string_view key, absl::string_view data
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   Effects fx;
+  absl::Status done;
   {
     absl::MutexLock lock(&mu_);
-    auto it = entries_.find(k);
-    std::string value = it == entries_.end() ? std::string() : it->second;
-    value.append(data.data(), data.size());
-    if (auto s = PutLocked(k, std::move(value), &fx); !s.ok()) return s;
+    done = AppendLocked(k, data, &fx);
   }
   Apply(fx);
-  return absl::OkStatus();
+  return done;
+}
+
+absl::Status KeyValueStore::AppendLocked(const std::string& k, absl::string_view data,
+                                         Effects* fx) {
+  auto it = entries_.find(k);
+  std::string value = it == entries_.end() ? std::string() : it->second;
+  value.append(data.data(), data.size());
+  return PutLocked(k, std::move(value), fx);
 }
 
 absl::StatusOr<bool> KeyValueStore::Erase(absl::string_view key) {
   std::string k = NormalizeKey(key);
   if (auto s = CheckKey(k, key); !s.ok()) return s;
   Effects fx;
+  absl::StatusOr<bool> erased;
   {
     absl::MutexLock lock(&mu_);
-    auto it = entries_.find(k);
-    if (it == entries_.end()) return false;
-    // The journal's KeyDeleted removes what is under "key/" too when it is read back: only an
-    // entry with nothing under it is erased alone.
-    std::string under = k + "/";
-    if (auto next = entries_.lower_bound(under);
-        next != entries_.end() && absl::StartsWith(next->first, under)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("key \"", k, "\" has keys under it; delete it with them"));
-    }
-    EraseLocked(it, &fx);
+    erased = EraseKeyLocked(k, &fx);
   }
   Apply(fx);
+  return erased;
+}
+
+absl::StatusOr<bool> KeyValueStore::EraseKeyLocked(const std::string& k, Effects* fx) {
+  auto it = entries_.find(k);
+  if (it == entries_.end()) return false;
+  // The journal's KeyDeleted removes what is under "key/" too when it is read back: only an
+  // entry with nothing under it is erased alone.
+  std::string under = k + "/";
+  if (auto next = entries_.lower_bound(under);
+      next != entries_.end() && absl::StartsWith(next->first, under)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key \"", k, "\" has keys under it; delete it with them"));
+  }
+  EraseLocked(it, fx);
   return true;
 }
 
@@ -375,7 +409,7 @@ void KeyValueStore::EraseLocked(std::map<std::string, std::string>::iterator it,
   bytes_ -= it->first.size() + it->second.size();
   entries_.erase(it);
   ++revision_;
-  if (journal_) journal_->KeyDeleted(key, revision_);
+  JournalLocked({/*deleted=*/true, key, std::string(), revision_});
   RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(key), "", revision_}, fx);
 }
 
@@ -397,59 +431,72 @@ std::optional<uint64_t> QueueSequence(absl::string_view key, absl::string_view p
 absl::Status KeyValueStore::QueuePush(absl::string_view dir, std::string value) {
   std::string d = NormalizeKey(dir);
   if (auto s = CheckKey(d, dir); !s.ok()) return s;
-  const std::string prefix = d + "/";
   Effects fx;
+  absl::Status done;
   {
     absl::MutexLock lock(&mu_);
-    // One past the last item's number: the first key after every "dir/..." is "dir0".
-    uint64_t next = 1;
-    auto end = entries_.lower_bound(d + "0");
-    if (end != entries_.begin() && absl::StartsWith(std::prev(end)->first, prefix)) {
-      std::optional<uint64_t> last = QueueSequence(std::prev(end)->first, prefix);
-      if (!last || *last == UINT64_MAX) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "queue \"", d, "\" holds the key \"", std::prev(end)->first,
-            "\", which is not one of its items: delete it, or the queue, to push again"));
-      }
-      next = *last + 1;
-    }
-    std::string item = absl::StrCat(prefix, absl::Dec(next, absl::kZeroPad20));
-    if (auto s = CheckKey(item, item); !s.ok()) return s;
-    if (auto s = PutLocked(item, std::move(value), &fx); !s.ok()) return s;
-    fx.pushed_queue = d;
+    done = QueuePushLocked(d, std::move(value), &fx);
   }
   Apply(fx);
+  return done;
+}
+
+absl::Status KeyValueStore::QueuePushLocked(const std::string& d, std::string value, Effects* fx) {
+  const std::string prefix = d + "/";
+  // One past the last item's number: the first key after every "dir/..." is "dir0".
+  uint64_t next = 1;
+  auto end = entries_.lower_bound(d + "0");
+  if (end != entries_.begin() && absl::StartsWith(std::prev(end)->first, prefix)) {
+    std::optional<uint64_t> last = QueueSequence(std::prev(end)->first, prefix);
+    if (!last || *last == UINT64_MAX) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "queue \"", d, "\" holds the key \"", std::prev(end)->first,
+          "\", which is not one of its items: delete it, or the queue, to push again"));
+    }
+    next = *last + 1;
+  }
+  std::string item = absl::StrCat(prefix, absl::Dec(next, absl::kZeroPad20));
+  if (auto s = CheckKey(item, item); !s.ok()) return s;
+  if (auto s = PutLocked(item, std::move(value), fx); !s.ok()) return s;
+  fx->pushed_queues.push_back(d);
   return absl::OkStatus();
 }
 
 absl::StatusOr<KeyValueStore::Popped> KeyValueStore::QueuePop(absl::string_view dir) {
   std::string d = NormalizeKey(dir);
   if (auto s = CheckKey(d, dir); !s.ok()) return s;
-  const std::string prefix = d + "/";
   Effects fx;
-  Popped popped;
+  absl::StatusOr<Popped> popped;
   {
     absl::MutexLock lock(&mu_);
-    // Walks the queue's items to count them: queues in torch's jobs hold a few.
-    auto first = entries_.end();
-    for (auto it = entries_.lower_bound(prefix);
-         it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
-      if (!QueueSequence(it->first, prefix)) continue;
-      if (first == entries_.end()) first = it;
-      ++popped.length;
-    }
-    if (first == entries_.end()) return popped;
-    // As Erase: the journal's record of the removal would take what is under it too.
-    if (auto next = std::next(first);
-        next != entries_.end() && absl::StartsWith(next->first, first->first + "/")) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("queue \"", d, "\": its item \"", first->first,
-                       "\" has keys under it: delete them, or the queue, to pop again"));
-    }
-    popped.item = first->second;
-    EraseLocked(first, &fx);
+    popped = QueuePopLocked(d, &fx);
   }
   Apply(fx);
+  return popped;
+}
+
+absl::StatusOr<KeyValueStore::Popped> KeyValueStore::QueuePopLocked(const std::string& d,
+                                                                    Effects* fx) {
+  const std::string prefix = d + "/";
+  Popped popped;
+  // Walks the queue's items to count them: queues in torch's jobs hold a few.
+  auto first = entries_.end();
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    if (!QueueSequence(it->first, prefix)) continue;
+    if (first == entries_.end()) first = it;
+    ++popped.length;
+  }
+  if (first == entries_.end()) return popped;
+  // As Erase: the journal's record of the removal would take what is under it too.
+  if (auto next = std::next(first);
+      next != entries_.end() && absl::StartsWith(next->first, first->first + "/")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("queue \"", d, "\": its item \"", first->first,
+                     "\" has keys under it: delete them, or the queue, to pop again"));
+  }
+  popped.item = first->second;
+  EraseLocked(first, fx);
   return popped;
 }
 
@@ -563,7 +610,7 @@ absl::Status KeyValueStore::Delete(absl::string_view key) {
     }
     if (removed.empty()) return absl::OkStatus();
     ++revision_;
-    if (journal_) journal_->KeyDeleted(k, revision_);
+    JournalLocked({/*deleted=*/true, k, std::string(), revision_});
     for (std::string& gone : removed) {
       RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(gone), "", revision_}, &fx);
     }
@@ -613,6 +660,103 @@ void KeyValueStore::RemoveWatch(WaiterId id) {
   watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
                                 [id](const auto& watch) { return watch->id() == id; }),
                  watches_.end());
+}
+
+void KeyValueStore::JournalLocked(KeyJournalChange change) {
+  if (batch_changes_ != nullptr) {
+    batch_changes_->push_back(std::move(change));
+  } else if (journal_ != nullptr) {
+    JournalOne(change);
+  }
+}
+
+void KeyValueStore::JournalOne(const KeyJournalChange& change) {
+  if (change.deleted) {
+    journal_->KeyDeleted(change.key, change.revision);
+  } else {
+    journal_->KeyPut(change.key, change.value, change.revision);
+  }
+}
+
+void KeyValueStore::Atomically(const std::function<void(Batch&)>& body) {
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<KeyJournalChange> changes;
+    batch_changes_ = &changes;
+    Batch batch(this, &fx);
+    body(batch);
+    batch_changes_ = nullptr;
+    if (journal_ != nullptr && changes.size() == 1) {
+      JournalOne(changes[0]);
+    } else if (journal_ != nullptr && !changes.empty()) {
+      journal_->KeysChanged(changes);
+    }
+  }
+  Apply(fx);
+}
+
+// Each call runs under the lock Atomically holds for the batch's whole life.
+absl::Status KeyValueStore::Batch::Insert(absl::string_view key, std::string value,
+                                          bool allow_overwrite) {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->InsertLocked(k, std::move(value), allow_overwrite, fx_);
+}
+
+absl::StatusOr<std::string> KeyValueStore::Batch::TryGet(absl::string_view key) const {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  auto it = store_->entries_.find(k);
+  if (it == store_->entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("key \"", k, "\" not found"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int64_t> KeyValueStore::Batch::Increment(absl::string_view key, int64_t delta) {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->IncrementLocked(k, delta, fx_);
+}
+
+absl::StatusOr<std::optional<std::string>> KeyValueStore::Batch::CompareAndSet(
+    absl::string_view key, absl::string_view expected, std::string desired) {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->CompareAndSetLocked(k, expected, std::move(desired), fx_);
+}
+
+absl::Status KeyValueStore::Batch::Append(absl::string_view key, absl::string_view data) {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->AppendLocked(k, data, fx_);
+}
+
+absl::StatusOr<bool> KeyValueStore::Batch::Erase(absl::string_view key) {
+  std::string k = NormalizeKey(key);
+  if (auto s = store_->CheckKey(k, key); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->EraseKeyLocked(k, fx_);
+}
+
+absl::Status KeyValueStore::Batch::QueuePush(absl::string_view dir, std::string value) {
+  std::string d = NormalizeKey(dir);
+  if (auto s = store_->CheckKey(d, dir); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->QueuePushLocked(d, std::move(value), fx_);
+}
+
+absl::StatusOr<KeyValueStore::Popped> KeyValueStore::Batch::QueuePop(absl::string_view dir) {
+  std::string d = NormalizeKey(dir);
+  if (auto s = store_->CheckKey(d, dir); !s.ok()) return s;
+  store_->mu_.AssertHeld();
+  return store_->QueuePopLocked(d, fx_);
 }
 
 void KeyValueStore::set_journal(StateJournal* journal) {

@@ -107,6 +107,40 @@ class KeyValueStore {
                    std::optional<TaskName> owner, std::optional<absl::Time> deadline,
                    ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);
 
+ private:
+  struct Effects;  // what a change does once the lock is released (below)
+
+ public:
+  // Several changes made as one: Atomically runs `body` under one hold of the store's lock,
+  // so no one sees some of them without the others, and journals what it changed as one
+  // record, which a restarted coordinator restores whole or not at all. The calls act as the
+  // store's own of the same names; one that fails changes nothing itself, and leaves in
+  // place what the calls before it changed. `body` must not call the store (or anything
+  // that does) other than through the Batch, and must not keep the Batch.
+  class Batch {
+   public:
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+
+    absl::Status Insert(absl::string_view key, std::string value, bool allow_overwrite);
+    absl::StatusOr<std::string> TryGet(absl::string_view key) const;
+    absl::StatusOr<int64_t> Increment(absl::string_view key, int64_t delta);
+    absl::StatusOr<std::optional<std::string>> CompareAndSet(absl::string_view key,
+                                                             absl::string_view expected,
+                                                             std::string desired);
+    absl::Status Append(absl::string_view key, absl::string_view data);
+    absl::StatusOr<bool> Erase(absl::string_view key);
+    absl::Status QueuePush(absl::string_view dir, std::string value);
+    absl::StatusOr<Popped> QueuePop(absl::string_view dir);
+
+   private:
+    friend class KeyValueStore;
+    Batch(KeyValueStore* store, Effects* fx) : store_(store), fx_(fx) {}
+    KeyValueStore* const store_;
+    Effects* const fx_;
+  };
+  void Atomically(const std::function<void(Batch&)>& body) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Watches `key` and everything under "key/" (every key when empty). Events with revision
   // >= `start_revision` are delivered (0: from now on); OUT_OF_RANGE when that revision is
   // no longer kept or not reached yet. The watch is parked under `waiter`: cancelling the
@@ -141,17 +175,39 @@ class KeyValueStore {
     int64_t threshold = 0;
     std::shared_ptr<ReachedCall> call;
   };
-  // What a change does once the lock is released.
   struct Effects {
-    std::vector<std::shared_ptr<GetCall>> woken;
-    std::string woken_value;
+    struct Woken {
+      std::vector<std::shared_ptr<GetCall>> calls;  // parked gets of a key that was set
+      std::string value;
+    };
+    std::vector<Woken> woken;
     std::vector<std::shared_ptr<ReachedCall>> reached;
     std::vector<std::shared_ptr<KeyWatch>> notified;
     std::vector<std::pair<std::shared_ptr<KeyWatch>, int64_t>> overflowed;  // resume revision
-    std::string pushed_queue;  // a queue whose push wakes one of its WaitQueue calls
+    std::vector<std::string> pushed_queues;  // each push wakes one of its WaitQueue calls
   };
   absl::Status PutLocked(const std::string& key, std::string value, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The calls' work under the lock, on a normalised and checked key.
+  absl::Status InsertLocked(const std::string& k, std::string value, bool allow_overwrite,
+                            Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> IncrementLocked(const std::string& k, int64_t delta, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<std::string>> CompareAndSetLocked(const std::string& k,
+                                                                 absl::string_view expected,
+                                                                 std::string desired, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendLocked(const std::string& k, absl::string_view data, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> EraseKeyLocked(const std::string& k, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status QueuePushLocked(const std::string& d, std::string value, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Popped> QueuePopLocked(const std::string& d, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the journal of a change, or keeps it for the batch's one record.
+  void JournalLocked(KeyJournalChange change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void JournalOne(const KeyJournalChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordLocked(KeyChange event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void RemoveWatch(WaiterId id);
@@ -193,6 +249,8 @@ class KeyValueStore {
   bool HasQueueItemLocked(const std::string& prefix) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
   StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // While Atomically runs: the changes its one record will hold.
+  std::vector<KeyJournalChange>* batch_changes_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -311,6 +311,22 @@ void StateStore::KeyDeleted(const std::string& key, int64_t revision) {
   Append(record);
 }
 
+void StateStore::KeysChanged(const std::vector<KeyJournalChange>& changes) {
+  pb::Record record;
+  for (const KeyJournalChange& change : changes) {
+    pb::KeyChanges::Change* out = record.mutable_key_changes()->add_changes();
+    if (change.deleted) {
+      out->mutable_deleted()->set_key(change.key);
+      out->mutable_deleted()->set_revision(change.revision);
+    } else {
+      out->mutable_put()->set_key(change.key);
+      out->mutable_put()->set_value(change.value);
+      out->mutable_put()->set_revision(change.revision);
+    }
+  }
+  Append(record);
+}
+
 void StateStore::BarrierStarted(const DurableBarrier& barrier) {
   pb::Record record;
   ToProto(barrier, record.mutable_barrier_started());

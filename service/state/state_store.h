@@ -98,6 +98,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
                           const DurableDeviceGroup* group) override;
   void KeyPut(const std::string& key, const std::string& value, int64_t revision) override;
   void KeyDeleted(const std::string& key, int64_t revision) override;
+  void KeysChanged(const std::vector<KeyJournalChange>& changes) override;
   void BarrierStarted(const DurableBarrier& barrier) override;
   void BarrierArrived(const std::string& id, int64_t counter, const TaskName& task) override;
   void BarrierDone(const std::string& id, int64_t counter, const absl::Status& result) override;

@@ -108,18 +108,26 @@ class Replay {
         return absl::OkStatus();
       }
       case pb::Record::kKeyPut:
-        keys_[record.key_put().key()] = record.key_put().value();
-        revision_ = std::max(revision_, record.key_put().revision());
+        Put(record.key_put());
         return absl::OkStatus();
-      case pb::Record::kKeyDeleted: {
-        const std::string& key = record.key_deleted().key();
-        keys_.erase(key);
-        std::string prefix = key + "/";
-        for (auto it = keys_.lower_bound(prefix);
-             it != keys_.end() && absl::StartsWith(it->first, prefix);) {
-          it = keys_.erase(it);
+      case pb::Record::kKeyDeleted:
+        Delete(record.key_deleted());
+        return absl::OkStatus();
+      case pb::Record::kKeyChanges: {
+        // The frame is whole (a torn one never gets here), so every change in it was made.
+        const auto& changes = record.key_changes().changes();
+        for (const pb::KeyChanges::Change& change : changes) {
+          if (change.change_case() == pb::KeyChanges::Change::CHANGE_NOT_SET) {
+            return absl::DataLossError("a change of keys of a kind this coordinator does not know");
+          }
         }
-        revision_ = std::max(revision_, record.key_deleted().revision());
+        for (const pb::KeyChanges::Change& change : changes) {
+          if (change.has_put()) {
+            Put(change.put());
+          } else {
+            Delete(change.deleted());
+          }
+        }
         return absl::OkStatus();
       }
       case pb::Record::kKeyRevision:
@@ -180,6 +188,23 @@ class Replay {
   }
 
  private:
+  void Put(const pb::KeyPut& put) {
+    keys_[put.key()] = put.value();
+    revision_ = std::max(revision_, put.revision());
+  }
+
+  // The key and every key under "key/".
+  void Delete(const pb::KeyDeleted& deleted) {
+    const std::string& key = deleted.key();
+    keys_.erase(key);
+    std::string prefix = key + "/";
+    for (auto it = keys_.lower_bound(prefix);
+         it != keys_.end() && absl::StartsWith(it->first, prefix);) {
+      it = keys_.erase(it);
+    }
+    revision_ = std::max(revision_, deleted.revision());
+  }
+
   DurableWholeBarrier* Whole(int kind) {
     if (kind == static_cast<int>(WholeBarrierKind::kRegister)) return &state_.register_barrier;
     if (kind == static_cast<int>(WholeBarrierKind::kShutdown)) return &state_.shutdown_barrier;

@@ -115,11 +115,7 @@ void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request
     if (!request.command.empty()) {
       return done(absl::InvalidArgumentError("a request that ends its client carries no command"));
     }
-    absl::StatusOr<bool> erased;
-    {
-      absl::MutexLock ledger(&ledger_mu_);
-      erased = service_->EraseKeyValue(LedgerKey(request.client));
-    }
+    absl::StatusOr<bool> erased = service_->EraseKeyValue(LedgerKey(request.client));
     if (!erased.ok()) return done(erased.status());
     return done(std::string());
   }
@@ -142,48 +138,50 @@ void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request
 }
 
 absl::StatusOr<std::string> ForwardedCommands::ApplyOnce(const ForwardedCommand& request,
-                                                         const Command& command) {
+                                                         Command& command) {
   const std::string ledger_key = LedgerKey(request.client);
-  absl::MutexLock ledger(&ledger_mu_);
-  absl::StatusOr<std::string> record = service_->TryGetKeyValue(ledger_key);
-  if (record.ok()) {
-    if (record->size() < 8) {
-      return absl::DataLossError(absl::StrCat("the record of client ", request.client, " at ",
-                                              ledger_key, " is not one this coordinator wrote (",
-                                              record->size(), " bytes)"));
+  absl::StatusOr<std::string> reply;
+  // The record is read, the command carried out and the new record written under one hold of
+  // the store's lock, and journaled as one: a coordinator killed at any moment has both or
+  // neither, and a command sent again while its first attempt still runs finds its record.
+  service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+    absl::StatusOr<std::string> record = kv.TryGet(ledger_key);
+    if (record.ok()) {
+      if (record->size() < 8) {
+        reply = absl::DataLossError(absl::StrCat("the record of client ", request.client, " at ",
+                                                 ledger_key, " is not one this coordinator wrote (",
+                                                 record->size(), " bytes)"));
+        return;
+      }
+      const uint64_t last = absl::little_endian::Load64(record->data());
+      if (last > request.sequence) {
+        reply = absl::FailedPreconditionError(
+            absl::StrCat("command ", request.sequence, " of client ", request.client,
+                         " comes after its command ", last, " was answered: the client is broken"));
+        return;
+      }
+      if (last == request.sequence) {
+        reply = record->substr(8);  // answered before
+        return;
+      }
+    } else if (record.status().code() != absl::StatusCode::kNotFound) {
+      reply = record.status();
+      return;
     }
-    const uint64_t last = absl::little_endian::Load64(record->data());
-    if (last > request.sequence) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("command ", request.sequence, " of client ", request.client,
-                       " comes after its command ", last, " was answered: the client is broken"));
+    // A BARRIER's part here is its arrival, which must not count twice; the wait that follows
+    // may be repeated.
+    reply = ChangeStore(kv, command);
+    if (!reply.ok()) return;
+    if (absl::Status s = kv.Insert(ledger_key, EncodeRecord(request.sequence, *reply),
+                                   /*allow_overwrite=*/true);
+        !s.ok()) {
+      reply =
+          absl::Status(s.code(), absl::StrCat(QueryName(command.query),
+                                              " was carried out, but the record that keeps it from "
+                                              "being carried out twice could not be written: ",
+                                              s.message()));
     }
-    if (last == request.sequence) return record->substr(8);  // answered before
-  } else if (record.status().code() != absl::StatusCode::kNotFound) {
-    return record.status();
-  }
-  std::string reply;
-  if (command.query == Query::kBarrier) {
-    // Its arrival is what must not count twice; the wait that follows may be repeated.
-    absl::StatusOr<int64_t> arrived = service_->IncrementKeyValue(StoreKey(command.keys[0]), 1);
-    if (!arrived.ok()) {
-      return absl::Status(arrived.status().code(),
-                          absl::StrCat("BARRIER: ", arrived.status().message()));
-    }
-  } else {
-    absl::StatusOr<std::string> result = RunNow(request.command);
-    if (!result.ok()) return result.status();
-    reply = std::move(*result);
-  }
-  if (absl::Status s = service_->InsertKeyValue(ledger_key, EncodeRecord(request.sequence, reply),
-                                                /*allow_overwrite=*/true);
-      !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat(QueryName(command.query),
-                                     " was carried out, but the record that keeps it from being "
-                                     "carried out twice could not be written: ",
-                                     s.message()));
-  }
+  });
   return reply;
 }
 

@@ -32,9 +32,8 @@ using ForwardedCommand = ::cohort::ForwardedTorchCommand;
 // durable as the change, and visible to `cohortctl kv ls torch-proxy`); a command with that
 // number gets the answer again, one with an older number is refused.
 //
-// The change and that record are two writes, one after the other on the same thread: a
-// coordinator killed between them (microseconds, against the whole round trip of an answer
-// without the record) would carry out the command again when it is sent again.
+// The change and that record are made as one (KeyValueStore::Atomically): one record of the
+// journal, so a coordinator killed at any moment comes back with both or neither.
 class ForwardedCommands {
  public:
   using Done = std::function<void(absl::StatusOr<std::string>)>;
@@ -62,7 +61,8 @@ class ForwardedCommands {
   void Wait(WaiterId waiter, const std::string& bytes, Done done);
   // Carries out a command that changes the store, unless its client's record says it was:
   // the reply, kept as that record.
-  absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request, const Command& command);
+  // Takes the command's values.
+  absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request, Command& command);
   // A wait that is no longer registered (cancelled, or answered at once) must not stay parked.
   void EndIfCancelled(WaiterId waiter, TorchStoreSession* session);
   // Carries out a command that answers at once, on a session of its own.
@@ -71,10 +71,6 @@ class ForwardedCommands {
 
   CoordinationService* const service_;
   const CodecLimits limits_;
-  // Held from the reading of a client's record to the writing of its new one: a command sent
-  // again while its first attempt still runs (a connection that broke without a restart) finds
-  // that attempt's record.
-  absl::Mutex ledger_mu_;
   absl::Mutex mu_;
   absl::flat_hash_map<WaiterId, std::shared_ptr<Waiting>> waiting_ ABSL_GUARDED_BY(mu_);
 };

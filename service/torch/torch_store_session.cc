@@ -23,6 +23,73 @@ absl::Status WithQuery(const Command& c, const absl::Status& s) {
 
 }  // namespace
 
+absl::StatusOr<std::string> ChangeStore(KeyValueStore::Batch& kv, Command& c) {
+  std::string reply;
+  switch (c.query) {
+    case Query::kSet:
+      if (absl::Status s = kv.Insert(StoreKey(c.keys[0]), std::move(c.values[0]),
+                                     /*allow_overwrite=*/true);
+          !s.ok()) {
+        return WithQuery(c, s);
+      }
+      break;
+    case Query::kMultiSet:
+      for (size_t i = 0; i < c.keys.size(); ++i) {
+        if (absl::Status s = kv.Insert(StoreKey(c.keys[i]), std::move(c.values[i]), true);
+            !s.ok()) {
+          return WithQuery(c, s);
+        }
+      }
+      break;
+    case Query::kCompareSet: {
+      absl::StatusOr<std::optional<std::string>> after =
+          kv.CompareAndSet(StoreKey(c.keys[0]), c.values[0], std::move(c.values[1]));
+      if (!after.ok()) return WithQuery(c, after.status());
+      // Absent, and `expected` not empty: torch answers `expected` itself.
+      AppendBytes(after->has_value() ? **after : c.values[0], &reply);
+      break;
+    }
+    case Query::kAdd: {
+      absl::StatusOr<int64_t> sum = kv.Increment(StoreKey(c.keys[0]), c.number);
+      if (!sum.ok()) return WithQuery(c, sum.status());
+      AppendI64(*sum, &reply);
+      break;
+    }
+    case Query::kAppend:
+      if (absl::Status s = kv.Append(StoreKey(c.keys[0]), c.values[0]); !s.ok()) {
+        return WithQuery(c, s);
+      }
+      break;
+    case Query::kDeleteKey: {
+      absl::StatusOr<bool> erased = kv.Erase(StoreKey(c.keys[0]));
+      if (!erased.ok()) return WithQuery(c, erased.status());
+      AppendI64(*erased ? 1 : 0, &reply);
+      break;
+    }
+    case Query::kBarrier:
+      if (absl::StatusOr<int64_t> arrived = kv.Increment(StoreKey(c.keys[0]), 1); !arrived.ok()) {
+        return WithQuery(c, arrived.status());
+      }
+      break;
+    case Query::kQueuePush:
+      if (absl::Status s = kv.QueuePush(QueueKey(c.keys[0]), std::move(c.values[0])); !s.ok()) {
+        return WithQuery(c, s);
+      }
+      break;
+    case Query::kQueuePop: {
+      absl::StatusOr<KeyValueStore::Popped> popped = kv.QueuePop(QueueKey(c.keys[0]));
+      if (!popped.ok()) return WithQuery(c, popped.status());
+      AppendI64(popped->length, &reply);
+      if (popped->item) AppendBytes(*popped->item, &reply);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(QueryName(c.query), " does not change the store"));
+  }
+  return reply;
+}
+
 TorchStoreSession::TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send,
                                      End end)
     : service_(service), decoder_(limits), send_(std::move(send)), end_(std::move(end)) {}
@@ -58,27 +125,18 @@ absl::Status TorchStoreSession::Execute(Command& c) {
       AppendU32(static_cast<uint32_t>(c.number), &reply);
       break;
     case Query::kSet:
-      if (absl::Status s = service_->InsertKeyValue(StoreKey(c.keys[0]), std::move(c.values[0]),
-                                                    /*allow_overwrite=*/true);
-          !s.ok()) {
-        return WithQuery(c, s);
-      }
-      return absl::OkStatus();
     case Query::kMultiSet:
-      for (size_t i = 0; i < c.keys.size(); ++i) {
-        if (absl::Status s =
-                service_->InsertKeyValue(StoreKey(c.keys[i]), std::move(c.values[i]), true);
-            !s.ok()) {
-          return WithQuery(c, s);
-        }
-      }
-      return absl::OkStatus();
-    case Query::kCompareSet: {
-      absl::StatusOr<std::optional<std::string>> after =
-          service_->CompareAndSetKeyValue(StoreKey(c.keys[0]), c.values[0], c.values[1]);
-      if (!after.ok()) return WithQuery(c, after.status());
-      // Absent, and `expected` not empty: torch answers `expected` itself.
-      AppendBytes(after->has_value() ? **after : c.values[0], &reply);
+    case Query::kCompareSet:
+    case Query::kAdd:
+    case Query::kAppend:
+    case Query::kDeleteKey:
+    case Query::kQueuePush:
+    case Query::kQueuePop: {
+      absl::StatusOr<std::string> answer;
+      service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) { answer = ChangeStore(kv, c); });
+      if (!answer.ok()) return answer.status();
+      if (answer->empty()) return absl::OkStatus();  // a write torch's server does not answer
+      reply = std::move(*answer);
       break;
     }
     case Query::kGet: {
@@ -94,23 +152,6 @@ absl::Status TorchStoreSession::Execute(Command& c) {
         AppendBytes(*value, &reply);
       }
       break;
-    case Query::kAdd: {
-      absl::StatusOr<int64_t> sum = service_->IncrementKeyValue(StoreKey(c.keys[0]), c.number);
-      if (!sum.ok()) return WithQuery(c, sum.status());
-      AppendI64(*sum, &reply);
-      break;
-    }
-    case Query::kAppend:
-      if (absl::Status s = service_->AppendKeyValue(StoreKey(c.keys[0]), c.values[0]); !s.ok()) {
-        return WithQuery(c, s);
-      }
-      return absl::OkStatus();
-    case Query::kDeleteKey: {
-      absl::StatusOr<bool> erased = service_->EraseKeyValue(StoreKey(c.keys[0]));
-      if (!erased.ok()) return WithQuery(c, erased.status());
-      AppendI64(*erased ? 1 : 0, &reply);
-      break;
-    }
     case Query::kCheck: {
       bool all = true;
       for (const std::string& key : c.keys) {
@@ -156,20 +197,6 @@ absl::Status TorchStoreSession::Execute(Command& c) {
       AppendU8(kWaitCanceled, &canceled);
       CancelWaits("CANCEL_WAIT", std::move(canceled));
       return absl::OkStatus();
-    }
-    case Query::kQueuePush:
-      if (absl::Status s = service_->QueuePushKeyValue(QueueKey(c.keys[0]), std::move(c.values[0]));
-          !s.ok()) {
-        return WithQuery(c, s);
-      }
-      return absl::OkStatus();
-    case Query::kQueuePop: {
-      absl::StatusOr<KeyValueStore::Popped> popped =
-          service_->QueuePopKeyValue(QueueKey(c.keys[0]));
-      if (!popped.ok()) return WithQuery(c, popped.status());
-      AppendI64(popped->length, &reply);
-      if (popped->item) AppendBytes(*popped->item, &reply);
-      break;
     }
     case Query::kQueueLen:
       AppendI64(static_cast<int64_t>(service_->QueueLengthKeyValue(QueueKey(c.keys[0]))), &reply);

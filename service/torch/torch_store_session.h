@@ -18,6 +18,12 @@ namespace cohort::torch {
 // What a TorchStoreServer connection feeds: the bytes its client sends, and its end. `Send`
 // writes reply bytes to the client in the order of its calls; `End` closes the connection with
 // the reason. Both may be called from any thread, neither may call back into the handler.
+// Carries out, in `kv`, a command that changes the store (ChangesStore(c.query)); BARRIER's
+// part here is its arrival alone, which answers nothing yet. Returns what torch's server
+// answers (empty for SET, MULTI_SET, APPEND, QUEUE_PUSH, which it does not answer). Errors
+// name the command. Takes the command's values.
+absl::StatusOr<std::string> ChangeStore(KeyValueStore::Batch& kv, Command& c);
+
 class TorchStoreHandler {
  public:
   using Send = std::function<void(std::string bytes)>;

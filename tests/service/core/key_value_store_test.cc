@@ -468,6 +468,46 @@ TEST_F(KeyValueStoreTest, AWakeUpPassedOnEndsTheNextQueueWaitWhileAnItemIsThere)
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
 }
 
+TEST_F(KeyValueStoreTest, ABatchIsSeenWholeAndWakesTheWaitersOfEveryKeyItSets) {
+  GetResult a = Get("a");
+  GetResult b = Get("b");
+  ::cohort::testing::StatusResult q1, q2;
+  service_->WaitKeyValueQueue("q1", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              q1.Callback());
+  service_->WaitKeyValueQueue("q2", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              q2.Callback());
+  const int64_t revision = service_->KeyValueStats().revision;
+  service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+    ASSERT_TRUE(kv.Insert("a", "1", false).ok());
+    ASSERT_TRUE(kv.Increment("b", 2).ok());
+    EXPECT_EQ(kv.TryGet("b").value_or("<absent>"), "2") << "a batch reads its own changes";
+    ASSERT_TRUE(kv.QueuePush("q1", "x").ok());
+    ASSERT_TRUE(kv.QueuePush("q2", "y").ok());
+    EXPECT_FALSE(a.fired()) << "a waiter hears of a batch once it is whole";
+  });
+  ASSERT_TRUE(a.fired());
+  EXPECT_EQ(a.value().value_or("<error>"), "1");
+  ASSERT_TRUE(b.fired());
+  EXPECT_EQ(b.value().value_or("<error>"), "2");
+  EXPECT_TRUE(q1.fired());
+  EXPECT_TRUE(q2.fired());
+  EXPECT_EQ(service_->KeyValueStats().revision, revision + 4);
+}
+
+TEST_F(KeyValueStoreTest, ACallThatFailsInABatchChangesNothingItselfAndKeepsWhatCameBefore) {
+  ASSERT_TRUE(service_->InsertKeyValue("text", "abc", false).ok());
+  absl::Status failed;
+  service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+    ASSERT_TRUE(kv.Insert("first", "1", false).ok());
+    failed = kv.Increment("text", 1).status();
+    EXPECT_EQ(kv.Insert("text", "x", false).code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_EQ(kv.TryGet("").status().code(), absl::StatusCode::kInvalidArgument);
+  });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kFailedPrecondition) << failed;
+  EXPECT_EQ(service_->TryGetKeyValue("text").value_or("<absent>"), "abc");
+  EXPECT_EQ(service_->TryGetKeyValue("first").value_or("<absent>"), "1");
+}
+
 TEST_F(KeyValueStoreTest, KeyOverTheLimitIsResourceExhaustedAndNotStored) {
   KeyValueLimits limits;
   limits.max_key_bytes = 8;

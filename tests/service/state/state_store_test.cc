@@ -23,6 +23,9 @@
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
+#include "service/torch/forwarded_commands.h"
+#include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_keys.h"
 #include "tests/service/core/callback_result.h"
 
 namespace cohort {
@@ -154,8 +157,11 @@ class StateStoreTest : public ::testing::Test {
   }
 
   // The service replaced by one started from the directory as a crash now would leave it.
-  void CrashAndRestart() {
-    std::string copy = CrashCopy();
+  void CrashAndRestart() { RestartFrom(CrashCopy()); }
+
+  // The service replaced by one started from `copy` (a crash copy), which becomes the
+  // directory.
+  void RestartFrom(const std::string& copy) {
     service_.reset();
     store_.reset();
     fs::remove_all(dir_);
@@ -223,6 +229,14 @@ class StateStoreTest : public ::testing::Test {
       }
     }
     return dir_ + "/" + newest;
+  }
+
+  // A crash copy whose newest log is cut to `bytes`: what a crash of the machine in the
+  // middle of writing it could leave.
+  std::string CutCopy(uintmax_t bytes) {
+    std::string copy = CrashCopy();
+    fs::resize_file(copy + "/" + fs::path(NewestLog()).filename().string(), bytes);
+    return copy;
   }
 
   int64_t compact_bytes_ = int64_t{64} << 20;
@@ -397,6 +411,79 @@ TEST_F(StateStoreTest, ARecordCutShortByACrashIsDropped) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(Describe(*saved), expected);
   EXPECT_EQ(fs::file_size(log), size);
+}
+
+TEST_F(StateStoreTest, ChangesMadeAsOneAreRestoredWholeOrNotAtAll) {
+  ASSERT_TRUE(service_->InsertKeyValue("count", "4", false).ok());
+  ASSERT_TRUE(service_->InsertKeyValue("gone", "x", false).ok());
+  const std::string before = Describe(service_->CaptureState());
+  const uintmax_t size_before = fs::file_size(NewestLog());
+  service_->KeyValueAtomically([](KeyValueStore::Batch& kv) {
+    ASSERT_TRUE(kv.Increment("count", 1).ok());
+    ASSERT_TRUE(kv.Insert("record", "5", false).ok());
+    ASSERT_TRUE(kv.Erase("gone").ok());
+    ASSERT_TRUE(kv.QueuePush("q", "item").ok());
+  });
+  const std::string after = Describe(service_->CaptureState());
+  const uintmax_t size_after = fs::file_size(NewestLog());
+  ASSERT_NE(before, after);
+  ASSERT_GT(size_after, size_before);
+  // Cut anywhere inside what the batch wrote, the log gives the state before it; whole, the
+  // state after it. Nothing in between.
+  for (uintmax_t cut = size_before; cut < size_after; ++cut) {
+    auto saved = Read(CutCopy(cut));
+    ASSERT_TRUE(saved.ok()) << "cut at " << cut << ": " << saved.status();
+    ASSERT_EQ(Describe(*saved), before) << "cut at " << cut << " of " << size_after;
+  }
+  auto saved = Read(CrashCopy());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(Describe(*saved), after);
+}
+
+TEST_F(StateStoreTest, AForwardedTorchCommandIsCarriedOutOnceWhereverACrashCutsTheLog) {
+  using torch::Command;
+  using torch::Query;
+  auto forward = [this](uint64_t sequence, const Command& command) {
+    torch::ForwardedCommands commands(service_.get());
+    torch::ForwardedCommand request;
+    request.client = "rank-0";
+    request.sequence = sequence;
+    request.command = torch::EncodeCommand(command);
+    std::optional<absl::StatusOr<std::string>> reply;
+    commands.Execute(service_->NewWaiterId(), request,
+                     [&reply](absl::StatusOr<std::string> r) { reply = std::move(r); });
+    EXPECT_TRUE(reply.has_value()) << "no answer at once";
+    return reply.value_or(absl::InternalError("no answer"));
+  };
+  Command set;
+  set.query = Query::kSet;
+  set.keys = {"count"};
+  set.values = {"5"};
+  ASSERT_TRUE(forward(1, set).ok());
+  Command add;
+  add.query = Query::kAdd;
+  add.keys = {"count"};
+  add.number = 1;
+  const uintmax_t size_before = fs::file_size(NewestLog());
+  absl::StatusOr<std::string> first = forward(2, add);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const uintmax_t size_after = fs::file_size(NewestLog());
+  // The answer was lost with the coordinator, and the sidecar sends the ADD again to the one
+  // that restarted from whatever the log held: it counts once, and answers as the first time.
+  const std::string log = fs::path(NewestLog()).filename().string();
+  const std::string crashed = CrashCopy();
+  for (uintmax_t cut = size_before; cut <= size_after; ++cut) {
+    SCOPED_TRACE(absl::StrCat("log cut at ", cut, " of ", size_after));
+    std::string copy = absl::StrCat(root_, "/cut-", cut);
+    fs::copy(crashed, copy);
+    fs::resize_file(copy + "/" + log, cut);
+    RestartFrom(copy);
+    if (HasFatalFailure()) return;
+    absl::StatusOr<std::string> again = forward(2, add);
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_EQ(*again, *first);
+    ASSERT_EQ(service_->TryGetKeyValue(torch::StoreKey("count")).value_or("<absent>"), "6");
+  }
 }
 
 TEST_F(StateStoreTest, ADamagedRecordRefusesTheStart) {
