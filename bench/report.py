@@ -17,6 +17,7 @@ SYSTEM_NAMES = {
     "cohort": "cohort",
     "cohort-tensorflow": "cohort (tensorflow protocol)",
     "cohort-torch": "cohort (TCPStore protocol)",
+    "cohort-torch-sidecar": "cohort (TCPStore via sidecar)",
     "jaxlib": "jaxlib service",
     "etcd": "etcd 3.4",
     "tcpstore": "TCPStore",
@@ -134,8 +135,9 @@ def section_register(recs, plots, goals):
     # jaxlib against cohort; torch's TCPStore server against cohort's TCPStore protocol (torch's
     # client and store-based barrier on both).
     pairs = [("cohort", "jaxlib")]
-    if "cohort-torch" in systems and "tcpstore" in systems:
-        pairs.append(("cohort-torch", "tcpstore"))
+    for ours in ("cohort-torch", "cohort-torch-sidecar"):
+        if ours in systems and "tcpstore" in systems:
+            pairs.append((ours, "tcpstore"))
     header = (["N"] + [SYSTEM_NAMES[s] for s in systems]
               + [f"{SYSTEM_NAMES[a]} ÷ {SYSTEM_NAMES[ours]}" for ours, a in pairs])
     rows_reg, rows_p50, rows_p99 = [], [], []
@@ -227,13 +229,14 @@ def section_kv(recs, plots, goals):
            "its set rate counts requests written, not applied.\n\n"]
     values = sorted({r["value_bytes"] for r in recs if "value_bytes" in r})
     clients = sorted({r["clients"] for r in recs if "clients" in r})
-    systems = [s for s in ["cohort", "cohort-torch"] + ANCHORS
+    systems = [s for s in ["cohort", "cohort-torch", "cohort-torch-sidecar"] + ANCHORS
                if any(r.get("system") == s for r in recs)]
-    # Each anchor against cohort, and torch's server against cohort's TCPStore protocol
-    # (the same client, torch's, drives both).
+    # Each anchor against cohort, and torch's server against cohort's TCPStore protocol,
+    # direct and through the sidecar (the same client, torch's, drives all three).
     pairs = [("cohort", a) for a in ANCHORS if a in systems]
-    if "cohort-torch" in systems and "tcpstore" in systems:
-        pairs.append(("cohort-torch", "tcpstore"))
+    for ours in ("cohort-torch", "cohort-torch-sidecar"):
+        if ours in systems and "tcpstore" in systems:
+            pairs.append((ours, "tcpstore"))
     slower = []
     for op in ("set", "get", "blocking_get", "add"):
         rows = []

@@ -5,8 +5,10 @@ Each measurement gets a fresh server on a loopback port: cohort-coordinator, jax
 own service (bench/jaxlib_service.py), etcd 3.4 (Debian's), or PyTorch's TCPStore
 (bench/tcpstore_driver.py). cohort-loadgen drives cohort, jaxlib and etcd; TCPStore is
 driven by its own Python driver with the same parameters, and so is cohort's TCPStore
-protocol (cohort-torch: cohort-coordinator --torch-store-listen), with torch's own client
-against both servers in the same run. Every process is started here,
+protocol (cohort-torch: cohort-coordinator --torch-store-listen) and the same through a pod's
+sidecar (cohort-torch-sidecar: cohort-sidecar --torch-store-proxy-listen in front of the
+coordinator, every command carried over its gRPC port), with torch's own client against
+every server in the same run. Every process is started here,
 stopped here by its PID, and given a deadline.
 
   python3 bench/run.py                      # the full run
@@ -31,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 from free_port import free_port  # noqa: E402  (below the ephemeral range, as the tests')
 MIB = 1 << 20
 # The systems torch's own client drives (bench/tcpstore_driver.py).
-TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch")
+TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch", "cohort-torch-sidecar")
 
 PROFILES = {
     "full": {
@@ -186,7 +188,7 @@ class Bench:
         if "jaxlib" in self.systems and not self.py_has("jaxlib"):
             self.skip("jaxlib", f"jaxlib is not importable by {self.python}")
         # cohort's TCPStore protocol (cohort-torch) is driven by torch's client too.
-        torch_users = [s for s in ("tcpstore", "cohort-torch") if s in self.systems
+        torch_users = [s for s in TCPSTORE_PROTOCOL if s in self.systems
                        or s.split("-")[0] in self.systems]
         if torch_users and not self.py_has("torch"):
             reason = "torch is not installed"
@@ -283,6 +285,30 @@ class Bench:
             "--http-listen", "", "--job", f"worker={max(1, tasks)}", "--register-timeout", "10m",
             "--torch-store-listen", f"127.0.0.1:{port}", "--log-level", "warn"], port, self.logs)
 
+    def cohort_torch_sidecar(self, tasks):
+        """cohort's TCPStore protocol as a pod's processes reach it: a cohort-sidecar's
+        --torch-store-proxy-listen, which carries each command to the coordinator over its
+        gRPC port (the path of `framework: pytorch` on the cluster). One sidecar for every
+        client, as in a pod whose ranks all talk through it."""
+        coordinator_port, proxy_port, port = free_port(), free_port(), free_port()
+        coordinator = Server("cohort-torch-sidecar-coordinator", [
+            str(self.bin / "cohort-coordinator"), "--listen", f"127.0.0.1:{coordinator_port}",
+            "--http-listen", "", "--job", f"worker={max(1, tasks)}",
+            "--auxiliary-job", "sidecar=1", "--register-timeout", "10m",
+            "--log-level", "warn"], coordinator_port, self.logs)
+        try:
+            sidecar = Server("cohort-torch-sidecar", [
+                str(self.bin / "cohort-sidecar"), "--coordinator", coordinator.address,
+                "--proxy-listen", f"127.0.0.1:{proxy_port}",
+                "--http-listen", f"127.0.0.1:{free_port()}",
+                "--job", "sidecar", "--task", "0", "--num-tasks", "1",
+                "--torch-store-proxy-listen", f"127.0.0.1:{port}", "--log-level", "warn"],
+                port, self.logs, cleanup=coordinator.__exit__)
+        except BaseException:
+            coordinator.__exit__()
+            raise
+        return sidecar
+
     def tcpstore(self):
         port = free_port()
         return Server("tcpstore", [
@@ -293,6 +319,7 @@ class Bench:
         return {"cohort": self.cohort, "cohort-tensorflow": self.cohort, "jaxlib": self.jaxlib,
                 "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
                 "cohort-torch": lambda t, **k: self.cohort_torch(t),
+                "cohort-torch-sidecar": lambda t, **k: self.cohort_torch_sidecar(t),
                 }[system](tasks, **kw)
 
     # ------------------------------------------------------------ drivers
@@ -377,7 +404,8 @@ class Bench:
         records = []
         for n in self.p["register_tasks"]:
             for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib",
-                                            "cohort-torch", "tcpstore"]):
+                                            "cohort-torch", "cohort-torch-sidecar",
+                                            "tcpstore"]):
                 # torch's client is driven by a Python thread per task.
                 if system in TCPSTORE_PROTOCOL and n > self.p["tcpstore_max_tasks"]:
                     continue
@@ -402,7 +430,7 @@ class Bench:
                     log(f"kv: {clients} clients x {value} B skipped (over 2 GiB in flight)")
                     continue
                 for system in self.systems_for(["cohort", "jaxlib", "etcd", "cohort-torch",
-                                                "tcpstore"]):
+                                                "cohort-torch-sidecar", "tcpstore"]):
                     params = {"clients": clients, "value_bytes": value,
                               "seconds": self.p["kv_seconds"]}
                     records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))

@@ -531,6 +531,39 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     }
   }
 
+  if (spec.contains("elastic") && !spec["elastic"].is_null()) {
+    if (s.framework != Framework::kPytorch) {
+      return Invalid("spec.elastic", "is for framework: pytorch (torchrun's elastic agents)");
+    }
+    const json& elastic = spec["elastic"];
+    if (!elastic.is_object()) return Invalid("spec.elastic", "must be an object");
+    ElasticSpec e;
+    const auto lo = Whole(elastic, "minReplicas", s.replicas, 1, 16384);
+    const auto hi = Whole(elastic, "maxReplicas", s.replicas, 1, 16384);
+    const auto restarts = Whole(elastic, "maxRestarts", 3, 0, 1000);
+    if (!lo) return Invalid("spec.elastic.minReplicas", "must be a whole number from 1 to 16384");
+    if (!hi) return Invalid("spec.elastic.maxReplicas", "must be a whole number from 1 to 16384");
+    if (!restarts)
+      return Invalid("spec.elastic.maxRestarts", "must be a whole number from 0 to 1000");
+    if (!(*lo <= s.replicas && s.replicas <= *hi)) {
+      return Invalid("spec.elastic",
+                     absl::StrCat("spec.replicas (", s.replicas, ") must lie from minReplicas (",
+                                  *lo, ") to maxReplicas (", *hi, ")"));
+    }
+    e.min_replicas = static_cast<int>(*lo);
+    e.max_replicas = static_cast<int>(*hi);
+    e.max_restarts = static_cast<int>(*restarts);
+    s.elastic = e;
+    // A lost worker's pod is made again alone, and the coordinator lets its sidecar register
+    // again: the implied rule comes after the job's own.
+    s.coordinator.recoverable = true;
+    FailureRule rejoin;
+    rejoin.action = FailureAction::kRestartWorker;
+    rejoin.on_reasons = {failure_reason::kPodDeleted, failure_reason::kEvicted,
+                         failure_reason::kNodeLost, failure_reason::kPreempted};
+    s.failure_policy.rules.push_back(std::move(rejoin));
+  }
+
   const std::string success = Str(spec, "successPolicy", "AllWorkers");
   if (success == "AllWorkers") {
     s.success_policy = SuccessPolicy::kAllWorkers;

@@ -134,10 +134,21 @@ struct PytorchSpec {
   std::optional<int> nproc_per_node;
 };
 
+// spec.elastic (framework: pytorch): torchrun's elastic membership, --nnodes=min:max over the
+// c10d rendezvous in the sidecars' store, each agent restarting its processes up to
+// max_restarts times when the membership changes. A worker whose pod is lost is made again
+// alone (an implied RestartWorker rule), and its agent joins a new rendezvous round.
+struct ElasticSpec {
+  int min_replicas = 1;
+  int max_replicas = 1;
+  int max_restarts = 3;
+};
+
 struct JobSpec {
   int replicas = 1;
   Framework framework = Framework::kGeneric;
   PytorchSpec pytorch;
+  std::optional<ElasticSpec> elastic;
   json pod_template = json::object();  // a PodTemplateSpec
   CoordinatorSpec coordinator;
   SidecarSpec sidecar;

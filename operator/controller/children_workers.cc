@@ -32,9 +32,12 @@ json Env(const std::string& name, const std::string& value) {
 // "True" makes every rank of a plain script a client of MASTER_ADDR:MASTER_PORT (no rank binds
 // it), and torchrun's node-0 agent, whose static rendezvous tries to bind MASTER_PORT, go on as a
 // client when the sidecar holds it (torch 2.7 and later). The PET_* variables are torchrun's
-// defaults: static rendezvous over the same store, or c10d with PET_RDZV_BACKEND=c10d (every
-// agent a client: is_host=false); the rendezvous id is the job's and its gang attempt's, so a
-// gang restart does not meet the keys of the one before.
+// defaults: static rendezvous over the same store, or c10d (every agent a client: is_host=false)
+// when a worker may be made again alone (below) or the user sets PET_RDZV_BACKEND=c10d; the
+// rendezvous id is the job's and its gang attempt's, so a gang restart does not meet the keys
+// of the one before.
+constexpr int kRejoinAgentRestarts = 3;  // torchrun's --max-restarts for a RestartWorker rule
+
 void PytorchEnv(const api::CoordinatedJob& job, int index, int restart, json* env) {
   const int nproc = job.spec.pytorch.nproc_per_node.value_or(
       std::max(1, TemplateGpusOf(job.spec.pod_template).count));
@@ -48,7 +51,9 @@ void PytorchEnv(const api::CoordinatedJob& job, int index, int restart, json* en
            {"LOCAL_RANK", "0"},
            {"NODE_RANK", absl::StrCat(index)},
            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-           {"PET_NNODES", absl::StrCat(job.spec.replicas)},
+           {"PET_NNODES", job.spec.elastic ? absl::StrCat(job.spec.elastic->min_replicas, ":",
+                                                          job.spec.elastic->max_replicas)
+                                           : absl::StrCat(job.spec.replicas)},
            {"PET_NPROC_PER_NODE", absl::StrCat(nproc)},
            {"PET_NODE_RANK", absl::StrCat(index)},
            {"PET_MASTER_ADDR", kSidecarTorchStoreHost},
@@ -59,6 +64,27 @@ void PytorchEnv(const api::CoordinatedJob& job, int index, int restart, json* en
        }) {
     env->push_back(Env(name, value));
   }
+  // A worker made again alone (spec.elastic, or a RestartWorker rule) meets the others' agents
+  // in a new round of the c10d rendezvous, which a static one does not have; each agent whose
+  // processes failed with the lost one restarts them, up to PET_MAX_RESTARTS times.
+  const bool rejoins =
+      job.spec.elastic ||
+      std::any_of(
+          job.spec.failure_policy.rules.begin(), job.spec.failure_policy.rules.end(),
+          [](const api::FailureRule& r) { return r.action == api::FailureAction::kRestartWorker; });
+  if (rejoins) {
+    env->push_back(Env("PET_RDZV_BACKEND", "c10d"));
+    env->push_back(Env(
+        "PET_MAX_RESTARTS",
+        absl::StrCat(job.spec.elastic ? job.spec.elastic->max_restarts : kRejoinAgentRestarts)));
+  }
+  // The c10d rendezvous (those, or a user's PET_RDZV_BACKEND=c10d) then gives each round's
+  // workers a store of their own, hosted by that round's rank 0 and published in the round's
+  // keys. torch's default shares one store, hosted by the first round's rank-0 agent, for
+  // every round: once that agent's pod is gone, the agents that were not rank 0 keep its
+  // address and the new round never starts (torch 2.15, three nodes). The static rendezvous
+  // does not read it.
+  env->push_back(Env("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"));
   // What a c10d rendezvous's rank-0 agent publishes for its workers' store (else its FQDN,
   // which a cluster without pod DNS does not resolve).
   env->push_back(FieldEnv("PET_LOCAL_ADDR", "status.podIP"));

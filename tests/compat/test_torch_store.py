@@ -18,6 +18,7 @@ import signal
 import socket
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -101,17 +102,22 @@ def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, tmp_path
 ALLREDUCE = COMPAT_DIR / "torch_allreduce.py"
 
 
-def operator_env(port, node, nodes, run_id):
+def operator_env(port, node, nodes, run_id, restart_worker=False):
     """What cohort-operator gives a framework: pytorch worker with one process per pod
     (operator/controller/children_workers.cc, PytorchEnv), its sidecar's store at `port` (29500
-    in a pod, where every sidecar has the pod's loopback to itself)."""
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nodes),
-            "RANK": str(node), "LOCAL_RANK": "0", "NODE_RANK": str(node),
-            "TORCHELASTIC_USE_AGENT_STORE": "True", "PET_NNODES": str(nodes),
-            "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": "127.0.0.1",
-            "PET_MASTER_PORT": str(port), "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
-            "PET_RDZV_CONF": "is_host=false", "PET_RDZV_ID": run_id,
-            "PET_LOCAL_ADDR": "127.0.0.1"}  # the pod's IP
+    in a pod, where every sidecar has the pod's loopback to itself); `restart_worker`: for a
+    job with a RestartWorker rule."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nodes),
+           "RANK": str(node), "LOCAL_RANK": "0", "NODE_RANK": str(node),
+           "TORCHELASTIC_USE_AGENT_STORE": "True", "PET_NNODES": str(nodes),
+           "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": "127.0.0.1",
+           "PET_MASTER_PORT": str(port), "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+           "PET_RDZV_CONF": "is_host=false", "PET_RDZV_ID": run_id,
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           "PET_LOCAL_ADDR": "127.0.0.1"}  # the pod's IP
+    if restart_worker:
+        env.update({"PET_RDZV_BACKEND": "c10d", "PET_MAX_RESTARTS": "3"})
+    return env
 
 
 @pytest.mark.parametrize("launch", ["plain", "torchrun-static", "torchrun-c10d"])
@@ -142,6 +148,57 @@ def test_two_pods_all_reduce_through_their_sidecars(group, launch):
     assert sorted(ranks) == ["0", "1"], (launch, ranks)
     if launch != "torchrun-c10d":
         assert "rank 0 of 2" in log_text(procs[0]), tail(log_text(procs[0]))
+
+
+STEPS = COMPAT_DIR / "torch_steps.py"
+
+
+def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group):
+    """Three "pods" run torchrun as cohort-operator sets it up for a job with a RestartWorker
+    rule (c10d over each pod's sidecar store, PET_MAX_RESTARTS=3,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). Mid-training the node whose process is rank 0 (the
+    one whose address the workers' store had) is killed with its process, as a deleted pod
+    is, and started again: the others' agents restart their processes, all three meet in a new
+    rendezvous round, and every process runs the training to its end. With torch's shared
+    store instead, the agents that were not rank 0 keep the lost one's address and no new round
+    starts (seen with torch 2.15)."""
+    assert not TORCH_MISSING, TORCH_MISSING
+    nodes = 3
+    coordinator = start_cohort(group, "worker", nodes, 30,
+                               extra=["--auxiliary-job", f"sidecar={nodes}"])
+    ports = [start_sidecar_store(group, coordinator, i, nodes)[1] for i in range(nodes)]
+
+    def agent(node, name):
+        env = dict(os.environ, **operator_env(ports[node], node, nodes, "job-rejoin",
+                                              restart_worker=True))
+        return group.start(name, [TORCH_PYTHON, "-m", "torch.distributed.run", str(STEPS), "150"],
+                           env=env)
+
+    agents = [agent(node, f"node-{node}") for node in range(nodes)]
+    deadline = time.monotonic() + 120
+    lost = None
+    while lost is None and time.monotonic() < deadline:
+        lost = next((n for n in range(nodes) if "step 10\n" in log_text(agents[n])), None)
+        if lost is None:
+            assert all(a.poll() is None for a in agents), \
+                "\n".join(tail(log_text(a)) for a in agents)
+            time.sleep(0.2)
+    assert lost is not None, "no step 10 within 120 s:\n" + tail(log_text(agents[0]))
+    worker = int(re.search(r"^pid (\d+) rank 0 of 3", log_text(agents[lost]), re.M).group(1))
+    group.stop(agents[lost], sig=signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)  # torchrun starts its processes in sessions of their own
+    agents[lost] = agent(lost, f"node-{lost}-again")
+    assert wait_all(agents, timeout=180) == [], "an agent did not finish in time"
+    done = []
+    for proc in agents:
+        log = log_text(proc)
+        assert proc.returncode == 0, f"torch {TORCH_VERSION}, {proc.name}:\n{tail(log)}"
+        done += re.findall(r"^rank (\d) of 3: 150 steps done", log, re.M)
+    assert sorted(done) == ["0", "1", "2"], done
+    # The survivors' agents started their processes twice, the new node's once.
+    for n in range(nodes):
+        starts = re.findall(r"^pid \d+ rank \d of 3 restart", log_text(agents[n]), re.M)
+        assert len(starts) == (1 if n == lost else 2), (n, tail(log_text(agents[n])))
 
 
 def test_the_sidecars_store_is_loopback_only(group):

@@ -6,8 +6,14 @@
 # the same worker pods and no container restarted (torch's store is behind each pod's sidecar,
 # which rides out the outage), and the final loss equal to an undisturbed run's: the same
 # program run here by three processes with torch's own TCPStore (rank 0 hosting it), no cohort
-# at all. torch comes from the benchmarks' venv (.venv-bench, made by bench/setup.sh, which
-# make test runs before the compat suite).
+# at all. Then the same program under torchrun with a RestartWorker rule, and again with
+# spec.elastic (for both the operator sets up torchrun's c10d rendezvous through the sidecars'
+# store and PET_MAX_RESTARTS):
+# worker 1's pod is deleted mid-training; the operator makes it again alone, the other agents
+# restart their processes and meet the new pod's agent in a new rendezvous round, and the job
+# succeeds with restarts 0 and workerRestarts 1, workers 0 and 2 never restarted. torch comes
+# from the benchmarks' venv (.venv-bench, made by bench/setup.sh, which make test runs before
+# the compat suite).
 set -uo pipefail
 NS="pytorch-restart-$$"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -106,4 +112,93 @@ else
   fail "the final loss" "got '$got', undisturbed '$reference'"
   pod_logs pytorch-ddp
 fi
+
+# ---- a worker's pod deleted: torchrun's agents meet its replacement, with a RestartWorker
+# rule (JOB pytorch-rejoin) or with spec.elastic (pytorch-elastic, minReplicas 2), which implies
+# that rule
+k delete cjob pytorch-ddp --wait=true --timeout=120s >/dev/null 2>&1
+rejoin_case() {
+  local job=$1 mode=$2
+  "$PYTHON" - "$WORK/pytorch-ddp.yaml" "$WORK/$job.yaml" "$PYTHON" "$job" "$mode" <<'PY'
+import sys
+text, python, job, mode = open(sys.argv[1]).read(), sys.argv[3], sys.argv[4], sys.argv[5]
+def swap(old, new):
+    global text
+    assert old in text, f"the example changed: {old!r} is not in it"
+    text = text.replace(old, new, 1)
+swap(f"command: [{python}, /app/train.py]",
+     f"command: [{python}, -m, torch.distributed.run, /app/train.py]")
+swap('- {name: STEPS, value: "60"}', '- {name: STEPS, value: "80"}')
+if mode == "rule":
+    swap("  coordinator:\n", "  coordinator:\n    recoverable: true\n")
+    swap("  template:\n    spec:\n      securityContext:",
+         "  failurePolicy:\n    rules:\n      - {action: RestartWorker, onReasons: [PodDeleted]}\n"
+         "  template:\n    spec:\n      securityContext:")
+else:
+    swap("  coordinator:\n", "  elastic: {minReplicas: 2, maxReplicas: 3}\n  coordinator:\n")
+swap("name: pytorch-ddp\nspec:", f"name: {job}\nspec:")
+open(sys.argv[2], "w").write(text)
+PY
+  k apply -f "$WORK/$job.yaml" >/dev/null
+  rejoin_at_step() { # c10d numbers the nodes as they join: rank 0, which prints the steps, may be any
+    local i
+    for i in 0 1 2; do
+      k logs "$job-worker-$i" -c trainer 2>/dev/null | grep "^step $1 loss" >/dev/null && return 0
+    done
+    return 1
+  }
+  rejoin_workers() {
+    k get pods -l "cohort.dev/role=worker,cohort.dev/job=$job" \
+      -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}/{.status.initContainerStatuses[0].restartCount}/{.status.containerStatuses[0].restartCount} {end}'
+  }
+  rejoin_done() {
+    local phase
+    phase=$(field "cjob/$job" "{.status.phase}")
+    [[ $phase == Succeeded || $phase == Failed ]]
+  }
+  if until_true 300 "rejoin_at_step 10"; then
+    before=$(rejoin_workers)
+    old=$(field "pod/$job-worker-1" '{.metadata.uid}')
+    k delete pod "$job-worker-1" --wait=false >/dev/null
+    if until_true 300 rejoin_done; then
+      got=$(field "cjob/$job" '{.status.phase} restarts={.status.restarts} workerRestarts={.status.workerRestarts}')
+      if [[ "$got" == "Succeeded restarts=0 workerRestarts=1" ]]; then
+        pass "$mode: worker 1's pod deleted mid-training: $got"
+      else
+        fail "$mode: worker 1's pod deleted: the job's status" "$got"
+      fi
+    else
+      fail "$mode: worker 1's pod deleted: the job ends" "phase $(field "cjob/$job" '{.status.phase}')"
+    fi
+    after=$(rejoin_workers)
+    new=$(field "pod/$job-worker-1" '{.metadata.uid}')
+    same=1
+    for i in 0 2; do
+      w=$(grep -o "$job-worker-$i=[^ ]*" <<<"$before")
+      [[ -n "$w" && " $after " == *" $w "* && "$w" == *"/0/0" ]] || same=0
+    done
+    if [[ $same == 1 && -n "$new" && "$new" != "$old" ]]; then
+      pass "$mode: workers 0 and 2 ran on in their pods; worker 1 got a new pod ($after)"
+    else
+      fail "$mode: the worker pods" "before: $before; after: $after"
+    fi
+    ended=0
+    for i in 0 1 2; do
+      k logs "$job-worker-$i" -c trainer >"$WORK/$job-worker-$i.log" 2>&1
+      grep -q "^final loss [0-9.]*" "$WORK/$job-worker-$i.log" && ended=$((ended + 1))
+    done
+    if [[ $ended == 3 ]]; then
+      pass "$mode: every worker, the new one included, trained to the end after the agents met again"
+    else
+      fail "$mode: the training's end" "$ended of 3 workers printed a final loss"
+      pod_logs "$job-worker"
+    fi
+  else
+    fail "$mode: torchrun: the training reaches step 10" "phase $(field "cjob/$job" '{.status.phase}')"
+    pod_logs "$job"
+  fi
+  k delete cjob "$job" --wait=true --timeout=120s >/dev/null 2>&1
+}
+rejoin_case pytorch-rejoin rule
+rejoin_case pytorch-elastic elastic
 finish

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "operator/controller/children.h"
 
@@ -344,9 +345,12 @@ TEST(ChildrenTest, PytorchWorkersGetTheirStoreAtTheirSidecarAndTorchrunsOptions)
       {"PET_MASTER_PORT", "29500"},
       {"PET_RDZV_ENDPOINT", "127.0.0.1:29500"},
       {"PET_RDZV_CONF", "is_host=false"},
-      {"PET_RDZV_ID", "train-3"},  // the job and its gang attempt
+      {"PET_RDZV_ID", "train-3"},                   // the job and its gang attempt
+      {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"},  // read by the c10d rendezvous only
   };
   for (const auto& [name, value] : want) EXPECT_EQ(env[name], value) << name;
+  EXPECT_EQ(env.count("PET_RDZV_BACKEND"), 0u) << "torchrun's static rendezvous by default";
+  EXPECT_EQ(env.count("PET_MAX_RESTARTS"), 0u);
   bool local_addr = false;
   for (const auto& e : pod["spec"]["containers"][0]["env"]) {
     local_addr = local_addr || (e["name"] == "PET_LOCAL_ADDR" &&
@@ -387,6 +391,76 @@ TEST(ChildrenTest, PytorchWorkersGetTheirStoreAtTheirSidecarAndTorchrunsOptions)
   EXPECT_EQ(env_of(pod["spec"]["containers"][0]).count("MASTER_ADDR"), 0u);
   args = pod["spec"]["initContainers"].back()["args"].get<std::vector<std::string>>();
   EXPECT_EQ(std::find(args.begin(), args.end(), "--torch-store-proxy-listen"), args.end());
+}
+
+TEST(ChildrenTest, ElasticPytorchJobsRendezvousWithC10dAndRestartALostWorkerAlone) {
+  json object = Minimal();
+  object["spec"]["framework"] = "pytorch";
+  object["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 4}, {"maxRestarts", 5}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job->spec.elastic.has_value());
+  EXPECT_TRUE(job->spec.coordinator.recoverable) << "a worker's sidecar may register again";
+  ASSERT_FALSE(job->spec.failure_policy.rules.empty());
+  const api::FailureRule& implied = job->spec.failure_policy.rules.back();
+  EXPECT_EQ(implied.action, FailureAction::kRestartWorker);
+  EXPECT_EQ(implied.on_reasons,
+            (std::vector<std::string>{"PodDeleted", "Evicted", "NodeLost", "Preempted"}));
+  std::map<std::string, std::string> env;
+  const json pod = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{});
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.contains("value")) env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(env["PET_NNODES"], "1:4");
+  EXPECT_EQ(env["PET_RDZV_BACKEND"], "c10d");
+  EXPECT_EQ(env["PET_MAX_RESTARTS"], "5");
+  // The job's own rules come first.
+  object["spec"]["coordinator"]["recoverable"] = true;
+  object["spec"]["failurePolicy"]["rules"] = {
+      {{"action", "FailJob"}, {"onReasons", {"OOMKilled"}}}};
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->spec.failure_policy.rules.size(), 2u);
+  EXPECT_EQ(job->spec.failure_policy.rules[0].action, FailureAction::kFailJob);
+
+  // A RestartWorker rule without spec.elastic: the same rendezvous, the world's size fixed.
+  object["spec"].erase("elastic");
+  object["spec"]["failurePolicy"]["rules"] = {
+      {{"action", "RestartWorker"}, {"onReasons", {"PodDeleted"}}}};
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  env.clear();
+  const json restarted_alone = controller::WorkerPod(*job, 0, 0, controller::OperatorSettings{});
+  for (const auto& e : restarted_alone["spec"]["containers"][0]["env"]) {
+    if (e.contains("value")) env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(env["PET_NNODES"], "2");
+  EXPECT_EQ(env["PET_RDZV_BACKEND"], "c10d");
+  EXPECT_EQ(env["PET_MAX_RESTARTS"], "3");
+}
+
+TEST(ChildrenTest, ABadElasticSpecIsRefusedWithItsField) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"minReplicas", 0}}, "spec.elastic.minReplicas"},
+      {{{"maxReplicas", "4"}}, "spec.elastic.maxReplicas"},
+      {{{"maxRestarts", -1}}, "spec.elastic.maxRestarts"},
+      {{{"minReplicas", 3}, {"maxReplicas", 4}}, "must lie from minReplicas (3)"},
+      {json::array(), "spec.elastic"},
+  };
+  for (const auto& [elastic, want] : cases) {
+    json object = Minimal();
+    object["spec"]["framework"] = "pytorch";
+    object["spec"]["elastic"] = elastic;
+    auto job = ParseCoordinatedJob(object);
+    ASSERT_FALSE(job.ok()) << elastic.dump();
+    EXPECT_TRUE(absl::StrContains(job.status().message(), want))
+        << elastic.dump() << ": " << job.status();
+  }
+  json object = Minimal();
+  object["spec"]["elastic"] = {{"minReplicas", 1}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "framework: pytorch")) << job.status();
 }
 
 TEST(ChildrenTest, TheCoordinatorConfigDeclaresTheWorkloadAndSidecarJobs) {
