@@ -55,13 +55,47 @@ bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
 TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
                                                std::shared_ptr<WriteOrder> order,
                                                std::string client, CodecLimits limits, Send send,
-                                               End end)
+                                               End end, size_t max_held_bytes,
+                                               size_t max_held_commands)
     : backend_(backend),
       order_(std::move(order)),
       client_(std::move(client)),
       decoder_(limits),
       send_(std::move(send)),
-      end_(std::move(end)) {}
+      end_(std::move(end)),
+      max_held_bytes_(max_held_bytes),
+      max_held_commands_(max_held_commands) {}
+
+size_t TorchStoreProxySession::HeldBytes(const Command& command) {
+  size_t bytes = 64;  // the entry itself
+  for (const std::string& key : command.keys) bytes += key.size();
+  for (const std::string& value : command.values) bytes += value.size();
+  return bytes;
+}
+
+bool TorchStoreProxySession::TakeFrontLocked(Command* command) {
+  held_bytes_ -= HeldBytes(queue_.front().command);
+  if (command != nullptr) *command = std::move(queue_.front().command);
+  queue_.pop_front();
+  if (!paused_ || held_bytes_ > max_held_bytes_ / 2 || queue_.size() > max_held_commands_ / 2) {
+    return false;
+  }
+  paused_ = false;
+  return true;
+}
+
+bool TorchStoreProxySession::Full() {
+  absl::MutexLock lock(&mu_);
+  const bool over = held_bytes_ > max_held_bytes_ || queue_.size() > max_held_commands_;
+  if (!over || closed_ || failed_ || bad_input_) return false;
+  paused_ = true;
+  return true;
+}
+
+void TorchStoreProxySession::OnResume(std::function<void()> resume) {
+  absl::MutexLock lock(&mu_);
+  resume_ = std::move(resume);
+}
 
 void TorchStoreProxySession::Received(absl::string_view bytes) {
   decoder_.Feed(bytes);
@@ -106,6 +140,7 @@ void TorchStoreProxySession::Received(absl::string_view bytes) {
       bool behind_wait = out_ != 0 && out_waits_;
       for (const Queued& q : queue_) behind_wait = behind_wait || Waits(q.command.query);
       if (Unanswered(command.query) && !behind_wait) queued.ticket = order_->Issue();
+      held_bytes_ += HeldBytes(command);
       queued.command = std::move(command);
       queue_.push_back(std::move(queued));
     }
@@ -128,6 +163,7 @@ void TorchStoreProxySession::Pump() {
     ForwardedTorchCommand call;
     WaiterId waiter = 0;
     bool forget = false;
+    std::function<void()> resume;
     {
       absl::MutexLock lock(&mu_);
       repump_ = false;
@@ -135,7 +171,7 @@ void TorchStoreProxySession::Pump() {
         Queued& head = queue_.front();
         // A wait the client cancelled, or one of a client that is gone, is not sent.
         if (head.cancelled || (closed_ && Waits(head.command.query))) {
-          queue_.pop_front();
+          if (TakeFrontLocked(nullptr)) resume = resume_;
           continue;
         }
         if (head.after > 0 && !order_->DoneUpTo(head.after, [weak] {
@@ -144,9 +180,9 @@ void TorchStoreProxySession::Pump() {
           break;  // the proxy's earlier writes first
         }
         head.after = 0;
-        Command command = std::move(head.command);
         uint64_t ticket = head.ticket;
-        queue_.pop_front();
+        Command command;
+        if (TakeFrontLocked(&command)) resume = resume_;
         if (command.query == Query::kPing || command.query == Query::kCancelWait) {
           std::string reply;
           if (command.query == Query::kPing) {
@@ -178,6 +214,7 @@ void TorchStoreProxySession::Pump() {
         }
       }
     }
+    if (resume) resume();  // the connection reads again
     if (forget) {
       ForwardedTorchCommand end;
       end.client = client_;
@@ -242,6 +279,7 @@ void TorchStoreProxySession::Closed() {
         if (q.ticket != 0) tickets.push_back(q.ticket);
       }
       queue_.clear();
+      held_bytes_ = 0;
     }
   }
   for (uint64_t ticket : tickets) order_->Done(ticket);

@@ -65,13 +65,25 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   // `client`: a name for this connection that no other connection to the coordinator uses,
   // now or after a restart of the sidecar ([A-Za-z0-9._-], at most 128 bytes).
   // `order`: shared by every connection of the proxy.
+  // `max_held_bytes`, `max_held_commands`: past this much of commands received and not yet
+  // sent upstream (keys, values and a fixed amount each), or this many of them, the connection
+  // stops reading until half of it went: torch's client then blocks in its send, as with a
+  // server that reads slowly, so a process writing faster than the coordinator answers neither
+  // grows the sidecar without bound nor leaves its next read behind a long queue.
   TorchStoreProxySession(CoordinationBackend* backend, std::shared_ptr<WriteOrder> order,
-                         std::string client, CodecLimits limits, Send send, End end);
+                         std::string client, CodecLimits limits, Send send, End end,
+                         size_t max_held_bytes = kDefaultMaxHeldBytes,
+                         size_t max_held_commands = kDefaultMaxHeldCommands);
+
+  static constexpr size_t kDefaultMaxHeldBytes = size_t{64} << 20;
+  static constexpr size_t kDefaultMaxHeldCommands = 1024;
 
   void Received(absl::string_view bytes) override;
   // Ends the wait that is out; the commands received before still go upstream, and then the
   // coordinator is told to forget the connection.
   void Closed() override;
+  bool Full() override;
+  void OnResume(std::function<void()> resume) override;
 
  private:
   // Sends the next command upstream, answering those that are answered here, until one is out.
@@ -86,6 +98,12 @@ class TorchStoreProxySession final : public TorchStoreHandler,
     uint64_t ticket = 0;
     bool cancelled = false;  // a WAIT or BARRIER the client cancelled before it was sent
   };
+
+  // What a queued command counts against max_held_bytes.
+  static size_t HeldBytes(const Command& command);
+  // Removes the front of queue_ (its command moved to `command` when not null) and its count;
+  // whether the connection may read again now.
+  bool TakeFrontLocked(Command* command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinationBackend* const backend_;
   const std::shared_ptr<WriteOrder> order_;
@@ -110,6 +128,11 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool forgotten_ ABSL_GUARDED_BY(mu_) = false;  // end_client sent
   bool bad_input_ ABSL_GUARDED_BY(mu_) = false;  // bytes that are no command came
+  const size_t max_held_bytes_;
+  const size_t max_held_commands_;
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the commands in queue_
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;    // Full said so; resume_ not called since
+  std::function<void()> resume_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::torch

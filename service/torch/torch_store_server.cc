@@ -53,6 +53,9 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
         [weak](absl::Status why) {
           if (auto self = weak.lock()) self->End(std::move(why));
         });
+    session_->OnResume([weak] {
+      if (auto self = weak.lock()) self->Resume();
+    });
   }
   void Start() {
     asio::post(strand_, [self = shared_from_this()] { self->Read(); });
@@ -74,8 +77,22 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
                 return;
               }
               self->session_->Received(absl::string_view(self->buffer_.data(), n));
-              if (!self->closed_) self->Read();
+              if (self->closed_) return;
+              if (self->session_->Full()) {
+                self->paused_ = true;  // until the session resumes it (TCP holds the client)
+                return;
+              }
+              self->Read();
             }));
+  }
+
+  // From any thread: the session takes more again.
+  void Resume() {
+    asio::post(strand_, [self = shared_from_this()] {
+      if (!self->paused_ || self->closed_) return;
+      self->paused_ = false;
+      self->Read();
+    });
   }
 
   void Send(std::string bytes) {
@@ -130,6 +147,7 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   std::array<char, 64 * 1024> buffer_;
   std::deque<std::string> outbox_;
   bool closed_ = false;
+  bool paused_ = false;  // not reading: the session holds as much as it may
 };
 
 class TorchStoreServer::Impl {

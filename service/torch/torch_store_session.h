@@ -34,6 +34,12 @@ class TorchStoreHandler {
   virtual void Received(absl::string_view bytes) = 0;
   // The connection is gone: what it waits for is cancelled.
   virtual void Closed() = 0;
+  // Flow control. After Received, whether the connection is to stop reading for now, the
+  // handler holding as much as it may of what it read and has not carried out; it then calls
+  // the function it was given by OnResume (from any thread) once it can take more. A
+  // connection that is not stopped ignores that call.
+  virtual bool Full() { return false; }
+  virtual void OnResume(std::function<void()> /*resume*/) {}
 };
 
 // One TCPStore connection: the commands its client sends (tcpstore_codec.h), carried out on

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -235,7 +236,10 @@ TEST(WriteOrderTest, ACommandWaitsForEveryWriteReceivedBeforeItAnsweredInAnyOrde
 // over gRPC; tests/compat runs that with torch's client).
 class TorchStoreProxySessionTest : public ForwardedCommandsTest {
  protected:
-  std::shared_ptr<TorchStoreProxySession> Open(const std::string& client) {
+  std::shared_ptr<TorchStoreProxySession> Open(
+      const std::string& client,
+      size_t max_held_bytes = TorchStoreProxySession::kDefaultMaxHeldBytes,
+      size_t max_held_commands = TorchStoreProxySession::kDefaultMaxHeldCommands) {
     auto session = std::make_shared<TorchStoreProxySession>(
         backend_.get(), order_, client, CodecLimits{},
         [this](const std::string& bytes) {
@@ -245,7 +249,8 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
         [this](absl::Status why) {
           absl::MutexLock lock(&mu_);
           ended_ = std::move(why);
-        });
+        },
+        max_held_bytes, max_held_commands);
     session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
     return session;
   }
@@ -331,6 +336,44 @@ TEST_F(TorchStoreProxySessionTest, WritesReceivedBeforeTheClientLeftStillGoAndWa
   EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).ok())
       << "then the coordinator forgot the connection";
   EXPECT_EQ(TakeSent(), "");
+}
+
+TEST_F(TorchStoreProxySessionTest, AConnectionHoldingTooMuchStopsReadingUntilHalfOfItWent) {
+  // Another connection's write the proxy received first and the coordinator has not answered:
+  // this connection's writes wait behind it, as behind a slow coordinator.
+  const uint64_t earlier = order_->Issue();
+  auto proxy = Open("p", /*max_held_bytes=*/1000);
+  int resumed = 0;
+  proxy->OnResume([&resumed] { ++resumed; });
+  const std::string value(100, 'v');
+  int sets = 0;
+  while (!proxy->Full()) {
+    proxy->Received(EncodeCommand({Query::kSet, {absl::StrCat("/k", sets)}, {value}, 0}));
+    ASSERT_LT(++sets, 100) << "never full";
+  }
+  EXPECT_GT(sets, 1) << "one command is never too much";
+  EXPECT_TRUE(proxy->Full()) << "still full: nothing went";
+  EXPECT_EQ(Value("/k0"), "<absent>");
+  EXPECT_EQ(resumed, 0);
+  order_->Done(earlier);  // the writes go upstream, one by one
+  EXPECT_EQ(resumed, 1) << "told once, when half had gone";
+  EXPECT_EQ(Value(absl::StrCat("/k", sets - 1)), value) << "every write was carried out";
+  EXPECT_FALSE(proxy->Full());
+  EXPECT_TRUE(ended().ok()) << ended();
+
+  // Small commands: their number.
+  const uint64_t later = order_->Issue();
+  auto many = Open("q", TorchStoreProxySession::kDefaultMaxHeldBytes, /*max_held_commands=*/8);
+  many->OnResume([&resumed] { ++resumed; });
+  for (int i = 0; i < 8; ++i) {
+    many->Received(EncodeCommand({Query::kAdd, {"/n"}, {}, 1}));
+    EXPECT_FALSE(many->Full()) << i;
+  }
+  many->Received(EncodeCommand({Query::kAdd, {"/n"}, {}, 1}));
+  EXPECT_TRUE(many->Full());
+  order_->Done(later);
+  EXPECT_EQ(resumed, 2);
+  EXPECT_EQ(Value("/n"), "9");
 }
 
 TEST_F(TorchStoreProxySessionTest, ACancelWaitForAWaitNotYetSentEndsItThere) {

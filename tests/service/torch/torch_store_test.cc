@@ -2,10 +2,13 @@
 // torch keys in the coordinator's store, and the server over loopback sockets with many
 // clients at once.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -387,6 +390,87 @@ TEST_F(TorchStoreServerTest, BadInputClosesTheConnectionAndTheServerGoesOn) {
   server_->Stop();
   EXPECT_EQ(waiting.Read(1), "");
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+}
+
+// A handler that counts what it is given and says it is full until told otherwise.
+class HoldingHandler final : public TorchStoreHandler {
+ public:
+  void Received(absl::string_view bytes) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    bytes_ += bytes.size();
+  }
+  void Closed() override {}
+  bool Full() override {
+    absl::MutexLock lock(&mu_);
+    return full_;
+  }
+  void OnResume(std::function<void()> resume) override {
+    absl::MutexLock lock(&mu_);
+    resume_ = std::move(resume);
+  }
+  void Resume() {
+    std::function<void()> resume;
+    {
+      absl::MutexLock lock(&mu_);
+      full_ = false;
+      resume = resume_;
+    }
+    resume();
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  // Waits until `n` bytes came; whether they did within 30 s.
+  bool AwaitBytes(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto all = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return bytes_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(30));
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool full_ ABSL_GUARDED_BY(mu_) = true;
+  std::function<void()> resume_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(TorchStoreServerFlowTest, AFullHandlersConnectionReadsNoMoreUntilItResumes) {
+  auto handler = std::make_shared<HoldingHandler>();
+  TorchStoreServerOptions options;
+  options.listen = "127.0.0.1:0";
+  TorchStoreServer server(
+      [handler](TorchStoreHandler::Send, TorchStoreHandler::End) { return handler; }, options);
+  ASSERT_TRUE(server.Start().ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(server.port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  // Write without blocking until the kernel's buffers are full: with the server reading on,
+  // that would take far more than the buffers hold, and many reads.
+  const std::string chunk(64 * 1024, 'x');
+  size_t sent = 0;
+  bool blocked = false;
+  while (!blocked && sent < (size_t{256} << 20)) {
+    ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else {
+      ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << strerror(errno);
+      blocked = true;
+    }
+  }
+  ASSERT_TRUE(blocked) << sent << " bytes went and the client never had to wait";
+  ASSERT_TRUE(handler->AwaitBytes(1));
+  EXPECT_EQ(handler->calls(), 1) << "the connection read again after its handler was full";
+  handler->Resume();
+  EXPECT_TRUE(handler->AwaitBytes(sent)) << "every byte comes once the handler takes more";
+  close(fd);
+  server.Stop();
 }
 
 TEST_F(TorchStoreServerTest, AnAddressThatIsNotHostPortIsRefused) {
