@@ -92,9 +92,9 @@ bool TorchStoreProxySession::Full() {
   return true;
 }
 
-void TorchStoreProxySession::OnResume(std::function<void()> resume) {
+void TorchStoreProxySession::OnResume(const std::function<void()>& resume) {
   absl::MutexLock lock(&mu_);
-  resume_ = std::move(resume);
+  resume_ = resume;
 }
 
 void TorchStoreProxySession::Received(absl::string_view bytes) {

@@ -83,7 +83,7 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   // coordinator is told to forget the connection.
   void Closed() override;
   bool Full() override;
-  void OnResume(std::function<void()> resume) override;
+  void OnResume(const std::function<void()>& resume) override;
 
  private:
   // Sends the next command upstream, answering those that are answered here, until one is out.

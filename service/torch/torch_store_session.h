@@ -39,7 +39,7 @@ class TorchStoreHandler {
   // the function it was given by OnResume (from any thread) once it can take more. A
   // connection that is not stopped ignores that call.
   virtual bool Full() { return false; }
-  virtual void OnResume(std::function<void()> /*resume*/) {}
+  virtual void OnResume(const std::function<void()>& /*resume*/) {}
 };
 
 // One TCPStore connection: the commands its client sends (tcpstore_codec.h), carried out on

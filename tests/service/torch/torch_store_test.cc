@@ -405,9 +405,9 @@ class HoldingHandler final : public TorchStoreHandler {
     absl::MutexLock lock(&mu_);
     return full_;
   }
-  void OnResume(std::function<void()> resume) override {
+  void OnResume(const std::function<void()>& resume) override {
     absl::MutexLock lock(&mu_);
-    resume_ = std::move(resume);
+    resume_ = resume;
   }
   void Resume() {
     std::function<void()> resume;
@@ -442,7 +442,8 @@ TEST(TorchStoreServerFlowTest, AFullHandlersConnectionReadsNoMoreUntilItResumes)
   TorchStoreServerOptions options;
   options.listen = "127.0.0.1:0";
   TorchStoreServer server(
-      [handler](TorchStoreHandler::Send, TorchStoreHandler::End) { return handler; }, options);
+      [handler](const TorchStoreHandler::Send&, const TorchStoreHandler::End&) { return handler; },
+      options);
   ASSERT_TRUE(server.Start().ok());
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
