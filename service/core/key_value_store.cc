@@ -55,7 +55,7 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
   }
   bytes_ = new_total;
   ++revision_;
-  JournalLocked({/*deleted=*/false, key, value, revision_});
+  JournalLocked(/*deleted=*/false, key, value);
   auto w = waiters_.find(key);
   if (w != waiters_.end()) {
     fx->woken.push_back({std::move(w->second), value});
@@ -409,7 +409,7 @@ void KeyValueStore::EraseLocked(std::map<std::string, std::string>::iterator it,
   bytes_ -= it->first.size() + it->second.size();
   entries_.erase(it);
   ++revision_;
-  JournalLocked({/*deleted=*/true, key, std::string(), revision_});
+  JournalLocked(/*deleted=*/true, key, std::string());
   RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(key), "", revision_}, fx);
 }
 
@@ -610,7 +610,7 @@ absl::Status KeyValueStore::Delete(absl::string_view key) {
     }
     if (removed.empty()) return absl::OkStatus();
     ++revision_;
-    JournalLocked({/*deleted=*/true, k, std::string(), revision_});
+    JournalLocked(/*deleted=*/true, k, std::string());
     for (std::string& gone : removed) {
       RecordLocked(KeyChange{KeyChange::Type::kDeleted, std::move(gone), "", revision_}, &fx);
     }
@@ -662,11 +662,14 @@ void KeyValueStore::RemoveWatch(WaiterId id) {
                  watches_.end());
 }
 
-void KeyValueStore::JournalLocked(KeyJournalChange change) {
+void KeyValueStore::JournalLocked(bool deleted, const std::string& key, const std::string& value) {
+  if (journal_ == nullptr) return;
   if (batch_changes_ != nullptr) {
-    batch_changes_->push_back(std::move(change));
-  } else if (journal_ != nullptr) {
-    JournalOne(change);
+    batch_changes_->push_back({deleted, key, value, revision_});  // copied for the one record
+  } else if (deleted) {
+    journal_->KeyDeleted(key, revision_);
+  } else {
+    journal_->KeyPut(key, value, revision_);
   }
 }
 
@@ -687,9 +690,10 @@ void KeyValueStore::Atomically(const std::function<void(Batch&)>& body) {
     Batch batch(this, &fx);
     body(batch);
     batch_changes_ = nullptr;
-    if (journal_ != nullptr && changes.size() == 1) {
+    // Changes are kept only with a journal (JournalLocked).
+    if (changes.size() == 1) {
       JournalOne(changes[0]);
-    } else if (journal_ != nullptr && !changes.empty()) {
+    } else if (!changes.empty()) {
       journal_->KeysChanged(changes);
     }
   }

@@ -205,8 +205,10 @@ class KeyValueStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Popped> QueuePopLocked(const std::string& d, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tells the journal of a change, or keeps it for the batch's one record.
-  void JournalLocked(KeyJournalChange change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the journal of a change at revision_ (a put's `value`), or keeps a copy of it for the
+  // batch's one record; nothing is copied without a journal.
+  void JournalLocked(bool deleted, const std::string& key, const std::string& value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JournalOne(const KeyJournalChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordLocked(KeyChange event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
