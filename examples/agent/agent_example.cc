@@ -5,6 +5,9 @@
 // Identity comes from the env the cohort operator injects (COHORT_COORDINATOR_ADDRESS,
 // COHORT_JOB_NAME, COHORT_TASK_ID, COHORT_NUM_TASKS, COHORT_RECOVERABLE); flags override it.
 //
+// --hold-key KEY makes every task wait for KEY before its first step, so that a test can
+// act on a running job that cannot finish before it does.
+//
 // Recoverable (--recoverable, or COHORT_RECOVERABLE=true in a job with
 // spec.coordinator.recoverable): a task that starts again while the others run on rejoins
 // them. It finds that it ran before (demo/started/<task>), publishes its address anew, and
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   int steps = 3, exit_at_step = -1, exit_code = 1, exit_task = -1;
   bool recoverable = cohort::EnvOr("COHORT_RECOVERABLE", "false") == "true";
   double step_seconds = 0.2;
+  std::string hold_key;
   app.add_option("--coordinator", config.coordinator_address,
                  "coordinator address ($COHORT_COORDINATOR_ADDRESS)")
       ->capture_default_str();
@@ -78,6 +82,10 @@ int main(int argc, char** argv) {
                  "only this task exits at --exit-at-step (-1: every task); a recoverable task "
                  "that rejoins never does")
       ->capture_default_str();
+  app.add_option("--hold-key", hold_key,
+                 "before the first step, wait until this key is in the store (a go signal, e.g. "
+                 "cohortctl kv put KEY 1), however long that takes")
+      ->type_name("KEY");
   app.add_flag("--recoverable,!--no-recoverable", recoverable,
                "rejoin a running job when started again: resume after the last finished step "
                "($COHORT_RECOVERABLE)")
@@ -185,6 +193,14 @@ int main(int argc, char** argv) {
   }
   if (!config_seen.WaitForNotificationWithTimeout(absl::Minutes(5))) {
     return Fail("config watch", absl::DeadlineExceededError("no config within 5 minutes"));
+  }
+
+  if (!hold_key.empty()) {
+    Say(absl::StrCat("holding until ", hold_key, " is in the store"));
+    if (auto go = agent.GetKeyValue(hold_key); !go.ok()) {
+      return Fail(absl::StrCat("wait for ", hold_key), go.status());
+    }
+    Say(absl::StrCat(hold_key, " is set: training"));
   }
 
   for (int step = first_step; step < steps; ++step) {

@@ -4,7 +4,10 @@
 #
 # - a worker pod evicted through the eviction API (as kubectl drain does) restarts the gang
 #   without using up maxRestarts (0 here) when a rule says RestartGangUncounted on Evicted,
-#   and the job then succeeds; without the rule the same eviction fails it (MaxRestartsExceeded);
+#   and the job then succeeds; without the rule the same eviction fails it (MaxRestartsExceeded).
+#   Their workers hold before their first step until the test puts demo/go into the job's
+#   store (--hold-key), so that neither can finish before it is evicted however slowly the
+#   other's pods start;
 # - a job whose workers ask for more GPUs than any node has fails at its startup deadline,
 #   saying which pod waited and the scheduler's reason;
 # - a running job whose replicas change goes on as a new gang of the new size (its coordinator's
@@ -20,7 +23,7 @@ source "$(dirname "$0")/lib.sh"
 cluster_up
 start_operator operator
 
-# job NAME STEPS [failurePolicy lines] [GPUs per worker]
+# job NAME STEPS [failurePolicy lines] [GPUs per worker] [more worker args]
 job() {
   k apply -f - >/dev/null <<YAML
 apiVersion: cohort.dev/v1alpha1
@@ -37,7 +40,7 @@ ${3:-}
       containers:
         - name: worker
           image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "$2", --step-seconds, "0.5"]
+          args: [--steps, "$2", --step-seconds, "0.5"${5:-}]
           ${4:+resources: {limits: {nvidia.com/gpu: $4\}\}}
 YAML
 }
@@ -49,15 +52,18 @@ JSON
 }
 
 # ---- 1. An eviction the rules do not count.
-job spot 30 '    rules:
-      - {action: RestartGangUncounted, onReasons: [Evicted, Preempted, NodeLost]}'
-job plain 30
+hold=', --hold-key, demo/go'
+job spot 6 '    rules:
+      - {action: RestartGangUncounted, onReasons: [Evicted, Preempted, NodeLost]}' '' "$hold"
+job plain 6 '' '' "$hold"
 for j in spot plain; do
   wait_for "cjob/$j" '{.status.phase}' Running 90 || fail "$j runs"
 done
 evict spot-worker-1 || fail "evict spot-worker-1"
 evict plain-worker-1 || fail "evict plain-worker-1"
-if wait_for cjob/spot '{.status.uncountedRestarts}' 1 60 && wait_for cjob/spot '{.status.phase}' Succeeded 120; then
+# The go signal, into whichever coordinator serves spot's gang now (put fails once it is there).
+go_until() { until_true "$3" "ctl $1 kv put demo/go 1 >/dev/null 2>&1; [[ \$(field cjob/$1 '{.status.phase}') == $2 ]]"; }
+if wait_for cjob/spot '{.status.uncountedRestarts}' 1 60 && go_until spot Succeeded 120; then
   restart=$(k get events --field-selector involvedObject.name=spot,reason=GangRestart -o jsonpath='{.items[0].message}')
   got="$(field cjob/spot '{.status.restarts} {.status.uncountedRestarts}') $restart"
   if [[ "$got" == "0 1 "*"failurePolicy.rules[0] (RestartGangUncounted on Evicted)"* ]]; then

@@ -13,6 +13,8 @@
 #   cluster_up [ADDONS]                    the local cluster (with addons), KUBECONFIG exported;
 #                                          down again at the end if it was not up before;
 #                                          under run.sh, its cluster as it is
+#   ctl JOB ARGS...                        cohortctl against JOB's coordinator (its pod's IP),
+#                                          with the job's token (Secret JOB-token)
 #   pod_logs PREFIX                        the last lines of every container log of the
 #                                          namespace's pods named PREFIX*
 #   finish                                 the summary line; exits 1 if anything failed
@@ -59,6 +61,13 @@ until_true() {
     ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
+}
+
+ctl() {
+  local ip
+  ip=$(field "pod/$1-coordinator" '{.status.podIP}')
+  k get secret "$1-token" -o jsonpath='{.data.token}' | base64 -d >"$WORK/$1.token" || return 1
+  "$BIN/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s --auth-token-file "$WORK/$1.token" "${@:2}"
 }
 
 start_operator() {
