@@ -47,7 +47,8 @@ def version_tuple(text):
 
 @dataclass(frozen=True)
 class Client:
-    """A jaxlib installation: the interpreter that imports it, and what it speaks."""
+    """A client installation (jaxlib, or torch for its TCPStore): the interpreter that imports
+    it, and (for jaxlib) what it speaks."""
 
     name: str
     python: str
@@ -416,14 +417,20 @@ def tensorflow_client():
     return str(python), version or "", reason
 
 
-def torch_client():
-    """The torch of bench/requirements-torch.txt, in the venv bench/setup.sh makes
-    (.venv-bench): (python, version, what is missing or "")."""
-    python = REPO_ROOT / ".venv-bench" / "bin" / "python"
-    version = installed_version(str(python), "torch") if python.exists() else None
-    reason = "" if version else (f"torch is not installed in {python.parent.parent} "
-                                 "(run bash bench/setup.sh)")
-    return str(python), version or "", reason
+def torch_clients():
+    """Every torch whose TCPStore client the suite drives: the benchmarks' (bench/requirements-
+    torch.txt, in the venv bench/setup.sh makes, .venv-bench), then one per clients/torch-*.txt
+    (older releases), newest first. Each a Client whose skip_reason says what is missing."""
+    venvs = [("bench", REPO_ROOT / ".venv-bench", "run bash bench/setup.sh")]
+    venvs += [(req.stem, CLIENTS_DIR / req.stem, "run tests/compat/run.sh")
+              for req in (COMPAT_DIR / "clients").glob("torch-*.txt")]
+    clients = []
+    for label, venv, hint in venvs:
+        python = venv / "bin" / "python"
+        version = installed_version(str(python), "torch") if python.exists() else None
+        reason = "" if version else f"torch is not installed in {venv} ({hint})"
+        clients.append(Client(f"torch-{version or label}", str(python), version or "0", reason))
+    return sorted(clients, key=lambda c: version_tuple(c.version), reverse=True)
 
 
 # How long a test waits for the survivors of a kill to end: only so that it cannot hang.

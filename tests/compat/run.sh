@@ -109,11 +109,15 @@ mkdir -p "$CLIENTS"
 for req in "$COMPAT"/clients/*.txt; do
   name=$(basename "$req" .txt)
   dir="$CLIENTS/$name"
-  if [[ "$name" == tensorflow* && ! -f "$(cohort_venv_path "$PYTHON" "$req")/.complete" ]]; then
+  # The big ones: TensorFlow (about 2 GB installed) and torch (about 5 GB with its CUDA
+  # libraries), refused early with the figures rather than halfway through pip.
+  need_gb=0
+  case "$name" in tensorflow*) need_gb=4 ;; torch*) need_gb=7 ;; esac
+  if (( need_gb > 0 )) && [[ ! -f "$(cohort_venv_path "$PYTHON" "$req")/.complete" ]]; then
     mkdir -p "$COHORT_CACHE"
     avail_kb=$(df --output=avail -k "$COHORT_CACHE" | tail -n 1 | tr -d ' ')
-    if (( avail_kb < 4 * 1024 * 1024 )); then
-      log "$name needs about 2 GB of disk to install, and $((avail_kb / 1024)) MB are free in $COHORT_CACHE"
+    if (( avail_kb < need_gb * 1024 * 1024 )); then
+      log "$name needs about $((need_gb - 2)) GB of disk to install, and $((avail_kb / 1024)) MB are free in $COHORT_CACHE"
       exit 1
     fi
   fi
@@ -136,12 +140,12 @@ covered() {
   what=$("$dir/bin/python" - 2>/dev/null <<'PY'
 import importlib.metadata as m
 found = []
-for dist in ("jaxlib", "jax", "tensorflow-cpu", "tensorflow"):
+for dist in ("jaxlib", "jax", "tensorflow-cpu", "tensorflow", "torch"):
     try:
         found.append(f"{dist} {m.version(dist)}")
     except m.PackageNotFoundError:
         pass
-print(", ".join(found) or "no jaxlib, jax or TensorFlow")
+print(", ".join(found) or "no jaxlib, jax, TensorFlow or torch")
 PY
   ) || what="nothing known (its interpreter could not list its distributions)"
   echo "compat: covered $what (Python $(py_version "$dir/bin/python"), $dir)"

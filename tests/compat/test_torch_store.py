@@ -1,7 +1,6 @@
 """PyTorch's TCPStore protocol on the coordinator (--torch-store-listen).
 
-torch's own client (torch.distributed.TCPStore, is_master=False; the torch of bench/, whose
-venv bench/setup.sh makes) runs each scenario of torch_store_client.py against a real
+torch's own client (torch.distributed.TCPStore, is_master=False) runs each scenario of torch_store_client.py against a real
 coordinator; raw sockets check the commands torch's Python API does not send (BARRIER) and
 what bad input gets (the connection closed, nothing stored); and the keys survive a restart
 with --state-dir and are the coordinator's keys (cohortctl kv ls torch).
@@ -23,12 +22,21 @@ import time
 import pytest
 
 from harness import (COMPAT_DIR, DurableCoordinator, ProcessGroup, cohort_binary, free_port,
-                     kill_during_rounds, log_text, start_cohort, start_proxy, tail, torch_client,
+                     kill_during_rounds, log_text, start_cohort, start_proxy, tail, torch_clients,
                      wait_all, wait_for_log, wait_for_parked)
 
-TORCH_PYTHON, TORCH_VERSION, TORCH_MISSING = torch_client()
+# Every test that runs torch runs once per torch release the suite claims (docs/pytorch.md):
+# the benchmarks' torch (bench/requirements-torch.txt) and each of clients/torch-*.txt.
+TORCH_CLIENTS = torch_clients()
 CLIENT = COMPAT_DIR / "torch_store_client.py"
 MAGIC = 0x3C85F7CE
+
+
+@pytest.fixture(params=TORCH_CLIENTS, ids=[c.name for c in TORCH_CLIENTS])
+def torch(request):
+    """One torch release: .python runs it, .version names it."""
+    assert not request.param.skip_reason, request.param.skip_reason
+    return request.param
 
 
 def start_store(group, name="cohort", listen="127.0.0.1:0", extra=()):
@@ -39,21 +47,20 @@ def start_store(group, name="cohort", listen="127.0.0.1:0", extra=()):
     return server, int(port)
 
 
-def run_client(port, scenario, metrics_url):
-    assert not TORCH_MISSING, TORCH_MISSING
-    done = subprocess.run([TORCH_PYTHON, str(CLIENT), "127.0.0.1", str(port), scenario,
+def run_client(torch, port, scenario, metrics_url):
+    done = subprocess.run([torch.python, str(CLIENT), "127.0.0.1", str(port), scenario,
                            metrics_url], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f"ok {scenario}" in done.stdout, \
-        f"torch {TORCH_VERSION}, {scenario}:\n{done.stdout}\n{done.stderr}"
+        f"torch {torch.version}, {scenario}:\n{done.stdout}\n{done.stderr}"
 
 
 SCENARIOS = ["basics", "compare_set", "waits", "queues"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_torchs_own_client(group, scenario):
+def test_torchs_own_client(group, torch, scenario):
     server, port = start_store(group)
-    run_client(port, scenario, server.metrics_url)
+    run_client(torch, port, scenario, server.metrics_url)
 
 
 def start_sidecar_store(group, coordinator, index=0, sidecars=1):
@@ -67,12 +74,12 @@ def start_sidecar_store(group, coordinator, index=0, sidecars=1):
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_torchs_own_client_through_a_sidecar(group, scenario):
+def test_torchs_own_client_through_a_sidecar(group, torch, scenario):
     coordinator = start_cohort(group, "worker", 1, 30, http=True,
                                extra=["--auxiliary-job", "sidecar=1"])
     _, port = start_sidecar_store(group, coordinator)
     # The waits park in the coordinator, whose metrics the scenarios watch.
-    run_client(port, scenario, coordinator.metrics_url)
+    run_client(torch, port, scenario, coordinator.metrics_url)
 
 
 RANKS = 4
@@ -80,12 +87,11 @@ SIDECARS = 2
 ROUNDS = 30
 
 
-def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, tmp_path):
-    assert not TORCH_MISSING, TORCH_MISSING
+def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, torch, tmp_path):
     coordinator = DurableCoordinator(group, "worker", RANKS, SIDECARS, tmp_path / "state")
     ports = [start_sidecar_store(group, coordinator.server, i, SIDECARS)[1]
              for i in range(SIDECARS)]
-    ranks = [group.start(f"rank-{r}", [TORCH_PYTHON, str(CLIENT), "127.0.0.1",
+    ranks = [group.start(f"rank-{r}", [torch.python, str(CLIENT), "127.0.0.1",
                                        str(ports[r % SIDECARS]), "rounds", "", str(r), str(RANKS),
                                        str(ROUNDS)])
              for r in range(RANKS)]
@@ -93,7 +99,7 @@ def test_ranks_behind_sidecars_ride_out_two_coordinator_restarts(group, tmp_path
     assert wait_all(ranks, timeout=240) == [], "a rank did not finish in time"
     for proc in ranks:
         log = log_text(proc)
-        assert proc.returncode == 0 and "ok rounds" in log, f"torch {TORCH_VERSION}:\n{tail(log)}"
+        assert proc.returncode == 0 and "ok rounds" in log, f"torch {torch.version}:\n{tail(log)}"
     assert coordinator.starts == 3
 
 
@@ -121,20 +127,19 @@ def operator_env(port, node, nodes, run_id, restart_worker=False):
 
 
 @pytest.mark.parametrize("launch", ["plain", "torchrun-static", "torchrun-c10d"])
-def test_two_pods_all_reduce_through_their_sidecars(group, launch):
+def test_two_pods_all_reduce_through_their_sidecars(group, torch, launch):
     """Two "pods", each a sidecar and a workload that knows nothing of cohort: a plain
     init_process_group script, or torchrun (nnodes=2) with its default static rendezvous or
     with c10d (PET_RDZV_BACKEND=c10d, the user's one change); every agent and rank is a client
     of its pod's sidecar store."""
-    assert not TORCH_MISSING, TORCH_MISSING
     coordinator = start_cohort(group, "worker", 2, 30, extra=["--auxiliary-job", "sidecar=2"])
     ports = [start_sidecar_store(group, coordinator, i, 2)[1] for i in range(2)]
     procs = []
     for node in range(2):
         env = dict(os.environ, **operator_env(ports[node], node, 2, f"job-{launch}"))
-        argv = [TORCH_PYTHON, str(ALLREDUCE)]
+        argv = [torch.python, str(ALLREDUCE)]
         if launch != "plain":
-            argv = [TORCH_PYTHON, "-m", "torch.distributed.run", str(ALLREDUCE)]
+            argv = [torch.python, "-m", "torch.distributed.run", str(ALLREDUCE)]
         if launch == "torchrun-c10d":
             env["PET_RDZV_BACKEND"] = "c10d"
         procs.append(group.start(f"{launch}-{node}", argv, env=env))
@@ -142,7 +147,7 @@ def test_two_pods_all_reduce_through_their_sidecars(group, launch):
     ranks = []
     for proc in procs:
         log = log_text(proc)
-        assert proc.returncode == 0, f"torch {TORCH_VERSION}, {launch}:\n{tail(log)}"
+        assert proc.returncode == 0, f"torch {torch.version}, {launch}:\n{tail(log)}"
         ranks += re.findall(r"rank (\d) of 2: all-reduce 3\b", log)
     # c10d numbers the nodes in the order they join; static and plain as NODE_RANK says.
     assert sorted(ranks) == ["0", "1"], (launch, ranks)
@@ -153,7 +158,7 @@ def test_two_pods_all_reduce_through_their_sidecars(group, launch):
 STEPS = COMPAT_DIR / "torch_steps.py"
 
 
-def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group):
+def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group, torch):
     """Three "pods" run torchrun as cohort-operator sets it up for a job with a RestartWorker
     rule (c10d over each pod's sidecar store, PET_MAX_RESTARTS=3,
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). Mid-training the node whose process is rank 0 (the
@@ -162,7 +167,6 @@ def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group):
     rendezvous round, and every process runs the training to its end. With torch's shared
     store instead, the agents that were not rank 0 keep the lost one's address and no new round
     starts (seen with torch 2.15)."""
-    assert not TORCH_MISSING, TORCH_MISSING
     nodes = 3
     coordinator = start_cohort(group, "worker", nodes, 30,
                                extra=["--auxiliary-job", f"sidecar={nodes}"])
@@ -171,7 +175,7 @@ def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group):
     def agent(node, name):
         env = dict(os.environ, **operator_env(ports[node], node, nodes, "job-rejoin",
                                               restart_worker=True))
-        return group.start(name, [TORCH_PYTHON, "-m", "torch.distributed.run", str(STEPS), "150"],
+        return group.start(name, [torch.python, "-m", "torch.distributed.run", str(STEPS), "150"],
                            env=env)
 
     agents = [agent(node, f"node-{node}") for node in range(nodes)]
@@ -192,7 +196,7 @@ def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group):
     done = []
     for proc in agents:
         log = log_text(proc)
-        assert proc.returncode == 0, f"torch {TORCH_VERSION}, {proc.name}:\n{tail(log)}"
+        assert proc.returncode == 0, f"torch {torch.version}, {proc.name}:\n{tail(log)}"
         done += re.findall(r"^rank (\d) of 3: 150 steps done", log, re.M)
     assert sorted(done) == ["0", "1", "2"], done
     # The survivors' agents started their processes twice, the new node's once.
