@@ -15,6 +15,7 @@ namespace {
 
 constexpr absl::string_view kLedgerDir = "torch-proxy";
 constexpr size_t kMaxClientBytes = 128;
+constexpr size_t kMaxCommandsPerRequest = 4096;
 
 absl::Status ValidClient(absl::string_view client) {
   if (client.empty() || client.size() > kMaxClientBytes) {
@@ -42,34 +43,47 @@ const std::string& ValidateBytes() {
   return *bytes;
 }
 
-// The one whole command `bytes` holds.
-absl::StatusOr<Command> DecodeOne(const std::string& bytes, const CodecLimits& limits) {
+// The commands `bytes` holds: one whole command, or several that answer nothing
+// (AnswersNothing), one after the other.
+absl::StatusOr<std::vector<Command>> DecodeRequest(const std::string& bytes,
+                                                   const CodecLimits& limits) {
   if (bytes.empty()) return absl::InvalidArgumentError("the request carries no command");
   CommandDecoder decoder(limits);
   decoder.Feed(ValidateBytes());
   decoder.Feed(bytes);
   absl::StatusOr<std::optional<Command>> next = decoder.Next();  // the VALIDATE
-  if (next.ok()) next = decoder.Next();
-  if (!next.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a TCPStore command: ", next.status().message()));
-  }
-  if (!next->has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the command's ", bytes.size(), " bytes end before it does"));
-  }
-  if (decoder.buffered() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the request holds more than one command (",
-                                                   decoder.buffered(), " bytes after the first)"));
-  }
-  switch ((*next)->query) {
-    case Query::kValidate:
-    case Query::kCancelWait:
+  std::vector<Command> commands;
+  for (;;) {
+    if (next.ok()) next = decoder.Next();
+    if (!next.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a TCPStore command",
+                       commands.empty() ? "" : absl::StrCat(" after ", commands.size()), ": ",
+                       next.status().message()));
+    }
+    if (!next->has_value()) break;
+    const Query query = (*next)->query;
+    if (query == Query::kValidate || query == Query::kCancelWait) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(QueryName(query), " is not forwarded: the forwarding side answers it"));
+    }
+    if (!commands.empty() && (!AnswersNothing(query) || !AnswersNothing(commands[0].query))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          QueryName((*next)->query), " is not forwarded: the forwarding side answers it"));
-    default:
-      return std::move(**next);
+          "a request of several commands holds only SET, MULTI_SET, APPEND and QUEUE_PUSH (",
+          QueryName(commands[0].query), " then ", QueryName(query), ")"));
+    }
+    if (commands.size() == kMaxCommandsPerRequest) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a request holds at most ", kMaxCommandsPerRequest, " commands"));
+    }
+    commands.push_back(std::move(**next));
   }
+  if (commands.empty() || decoder.buffered() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the request's last command (",
+                                                   decoder.buffered(), " of its ", bytes.size(),
+                                                   " bytes) ends before it does"));
+  }
+  return commands;
 }
 
 // A client's record: its last sequence number (8 bytes, little-endian), then the reply.
@@ -119,32 +133,38 @@ void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request
     if (!erased.ok()) return done(erased.status());
     return done(std::string());
   }
-  absl::StatusOr<Command> command = DecodeOne(request.command, limits_);
-  if (!command.ok()) return done(command.status());
-  if (!ChangesStore(command->query)) {
-    if (command->query == Query::kWait) return Wait(waiter, request.command, std::move(done));
+  absl::StatusOr<std::vector<Command>> commands = DecodeRequest(request.command, limits_);
+  if (!commands.ok()) return done(commands.status());
+  const Query first = commands->front().query;
+  if (!ChangesStore(first)) {
+    if (first == Query::kWait) return Wait(waiter, request.command, std::move(done));
     return done(RunNow(request.command));
   }
   if (request.sequence == 0) {
     return done(absl::InvalidArgumentError(
-        absl::StrCat(QueryName(command->query),
+        absl::StrCat(QueryName(first),
                      " changes the store: it needs a sequence number of its client (1, 2, ...)")));
   }
   // `done` is called outside the ledger's lock: it may send the next command.
-  absl::StatusOr<std::string> reply = ApplyOnce(request, *command);
+  absl::StatusOr<std::string> reply = ApplyOnce(request, *commands);
   if (!reply.ok()) return done(reply.status());
-  if (command->query == Query::kBarrier) return Barrier(waiter, *command, std::move(done));
+  if (first == Query::kBarrier) return Barrier(waiter, commands->front(), std::move(done));
   done(std::move(reply));
 }
 
 absl::StatusOr<std::string> ForwardedCommands::ApplyOnce(const ForwardedCommand& request,
-                                                         Command& command) {
+                                                         std::vector<Command>& commands) {
   const std::string ledger_key = LedgerKey(request.client);
+  const uint64_t first = request.sequence;
+  const uint64_t last = first + commands.size() - 1;
+  const std::string numbers =
+      first == last ? absl::StrCat("command ", first) : absl::StrCat("commands ", first, "-", last);
   absl::StatusOr<std::string> reply;
-  // The record is read, the command carried out and the new record written under one hold of
-  // the store's lock, and journaled as one: a coordinator killed at any moment has both or
-  // neither, and a command sent again while its first attempt still runs finds its record.
+  // The record is read, the commands carried out and the new record written under one hold of
+  // the store's lock, and journaled as one: a coordinator killed at any moment has all or
+  // none, and a request sent again while its first attempt still runs finds its record.
   service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+    size_t start = 0;  // the first command not carried out yet
     absl::StatusOr<std::string> record = kv.TryGet(ledger_key);
     if (record.ok()) {
       if (record->size() < 8) {
@@ -153,33 +173,60 @@ absl::StatusOr<std::string> ForwardedCommands::ApplyOnce(const ForwardedCommand&
                                                  record->size(), " bytes)"));
         return;
       }
-      const uint64_t last = absl::little_endian::Load64(record->data());
-      if (last > request.sequence) {
-        reply = absl::FailedPreconditionError(
-            absl::StrCat("command ", request.sequence, " of client ", request.client,
-                         " comes after its command ", last, " was answered: the client is broken"));
+      const uint64_t done = absl::little_endian::Load64(record->data());
+      if (done > last) {
+        reply = absl::FailedPreconditionError(absl::StrCat(numbers, " of client ", request.client,
+                                                           " come after its command ", done,
+                                                           " was answered: the client is broken"));
         return;
       }
-      if (last == request.sequence) {
+      if (done == last) {
         reply = record->substr(8);  // answered before
         return;
       }
+      // A request whose first attempt stopped at a command the store refused: the commands
+      // before that one were carried out then.
+      if (done >= first) start = done - first + 1;
     } else if (record.status().code() != absl::StatusCode::kNotFound) {
       reply = record.status();
       return;
     }
     // A BARRIER's part here is its arrival, which must not count twice; the wait that follows
     // may be repeated.
-    reply = ChangeStore(kv, command);
-    if (!reply.ok()) return;
-    if (absl::Status s = kv.Insert(ledger_key, EncodeRecord(request.sequence, *reply),
-                                   /*allow_overwrite=*/true);
-        !s.ok()) {
-      reply =
-          absl::Status(s.code(), absl::StrCat(QueryName(command.query),
-                                              " was carried out, but the record that keeps it from "
-                                              "being carried out twice could not be written: ",
-                                              s.message()));
+    std::string replies;
+    size_t carried = 0;
+    absl::Status refused;
+    for (size_t i = start; i < commands.size(); ++i) {
+      absl::StatusOr<std::string> one = ChangeStore(kv, commands[i]);
+      if (!one.ok()) {
+        refused = commands.size() == 1
+                      ? one.status()
+                      : absl::Status(one.status().code(),
+                                     absl::StrCat("command ", i + 1, " of ", commands.size(), " (",
+                                                  QueryName(commands[i].query),
+                                                  "): ", one.status().message()));
+        break;
+      }
+      replies += *one;
+      ++carried;
+    }
+    // A refused command leaves no record of its own; those before it do.
+    if (carried > 0) {
+      if (absl::Status s = kv.Insert(ledger_key, EncodeRecord(first + start + carried - 1, replies),
+                                     /*allow_overwrite=*/true);
+          !s.ok()) {
+        reply = absl::Status(
+            s.code(), absl::StrCat(QueryName(commands[start].query),
+                                   " was carried out, but the record that keeps it from being "
+                                   "carried out twice could not be written: ",
+                                   s.message()));
+        return;
+      }
+    }
+    if (refused.ok()) {
+      reply = std::move(replies);
+    } else {
+      reply = refused;
     }
   });
   return reply;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -21,7 +22,9 @@ class TorchStoreSession;
 // --torch-store-proxy-listen, for one connection of its pod's processes): `client` names the
 // forwarded connection, `sequence` the command's place among those of its commands that change
 // the store (0 for one that does not), `command` is one whole command as torch's client encodes
-// it; `end_client` (with no command) says the connection is gone.
+// it, or several in a row that answer nothing (SET, MULTI_SET, APPEND, QUEUE_PUSH: a burst of
+// writes, carried out in order as one, numbered `sequence`, `sequence` + 1, ...); `end_client`
+// (with no command) says the connection is gone.
 using ForwardedCommand = ::cohort::ForwardedTorchCommand;
 
 // Carries out forwarded commands on the coordinator's store, as TorchStoreSession does for a
@@ -32,8 +35,10 @@ using ForwardedCommand = ::cohort::ForwardedTorchCommand;
 // durable as the change, and visible to `cohortctl kv ls torch-proxy`); a command with that
 // number gets the answer again, one with an older number is refused.
 //
-// The change and that record are made as one (KeyValueStore::Atomically): one record of the
-// journal, so a coordinator killed at any moment comes back with both or neither.
+// The changes and that record are made as one (KeyValueStore::Atomically): one record of the
+// journal, so a coordinator killed at any moment comes back with all or none. A request of
+// several commands whose one is refused (a limit) leaves the changes of those before it and a
+// record of the last of them: the request sent again carries out only the rest.
 class ForwardedCommands {
  public:
   using Done = std::function<void(absl::StatusOr<std::string>)>;
@@ -59,10 +64,10 @@ class ForwardedCommands {
   struct Waiting;
   void Barrier(WaiterId waiter, const Command& command, Done done);
   void Wait(WaiterId waiter, const std::string& bytes, Done done);
-  // Carries out a command that changes the store, unless its client's record says it was:
-  // the reply, kept as that record.
-  // Takes the command's values.
-  absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request, Command& command);
+  // Carries out the request's commands, which change the store, except those its client's
+  // record says were: the reply, kept as that record. Takes the commands' values.
+  absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request,
+                                        std::vector<Command>& commands);
   // A wait that is no longer registered (cancelled, or answered at once) must not stay parked.
   void EndIfCancelled(WaiterId waiter, TorchStoreSession* session);
   // Carries out a command that answers at once, on a session of its own.

@@ -230,6 +230,11 @@ void AppendBytes(absl::string_view bytes, std::string* out) {
   out->append(bytes.data(), bytes.size());
 }
 
+bool AnswersNothing(Query query) {
+  return query == Query::kSet || query == Query::kMultiSet || query == Query::kAppend ||
+         query == Query::kQueuePush;
+}
+
 bool ChangesStore(Query query) {
   switch (query) {
     case Query::kSet:

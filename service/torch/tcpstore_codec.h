@@ -54,6 +54,9 @@ absl::string_view QueryName(Query query);
 // Whether the command changes the store (SET, COMPARE_SET, ADD, DELETE_KEY, APPEND, MULTI_SET,
 // QUEUE_PUSH, QUEUE_POP, BARRIER): one that must not be carried out twice.
 bool ChangesStore(Query query);
+// Whether torch's client sends the command without reading an answer, which its server sends
+// none of (SET, MULTI_SET, APPEND, QUEUE_PUSH): a process may send many in a row.
+bool AnswersNothing(Query query);
 
 // What one command may carry; past a limit the decoder refuses before it allocates, and the
 // server closes the connection (as torch's libuv server does past its own: 8 KiB keys, 8 MiB

@@ -1,5 +1,6 @@
 #include "service/torch/torch_store_proxy_session.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,12 +10,6 @@
 namespace cohort::torch {
 
 namespace {
-
-// A write torch's client sends without waiting for an answer.
-bool Unanswered(Query query) {
-  return query == Query::kSet || query == Query::kMultiSet || query == Query::kAppend ||
-         query == Query::kQueuePush;
-}
 
 bool Waits(Query query) { return query == Query::kWait || query == Query::kBarrier; }
 
@@ -50,6 +45,15 @@ bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
   if (open_.empty() || *open_.begin() > ticket) return true;
   waiting_.emplace(ticket, std::move(then));
   return false;
+}
+
+bool WriteOrder::DoneUpToExcept(uint64_t ticket, std::vector<uint64_t> own) const {
+  std::sort(own.begin(), own.end());
+  absl::MutexLock lock(&mu_);
+  for (auto it = open_.begin(); it != open_.end() && *it <= ticket; ++it) {
+    if (!std::binary_search(own.begin(), own.end(), *it)) return false;
+  }
+  return true;
 }
 
 TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
@@ -139,7 +143,7 @@ void TorchStoreProxySession::Received(absl::string_view bytes) {
       // that no other connection waits for a write that waits for it.
       bool behind_wait = out_ != 0 && out_waits_;
       for (const Queued& q : queue_) behind_wait = behind_wait || Waits(q.command.query);
-      if (Unanswered(command.query) && !behind_wait) queued.ticket = order_->Issue();
+      if (AnswersNothing(command.query) && !behind_wait) queued.ticket = order_->Issue();
       held_bytes_ += HeldBytes(command);
       queued.command = std::move(command);
       queue_.push_back(std::move(queued));
@@ -193,14 +197,34 @@ void TorchStoreProxySession::Pump() {
           if (!closed_) send_(std::move(reply));
           continue;
         }
-        if (Unanswered(command.query) && ticket == 0) ticket = order_->Issue();
-        call.client = client_;
-        call.sequence = ChangesStore(command.query) ? ++sequence_ : 0;
-        call.waits = Waits(command.query);
+        std::vector<uint64_t> tickets;
+        if (AnswersNothing(command.query) && ticket == 0) ticket = order_->Issue();
+        if (ticket != 0) tickets.push_back(ticket);
         call.command = EncodeCommand(command);
+        // The writes right behind a write go with it, as long as they wait for no write of
+        // another connection that is not done.
+        size_t commands = 1;
+        while (AnswersNothing(command.query) && !queue_.empty() && commands < kMaxBatchCommands) {
+          Queued& next = queue_.front();
+          if (next.cancelled || !AnswersNothing(next.command.query) ||
+              call.command.size() + HeldBytes(next.command) > kMaxBatchBytes ||
+              (next.after > 0 && !order_->DoneUpToExcept(next.after, tickets))) {
+            break;
+          }
+          uint64_t next_ticket = next.ticket;
+          Command write;
+          if (TakeFrontLocked(&write)) resume = resume_;
+          tickets.push_back(next_ticket != 0 ? next_ticket : order_->Issue());
+          call.command += EncodeCommand(write);
+          ++commands;
+        }
+        call.client = client_;
+        call.sequence = ChangesStore(command.query) ? sequence_ + 1 : 0;
+        if (call.sequence != 0) sequence_ += commands;
+        call.waits = Waits(command.query);
         waiter = backend_->NewWaiterId();
         out_ = waiter;
-        out_ticket_ = ticket;
+        out_tickets_ = std::move(tickets);
         out_waits_ = call.waits;
         out_cancelled_ = false;
         break;
@@ -242,12 +266,12 @@ void TorchStoreProxySession::Pump() {
 
 void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::string> reply) {
   bool fail = false;
-  uint64_t ticket = 0;
+  std::vector<uint64_t> tickets;
   {
     absl::MutexLock lock(&mu_);
     if (waiter != out_) return;
     out_ = 0;
-    ticket = std::exchange(out_ticket_, 0);
+    tickets = std::exchange(out_tickets_, {});
     if (reply.ok()) {
       if (!reply->empty() && !closed_) send_(std::move(*reply));
     } else if (!((out_cancelled_ || closed_) &&
@@ -257,7 +281,7 @@ void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::strin
       fail = !closed_;
     }
   }
-  if (ticket != 0) order_->Done(ticket);
+  for (uint64_t ticket : tickets) order_->Done(ticket);
   if (fail) {
     end_(absl::Status(reply.status().code(),
                       absl::StrCat("the coordinator: ", reply.status().message())));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,9 @@ class WriteOrder {
   // Whether every write up to `ticket` is done; if not, `then` runs once they are (on the
   // thread of the last Done), and false.
   bool DoneUpTo(uint64_t ticket, std::function<void()> then);
+  // Whether every write up to `ticket` is done or one of `own` (writes that go upstream
+  // together with the one asking, before it).
+  bool DoneUpToExcept(uint64_t ticket, std::vector<uint64_t> own) const;
 
  private:
   mutable absl::Mutex mu_;
@@ -47,18 +51,20 @@ class WriteOrder {
 // coordinator is away and sends it again once it is back, so a WAIT or a queue pop that blocks
 // rides through a coordinator restart and torch sees none.
 //
-// Commands go upstream one at a time, in the order they came, and their replies come back in
-// that order (torch's client sends one and reads its reply; it sends CANCEL_WAIT while a WAIT is
-// out). VALIDATE, PING and CANCEL_WAIT are answered here: CANCEL_WAIT ends the WAIT that is
-// out (a STOP_WAITING that came first is sent before WAIT_CANCELED, as torch's server does).
-// Every command that changes the store carries the next sequence number of the connection, so
-// the coordinator never carries it out twice (torch::ForwardedCommands). A command the
-// coordinator refuses, or one that cannot reach it within the backend's outage tolerance, ends
-// the connection with the reason, as a command torch's server refuses does. A command waits for
-// the writes of the proxy's other connections received before it (WriteOrder). As torch's server
-// carries out every command it read before a connection ended, so does the proxy: what was
-// received before the client went away is still sent upstream (its replies go nowhere), except
-// waits, which end.
+// Commands go upstream one request at a time, in the order they came, and their replies come
+// back in that order (torch's client sends one and reads its reply; it sends CANCEL_WAIT while a
+// WAIT is out). A run of writes that answer nothing (SET, MULTI_SET, APPEND, QUEUE_PUSH: what a
+// process sends in a burst without waiting) goes as one request, up to kMaxBatchCommands of them
+// or kMaxBatchBytes, which the coordinator carries out in order as one. VALIDATE, PING and
+// CANCEL_WAIT are answered here: CANCEL_WAIT ends the WAIT that is out (a STOP_WAITING that came
+// first is sent before WAIT_CANCELED, as torch's server does). Every command that changes the store
+// carries the next sequence number of the connection, so the coordinator never carries it out twice
+// (torch::ForwardedCommands). A command the coordinator refuses, or one that cannot reach it within
+// the backend's outage tolerance, ends the connection with the reason, as a command torch's server
+// refuses does. A command waits for the writes of the proxy's other connections received before it
+// (WriteOrder). As torch's server carries out every command it read before a connection ended, so
+// does the proxy: what was received before the client went away is still sent upstream (its replies
+// go nowhere), except waits, which end.
 class TorchStoreProxySession final : public TorchStoreHandler,
                                      public std::enable_shared_from_this<TorchStoreProxySession> {
  public:
@@ -77,6 +83,10 @@ class TorchStoreProxySession final : public TorchStoreHandler,
 
   static constexpr size_t kDefaultMaxHeldBytes = size_t{64} << 20;
   static constexpr size_t kDefaultMaxHeldCommands = 1024;
+  // What one request upstream carries at most: a first command of any size, then writes while
+  // the keys and values stay under the bytes.
+  static constexpr size_t kMaxBatchCommands = 256;
+  static constexpr size_t kMaxBatchBytes = size_t{1} << 20;
 
   void Received(absl::string_view bytes) override;
   // Ends the wait that is out; the commands received before still go upstream, and then the
@@ -113,7 +123,7 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   const End end_;
   absl::Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t out_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> out_tickets_ ABSL_GUARDED_BY(mu_);  // of the writes that are out
   bool pumping_ ABSL_GUARDED_BY(mu_) = false;
   bool repump_ ABSL_GUARDED_BY(mu_) = false;
   // The command that is out: its waiter (0: none), whether it is a WAIT or BARRIER, and whether

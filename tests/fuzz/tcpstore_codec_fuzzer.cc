@@ -8,7 +8,10 @@
 // each command encoded again decodes to itself. Then the commands are carried out by two
 // sessions on a real coordination core, one command to one and the next to the other (so
 // that one's writes and pushes end the other's waits), each in the same pieces: no crash,
-// and once both connections close no wait of theirs is left parked.
+// and once both connections close no wait of theirs is left parked. And the same bytes, less
+// the VALIDATE, go to the coordinator as one forwarded request (cohort.v1 TorchStore, a
+// sidecar's), twice, as a sidecar sends a request again whose answer it lost: each attempt
+// answers once (a wait once cancelled), and the second changes nothing.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 
 #include "common/clock.h"
 #include "service/core/coordination_service.h"
+#include "service/torch/forwarded_commands.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_store_session.h"
 #include "tests/service/torch/decode_all.h"
@@ -70,6 +74,35 @@ void Execute(const std::vector<Command>& commands, size_t piece) {
   }
 }
 
+void Forward(const std::string& bytes) {
+  cohort::ManualClock clock;
+  cohort::ServiceConfig config;
+  config.jobs.push_back({"worker", 1});
+  config.key_value.max_key_bytes = 96;
+  config.key_value.max_total_bytes = 1 << 16;
+  auto service = cohort::CoordinationService::Create(config, &clock);
+  if (!service.ok()) std::abort();
+  cohort::torch::ForwardedCommands forwarded(service->get(), SmallLimits());
+  cohort::ForwardedTorchCommand request;
+  request.client = "sidecar-0.1";
+  request.sequence = 1;
+  request.command = bytes;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int64_t before = (*service)->KeyValueStats().revision;
+    const cohort::WaiterId waiter = (*service)->NewWaiterId();
+    int answers = 0;
+    forwarded.Execute(waiter, request,
+                      [&answers](const absl::StatusOr<std::string>&) { ++answers; });
+    if (answers == 0) forwarded.Cancel(waiter, absl::CancelledError("the client went away"));
+    if (answers != 1) std::abort();
+    if (attempt == 1 && (*service)->KeyValueStats().revision != before) std::abort();
+  }
+  if ((*service)->ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
+      (*service)->ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -94,5 +127,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!error.ok() || again.size() != 2 || !Same(again[1], at_once[i])) std::abort();
   }
   Execute(at_once, piece);
+  Forward(std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
@@ -142,8 +143,14 @@ TEST_F(ForwardedCommandsTest, WhatMayNotBeForwardedIsRefusedAndChangesNothing) {
       {"a client that is no path segment", request("a/b", 2, set), "[A-Za-z0-9._-]"},
       {"a client too long", request(std::string(129, 'c'), 2, set), "1 to 128"},
       {"no command", request("a", 2, ""), "no command"},
-      {"half a command", request("a", 2, set.substr(0, set.size() - 1)), "end before"},
-      {"two commands", request("a", 2, set + set), "more than one"},
+      {"half a command", request("a", 2, set.substr(0, set.size() - 1)), "ends before"},
+      {"a write and half a command", request("a", 2, set + set.substr(0, 3)), "ends before"},
+      {"a read behind a write", request("a", 2, set + EncodeCommand({Query::kGet, {"/k"}, {}, 0})),
+       "only SET, MULTI_SET, APPEND and QUEUE_PUSH (SET then GET)"},
+      {"a write behind an ADD", request("a", 2, EncodeCommand({Query::kAdd, {"/n"}, {}, 1}) + set),
+       "(ADD then SET)"},
+      {"a write behind a WAIT", request("a", 2, EncodeCommand({Query::kWait, {"/k"}, {}, 0}) + set),
+       "(WAIT then SET)"},
       {"an unknown query byte", request("a", 2, std::string(1, '\x7f')), "not a TCPStore"},
       {"VALIDATE", request("a", 2, EncodeCommand({Query::kValidate, {}, {}, kValidationMagic})),
        "VALIDATE"},
@@ -170,6 +177,56 @@ TEST_F(ForwardedCommandsTest, WhatMayNotBeForwardedIsRefusedAndChangesNothing) {
   EXPECT_EQ(Value("/text"), "abc");
   EXPECT_EQ(Run("a", 3, {Query::kSet, {"/x"}, {"1"}, 0}).status().code(), absl::StatusCode::kOk)
       << "number 3 was not used up by the refused command";
+}
+
+TEST_F(ForwardedCommandsTest, WritesSentTogetherAreCarriedOutInOrderAsOneAndOnce) {
+  // A burst of writes that answer nothing, numbered 1 to 4, in one request.
+  ForwardedTorchCommand burst;
+  burst.client = "a";
+  burst.sequence = 1;
+  burst.command = EncodeCommand({Query::kSet, {"/x"}, {"1"}, 0}) +
+                  EncodeCommand({Query::kAppend, {"/x"}, {"2"}, 0}) +
+                  EncodeCommand({Query::kMultiSet, {"/y", "/z"}, {"y", "z"}, 0}) +
+                  EncodeCommand({Query::kQueuePush, {"q"}, {"item"}, 0});
+  const int64_t revision = service_->KeyValueStats().revision;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second: its answer was lost
+    Call call = StartRaw(burst);
+    ASSERT_TRUE(call.answer->has_value());
+    EXPECT_EQ(call.answer->value().value_or("<failed>"), "") << attempt;
+    EXPECT_EQ(Value("/x"), "12") << "in order, and the APPEND once";
+    EXPECT_EQ(Value("/y") + Value("/z"), "yz");
+    EXPECT_EQ(Run("a", 0, {Query::kQueueLen, {"q"}, {}, 0}).value(), I64(1)) << "pushed once";
+  }
+  // Six keys changed (x twice, y, z, the queue's item, the record) and nothing more.
+  EXPECT_EQ(service_->KeyValueStats().revision, revision + 6);
+  std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("a")).value();
+  EXPECT_EQ(static_cast<uint8_t>(record[0]), 4) << "the number of the request's last command";
+  EXPECT_EQ(Run("a", 5, {Query::kAdd, {"/n"}, {}, 1}).value(), I64(1));
+  burst.sequence = 1;  // 1 to 4, after 5 was answered: older
+  Call stale = StartRaw(burst);
+  EXPECT_EQ(stale.answer->value().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // The third of four refused (a key longer than the store takes): the two before it stay,
+  // with a record of the second; sent again, only the third and fourth are tried.
+  ForwardedTorchCommand refused;
+  refused.client = "a";
+  refused.sequence = 6;
+  refused.command = EncodeCommand({Query::kSet, {"/r"}, {"1"}, 0}) +
+                    EncodeCommand({Query::kAppend, {"/r"}, {"2"}, 0}) +
+                    EncodeCommand({Query::kSet, {std::string(5000, 'k')}, {"v"}, 0}) +
+                    EncodeCommand({Query::kAppend, {"/r"}, {"3"}, 0});
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Call call = StartRaw(refused);
+    ASSERT_TRUE(call.answer->has_value());
+    ASSERT_FALSE(call.answer->value().ok()) << attempt;
+    EXPECT_THAT(std::string(call.answer->value().status().message()),
+                HasSubstr("command 3 of 4 (SET)"));
+    EXPECT_EQ(Value("/r"), "12") << attempt;
+    record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("a")).value();
+    EXPECT_EQ(static_cast<uint8_t>(record[0]), 7) << attempt;
+  }
+  EXPECT_TRUE(Run("a", 8, {Query::kSet, {"/s"}, {"1"}, 0}).ok())
+      << "number 8 was not used up by the refused command";
 }
 
 TEST_F(ForwardedCommandsTest, AWaitAnswersOnceItsKeysAreThereAndCancelEndsIt) {
@@ -230,6 +287,18 @@ TEST(WriteOrderTest, ACommandWaitsForEveryWriteReceivedBeforeItAnsweredInAnyOrde
   EXPECT_FALSE(order.DoneUpTo(third, [&ran] { ran += 100; }));
   order.Done(third);
   EXPECT_EQ(ran, 111);
+}
+
+TEST(WriteOrderTest, WritesThatGoTogetherWaitOnlyForTheOthers) {
+  WriteOrder order;
+  const uint64_t mine = order.Issue();
+  const uint64_t other = order.Issue();
+  const uint64_t mine_too = order.Issue();
+  EXPECT_TRUE(order.DoneUpToExcept(mine, {mine}));
+  EXPECT_FALSE(order.DoneUpToExcept(mine_too, {mine_too, mine})) << "the other is open";
+  order.Done(other);
+  EXPECT_TRUE(order.DoneUpToExcept(mine_too, {mine_too, mine}));
+  EXPECT_FALSE(order.DoneUpToExcept(mine_too, {mine}));
 }
 
 // A sidecar's proxy session, over the coordinator's own backend here (the sidecar's forwards
@@ -301,6 +370,37 @@ TEST_F(TorchStoreProxySessionTest, CommandsAnswerAsOnTheCoordinatorsOwnPort) {
   proxy->Closed();
   EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).ok())
       << "a closed connection's record is forgotten";
+}
+
+TEST_F(TorchStoreProxySessionTest, ABurstOfWritesGoesUpstreamInFewRequests) {
+  // Each request upstream writes the connection's record once: the store's revision counts
+  // the requests. The writes queue behind another connection's first.
+  uint64_t earlier = order_->Issue();
+  auto proxy = Open("p");
+  std::string burst;
+  for (int i = 0; i < 300; ++i)
+    burst += EncodeCommand({Query::kSet, {absl::StrCat("/k", i)}, {"v"}, 0});
+  proxy->Received(burst + EncodeCommand({Query::kGet, {"/k299"}, {}, 0}));
+  int64_t revision = service_->KeyValueStats().revision;
+  order_->Done(earlier);
+  EXPECT_EQ(TakeSent(), Bytes("v"));
+  EXPECT_EQ(service_->KeyValueStats().revision, revision + 300 + 2)
+      << "300 keys, and a record for each of two requests (256 writes at most in one)";
+  std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).value();
+  EXPECT_EQ(absl::little_endian::Load64(record.data()), 300u);
+
+  // A write of another connection received between two of this one's: the second waits for
+  // it, so the two go in two requests.
+  earlier = order_->Issue();
+  proxy->Received(EncodeCommand({Query::kSet, {"/a1"}, {"1"}, 0}));
+  const uint64_t between = order_->Issue();
+  proxy->Received(EncodeCommand({Query::kSet, {"/a2"}, {"2"}, 0}));
+  order_->Done(earlier);
+  EXPECT_EQ(Value("/a1"), "1");
+  EXPECT_EQ(Value("/a2"), "<absent>") << "behind the other connection's write";
+  order_->Done(between);
+  EXPECT_EQ(Value("/a2"), "2");
+  EXPECT_TRUE(ended().ok()) << ended();
 }
 
 TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesOn) {
