@@ -340,8 +340,12 @@ int main(int argc, char** argv) {
   cohort::CoordinatorServer coordinator(service->get(), &registry, server);
   if (auto s = coordinator.Start(); !s.ok()) return Fail(s);
   transport.Start();
+  std::unique_ptr<cohort::torch::TorchStoreMetrics> torch_metrics;  // outlives the server
   std::unique_ptr<cohort::torch::TorchStoreServer> torch_server;
   if (!torch_store.listen.empty()) {
+    torch_metrics = std::make_unique<cohort::torch::TorchStoreMetrics>(
+        registry, "cohort_coordinator", /*held=*/false);
+    torch_store.metrics = torch_metrics.get();
     torch_server = std::make_unique<cohort::torch::TorchStoreServer>(service->get(), torch_store);
     if (auto s = torch_server->Start(); !s.ok()) return Fail(s);
     spdlog::info("serving PyTorch's TCPStore protocol on {} (port {})", torch_store.listen,

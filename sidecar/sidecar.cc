@@ -75,6 +75,11 @@ absl::Status Sidecar::Start() {
     ProxyOptions proxy;
     proxy.listen = options_.proxy_listen;
     proxy.torch_store_listen = options_.torch_store_proxy_listen;
+    if (!proxy.torch_store_listen.empty()) {
+      torch_store_metrics_ =
+          std::make_unique<torch::TorchStoreMetrics>(*registry_, "cohort_sidecar", /*held=*/true);
+      proxy.torch_store_metrics = torch_store_metrics_.get();
+    }
     proxy.upstream.address = options_.coordinator_address;
     proxy.upstream.outage_tolerance = options_.outage_tolerance;
     proxy.upstream.auth_token = options_.auth_token;

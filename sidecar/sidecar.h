@@ -108,6 +108,7 @@ class Sidecar {
   // Where the workload and the sidecar's agent reach the coordinator: the proxy, if any.
   std::string CoordinatorEndpoint() const;
 
+  std::unique_ptr<torch::TorchStoreMetrics> torch_store_metrics_;  // outlives proxy_
   std::unique_ptr<ProxyServer> proxy_;
   std::unique_ptr<runtime::ObjectStoreServer> objstore_;
   CoordinationAgent agent_;

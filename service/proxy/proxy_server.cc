@@ -83,12 +83,15 @@ absl::Status ProxyServer::Start() {
     auto order = std::make_shared<torch::WriteOrder>();
     torch::TorchStoreServerOptions torch_options;
     torch_options.listen = options_.torch_store_listen;
+    torch_options.metrics = options_.torch_store_metrics;
     torch_store_ = std::make_unique<torch::TorchStoreServer>(
-        [this, prefix, connections, order, limits = torch_options.limits](
-            torch::TorchStoreHandler::Send send, torch::TorchStoreHandler::End end) {
+        [this, prefix, connections, order, limits = torch_options.limits,
+         metrics = options_.torch_store_metrics](torch::TorchStoreHandler::Send send,
+                                                 torch::TorchStoreHandler::End end) {
           return std::make_shared<torch::TorchStoreProxySession>(
               &backend_, order, absl::StrCat(prefix, "-", ++*connections), limits, std::move(send),
-              std::move(end));
+              std::move(end), torch::TorchStoreProxySession::kDefaultMaxHeldBytes,
+              torch::TorchStoreProxySession::kDefaultMaxHeldCommands, metrics);
         },
         torch_options);
     if (absl::Status s = torch_store_->Start(); !s.ok()) {

@@ -24,6 +24,8 @@ struct ProxyOptions {
   // Also serves PyTorch's TCPStore protocol here (a loopback HOST:PORT), each connection
   // forwarded to the coordinator (torch::TorchStoreProxySession); empty: not served.
   std::string torch_store_listen;
+  // Counts its connections and commands (cohort_sidecar_torch_store_*); null: none.
+  torch::TorchStoreMetrics* torch_store_metrics = nullptr;
 };
 
 // "HOST:PORT" with a port number (0 picks one); what is wrong with it otherwise.

@@ -60,13 +60,14 @@ TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
                                                std::shared_ptr<WriteOrder> order,
                                                std::string client, CodecLimits limits, Send send,
                                                End end, size_t max_held_bytes,
-                                               size_t max_held_commands)
+                                               size_t max_held_commands, TorchStoreMetrics* metrics)
     : backend_(backend),
       order_(std::move(order)),
       client_(std::move(client)),
       decoder_(limits),
       send_(std::move(send)),
       end_(std::move(end)),
+      metrics_(metrics),
       max_held_bytes_(max_held_bytes),
       max_held_commands_(max_held_commands) {}
 
@@ -77,8 +78,15 @@ size_t TorchStoreProxySession::HeldBytes(const Command& command) {
   return bytes;
 }
 
+TorchStoreProxySession::~TorchStoreProxySession() {
+  // What a connection held and will not send leaves the count with it.
+  absl::MutexLock lock(&mu_);
+  if (metrics_ != nullptr && !queue_.empty()) metrics_->Held(-static_cast<double>(queue_.size()));
+}
+
 bool TorchStoreProxySession::TakeFrontLocked(Command* command) {
   held_bytes_ -= HeldBytes(queue_.front().command);
+  if (metrics_ != nullptr) metrics_->Held(-1);
   if (command != nullptr) *command = std::move(queue_.front().command);
   queue_.pop_front();
   if (!paused_ || held_bytes_ > max_held_bytes_ / 2 || queue_.size() > max_held_commands_ / 2) {
@@ -121,6 +129,7 @@ void TorchStoreProxySession::Received(absl::string_view bytes) {
     }
     if (!next->has_value()) break;
     Command& command = **next;
+    if (metrics_ != nullptr) metrics_->Command(command.query);
     {
       absl::MutexLock lock(&mu_);
       if (failed_ || closed_ || bad_input_) return;
@@ -145,6 +154,7 @@ void TorchStoreProxySession::Received(absl::string_view bytes) {
       for (const Queued& q : queue_) behind_wait = behind_wait || Waits(q.command.query);
       if (AnswersNothing(command.query) && !behind_wait) queued.ticket = order_->Issue();
       held_bytes_ += HeldBytes(command);
+      if (metrics_ != nullptr) metrics_->Held(1);
       queued.command = std::move(command);
       queue_.push_back(std::move(queued));
     }
@@ -302,6 +312,7 @@ void TorchStoreProxySession::Closed() {
       for (const Queued& q : queue_) {
         if (q.ticket != 0) tickets.push_back(q.ticket);
       }
+      if (metrics_ != nullptr) metrics_->Held(-static_cast<double>(queue_.size()));
       queue_.clear();
       held_bytes_ = 0;
     }

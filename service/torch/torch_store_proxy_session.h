@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "service/backend/coordination_backend.h"
 #include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_metrics.h"
 #include "service/torch/torch_store_session.h"
 
 namespace cohort::torch {
@@ -76,10 +77,13 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   // stops reading until half of it went: torch's client then blocks in its send, as with a
   // server that reads slowly, so a process writing faster than the coordinator answers neither
   // grows the sidecar without bound nor leaves its next read behind a long queue.
+  // `metrics`: counts the commands read and those held (null: none).
   TorchStoreProxySession(CoordinationBackend* backend, std::shared_ptr<WriteOrder> order,
                          std::string client, CodecLimits limits, Send send, End end,
                          size_t max_held_bytes = kDefaultMaxHeldBytes,
-                         size_t max_held_commands = kDefaultMaxHeldCommands);
+                         size_t max_held_commands = kDefaultMaxHeldCommands,
+                         TorchStoreMetrics* metrics = nullptr);
+  ~TorchStoreProxySession() override;
 
   static constexpr size_t kDefaultMaxHeldBytes = size_t{64} << 20;
   static constexpr size_t kDefaultMaxHeldCommands = 1024;
@@ -138,6 +142,7 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool forgotten_ ABSL_GUARDED_BY(mu_) = false;  // end_client sent
   bool bad_input_ ABSL_GUARDED_BY(mu_) = false;  // bytes that are no command came
+  TorchStoreMetrics* const metrics_;
   const size_t max_held_bytes_;
   const size_t max_held_commands_;
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the commands in queue_

@@ -33,13 +33,16 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
  public:
   using Forget = std::function<void(TorchStoreConnection*)>;
 
-  TorchStoreConnection(tcp::socket socket, const TorchStoreServer::MakeHandler& make, Forget forget)
+  TorchStoreConnection(tcp::socket socket, const TorchStoreServer::MakeHandler& make, Forget forget,
+                       TorchStoreMetrics* metrics)
       : socket_(std::move(socket)),
         strand_(asio::make_strand(socket_.get_executor())),
         make_(make),
-        forget_(std::move(forget)) {
+        forget_(std::move(forget)),
+        metrics_(metrics) {
     boost::system::error_code ignored;
     peer_ = socket_.remote_endpoint(ignored);
+    if (metrics_ != nullptr) metrics_->Opened();
   }
 
   // Makes the session; then Start reads. (Two steps: the server publishes the connection in
@@ -122,13 +125,15 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   void End(absl::Status why) {
     asio::post(strand_, [self = shared_from_this(), why = std::move(why)] {
       spdlog::warn("torch store: closing the connection from {}: {}", self->Peer(), why.ToString());
-      self->CloseNow();
+      self->CloseNow(why);
     });
   }
 
-  void CloseNow() {
+  // `why`: OK when the client went or the server stops.
+  void CloseNow(const absl::Status& why = absl::OkStatus()) {
     if (closed_) return;
     closed_ = true;
+    if (metrics_ != nullptr) metrics_->Closed(why);
     session_->Closed();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
@@ -142,6 +147,7 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   asio::strand<tcp::socket::executor_type> strand_;
   const TorchStoreServer::MakeHandler& make_;
   const Forget forget_;
+  TorchStoreMetrics* const metrics_;
   tcp::endpoint peer_;
   std::shared_ptr<TorchStoreHandler> session_;
   std::array<char, 64 * 1024> buffer_;
@@ -237,7 +243,8 @@ class TorchStoreServer::Impl {
         return;  // the socket closes as it goes out of scope
       }
       connection = std::make_shared<TorchStoreConnection>(
-          std::move(socket), make_, [this](TorchStoreConnection* c) { Forget(c); });
+          std::move(socket), make_, [this](TorchStoreConnection* c) { Forget(c); },
+          options_.metrics);
       connection->Init();
       connections_.emplace(connection.get(), connection);
     }
@@ -269,10 +276,10 @@ class TorchStoreServer::Impl {
 TorchStoreServer::TorchStoreServer(CoordinationService* service,
                                    const TorchStoreServerOptions& options)
     : TorchStoreServer(
-          [service, limits = options.limits](TorchStoreHandler::Send send,
-                                             TorchStoreHandler::End end) {
+          [service, limits = options.limits, metrics = options.metrics](
+              TorchStoreHandler::Send send, TorchStoreHandler::End end) {
             return std::make_shared<TorchStoreSession>(service, limits, std::move(send),
-                                                       std::move(end));
+                                                       std::move(end), metrics);
           },
           options) {}
 

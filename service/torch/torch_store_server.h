@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_metrics.h"
 #include "service/torch/torch_store_session.h"
 
 namespace cohort::torch {
@@ -22,6 +23,8 @@ struct TorchStoreServerOptions {
   // torch's client sends without waiting for an answer (SET, QUEUE_PUSH) on one connection is
   // seen by a command sent after it on another.
   int threads = 1;
+  // Connections counted here, and (the coordinator's own sessions) their commands; null: none.
+  TorchStoreMetrics* metrics = nullptr;
 };
 
 // Serves PyTorch's TCPStore protocol over TCP (Boost.Asio), each connection a

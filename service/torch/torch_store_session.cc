@@ -91,8 +91,12 @@ absl::StatusOr<std::string> ChangeStore(KeyValueStore::Batch& kv, Command& c) {
 }
 
 TorchStoreSession::TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send,
-                                     End end)
-    : service_(service), decoder_(limits), send_(std::move(send)), end_(std::move(end)) {}
+                                     End end, TorchStoreMetrics* metrics)
+    : service_(service),
+      metrics_(metrics),
+      decoder_(limits),
+      send_(std::move(send)),
+      end_(std::move(end)) {}
 
 void TorchStoreSession::Received(absl::string_view bytes) {
   decoder_.Feed(bytes);
@@ -106,6 +110,7 @@ void TorchStoreSession::Received(absl::string_view bytes) {
     absl::Status failed = next.status();
     if (failed.ok()) {
       if (!next->has_value()) return;
+      if (metrics_ != nullptr) metrics_->Command((*next)->query);
       failed = Execute(**next);
     }
     if (!failed.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
+#include "service/torch/torch_store_metrics.h"
 
 namespace cohort::torch {
 
@@ -61,7 +62,9 @@ class TorchStoreSession final : public TorchStoreHandler,
  public:
   // `send` is called under the session's lock (a wait ends on the thread of the write that
   // ended it).
-  TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send, End end);
+  // `metrics`: counts each command read (null: none).
+  TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send, End end,
+                    TorchStoreMetrics* metrics = nullptr);
 
   void Received(absl::string_view bytes) override;
   // Its waits are cancelled.
@@ -83,6 +86,7 @@ class TorchStoreSession final : public TorchStoreHandler,
   void CancelWaits(const char* why, std::string reply = "");
 
   CoordinationService* const service_;
+  TorchStoreMetrics* const metrics_;
   CommandDecoder decoder_;
   const Send send_;
   const End end_;

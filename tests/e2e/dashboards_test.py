@@ -10,6 +10,10 @@ Prometheus (Debian's) scrapes, over loopback:
   - under train's coordinator, the task runtime: two object stores with a C++ worker each
     and a short Python driver (tasks that succeed and fail, gets across stores), for the
     Task runtime row;
+  - train-worker-0's sidecar also serves PyTorch's TCPStore protocol (--torch-store-proxy-listen,
+    as a framework: pytorch worker's does), which a client speaking that protocol over a socket
+    uses as torch's does: keys set, read, added to, a WAIT left parked, and an ADD to a value
+    that is no number, which the coordinator refuses and which ends that connection;
   - the three sidecars, on eight fake GPUs each (the fake libnvidia-ml.so.1 of
     tests/sidecar/gpu, loaded through the real dlopen path); train's GPU 2 also raises the
     application XID 13, which is counted and leaves the GPU healthy;
@@ -321,6 +325,54 @@ def write_fifo(path, line, timeout=10):
         os.close(fd)
 
 
+# PyTorch's TCPStore protocol (../shared/docs/tcpstore-protocol.md): what torch's client sends,
+# without torch (this test runs on the system Python).
+def tcpstore_str(data):
+    return len(data).to_bytes(8, "little") + data
+
+
+def tcpstore_connect(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"\x00" + (0x3C85F7CE).to_bytes(4, "little"))  # VALIDATE
+    return sock
+
+
+def tcpstore_read(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"the store closed the connection after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def tcpstore_set_get(sock):
+    sock.sendall(b"\x01" + tcpstore_str(b"/dashboards/text") + tcpstore_str(b"text"))  # SET
+    sock.sendall(b"\x03" + tcpstore_str(b"/dashboards/text"))  # GET
+    length = int.from_bytes(tcpstore_read(sock, 8), "little")
+    if tcpstore_read(sock, length) != b"text":
+        raise AssertionError("GET did not read back the SET")
+
+
+def tcpstore_traffic(port):
+    """Sets, gets and adds on one connection, then a WAIT that stays parked (the open socket
+    is returned, to keep it so); on another, an ADD to text, which ends it."""
+    sock = tcpstore_connect(port)
+    tcpstore_set_get(sock)
+    sock.sendall(b"\x04" + tcpstore_str(b"/dashboards/count") + (1).to_bytes(8, "little"))  # ADD
+    if int.from_bytes(tcpstore_read(sock, 8), "little") != 1:
+        raise AssertionError("ADD did not answer 1")
+    sock.sendall(b"\x06" + (1).to_bytes(8, "little") + tcpstore_str(b"/dashboards/never"))  # WAIT
+    bad = tcpstore_connect(port)
+    bad.sendall(b"\x04" + tcpstore_str(b"/dashboards/text") + (1).to_bytes(8, "little"))
+    bad.settimeout(30)
+    if bad.recv(1) != b"":
+        raise AssertionError("an ADD to text did not end its connection")
+    bad.close()
+    return sock
+
+
 def all_connected(coordinator):
     out = subprocess.run([BIN + "/cohortctl", "--coordinator", coordinator, "-o", "json",
                           "status"], capture_output=True, text=True).stdout
@@ -423,6 +475,7 @@ def main():
                 "--auxiliary-job", f"sidecar={workers}", "--heartbeat-timeout", "30s",
                 "--shutdown-barrier-timeout", "5s"])
         sidecars = []  # (job, pod, port, fifo)
+        torch_store_port = free_port()
         for name, workers in (("train", 2), ("broken", 1)):
             for task in range(workers):
                 pod = f"{name}-worker-{task}"
@@ -430,10 +483,14 @@ def main():
                 fifo = os.path.join(workdir, pod + ".nvml-fifo")
                 handoff = os.path.join(workdir, pod + "-handoff")
                 os.mkdir(handoff)
+                torch_store = []
+                if pod == "train-worker-0":  # a PyTorch pod's: its store forwarded
+                    torch_store = ["--proxy-listen", f"127.0.0.1:{free_port()}",
+                                   "--torch-store-proxy-listen", f"127.0.0.1:{torch_store_port}"]
                 procs.start(pod + "-sidecar", [
                     BIN + "/cohort-sidecar", "--http-listen", f"127.0.0.1:{port}",
                     "--handoff-dir", handoff, "--sample-interval", "1s",
-                    "--heartbeat-interval", "1s"], {
+                    "--heartbeat-interval", "1s", *torch_store], {
                     "COHORT_COORDINATOR_ADDRESS": f"127.0.0.1:{ports[name][0]}",
                     "COHORT_JOB_NAME": "worker", "COHORT_TASK_ID": str(task),
                     "COHORT_NUM_TASKS": str(workers), "POD_NAME": pod,
@@ -524,6 +581,21 @@ def main():
                                      r'(?=[^}]*\bxid="13")[^}]*\} 1\b',
                                      http_get(f"http://127.0.0.1:{train_port}/metrics"), re.M),
                    30)
+        eventually("train-worker-0's sidecar to serve the TCPStore protocol",
+                   lambda: "proxy serving PyTorch's TCPStore protocol" in
+                   procs.log_of("train-worker-0-sidecar"), 30)
+        # A first SET and GET make the coordinator's series of forwarded commands; once
+        # Prometheus has them, the traffic below is a rise that rates and quantiles see.
+        with tcpstore_connect(torch_store_port) as first:
+            tcpstore_set_get(first)
+        eventually("Prometheus to have the forwarded TCPStore commands' series",
+                   lambda: prom.query('cohort_coordinator_rpc_duration_seconds_count'
+                                      '{method="TorchStore"}')["result"], 30)
+        torch_client = tcpstore_traffic(torch_store_port)  # open until the end: its WAIT parked
+        eventually("the TCPStore WAIT parked in train's coordinator",
+                   lambda: re.search(r'^cohort_coordinator_parked_calls\{[^}]*'
+                                     r'kind="torch_store_wait"[^}]*\} 1\b', http_get(train_http),
+                                     re.M), 30)
         write_fifo(broken_fifo, "xid 3 79")  # fell off the bus: reported and propagated
         broken_http = f"http://127.0.0.1:{ports['broken'][1]}/metrics"
         eventually("broken's coordinator to propagate the sidecar's error",
@@ -531,7 +603,8 @@ def main():
                                      http_get(broken_http), re.M), 30)
         last_event = time.time()
         log("events: XID 13 on train-worker-0 GPU 2, XID 79 on broken-worker-0 GPU 3 "
-            "(propagated), barrier 'checkpoint' waiting for worker/1, a 4 KiB key")
+            "(propagated), barrier 'checkpoint' waiting for worker/1, a 4 KiB key, TCPStore "
+            "commands through train-worker-0's sidecar (a WAIT parked, an ADD refused)")
 
         # Rates and increases over the window see an event once Prometheus has two samples
         # after it: wait until it has scraped every target that often since the last one.
@@ -601,6 +674,7 @@ def main():
             log(f"{len(empty)} without data:")
             for e in empty:
                 log(f"  - {e}")
+        torch_client.close()
         ok = not empty and not problems
         log(f"dashboards test: {checked - len(empty)} passed, {len(empty) + len(problems)} failed")
     except Exception as e:

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/base/internal/endian.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/backend/local_backend.h"
@@ -308,7 +310,8 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
   std::shared_ptr<TorchStoreProxySession> Open(
       const std::string& client,
       size_t max_held_bytes = TorchStoreProxySession::kDefaultMaxHeldBytes,
-      size_t max_held_commands = TorchStoreProxySession::kDefaultMaxHeldCommands) {
+      size_t max_held_commands = TorchStoreProxySession::kDefaultMaxHeldCommands,
+      TorchStoreMetrics* metrics = nullptr) {
     auto session = std::make_shared<TorchStoreProxySession>(
         backend_.get(), order_, client, CodecLimits{},
         [this](const std::string& bytes) {
@@ -319,7 +322,7 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
           absl::MutexLock lock(&mu_);
           ended_ = std::move(why);
         },
-        max_held_bytes, max_held_commands);
+        max_held_bytes, max_held_commands, metrics);
     session->Received(EncodeCommand({Query::kValidate, {}, {}, kValidationMagic}));
     return session;
   }
@@ -401,6 +404,35 @@ TEST_F(TorchStoreProxySessionTest, ABurstOfWritesGoesUpstreamInFewRequests) {
   order_->Done(between);
   EXPECT_EQ(Value("/a2"), "2");
   EXPECT_TRUE(ended().ok()) << ended();
+}
+
+TEST_F(TorchStoreProxySessionTest, ItCountsTheCommandsItReadsAndThoseItHolds) {
+  MetricsRegistry registry;
+  TorchStoreMetrics metrics(registry, "cohort_sidecar", /*held=*/true);
+  auto shows = [&registry](const std::string& line) {
+    return absl::StrContains(registry.Render(), absl::StrCat("\n", line, "\n"));
+  };
+  const uint64_t earlier = order_->Issue();
+  auto proxy = Open("p", TorchStoreProxySession::kDefaultMaxHeldBytes,
+                    TorchStoreProxySession::kDefaultMaxHeldCommands, &metrics);
+  proxy->Received(EncodeCommand({Query::kSet, {"/a"}, {"1"}, 0}) +
+                  EncodeCommand({Query::kSet, {"/b"}, {"2"}, 0}) +
+                  EncodeCommand({Query::kGet, {"/b"}, {}, 0}));
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 3")) << registry.Render();
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"SET\"} 2"));
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"VALIDATE\"} 1"));
+  order_->Done(earlier);
+  EXPECT_EQ(TakeSent(), Bytes("2"));
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 0")) << registry.Render();
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"GET\"} 1"));
+  // A connection gone with commands it will not send: they leave the count with it.
+  auto refused = Open("q", TorchStoreProxySession::kDefaultMaxHeldBytes,
+                      TorchStoreProxySession::kDefaultMaxHeldCommands, &metrics);
+  const uint64_t blocker = order_->Issue();
+  refused->Received(EncodeCommand({Query::kSet, {"/c"}, {"1"}, 0}));
+  refused.reset();
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 0")) << registry.Render();
+  order_->Done(blocker);
 }
 
 TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesOn) {

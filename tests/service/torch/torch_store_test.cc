@@ -15,14 +15,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_keys.h"
+#include "service/torch/torch_store_metrics.h"
 #include "service/torch/torch_store_server.h"
 #include "service/torch/torch_store_session.h"
 #include "tests/service/torch/replies.h"
@@ -337,11 +340,19 @@ class TorchStoreServerTest : public ::testing::Test {
     service_ = std::move(*CoordinationService::Create(config, &clock_));
     TorchStoreServerOptions options;
     options.listen = listen;
+    options.metrics = &metrics_;
     server_ = std::make_unique<TorchStoreServer>(service_.get(), options);
     started_ = server_->Start();
   }
 
+  // Whether the exposition has `line` (a series and its value).
+  bool Shows(const std::string& line) const {
+    return absl::StrContains(registry_.Render(), absl::StrCat("\n", line, "\n"));
+  }
+
   ManualClock clock_;
+  MetricsRegistry registry_;
+  TorchStoreMetrics metrics_{registry_, "cohort_coordinator", /*held=*/false};
   std::unique_ptr<CoordinationService> service_;
   std::unique_ptr<TorchStoreServer> server_;
   absl::Status started_;
@@ -387,9 +398,22 @@ TEST_F(TorchStoreServerTest, BadInputClosesTheConnectionAndTheServerGoesOn) {
   waiting.Send(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
   waiting.Send(EncodeCommand({Query::kPing, {}, {}, 6}));  // answered: the WAIT is parked
   EXPECT_EQ(waiting.Read(4).size(), 4u);
+  EXPECT_TRUE(Shows("cohort_coordinator_torch_store_connections 2"));
   server_->Stop();
   EXPECT_EQ(waiting.Read(1), "");
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
+  // What the job's dashboard row reads: commands by kind (the bad byte is none), connections
+  // open, and how they ended.
+  for (const char* line :
+       {"cohort_coordinator_torch_store_commands_total{command=\"VALIDATE\"} 3",
+        "cohort_coordinator_torch_store_commands_total{command=\"PING\"} 2",
+        "cohort_coordinator_torch_store_commands_total{command=\"WAIT\"} 1",
+        "cohort_coordinator_torch_store_commands_total{command=\"SET\"} 0",
+        "cohort_coordinator_torch_store_connections 0",
+        "cohort_coordinator_torch_store_connections_closed_total{result=\"error\"} 1",
+        "cohort_coordinator_torch_store_connections_closed_total{result=\"closed\"} 2"}) {
+    EXPECT_TRUE(Shows(line)) << line << " in\n" << registry_.Render();
+  }
 }
 
 // A handler that counts what it is given and says it is full until told otherwise.
