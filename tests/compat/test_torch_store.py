@@ -203,6 +203,15 @@ def test_a_lost_node_rejoins_its_job_in_a_new_c10d_round(group, torch):
     for n in range(nodes):
         starts = re.findall(r"^pid \d+ rank \d of 3 restart", log_text(agents[n]), re.M)
         assert len(starts) == (1 if n == lost else 2), (n, tail(log_text(agents[n])))
+    # Only the agents' rendezvous went through the sidecars' store: each round's processes had a
+    # store of the round's own (its rank 0's, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), so no key
+    # of a round's process groups (default_pg, init/) is left for the next round to meet.
+    listed = subprocess.run([str(cohort_binary("cohortctl")), "--coordinator", coordinator.address,
+                             "kv", "ls", "torch"], capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    keys = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    assert keys and all(k.startswith("torch/%2Ftorch.rendezvous.job-rejoin") for k in keys), \
+        [k for k in keys if not k.startswith("torch/%2Ftorch.rendezvous.job-rejoin")] or keys
 
 
 def test_the_sidecars_store_is_loopback_only(group):
