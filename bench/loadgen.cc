@@ -1,6 +1,8 @@
 // cohort-loadgen: one process simulating the N tasks of a job against a coordination
 // service (cohort, or jaxlib's own service over the same xla.coordination protocol), or the
-// key-value clients of etcd. Prints one JSON object of measurements.
+// key-value clients of etcd, or the ranks of a PyTorch job against a TCPStore server
+// (--protocol tcpstore: register and barrier, bench/tcpstore_load.h). Prints one JSON object
+// of measurements.
 //
 //   register      N tasks through the register barrier
 //   barrier       barrier rounds over N tasks: last arrival to all released
@@ -17,6 +19,7 @@
 #include "bench/kv_driver.h"
 #include "bench/scenarios.h"
 #include "bench/task_client.h"
+#include "bench/tcpstore_load.h"
 #include "common/yaml_config.h"
 #include "nlohmann/json.hpp"
 
@@ -43,7 +46,8 @@ int main(int argc, char** argv) {
   app.add_option("scenario", scenario, "register | barrier | heartbeat | kv | memory | failure")
       ->required();
   app.add_option("--coordinator", address, "server address")->capture_default_str();
-  app.add_option("--protocol", protocol, "xla | tensorflow | etcd (kv only)")
+  app.add_option("--protocol", protocol,
+                 "xla | tensorflow | etcd (kv only) | tcpstore (register and barrier)")
       ->capture_default_str();
   app.add_option("--job", job, "tensorflow: the job name")->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks to simulate (the server's job size)")
@@ -76,6 +80,15 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = {
       {"scenario", scenario}, {"protocol", protocol}, {"tasks", o.tasks}, {"channels", o.channels}};
+  if (protocol == "tcpstore") {
+    if (scenario != "register" && scenario != "barrier") {
+      std::fprintf(stderr, "tcpstore: only the register and barrier scenarios\n");
+      return 2;
+    }
+    out.erase("channels");
+    out.update(TcpStoreBarriers(address, scenario, o));
+    Emit(out, out.contains("error") ? 1 : 0);
+  }
   if (protocol == "etcd") {
     if (scenario != "kv") {
       std::fprintf(stderr, "etcd: only the kv scenario\n");

@@ -34,6 +34,10 @@ from free_port import free_port  # noqa: E402  (below the ephemeral range, as th
 MIB = 1 << 20
 # The systems torch's own client drives (bench/tcpstore_driver.py).
 TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch", "cohort-torch-sidecar")
+# The same servers under the store barrier driven from C++ (cohort-loadgen --protocol tcpstore,
+# bench/tcpstore_load.h): register and barrier only, where torch's Python client, a thread per
+# rank, would otherwise be what is measured at 1,000 ranks and more.
+TCPSTORE_CPP = {"tcpstore-cpp": "tcpstore", "cohort-torch-cpp": "cohort-torch"}
 
 PROFILES = {
     "full": {
@@ -320,6 +324,8 @@ class Bench:
                 "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
                 "cohort-torch": lambda t, **k: self.cohort_torch(t),
                 "cohort-torch-sidecar": lambda t, **k: self.cohort_torch_sidecar(t),
+                "tcpstore-cpp": lambda t, **k: self.tcpstore(),
+                "cohort-torch-cpp": lambda t, **k: self.cohort_torch(t),
                 }[system](tasks, **kw)
 
     # ------------------------------------------------------------ drivers
@@ -366,7 +372,10 @@ class Bench:
         load = os.getloadavg()[0]  # other work on the machine skews every figure
         try:
             with self.server(system, tasks, **kw) as server:
-                if system in TCPSTORE_PROTOCOL:
+                if system in TCPSTORE_CPP:
+                    params = {"tasks": tasks, **params}
+                    result = self.loadgen(server, scenario, "tcpstore", **params)
+                elif system in TCPSTORE_PROTOCOL:
                     if scenario != "kv":
                         params = {"tasks": tasks, **params}
                     result = self.tcpstore_driver(server, scenario, **params)
@@ -385,6 +394,8 @@ class Bench:
                               f"before the fault (first answer: {result.get('first_answer')})")
         for key, value in params.items():  # a failed run still says what it measured
             result.setdefault(key, value)
+        if system in TCPSTORE_CPP:
+            result.pop("channels", None)
         if system not in ("etcd", *TCPSTORE_PROTOCOL) or scenario != "kv":
             result.setdefault("tasks", tasks)
         result["system"] = system
@@ -405,9 +416,12 @@ class Bench:
         for n in self.p["register_tasks"]:
             for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib",
                                             "cohort-torch", "cohort-torch-sidecar",
-                                            "tcpstore"]):
-                # torch's client is driven by a Python thread per task.
-                if system in TCPSTORE_PROTOCOL and n > self.p["tcpstore_max_tasks"]:
+                                            "tcpstore", "cohort-torch-cpp", "tcpstore-cpp"]):
+                # torch's client is driven by a Python thread per task; torch's server takes
+                # 5 s for every 50th connection (seen with torch 2.15 on this machine), so
+                # 4,000 ranks take minutes to connect to it even from C++.
+                if ((system in TCPSTORE_PROTOCOL or system in TCPSTORE_CPP)
+                        and n > self.p["tcpstore_max_tasks"]):
                     continue
                 rounds = self.p["barrier_rounds"][n]
                 records.append(self.measure(system, "barrier", n, rounds=rounds))

@@ -74,9 +74,11 @@ class Checker:
                 self.problems.append(f"machine.json: no {key}")
         reg = self.load("register")
         for n in self.p["register_tasks"]:
-            for s in ("cohort", "cohort-tensorflow", "jaxlib", "cohort-torch", "tcpstore"):
-                if s in ("tcpstore", "cohort-torch") and n > self.p["tcpstore_max_tasks"]:
-                    continue
+            for s in ("cohort", "cohort-tensorflow", "jaxlib", "cohort-torch", "tcpstore",
+                      "cohort-torch-cpp", "tcpstore-cpp"):
+                if "torch" in s or "tcpstore" in s:
+                    if n > self.p["tcpstore_max_tasks"]:
+                        continue
                 self.want(reg, ["register_seconds", "round_p50_ms", "round_p99_ms",
                                 "burst_seconds", "task_release.p99_ms"], "register",
                           system=s, tasks=n)
