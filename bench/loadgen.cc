@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--coordinator", address, "server address")->capture_default_str();
   app.add_option("--protocol", protocol,
-                 "xla | tensorflow | etcd (kv only) | tcpstore (register and barrier)")
+                 "xla | tensorflow | etcd (kv only) | tcpstore (register, barrier, memory)")
       ->capture_default_str();
   app.add_option("--job", job, "tensorflow: the job name")->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks to simulate (the server's job size)")
@@ -81,12 +81,13 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"scenario", scenario}, {"protocol", protocol}, {"tasks", o.tasks}, {"channels", o.channels}};
   if (protocol == "tcpstore") {
-    if (scenario != "register" && scenario != "barrier") {
-      std::fprintf(stderr, "tcpstore: only the register and barrier scenarios\n");
+    if (scenario != "register" && scenario != "barrier" && scenario != "memory") {
+      std::fprintf(stderr, "tcpstore: only the register, barrier and memory scenarios\n");
       return 2;
     }
     out.erase("channels");
-    out.update(TcpStoreBarriers(address, scenario, o));
+    out.update(scenario == "memory" ? TcpStoreMemory(address, o)
+                                    : TcpStoreBarriers(address, scenario, o));
     Emit(out, out.contains("error") ? 1 : 0);
   }
   if (protocol == "etcd") {

@@ -23,6 +23,7 @@ SYSTEM_NAMES = {
     "tcpstore": "TCPStore",
     "cohort-torch-cpp": "cohort (TCPStore protocol, C++ driver)",
     "tcpstore-cpp": "TCPStore (C++ driver)",
+    "cohort-torch-sidecar-cpp": "cohort (TCPStore via sidecar, C++ driver)",
 }
 ANCHORS = ["jaxlib", "etcd", "tcpstore"]
 
@@ -316,7 +317,8 @@ def section_memory(recs, plots, goals):
            "'connections' is how many HTTP/2 connections the N tasks share (N = one per "
            "task, as in a real job; otherwise N/100, at least 16).\n\n"]
     rows = []
-    keys = sorted({(r["tasks"], r.get("channels")) for r in recs if "tasks" in r})
+    keys = sorted({(r["tasks"], r.get("channels")) for r in recs
+                   if "tasks" in r and r.get("system") in ("cohort", "jaxlib")})
     for n, ch in keys:
         c = by(recs, system="cohort", tasks=n, channels=ch)
         j = by(recs, system="jaxlib", tasks=n, channels=ch)
@@ -343,6 +345,25 @@ def section_memory(recs, plots, goals):
             if r.get("system") == s and r.get("channels") != r["tasks"] and "error" not in r]
     out.append("\n" + plots.lines("memory", "Server memory per task (3 parked calls)",
                                   "tasks (N)", "KiB per task", series))
+    torch_systems = [s for s in ("tcpstore-cpp", "cohort-torch-cpp", "cohort-torch-sidecar-cpp")
+                     if any(r.get("system") == s for r in recs)]
+    if torch_systems:
+        out.append("\nTCPStore protocol, memory per connected rank (cohort-loadgen --protocol "
+                   "tcpstore: a connection per rank, then a WAIT parked on each); the process "
+                   "measured is the one the ranks connect to: torch's server (a Python process "
+                   "hosting it), the coordinator's --torch-store-listen, a sidecar's "
+                   "--torch-store-proxy-listen. KiB per rank connected / with its WAIT parked:"
+                   "\n\n")
+        rows = []
+        for n in sorted({r["tasks"] for r in recs if r.get("system") in torch_systems}):
+            row = [f"{n:,}"]
+            for s in torch_systems:
+                r = by(recs, system=s, tasks=n)
+                row.append("—" if not r or "error" in r else
+                           f"{fmt(r['bytes_per_rank'] / 1024)} / "
+                           f"{fmt(r['bytes_per_waiting_rank'] / 1024)}")
+            rows.append(row)
+        out.append(table(["N"] + [SYSTEM_NAMES[s] for s in torch_systems], rows))
     return "".join(out)
 
 

@@ -37,13 +37,16 @@ TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch", "cohort-torch-sidecar")
 # The same servers under the store barrier driven from C++ (cohort-loadgen --protocol tcpstore,
 # bench/tcpstore_load.h): register and barrier only, where torch's Python client, a thread per
 # rank, would otherwise be what is measured at 1,000 ranks and more.
-TCPSTORE_CPP = {"tcpstore-cpp": "tcpstore", "cohort-torch-cpp": "cohort-torch"}
+TCPSTORE_CPP = {"tcpstore-cpp": "tcpstore", "cohort-torch-cpp": "cohort-torch",
+                "cohort-torch-sidecar-cpp": "cohort-torch-sidecar"}
 
 PROFILES = {
     "full": {
         "register_tasks": [1000, 4000, 16000],
         "barrier_rounds": {1000: 20, 4000: 20, 16000: 10},
         "tcpstore_max_tasks": 4000,
+        "tcpstore_memory_tasks": [1000, 4000],
+        "tcpstore_memory_torch_max": 1000,
         "heartbeat_tasks": [1000, 4000, 16000],
         "heartbeat_interval": 1.0,
         "heartbeat_seconds": 10,
@@ -68,6 +71,8 @@ PROFILES = {
         "register_tasks": [20, 40],
         "barrier_rounds": {20: 2, 40: 2},
         "tcpstore_max_tasks": 40,
+        "tcpstore_memory_tasks": [20],
+        "tcpstore_memory_torch_max": 20,
         "heartbeat_tasks": [20, 40],
         "heartbeat_interval": 0.5,
         "heartbeat_seconds": 1,
@@ -326,6 +331,7 @@ class Bench:
                 "cohort-torch-sidecar": lambda t, **k: self.cohort_torch_sidecar(t),
                 "tcpstore-cpp": lambda t, **k: self.tcpstore(),
                 "cohort-torch-cpp": lambda t, **k: self.cohort_torch(t),
+                "cohort-torch-sidecar-cpp": lambda t, **k: self.cohort_torch_sidecar(t),
                 }[system](tasks, **kw)
 
     # ------------------------------------------------------------ drivers
@@ -452,6 +458,14 @@ class Bench:
 
     def scenario_memory(self):
         records = []
+        # Memory per connected rank of the TCPStore protocol: torch's server, the coordinator's
+        # port, a sidecar's (whose process the ranks of a pod connect to).
+        for n in self.p["tcpstore_memory_tasks"]:
+            for system in self.systems_for(["tcpstore-cpp", "cohort-torch-cpp",
+                                            "cohort-torch-sidecar-cpp"]):
+                if system == "tcpstore-cpp" and n > self.p["tcpstore_memory_torch_max"]:
+                    continue  # connecting 4,000 ranks to torch's server takes minutes here
+                records.append(self.measure(system, "memory", n))
         for n in self.p["memory_tasks"]:
             for system in self.systems_for(["cohort", "jaxlib"]):
                 records.append(self.measure(system, "memory", n))

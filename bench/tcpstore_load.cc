@@ -112,22 +112,57 @@ double Burst(std::vector<Rank*>& ranks, const std::string& key) {
   return Seconds(start, Clock::now());
 }
 
-}  // namespace
-
-nlohmann::json TcpStoreBarriers(const std::string& address, const std::string& scenario,
-                                const Options& o) {
-  // A connection per rank, two descriptors each on loopback.
+// The server's address; false when `address` is no IPv4 HOST:PORT. Raises the descriptor
+// limit: a connection per rank.
+bool ServerAddress(const std::string& address, sockaddr_in* to) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   files.rlim_cur = files.rlim_max;
   setrlimit(RLIMIT_NOFILE, &files);
-
   const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  *to = sockaddr_in{};
+  to->sin_family = AF_INET;
+  to->sin_port = htons(static_cast<uint16_t>(std::atoi(address.substr(colon + 1).c_str())));
+  return inet_pton(AF_INET, address.substr(0, colon).c_str(), &to->sin_addr) == 1;
+}
+
+}  // namespace
+
+nlohmann::json TcpStoreMemory(const std::string& address, const Options& o) {
   sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  if (colon == std::string::npos ||
-      inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) {
+  if (!ServerAddress(address, &to)) {
+    return {{"error", "tcpstore: --coordinator must be an IPv4 HOST:PORT, not " + address}};
+  }
+  nlohmann::json out;
+  try {
+    const long before = RssKiB(o.pid);
+    std::vector<std::unique_ptr<Rank>> ranks;
+    for (int i = 0; i < o.tasks; ++i) {
+      ranks.push_back(std::make_unique<Rank>(to, static_cast<uint32_t>(i + 1)));
+    }
+    const long connected = RssKiB(o.pid);
+    for (auto& rank : ranks) rank->Send(TorchWaitDone("memory/never"));
+    // A moment for every WAIT to reach the server and park (the barrier rounds' wait, longer).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200) +
+                                std::chrono::microseconds(20 * o.tasks));
+    const long waiting = RssKiB(o.pid);
+    const double n = o.tasks;
+    out = {{"rss_kib_before", before},
+           {"rss_kib_connected", connected},
+           {"rss_kib_waiting", waiting},
+           {"bytes_per_rank", (connected - before) * 1024.0 / n},
+           {"bytes_per_waiting_rank", (waiting - before) * 1024.0 / n}};
+  } catch (const std::exception& e) {
+    out["error"] = std::string("tcpstore: ") + e.what();
+  }
+  return out;
+}
+
+nlohmann::json TcpStoreBarriers(const std::string& address, const std::string& scenario,
+                                const Options& o) {
+  sockaddr_in to{};
+  if (!ServerAddress(address, &to)) {
     return {{"error", "tcpstore: --coordinator must be an IPv4 HOST:PORT, not " + address}};
   }
   nlohmann::json out;

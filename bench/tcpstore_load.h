@@ -20,4 +20,9 @@ namespace cohort::bench {
 nlohmann::json TcpStoreBarriers(const std::string& address, const std::string& scenario,
                                 const Options& o);
 
+// The server's RSS (o.pid) before any rank, with o.tasks ranks connected, and with each of
+// them parked in a WAIT for a key nobody sets: {"rss_kib_before", "rss_kib_connected",
+// "rss_kib_waiting", "bytes_per_rank", "bytes_per_waiting_rank"}.
+nlohmann::json TcpStoreMemory(const std::string& address, const Options& o);
+
 }  // namespace cohort::bench

@@ -42,6 +42,7 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
         metrics_(metrics) {
     boost::system::error_code ignored;
     peer_ = socket_.remote_endpoint(ignored);
+    socket_.non_blocking(true, ignored);  // Read takes what is there, never waits in read_some
     if (metrics_ != nullptr) metrics_->Opened();
   }
 
@@ -70,16 +71,30 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   }
 
  private:
+  // Waits until the socket has bytes, then reads them into the thread's buffer: a connection
+  // that waits (most of them, most of the time: a rank parked in a WAIT) holds no buffer of its
+  // own, so thousands of them cost little memory.
   void Read() {
-    socket_.async_read_some(
-        asio::buffer(buffer_),
+    socket_.async_wait(
+        tcp::socket::wait_read,
         asio::bind_executor(
-            strand_, [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
+            strand_, [self = shared_from_this()](const boost::system::error_code& error) {
               if (error) {
                 self->CloseNow();
                 return;
               }
-              self->session_->Received(absl::string_view(self->buffer_.data(), n));
+              thread_local std::array<char, 64 * 1024> buffer;
+              boost::system::error_code read_error;
+              const size_t n = self->socket_.read_some(asio::buffer(buffer), read_error);
+              if (read_error == asio::error::would_block || read_error == asio::error::try_again) {
+                self->Read();
+                return;
+              }
+              if (read_error) {
+                self->CloseNow();
+                return;
+              }
+              self->session_->Received(absl::string_view(buffer.data(), n));
               if (self->closed_) return;
               if (self->session_->Full()) {
                 self->paused_ = true;  // until the session resumes it (TCP holds the client)
@@ -150,7 +165,6 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   TorchStoreMetrics* const metrics_;
   tcp::endpoint peer_;
   std::shared_ptr<TorchStoreHandler> session_;
-  std::array<char, 64 * 1024> buffer_;
   std::deque<std::string> outbox_;
   bool closed_ = false;
   bool paused_ = false;  // not reading: the session holds as much as it may

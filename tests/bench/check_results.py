@@ -105,6 +105,12 @@ class Checker:
             for s in ("cohort", "jaxlib"):
                 self.want(mem, ["bytes_per_task", "bytes_per_parked_call", "rss_kib_before"],
                           "memory", system=s, tasks=n, channels=max(16, n // 100))
+        for n in self.p["tcpstore_memory_tasks"]:
+            for s in ("tcpstore-cpp", "cohort-torch-cpp", "cohort-torch-sidecar-cpp"):
+                if s == "tcpstore-cpp" and n > self.p["tcpstore_memory_torch_max"]:
+                    continue
+                self.want(mem, ["bytes_per_rank", "bytes_per_waiting_rank", "rss_kib_before"],
+                          "memory", system=s, tasks=n)
         fail = self.load("failure")
         for n in self.p["failure_tasks"]:
             for s in ("cohort", "jaxlib"):
