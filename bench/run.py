@@ -34,9 +34,10 @@ from free_port import free_port  # noqa: E402  (below the ephemeral range, as th
 MIB = 1 << 20
 # The systems torch's own client drives (bench/tcpstore_driver.py).
 TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch", "cohort-torch-sidecar")
-# The same servers under the store barrier driven from C++ (cohort-loadgen --protocol tcpstore,
-# bench/tcpstore_load.h): register and barrier only, where torch's Python client, a thread per
-# rank, would otherwise be what is measured at 1,000 ranks and more.
+# The same servers driven from C++ (cohort-loadgen --protocol tcpstore, bench/tcpstore_load.h),
+# each with the server it drives: the store barrier (register, barrier), where torch's Python
+# client, a thread per rank, would otherwise be what is measured at 1,000 ranks and more, and
+# the memory per connected rank.
 TCPSTORE_CPP = {"tcpstore-cpp": "tcpstore", "cohort-torch-cpp": "cohort-torch",
                 "cohort-torch-sidecar-cpp": "cohort-torch-sidecar"}
 
@@ -329,10 +330,7 @@ class Bench:
                 "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
                 "cohort-torch": lambda t, **k: self.cohort_torch(t),
                 "cohort-torch-sidecar": lambda t, **k: self.cohort_torch_sidecar(t),
-                "tcpstore-cpp": lambda t, **k: self.tcpstore(),
-                "cohort-torch-cpp": lambda t, **k: self.cohort_torch(t),
-                "cohort-torch-sidecar-cpp": lambda t, **k: self.cohort_torch_sidecar(t),
-                }[system](tasks, **kw)
+                }[TCPSTORE_CPP.get(system, system)](tasks, **kw)
 
     # ------------------------------------------------------------ drivers
 

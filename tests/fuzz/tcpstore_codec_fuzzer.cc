@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,20 +44,34 @@ bool Same(const Command& a, const Command& b) {
   return a.query == b.query && a.keys == b.keys && a.values == b.values && a.number == b.number;
 }
 
-// The commands to two sessions in turn, each sent in pieces; aborts if a wait outlives its
-// connection.
-void Execute(const std::vector<Command>& commands, size_t piece) {
-  cohort::ManualClock clock;
+// A coordination core with limits small enough for inputs to reach.
+std::unique_ptr<cohort::CoordinationService> SmallService(cohort::Clock* clock) {
   cohort::ServiceConfig config;
   config.jobs.push_back({"worker", 1});
   config.key_value.max_key_bytes = 96;
   config.key_value.max_total_bytes = 1 << 16;
-  auto service = cohort::CoordinationService::Create(config, &clock);
+  auto service = cohort::CoordinationService::Create(config, clock);
   if (!service.ok()) std::abort();
+  return std::move(*service);
+}
+
+// Once every connection or call is done, no wait of theirs may be left parked.
+void AbortIfAWaitIsParked(cohort::CoordinationService& service) {
+  if (service.ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
+      service.ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
+    std::abort();
+  }
+}
+
+// The commands to two sessions in turn, each sent in pieces; aborts if a wait outlives its
+// connection.
+void Execute(const std::vector<Command>& commands, size_t piece) {
+  cohort::ManualClock clock;
+  std::unique_ptr<cohort::CoordinationService> service = SmallService(&clock);
   std::vector<std::shared_ptr<cohort::torch::TorchStoreSession>> sessions;
   for (int i = 0; i < 2; ++i) {
     sessions.push_back(std::make_shared<cohort::torch::TorchStoreSession>(
-        service->get(), SmallLimits(), [](const std::string&) {}, [](const absl::Status&) {}));
+        service.get(), SmallLimits(), [](const std::string&) {}, [](const absl::Status&) {}));
   }
   const Command validate{cohort::torch::Query::kValidate, {}, {}, cohort::torch::kValidationMagic};
   for (auto& session : sessions) session->Received(cohort::torch::EncodeCommand(validate));
@@ -68,39 +83,28 @@ void Execute(const std::vector<Command>& commands, size_t piece) {
     }
   }
   for (auto& session : sessions) session->Closed();
-  if ((*service)->ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
-      (*service)->ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
-    std::abort();
-  }
+  AbortIfAWaitIsParked(*service);
 }
 
 void Forward(const std::string& bytes) {
   cohort::ManualClock clock;
-  cohort::ServiceConfig config;
-  config.jobs.push_back({"worker", 1});
-  config.key_value.max_key_bytes = 96;
-  config.key_value.max_total_bytes = 1 << 16;
-  auto service = cohort::CoordinationService::Create(config, &clock);
-  if (!service.ok()) std::abort();
-  cohort::torch::ForwardedCommands forwarded(service->get(), SmallLimits());
+  std::unique_ptr<cohort::CoordinationService> service = SmallService(&clock);
+  cohort::torch::ForwardedCommands forwarded(service.get(), SmallLimits());
   cohort::ForwardedTorchCommand request;
   request.client = "sidecar-0.1";
   request.sequence = 1;
   request.command = bytes;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const int64_t before = (*service)->KeyValueStats().revision;
-    const cohort::WaiterId waiter = (*service)->NewWaiterId();
+    const int64_t before = service->KeyValueStats().revision;
+    const cohort::WaiterId waiter = service->NewWaiterId();
     int answers = 0;
     forwarded.Execute(waiter, request,
                       [&answers](const absl::StatusOr<std::string>&) { ++answers; });
     if (answers == 0) forwarded.Cancel(waiter, absl::CancelledError("the client went away"));
     if (answers != 1) std::abort();
-    if (attempt == 1 && (*service)->KeyValueStats().revision != before) std::abort();
+    if (attempt == 1 && service->KeyValueStats().revision != before) std::abort();
   }
-  if ((*service)->ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
-      (*service)->ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
-    std::abort();
-  }
+  AbortIfAWaitIsParked(*service);
 }
 
 }  // namespace
