@@ -47,10 +47,10 @@ bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
   return false;
 }
 
-bool WriteOrder::DoneUpToExcept(uint64_t ticket, std::vector<uint64_t> own) const {
-  std::sort(own.begin(), own.end());
+bool WriteOrder::DoneBetweenExcept(uint64_t from, uint64_t ticket,
+                                   const std::vector<uint64_t>& own) const {
   absl::MutexLock lock(&mu_);
-  for (auto it = open_.begin(); it != open_.end() && *it <= ticket; ++it) {
+  for (auto it = open_.upper_bound(from); it != open_.end() && *it <= ticket; ++it) {
     if (!std::binary_search(own.begin(), own.end(), *it)) return false;
   }
   return true;
@@ -193,7 +193,8 @@ void TorchStoreProxySession::Pump() {
             })) {
           break;  // the proxy's earlier writes first
         }
-        head.after = 0;
+        // Every write up to here is done: what the batch's later writes must ask about.
+        uint64_t done_up_to = std::exchange(head.after, 0);
         uint64_t ticket = head.ticket;
         Command command;
         if (TakeFrontLocked(&command)) resume = resume_;
@@ -207,7 +208,7 @@ void TorchStoreProxySession::Pump() {
           if (!closed_) send_(std::move(reply));
           continue;
         }
-        std::vector<uint64_t> tickets;
+        std::vector<uint64_t> tickets;  // sorted
         if (AnswersNothing(command.query) && ticket == 0) ticket = order_->Issue();
         if (ticket != 0) tickets.push_back(ticket);
         call.command = EncodeCommand(command);
@@ -218,13 +219,17 @@ void TorchStoreProxySession::Pump() {
           Queued& next = queue_.front();
           if (next.cancelled || !AnswersNothing(next.command.query) ||
               call.command.size() + HeldBytes(next.command) > kMaxBatchBytes ||
-              (next.after > 0 && !order_->DoneUpToExcept(next.after, tickets))) {
+              (next.after > done_up_to &&
+               !order_->DoneBetweenExcept(done_up_to, next.after, tickets))) {
             break;
           }
+          done_up_to = std::max(done_up_to, next.after);
           uint64_t next_ticket = next.ticket;
           Command write;
           if (TakeFrontLocked(&write)) resume = resume_;
-          tickets.push_back(next_ticket != 0 ? next_ticket : order_->Issue());
+          if (next_ticket == 0) next_ticket = order_->Issue();
+          tickets.insert(std::upper_bound(tickets.begin(), tickets.end(), next_ticket),
+                         next_ticket);
           call.command += EncodeCommand(write);
           ++commands;
         }

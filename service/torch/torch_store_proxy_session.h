@@ -35,9 +35,10 @@ class WriteOrder {
   // Whether every write up to `ticket` is done; if not, `then` runs once they are (on the
   // thread of the last Done), and false.
   bool DoneUpTo(uint64_t ticket, std::function<void()> then);
-  // Whether every write up to `ticket` is done or one of `own` (writes that go upstream
-  // together with the one asking, before it).
-  bool DoneUpToExcept(uint64_t ticket, std::vector<uint64_t> own) const;
+  // Whether every write after `from` up to `ticket` is done or one of `own` (sorted: writes
+  // that go upstream together with the one asking, before it). Costs the writes still open in
+  // that range, which a batch keeps small by asking only about what it did not ask before.
+  bool DoneBetweenExcept(uint64_t from, uint64_t ticket, const std::vector<uint64_t>& own) const;
 
  private:
   mutable absl::Mutex mu_;

@@ -296,11 +296,13 @@ TEST(WriteOrderTest, WritesThatGoTogetherWaitOnlyForTheOthers) {
   const uint64_t mine = order.Issue();
   const uint64_t other = order.Issue();
   const uint64_t mine_too = order.Issue();
-  EXPECT_TRUE(order.DoneUpToExcept(mine, {mine}));
-  EXPECT_FALSE(order.DoneUpToExcept(mine_too, {mine_too, mine})) << "the other is open";
+  EXPECT_TRUE(order.DoneBetweenExcept(0, mine, {mine}));
+  EXPECT_FALSE(order.DoneBetweenExcept(0, mine_too, {mine, mine_too})) << "the other is open";
+  EXPECT_TRUE(order.DoneBetweenExcept(other, mine_too, {mine, mine_too}))
+      << "the other is before what is asked about";
   order.Done(other);
-  EXPECT_TRUE(order.DoneUpToExcept(mine_too, {mine_too, mine}));
-  EXPECT_FALSE(order.DoneUpToExcept(mine_too, {mine}));
+  EXPECT_TRUE(order.DoneBetweenExcept(0, mine_too, {mine, mine_too}));
+  EXPECT_FALSE(order.DoneBetweenExcept(0, mine_too, {mine}));
 }
 
 // A sidecar's proxy session, over the coordinator's own backend here (the sidecar's forwards
