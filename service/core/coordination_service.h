@@ -135,6 +135,9 @@ class CoordinationService {
   void WaitKeyValueQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,
                          std::optional<absl::Time> deadline, KeyValueStore::ReachedDone done,
                          ParkKind kind = ParkKind::kKeyValueGet);
+  void WaitKeyValueOrQueue(absl::string_view key, absl::string_view dir, WaiterId waiter,
+                           std::optional<TaskName> owner, std::optional<absl::Time> deadline,
+                           KeyValueStore::ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);
   void WaitKeyValueAtLeast(absl::string_view key, int64_t threshold, WaiterId waiter,
                            std::optional<TaskName> owner, std::optional<absl::Time> deadline,
                            KeyValueStore::ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);

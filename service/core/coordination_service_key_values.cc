@@ -81,6 +81,13 @@ void CoordinationService::WaitKeyValueQueue(absl::string_view dir, WaiterId wait
   key_values_.WaitQueue(dir, waiter, std::move(owner), deadline, std::move(done), kind);
 }
 
+void CoordinationService::WaitKeyValueOrQueue(absl::string_view key, absl::string_view dir,
+                                              WaiterId waiter, std::optional<TaskName> owner,
+                                              std::optional<absl::Time> deadline,
+                                              KeyValueStore::ReachedDone done, ParkKind kind) {
+  key_values_.WaitKeyOrQueue(key, dir, waiter, std::move(owner), deadline, std::move(done), kind);
+}
+
 void CoordinationService::WaitKeyValueAtLeast(absl::string_view key, int64_t threshold,
                                               WaiterId waiter, std::optional<TaskName> owner,
                                               std::optional<absl::Time> deadline,

@@ -72,6 +72,16 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
       if (calls.empty()) count_waiters_.erase(c);
     }
   }
+  if (auto e = key_or_queue_waiters_.find(key); e != key_or_queue_waiters_.end()) {
+    for (KeyOrQueueWaiter& w : e->second) {
+      if (auto q = queue_waiters_.find(w.dir); q != queue_waiters_.end()) {
+        q->second.erase(w.call->id());
+        if (q->second.empty()) queue_waiters_.erase(q);
+      }
+      fx->reached.push_back(std::move(w.call));
+    }
+    key_or_queue_waiters_.erase(e);
+  }
   KeyChange event{it == entries_.end() ? KeyChange::Type::kInserted : KeyChange::Type::kUpdated,
                   key, value, revision_};
   if (it == entries_.end()) {
@@ -516,7 +526,7 @@ void KeyValueStore::WaitQueue(absl::string_view dir, WaiterId waiter, std::optio
       call->set_unlink([this, d, waiter] { RemoveQueueWaiter(d, waiter); });
       parked = parked_->Add(call);
       if (parked.ok()) {
-        queue_waiters_[d].emplace(waiter, call);
+        queue_waiters_[d].emplace(waiter, QueueWaiter{call, std::string()});
         if (deadline) {
           ScheduleDeadline(waiter, *deadline,
                            absl::StrCat("timed out waiting for an item in queue \"", d, "\""));
@@ -526,6 +536,54 @@ void KeyValueStore::WaitQueue(absl::string_view dir, WaiterId waiter, std::optio
   }
   if (has_item) return call->Finish(absl::OkStatus());
   if (!parked.ok()) return call->FinishWithError(parked);
+}
+
+void KeyValueStore::WaitKeyOrQueue(absl::string_view key, absl::string_view dir, WaiterId waiter,
+                                   std::optional<TaskName> owner,
+                                   std::optional<absl::Time> deadline,
+                                   std::function<void(absl::Status)> done, ParkKind kind) {
+  std::string k = NormalizeKey(key);
+  if (auto s = CheckKey(k, key); !s.ok()) return done(s);
+  std::string d = NormalizeKey(dir);
+  if (auto s = CheckKey(d, dir); !s.ok()) return done(s);
+  auto call = std::make_shared<ReachedCall>(waiter, kind, std::move(owner), std::move(done));
+  bool ready = false;
+  absl::Status parked;
+  {
+    absl::MutexLock lock(&mu_);
+    ready = entries_.count(k) > 0 || HasQueueItemLocked(d + "/");
+    if (!ready) {
+      call->set_unlink([this, k, d, waiter] { RemoveKeyOrQueueWaiter(k, d, waiter); });
+      parked = parked_->Add(call);
+      if (parked.ok()) {
+        queue_waiters_[d].emplace(waiter, QueueWaiter{call, k});
+        key_or_queue_waiters_[k].push_back({d, call});
+        if (deadline) {
+          ScheduleDeadline(waiter, *deadline,
+                           absl::StrCat("timed out waiting for key \"", k,
+                                        "\" or an item in queue \"", d, "\""));
+        }
+      }
+    }
+  }
+  if (ready) return call->Finish(absl::OkStatus());
+  if (!parked.ok()) return call->FinishWithError(parked);
+}
+
+void KeyValueStore::RemoveKeyOrQueueWaiter(const std::string& key, const std::string& dir,
+                                           WaiterId id) {
+  absl::MutexLock lock(&mu_);
+  timed_gets_.erase(id);
+  if (auto q = queue_waiters_.find(dir); q != queue_waiters_.end()) {
+    q->second.erase(id);
+    if (q->second.empty()) queue_waiters_.erase(q);
+  }
+  RemoveKeyOrQueueWaiterLocked(key, id);
+}
+
+void KeyValueStore::RemoveKeyOrQueueWaiterLocked(const std::string& key, WaiterId id) {
+  RemoveParked(key_or_queue_waiters_, key, id,
+               [](const KeyOrQueueWaiter& w) { return w.call->id(); });
 }
 
 void KeyValueStore::RemoveQueueWaiter(const std::string& dir, WaiterId id) {
@@ -572,7 +630,9 @@ void KeyValueStore::WakeOneQueueWaiter(const std::string& dir) {
       absl::MutexLock lock(&mu_);
       auto it = queue_waiters_.find(dir);
       if (it == queue_waiters_.end()) return;
-      call = it->second.begin()->second;
+      QueueWaiter& first = it->second.begin()->second;
+      call = std::move(first.call);
+      if (!first.key.empty()) RemoveKeyOrQueueWaiterLocked(first.key, call->id());
       it->second.erase(it->second.begin());
       if (it->second.empty()) queue_waiters_.erase(it);
       if (auto t = timed_gets_.find(call->id()); t != timed_gets_.end()) {

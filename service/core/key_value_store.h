@@ -96,6 +96,14 @@ class KeyValueStore {
   void WaitQueue(absl::string_view dir, WaiterId waiter, std::optional<TaskName> owner,
                  std::optional<absl::Time> deadline, std::function<void(absl::Status)> done,
                  ParkKind kind = ParkKind::kKeyValueGet);
+  // Answers once `key` is written or "dir/" holds an item (at once when either is so), else
+  // parks until a write of the key, a push into "dir" that chooses this call (pushes wake the
+  // calls on a queue one at a time, longest parked first, these and WaitQueue's alike),
+  // `deadline` (DEADLINE_EXCEEDED) or a cancel. PyTorch's WAIT on a name, as one parked call.
+  void WaitKeyOrQueue(absl::string_view key, absl::string_view dir, WaiterId waiter,
+                      std::optional<TaskName> owner, std::optional<absl::Time> deadline,
+                      std::function<void(absl::Status)> done,
+                      ParkKind kind = ParkKind::kKeyValueGet);
   // Passes a push's wake-up on: when "dir/" holds an item, ends one more WaitQueue call. For
   // a caller whose call a push ended but who no longer wanted it (its wait had ended).
   void PassQueueWake(absl::string_view dir);
@@ -219,6 +227,10 @@ class KeyValueStore {
   void RemoveWaiter(const std::string& key, WaiterId id);
   void RemoveCountWaiter(const std::string& key, WaiterId id);
   void RemoveQueueWaiter(const std::string& dir, WaiterId id);
+  // A WaitKeyOrQueue call from both of its lists (it is in both until it is answered).
+  void RemoveKeyOrQueueWaiter(const std::string& key, const std::string& dir, WaiterId id);
+  void RemoveKeyOrQueueWaiterLocked(const std::string& key, WaiterId id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes the longest-parked WaitQueue call on `dir` that is still parked, if any.
   void WakeOneQueueWaiter(const std::string& dir);
   // The removal of one key with nothing under it (Erase, QueuePop).
@@ -243,9 +255,22 @@ class KeyValueStore {
       ABSL_GUARDED_BY(mu_);
   // WaitAtLeast's calls, by key.
   absl::flat_hash_map<std::string, std::vector<CountWaiter>> count_waiters_ ABSL_GUARDED_BY(mu_);
-  // WaitQueue's calls, by queue, in the order their ids were made (the order they parked, for
-  // one caller's calls; a cancel removes one in log time: thousands wait on one name).
-  absl::flat_hash_map<std::string, std::map<WaiterId, std::shared_ptr<ReachedCall>>> queue_waiters_
+  // The calls a push into a queue may end (WaitQueue's, WaitKeyOrQueue's), by queue, in the
+  // order their ids were made (the order they parked, for one caller's calls; a cancel removes
+  // one in log time: thousands wait on one name). `key`: a WaitKeyOrQueue call's key (a write
+  // of it ends the call too), empty for WaitQueue's.
+  struct QueueWaiter {
+    std::shared_ptr<ReachedCall> call;
+    std::string key;
+  };
+  absl::flat_hash_map<std::string, std::map<WaiterId, QueueWaiter>> queue_waiters_
+      ABSL_GUARDED_BY(mu_);
+  // WaitKeyOrQueue's calls by key, each with its queue.
+  struct KeyOrQueueWaiter {
+    std::string dir;
+    std::shared_ptr<ReachedCall> call;
+  };
+  absl::flat_hash_map<std::string, std::vector<KeyOrQueueWaiter>> key_or_queue_waiters_
       ABSL_GUARDED_BY(mu_);
   // Whether "prefix" (a queue's "dir/") holds an item.
   bool HasQueueItemLocked(const std::string& prefix) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

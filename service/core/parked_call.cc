@@ -28,8 +28,6 @@ const char* ParkKindName(ParkKind kind) {
       return "watch_keys";
     case ParkKind::kTorchStoreWait:
       return "torch_store_wait";
-    case ParkKind::kTorchStoreQueueWait:
-      return "torch_store_queue_wait";
   }
   return "unknown";
 }

@@ -34,9 +34,8 @@ enum class ParkKind {
   kWatchJobState,
   kWatchKeys,
   kTorchStoreWait,
-  kTorchStoreQueueWait,
 };
-inline constexpr int kNumParkKinds = 11;
+inline constexpr int kNumParkKinds = 10;
 const char* ParkKindName(ParkKind kind);
 
 class ParkedCall {

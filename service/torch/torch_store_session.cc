@@ -221,67 +221,51 @@ absl::StatusOr<bool> TorchStoreSession::Exists(absl::string_view key) const {
 void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold) {
   CancelWaits("a new WAIT");
   const bool barrier = barrier_threshold > 0;
-  std::vector<KeyWait> parks(keys.size());
-  std::vector<WaiterId> ids;
-  for (KeyWait& park : parks) {
-    park.value = service_->NewWaiterId();
-    ids.push_back(park.value);
-    if (!barrier) {
-      park.queue = service_->NewWaiterId();
-      ids.push_back(park.queue);
-    }
-  }
+  std::vector<WaiterId> ids(keys.size());
+  for (WaiterId& id : ids) id = service_->NewWaiterId();
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     seq = ++wait_seq_;
     waiting_ = ids;
-    keys_ = parks;
     remaining_ = keys.size() + 1;  // and this call's own turn, below
   }
   auto self = shared_from_this();
-  // Whether the wait went on: a key that could not park (too long, the coordinator's limits)
-  // ended it and the connection, and a key already answered needs no second call.
-  auto going = [&](size_t i) {
-    absl::MutexLock lock(&mu_);
-    return !closed_ && seq == wait_seq_ && !keys_[i].done;
-  };
+  const size_t max_key_bytes = service_->config().key_value.max_key_bytes;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!going(i)) {
+    {
+      // A key that could not park (too long, the coordinator's limits) ended the wait and the
+      // connection.
       absl::MutexLock lock(&mu_);
       if (closed_ || seq != wait_seq_) break;
-      continue;
     }
     if (barrier) {
       service_->WaitKeyValueAtLeast(
-          StoreKey(keys[i]), barrier_threshold, parks[i].value, std::nullopt, std::nullopt,
+          StoreKey(keys[i]), barrier_threshold, ids[i], std::nullopt, std::nullopt,
           [self, seq, i](const absl::Status& s) { self->WaitEnded(seq, i, s); },
           ParkKind::kTorchStoreWait);
       continue;
     }
-    service_->GetKeyValue(
-        StoreKey(keys[i]), parks[i].value, std::nullopt, std::nullopt,
-        [self, seq, i](const absl::StatusOr<std::string>& v) {
-          self->WaitEnded(seq, i, v.status());
-        },
-        ParkKind::kTorchStoreWait);
-    // A name too long for a queue item's key has no queue to wait for.
     std::string queue = QueueKey(keys[i]);
-    if (queue.size() + kQueueItemSuffixBytes > service_->config().key_value.max_key_bytes ||
-        !going(i)) {
+    if (queue.size() + kQueueItemSuffixBytes > max_key_bytes) {
+      // A name too long for a queue item's key has no queue to wait for.
+      service_->GetKeyValue(
+          StoreKey(keys[i]), ids[i], std::nullopt, std::nullopt,
+          [self, seq, i](const absl::StatusOr<std::string>& v) {
+            self->WaitEnded(seq, i, v.status());
+          },
+          ParkKind::kTorchStoreWait);
       continue;
     }
-    service_->WaitKeyValueQueue(
-        queue, parks[i].queue, std::nullopt, std::nullopt,
+    service_->WaitKeyValueOrQueue(
+        StoreKey(keys[i]), queue, ids[i], std::nullopt, std::nullopt,
         [self, seq, i, queue](const absl::Status& s) {
-          // A push that ended this call goes to another waiter if this wait no longer
-          // wanted it: the item stays for whoever pops.
+          // A push that ended this call goes to another waiter if this wait no longer wanted
+          // it: the item stays for whoever pops. (After a write of the key, PassQueueWake finds
+          // no item, or ends a wait that an item in its queue answers anyway.)
           if (!self->WaitEnded(seq, i, s) && s.ok()) self->service_->PassQueueWake(queue);
         },
-        ParkKind::kTorchStoreQueueWait);
-    // The key's value may have come while its queue's call parked: that call goes, or it
-    // would take a push meant for another connection's wait.
-    if (!going(i)) service_->Cancel(parks[i].queue, absl::CancelledError("the key was set"));
+        ParkKind::kTorchStoreWait);
   }
   bool ended = false;
   {
@@ -296,42 +280,23 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
   WaitEnded(seq, kOwnTurn, absl::OkStatus());
 }
 
-bool TorchStoreSession::WaitEnded(uint64_t seq, size_t index, const absl::Status& status) {
-  std::vector<WaiterId> calls;
+bool TorchStoreSession::WaitEnded(uint64_t seq, size_t /*index*/, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || seq != wait_seq_) return false;  // cancelled, or of a wait since replaced
-    if (index != kOwnTurn) {
-      KeyWait& key = keys_[index];
-      // Its other call answered first; this one's answer (its cancellation, or a push or a
-      // write at the same time) changes nothing.
-      if (key.done) return false;
-      if (status.ok()) {
-        key.done = true;
-        calls = {key.value, key.queue};
-      }
-    }
     if (status.ok()) {
       if (--remaining_ == 0) {
         // Over: what its calls still say (the cancellations below) is of a finished wait.
         ++wait_seq_;
         waiting_.clear();
-        keys_.clear();
         std::string bytes;
         AppendU8(kStopWaiting, &bytes);
         // Under the lock: after a CANCEL_WAIT (which bumps wait_seq_ under it) nothing is sent.
         send_(std::move(bytes));
       }
-    } else {
-      closed_ = true;
+      return true;
     }
-  }
-  if (status.ok()) {
-    // The key's other call, if it is still parked (the one that answered is ignored).
-    for (WaiterId id : calls) {
-      if (id != 0) service_->Cancel(id, absl::CancelledError("the key was answered"));
-    }
-    return true;
+    closed_ = true;
   }
   // A wait the coordinator could not park (its limits), or the coordinator stopping.
   CancelWaits("the connection closed");
@@ -346,7 +311,6 @@ void TorchStoreSession::CancelWaits(const char* why, std::string reply) {
     ++wait_seq_;
     ids = std::move(waiting_);
     waiting_.clear();
-    keys_.clear();
     remaining_ = 0;
     if (!reply.empty() && !closed_) send_(std::move(reply));
   }

@@ -49,8 +49,8 @@ class TorchStoreHandler {
 //
 // As torch's libuv server (the default since torch 2.4): GET and MULTI_GET of a missing key
 // answer an empty value; WAIT and BARRIER park (kind torch_store_wait) until their keys are
-// written, with no server-side timeout; CANCEL_WAIT ends them. A WAIT also parks, per key, a
-// call for an item in the queue of that name (kind torch_store_queue_wait). Queues (QUEUE_PUSH,
+// written, with no server-side timeout; CANCEL_WAIT ends them. A WAIT's call for a key ends also
+// on a push into the queue of that name (KeyValueStore::WaitKeyOrQueue). Queues (QUEUE_PUSH,
 // QUEUE_POP, QUEUE_LEN) live apart from the keys ("torch-queue/"): CHECK and WAIT count a queue
 // with an item as a key that exists, and a push ends one WAIT on its name (the longest waiting),
 // which is how torch's client blocks in queue_pop. A command that fails (a value ADD cannot read as
@@ -76,7 +76,7 @@ class TorchStoreSession final : public TorchStoreHandler,
   // count), answered STOP_WAITING once all are.
   void StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold);
   // One of the wait's parked calls answered: that of key `index` (kOwnTurn: StartWait's own).
-  // Whether the answer counted (false: the wait had ended, or the key was answered already).
+  // Whether the answer counted (false: the wait had ended).
   static constexpr size_t kOwnTurn = SIZE_MAX;
   bool WaitEnded(uint64_t seq, size_t index, const absl::Status& status);
   // Whether a key exists for CHECK and WAIT: its value, or an item in the queue of its name.
@@ -92,15 +92,9 @@ class TorchStoreSession final : public TorchStoreHandler,
   const End end_;
   absl::Mutex mu_;
   uint64_t wait_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // The parked calls of the wait under way, one per key (answered ones too: cancelling them is
+  // a no-op).
   std::vector<WaiterId> waiting_ ABSL_GUARDED_BY(mu_);
-  // Each key of the wait under way: its two parked calls (its value; a push into the queue of
-  // its name; a BARRIER has the first only), and whether one answered.
-  struct KeyWait {
-    WaiterId value = 0;
-    WaiterId queue = 0;
-    bool done = false;
-  };
-  std::vector<KeyWait> keys_ ABSL_GUARDED_BY(mu_);
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

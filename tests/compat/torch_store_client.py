@@ -24,7 +24,8 @@ def connect(host, port, timeout_s=30):
 
 def parked_waits(metrics_url, kind):
     """The coordinator's TCPStore calls of `kind` parked now (cohort_coordinator_parked_calls):
-    torch_store_wait (a key's value), torch_store_queue_wait (an item in its queue)."""
+    torch_store_wait (a WAIT's call for one key, which the key's value or an item in the queue
+    of its name ends)."""
     with urllib.request.urlopen(metrics_url, timeout=10) as r:
         text = r.read().decode()
     m = re.search(r'^cohort_coordinator_parked_calls\{kind="%s"\} (\S+)$' % kind, text, re.M)
@@ -138,21 +139,21 @@ def queues(host, port, metrics_url):
     got = {}
     first = threading.Thread(target=lambda: got.update(first=consumer.queue_pop("work")))
     first.start()
-    wait_for_parked(metrics_url, 1, "torch_store_queue_wait")
+    wait_for_parked(metrics_url, 1, "torch_store_wait")
     second = threading.Thread(target=lambda: got.update(second=other.queue_pop("work")))
     second.start()
-    wait_for_parked(metrics_url, 2, "torch_store_queue_wait")
+    wait_for_parked(metrics_url, 2, "torch_store_wait")
     producer.queue_push("work", "one")
     first.join(30)
     assert got == {"first": b"one"}, got
-    wait_for_parked(metrics_url, 1, "torch_store_queue_wait")
+    wait_for_parked(metrics_url, 1, "torch_store_wait")
     producer.queue_push("work", "two")
     second.join(30)
     assert got == {"first": b"one", "second": b"two"}, got
     # A pop that times out raises, and the connection goes on working.
     short = connect(host, port, timeout_s=1)
     expect_raises(lambda: short.queue_pop("never"), "timeout")
-    wait_for_parked(metrics_url, 0, "torch_store_queue_wait")
+    wait_for_parked(metrics_url, 0, "torch_store_wait")
     producer.queue_push("never", "now")
     assert short.queue_pop("never") == b"now"
 

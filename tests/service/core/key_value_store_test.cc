@@ -468,6 +468,71 @@ TEST_F(KeyValueStoreTest, AWakeUpPassedOnEndsTheNextQueueWaitWhileAnItemIsThere)
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
 }
 
+TEST_F(KeyValueStoreTest, AKeyOrQueueWaitEndsOnAWriteOrAPushInTurnAndLeavesNothingBehind) {
+  // Ready at once: the key is there, or the queue holds an item.
+  ::cohort::testing::StatusResult key_there, item_there;
+  ASSERT_TRUE(service_->InsertKeyValue("k0", "v", false).ok());
+  service_->WaitKeyValueOrQueue("k0", "q0", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                key_there.Callback());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q1", "x").ok());
+  service_->WaitKeyValueOrQueue("k1", "q1", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                item_there.Callback());
+  EXPECT_TRUE(key_there.fired());
+  EXPECT_TRUE(item_there.fired());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+
+  // In the queue's turn order: a WaitQueue call, then two on the key "k" or the queue "q".
+  ::cohort::testing::StatusResult queue_only, first, second, cancelled;
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              queue_only.Callback());
+  service_->WaitKeyValueOrQueue("k", "q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                                first.Callback());
+  WaiterId gone = service_->NewWaiterId();
+  service_->WaitKeyValueOrQueue("k", "q", gone, std::nullopt, std::nullopt, cancelled.Callback());
+  service_->WaitKeyValueOrQueue("k", "q", service_->NewWaiterId(), std::nullopt,
+                                clock_.Now() + absl::Seconds(5), second.Callback());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 4);
+  service_->Cancel(gone, absl::CancelledError("CANCEL_WAIT"));
+  ASSERT_TRUE(cancelled.fired());
+  EXPECT_EQ(cancelled.value().code(), absl::StatusCode::kCancelled);
+  // A push ends the longest parked call on the queue, of either kind.
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "a").ok());
+  EXPECT_TRUE(queue_only.fired());
+  EXPECT_FALSE(first.fired());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "b").ok());
+  ASSERT_TRUE(first.fired()) << "the next push: the first key-or-queue call";
+  EXPECT_TRUE(first.value().ok());
+  EXPECT_FALSE(second.fired()) << "one push, one call";
+  // A write of the key ends what is left, and takes it off the queue's turn: a later push
+  // ends a call parked after it.
+  ASSERT_TRUE(service_->InsertKeyValue("k", "set", false).ok());
+  ASSERT_TRUE(second.fired());
+  EXPECT_TRUE(second.value().ok());
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+  ASSERT_TRUE(service_->QueuePopKeyValue("q").ok());
+  ASSERT_TRUE(service_->QueuePopKeyValue("q").ok());
+  ::cohort::testing::StatusResult later;
+  service_->WaitKeyValueQueue("q", service_->NewWaiterId(), std::nullopt, std::nullopt,
+                              later.Callback());
+  ASSERT_TRUE(service_->QueuePushKeyValue("q", "c").ok());
+  EXPECT_TRUE(later.fired());
+  Advance(absl::Seconds(6));  // second's deadline timer went with its answer
+  EXPECT_EQ(second.count(), 1);
+  EXPECT_EQ(first.count() + cancelled.count() + queue_only.count() + later.count(), 4);
+
+  // A deadline ends a call the same way, off both lists.
+  ::cohort::testing::StatusResult timed;
+  service_->WaitKeyValueOrQueue("t", "tq", service_->NewWaiterId(), std::nullopt,
+                                clock_.Now() + absl::Seconds(1), timed.Callback());
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(timed.fired());
+  EXPECT_EQ(timed.value().code(), absl::StatusCode::kDeadlineExceeded) << timed.value();
+  ASSERT_TRUE(service_->InsertKeyValue("t", "v", false).ok());
+  ASSERT_TRUE(service_->QueuePushKeyValue("tq", "v").ok());
+  EXPECT_EQ(timed.count(), 1);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kKeyValueGet), 0);
+}
+
 TEST_F(KeyValueStoreTest, ABatchIsSeenWholeAndWakesTheWaitersOfEveryKeyItSets) {
   GetResult a = Get("a");
   GetResult b = Get("b");

@@ -239,18 +239,14 @@ TEST_F(ForwardedCommandsTest, AWaitAnswersOnceItsKeysAreThereAndCancelEndsIt) {
   ASSERT_TRUE(Run("s", 2, {Query::kQueuePush, {"/b"}, {"item"}, 0}).ok());
   ASSERT_TRUE(wait.answer->has_value()) << "a queue item counts as the key";
   EXPECT_EQ(wait.answer->value().value(), Byte(kStopWaiting));
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait) +
-                service_->ParkedCalls(ParkKind::kTorchStoreQueueWait),
-            0);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
 
   Call never = Start("w", 0, {Query::kWait, {"/never"}, {}, 0});
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 1);
   backend_->Cancel(never.waiter, absl::CancelledError("the caller left"));
   ASSERT_TRUE(never.answer->has_value());
   EXPECT_EQ(never.answer->value().status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait) +
-                service_->ParkedCalls(ParkKind::kTorchStoreQueueWait),
-            0);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
   ASSERT_TRUE(Run("s", 3, {Query::kSet, {"/never"}, {"now"}, 0}).ok());  // answers nothing
 }
 
