@@ -4,6 +4,7 @@
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cohort {
 
@@ -14,6 +15,10 @@ void InstallCrashReport(const char* argv0) {
   absl::InstallFailureSignalHandler(options);
   // abseil also reports SIGTERM, which is how Kubernetes stops every pod: no stack for that.
   std::signal(SIGTERM, SIG_DFL);
+}
+
+void DisableMutexDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 }  // namespace cohort

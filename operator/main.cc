@@ -56,6 +56,7 @@ bool ParseLabels(const std::string& text, std::map<std::string, std::string>* ou
 
 int main(int argc, char** argv) {
   cohort::InstallCrashReport(argv[0]);
+  cohort::DisableMutexDeadlockDetection();
   CLI::App app{
       "cohort-operator: runs CoordinatedJobs (cohort.dev/v1alpha1) on Kubernetes. For each job\n"
       "it creates a coordinator pod and service and the worker pods with cohort-sidecar\n"

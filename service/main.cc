@@ -54,6 +54,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   cohort::InstallCrashReport(argv[0]);
+  cohort::DisableMutexDeadlockDetection();
   CLI::App app{
       "cohort-coordinator: a standalone coordination service for distributed training.\n"
       "Speaks tensorflow.CoordinationService (TensorFlow, jaxlib <= 0.9),\n"

@@ -33,6 +33,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   cohort::InstallCrashReport(argv[0]);
+  cohort::DisableMutexDeadlockDetection();
   CLI::App app{
       "cohort-sidecar: runs in every worker pod next to the workload. It registers the pod with\n"
       "the coordinator (in the auxiliary sidecar job), publishes the node's GPUs and hands rank\n"

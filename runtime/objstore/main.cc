@@ -39,6 +39,7 @@ bool ParseBytes(const std::string& text, uint64_t* out) {
 
 int main(int argc, char** argv) {
   cohort::InstallCrashReport(argv[0]);
+  cohort::DisableMutexDeadlockDetection();
   CLI::App app{
       "cohort-objstore: one object store of the task runtime. It registers with the scheduler "
       "(the coordinator's gRPC port), holds the objects its node's workers and drivers put and "

@@ -18,6 +18,7 @@
 
 int main(int argc, char** argv) {
   cohort::InstallCrashReport(argv[0]);
+  cohort::DisableMutexDeadlockDetection();
   std::string functions;
   for (const auto& f : cohort::runtime::BuiltinFunctions()) {
     functions += (functions.empty() ? "" : ", ") + f.name;

@@ -1,9 +1,11 @@
 #include "service/torch/torch_store_server.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -27,7 +29,8 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 // One client's socket: reads go to its session, the session's replies are written in order.
-// Every handler runs on the connection's strand. (Not in an anonymous namespace: the server's
+// Every handler runs on the connection's strand; Send, from any thread, writes under write_mu_.
+// (Not in an anonymous namespace: the server's
 // Impl holds them.)
 class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConnection> {
  public:
@@ -42,7 +45,7 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
         metrics_(metrics) {
     boost::system::error_code ignored;
     peer_ = socket_.remote_endpoint(ignored);
-    socket_.non_blocking(true, ignored);  // Read takes what is there, never waits in read_some
+    socket_.non_blocking(true, ignored);  // Drain and Send take what is there, never wait
     if (metrics_ != nullptr) metrics_->Opened();
   }
 
@@ -71,37 +74,51 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   }
 
  private:
-  // Waits until the socket has bytes, then reads them into the thread's buffer: a connection
-  // that waits (most of them, most of the time: a rank parked in a WAIT) holds no buffer of its
-  // own, so thousands of them cost little memory.
+  // Reads into a few bytes of the connection's own, which hold a whole command of most kinds
+  // (a GET, an ADD, a WAIT), then drains what else is there into the thread's buffer: a
+  // connection that waits (most of them, most of the time: a rank parked in a WAIT) holds little
+  // memory, and each read costs one recv and no change to the epoll set (async_wait would
+  // re-arm the descriptor every time).
   void Read() {
-    socket_.async_wait(
-        tcp::socket::wait_read,
+    socket_.async_read_some(
+        asio::buffer(first_),
         asio::bind_executor(
-            strand_, [self = shared_from_this()](const boost::system::error_code& error) {
+            strand_, [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
               if (error) {
                 self->CloseNow();
                 return;
               }
-              thread_local std::array<char, 64 * 1024> buffer;
-              boost::system::error_code read_error;
-              const size_t n = self->socket_.read_some(asio::buffer(buffer), read_error);
-              if (read_error == asio::error::would_block || read_error == asio::error::try_again) {
-                self->Read();
-                return;
-              }
-              if (read_error) {
-                self->CloseNow();
-                return;
-              }
-              self->session_->Received(absl::string_view(buffer.data(), n));
-              if (self->closed_) return;
-              if (self->session_->Full()) {
-                self->paused_ = true;  // until the session resumes it (TCP holds the client)
-                return;
-              }
+              if (!self->Deliver(absl::string_view(self->first_.data(), n))) return;
+              if (n == self->first_.size() && !self->Drain()) return;
               self->Read();
             }));
+  }
+
+  // What was read goes to the session; whether to read on (not closed, the session not full).
+  bool Deliver(absl::string_view bytes) {
+    session_->Received(bytes);
+    if (closed_) return false;
+    if (session_->Full()) {
+      paused_ = true;  // until the session resumes it (TCP holds the client)
+      return false;
+    }
+    return true;
+  }
+
+  // Reads what the socket holds now, without waiting; whether to read on.
+  bool Drain() {
+    thread_local std::array<char, 64 * 1024> buffer;
+    for (;;) {
+      boost::system::error_code error;
+      const size_t n = socket_.read_some(asio::buffer(buffer), error);
+      if (error == asio::error::would_block || error == asio::error::try_again) return true;
+      if (error) {
+        CloseNow();
+        return false;
+      }
+      if (!Deliver(absl::string_view(buffer.data(), n))) return false;
+      if (n < buffer.size()) return true;
+    }
   }
 
   // From any thread: the session takes more again.
@@ -113,27 +130,61 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
     });
   }
 
+  // From any thread. The reply is written at once from the calling thread when nothing is
+  // queued before it (one send, no hop to the strand: a WAIT released by another connection's
+  // SET goes out from that SET's handler); what the socket does not take now is queued and
+  // written on the strand, and later replies queue behind it, so they leave in call order.
   void Send(std::string bytes) {
-    asio::post(strand_, [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
-      if (self->closed_) return;
-      self->outbox_.push_back(std::move(bytes));
-      if (self->outbox_.size() == 1) self->WriteNext();
-    });
+    absl::MutexLock lock(&write_mu_);
+    if (write_closed_) return;
+    if (outbox_.empty()) {
+      size_t sent = 0;
+      while (sent < bytes.size()) {
+        const ssize_t n = ::send(socket_.native_handle(), bytes.data() + sent, bytes.size() - sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          sent += static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        // The client is gone (EPIPE, ECONNRESET): the read side sees it and closes.
+        return;
+      }
+      if (sent == bytes.size()) return;
+      bytes.erase(0, sent);
+      outbox_.push_back(std::move(bytes));
+      asio::post(strand_, [self = shared_from_this()] { self->WriteNext(); });
+      return;
+    }
+    outbox_.push_back(std::move(bytes));
   }
 
-  // The front of outbox_ is being written until its handler runs; it stays there (and is
-  // freed with the connection) even when the connection closes meanwhile.
+  // On the strand: writes the front of outbox_; its handler writes the next. The front stays
+  // in outbox_ (and is freed with the connection) until its handler runs, even when the
+  // connection closes meanwhile.
   void WriteNext() {
+    asio::const_buffer front;
+    {
+      absl::MutexLock lock(&write_mu_);
+      if (write_closed_ || outbox_.empty()) return;
+      front = asio::buffer(outbox_.front());
+    }
     asio::async_write(
-        socket_, asio::buffer(outbox_.front()),
+        socket_, front,
         asio::bind_executor(
             strand_, [self = shared_from_this()](const boost::system::error_code& error, size_t) {
               if (error || self->closed_) {
                 self->CloseNow();
                 return;
               }
-              self->outbox_.pop_front();
-              if (!self->outbox_.empty()) self->WriteNext();
+              bool more = false;
+              {
+                absl::MutexLock lock(&self->write_mu_);
+                self->outbox_.pop_front();
+                more = !self->outbox_.empty();
+              }
+              if (more) self->WriteNext();
             }));
   }
 
@@ -151,8 +202,14 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
     if (metrics_ != nullptr) metrics_->Closed(why);
     session_->Closed();
     boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    {
+      // A Send on another thread uses the descriptor under this lock: it is not closed (and its
+      // number reused) under that send.
+      absl::MutexLock lock(&write_mu_);
+      write_closed_ = true;
+      socket_.shutdown(tcp::socket::shutdown_both, ignored);
+      socket_.close(ignored);
+    }
     forget_(this);
   }
 
@@ -165,8 +222,11 @@ class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConne
   TorchStoreMetrics* const metrics_;
   tcp::endpoint peer_;
   std::shared_ptr<TorchStoreHandler> session_;
-  std::deque<std::string> outbox_;
-  bool closed_ = false;
+  std::array<char, 128> first_;  // what each read takes first
+  absl::Mutex write_mu_;
+  std::deque<std::string> outbox_ ABSL_GUARDED_BY(write_mu_);  // replies the socket did not take
+  bool write_closed_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool closed_ = false;  // on the strand
   bool paused_ = false;  // not reading: the session holds as much as it may
 };
 
