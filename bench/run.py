@@ -420,7 +420,8 @@ class Bench:
         for n in self.p["register_tasks"]:
             for system in self.systems_for(["cohort", "cohort-tensorflow", "jaxlib",
                                             "cohort-torch", "cohort-torch-sidecar",
-                                            "tcpstore", "cohort-torch-cpp", "tcpstore-cpp"]):
+                                            "tcpstore", "cohort-torch-cpp",
+                                            "cohort-torch-sidecar-cpp", "tcpstore-cpp"]):
                 # torch's client is driven by a Python thread per task; torch's server takes
                 # 5 s for every 50th connection (seen with torch 2.15 on this machine), so
                 # 4,000 ranks take minutes to connect to it even from C++.
