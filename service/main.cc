@@ -310,6 +310,15 @@ int main(int argc, char** argv) {
     options.dir = state_dir;
     options.sync_interval = *sync;
     auto opened = cohort::StateStore::Open(options, config, &restored, &scheduler);
+    if (opened.status().code() == absl::StatusCode::kDataLoss) {
+      // Damage a crash cannot leave (a torn tail is dropped on its own): say how to go on.
+      return Fail(absl::DataLossError(absl::StrCat(
+          opened.status().message(),
+          ". The saved state cannot be read back whole; to start "
+          "afresh without it (every client registers again, the keys are gone), move it aside: "
+          "mv ",
+          state_dir, " ", state_dir, ".damaged")));
+    }
     if (!opened.ok()) return Fail(opened.status());
     store = std::move(*opened);
   }

@@ -79,31 +79,72 @@ absl::StatusOr<FrameReader::Result> FrameReader::Next(std::string* payload) {
   if (got < sizeof head) return Short();
   uint32_t length = GetU32(head);
   uint32_t crc = GetU32(head + 4);
+  if (length == 0) {
+    // No frame is empty (every record and header has a field), so zeros here are not one.
+    absl::StatusOr<bool> zeros = RestIsZero();
+    if (!zeros.ok()) return zeros.status();
+    if (crc == 0 && *zeros) return Torn("it is zeros from here to its end");
+    return Damaged("a record of length 0");
+  }
   if (length >= kMaxFrame) {
     return Damaged(absl::StrCat("a record claims a length of ", length, " bytes"));
   }
   // A length past the end of the file is a write cut short, not a reason to allocate it.
   if (length > size_ - offset_) {
     offset_ = size_;
-    return Result::kTorn;
+    return Torn("it ends inside a record");
   }
   payload->resize(length);
   got = std::fread(payload->data(), 1, length, file_);
   offset_ += static_cast<int64_t>(got);
   if (got < length) return Short();
-  if (Crc(*payload) != crc) return Damaged("a record's checksum does not match its contents");
+  if (Crc(*payload) != crc) {
+    // A sector of the frame that is all zeros was never written: a torn write, not damage.
+    const std::string frame =
+        std::string(reinterpret_cast<const char*>(head), sizeof head) + *payload;
+    for (int64_t at = frame_start_; at < offset_;) {
+      const int64_t end = std::min(offset_, (at / kSectorBytes + 1) * kSectorBytes);
+      const absl::string_view part(frame.data() + (at - frame_start_),
+                                   static_cast<size_t>(end - at));
+      if (std::all_of(part.begin(), part.end(), [](char c) { return c == 0; })) {
+        return Torn(
+            absl::StrCat("a record whose bytes ", at, " to ", end, " are zeros, never written"));
+      }
+      at = end;
+    }
+    return Damaged("a record's checksum does not match its contents");
+  }
   return Result::kFrame;
+}
+
+absl::StatusOr<FrameReader::Result> FrameReader::Torn(std::string why) {
+  torn_why_ = std::move(why);
+  return Result::kTorn;
+}
+
+absl::StatusOr<bool> FrameReader::RestIsZero() {
+  char buffer[64 * 1024];
+  for (;;) {
+    const size_t got = std::fread(buffer, 1, sizeof buffer, file_);
+    offset_ += static_cast<int64_t>(got);
+    if (!std::all_of(buffer, buffer + got, [](char c) { return c == 0; })) return false;
+    if (got < sizeof buffer) break;
+  }
+  if (std::ferror(file_)) {
+    return absl::DataLossError(absl::StrCat("cannot read ", path_, ": ", std::strerror(errno)));
+  }
+  return true;
 }
 
 absl::Status FrameReader::Damaged(absl::string_view what) const {
   return absl::DataLossError(absl::StrCat(path_, " is damaged at byte ", frame_start_, ": ", what));
 }
 
-absl::StatusOr<FrameReader::Result> FrameReader::Short() const {
+absl::StatusOr<FrameReader::Result> FrameReader::Short() {
   if (std::ferror(file_)) {
     return absl::DataLossError(absl::StrCat("cannot read ", path_, ": ", std::strerror(errno)));
   }
-  return Result::kTorn;
+  return Torn("it ends inside a record");
 }
 
 std::optional<int64_t> Generation(absl::string_view name, absl::string_view prefix) {

@@ -37,15 +37,24 @@ class FrameReader {
  public:
   enum class Result { kFrame, kEnd, kTorn };
 
+  // Sectors a disk writes whole or not at all: what a crash leaves of a write is whole sectors
+  // of it, the others as they were (zeros, past the old end of the file).
+  static constexpr int64_t kSectorBytes = 512;
+
   explicit FrameReader(std::string path) : path_(std::move(path)) {}
   ~FrameReader();
   FrameReader(const FrameReader&) = delete;
   FrameReader& operator=(const FrameReader&) = delete;
 
   absl::Status Open();
-  // kEnd at a clean end of file; kTorn when the file ends inside a frame (a write the crash
-  // of the machine cut short); an error when a whole frame is damaged.
+  // kEnd at a clean end of file; kTorn when what follows is what a crash of the machine can
+  // leave of the last writes (torn_why() says which): the file ends inside a frame, zeros from
+  // here to its end (a file extended but not written), or a frame whose checksum fails with a
+  // whole sector of it zero (part of a write that never reached the disk). An error when a
+  // frame is damaged otherwise.
   absl::StatusOr<Result> Next(std::string* payload);
+  // After kTorn: what the tail is, for the log.
+  const std::string& torn_why() const { return torn_why_; }
 
   absl::Status Damaged(absl::string_view what) const;
   int64_t frame_start() const { return frame_start_; }
@@ -53,13 +62,17 @@ class FrameReader {
 
  private:
   // The file ended early, or could not be read.
-  absl::StatusOr<Result> Short() const;
+  absl::StatusOr<Result> Short();
+  absl::StatusOr<Result> Torn(std::string why);
+  // Whether every byte from the current offset to the end of the file is zero.
+  absl::StatusOr<bool> RestIsZero();
 
   const std::string path_;
   std::FILE* file_ = nullptr;
   int64_t size_ = 0;
   int64_t offset_ = 0;
   int64_t frame_start_ = 0;
+  std::string torn_why_;
 };
 
 // "snapshot-12" -> 12.

@@ -354,9 +354,13 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     if (auto s = log.Open(); !s.ok()) return s;
     auto log_header = ReadHeader(log, pb::Header::LOG, g);
     if (!log_header.ok()) {
-      // A log whose header never made it to the disk holds nothing else either.
-      struct stat ls {};
-      if (newest && ::stat(log.path().c_str(), &ls) == 0 && ls.st_size < 8) break;
+      // A log whose header never made it to the disk holds nothing else either: the new log
+      // that this start writes takes its name.
+      if (newest && !log.torn_why().empty()) {
+        spdlog::warn("{}: its header is torn ({}): a log started just before a crash; ignoring it",
+                     log.path(), log.torn_why());
+        break;
+      }
       return log_header.status();
     }
     if (log_header->service_incarnation() != header->service_incarnation()) {
@@ -367,13 +371,17 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
       if (!r.ok()) return r.status();
       if (*r == FrameReader::Result::kEnd) break;
       if (*r == FrameReader::Result::kTorn) {
-        if (!newest) return log.Damaged("it ends inside a record, and later logs follow it");
-        // The last write before a crash of the machine, cut short: it was never synced,
-        // and nothing after it exists. Cut it off so the file reads cleanly.
+        if (!newest) {
+          return log.Damaged(absl::StrCat(log.torn_why(), ", and later logs follow it"));
+        }
+        // The last writes before a crash of the machine, cut short before they were synced;
+        // nothing after them exists. Cut them off so the file reads cleanly.
+        struct stat ls {};
+        const int64_t size = ::stat(log.path().c_str(), &ls) == 0 ? ls.st_size : -1;
         spdlog::warn(
-            "{} ends inside a record at byte {} (a write cut short by a crash); "
-            "dropping that record",
-            log.path(), log.frame_start());
+            "{}: from byte {} {} (writes a crash cut short before they were synced); dropping "
+            "those {} bytes",
+            log.path(), log.frame_start(), log.torn_why(), size - log.frame_start());
         if (::truncate(log.path().c_str(), log.frame_start()) != 0) {
           return absl::InternalError(Errno("cannot truncate", log.path()));
         }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -411,6 +412,111 @@ TEST_F(StateStoreTest, ARecordCutShortByACrashIsDropped) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(Describe(*saved), expected);
   EXPECT_EQ(fs::file_size(log), size);
+}
+
+// What a crash of the machine can leave at the end of the newest log, each read back as the
+// state before the torn writes (and the file cut back to where they began).
+TEST_F(StateStoreTest, EveryKindOfTornTailIsDroppedAndTheStateBeforeItComesUp) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("kept", "1", false).ok());
+  const std::string before = Describe(service_->CaptureState());
+  const uintmax_t size_before = fs::file_size(NewestLog());
+  // The last write: a record of a few sectors (its value 3,000 bytes, not zeros).
+  ASSERT_TRUE(service_->InsertKeyValue("torn", std::string(3000, 'v'), false).ok());
+  const uintmax_t size_after = fs::file_size(NewestLog());
+  ASSERT_GT(size_after - size_before, 3 * 512u);
+  const std::string after = Describe(service_->CaptureState());
+  const std::string log_name = fs::path(NewestLog()).filename().string();
+  const std::string crashed = CrashCopy();
+  int copies = 0;
+  // A copy of the crashed state whose newest log `change` edits.
+  auto with = [&](const std::function<void(std::fstream&)>& change) {
+    std::string copy = absl::StrCat(root_, "/torn-", ++copies);
+    fs::copy(crashed, copy);
+    std::fstream f(copy + "/" + log_name, std::ios::binary | std::ios::in | std::ios::out);
+    change(f);
+    return copy;
+  };
+  auto zeros_at = [](std::fstream& f, uintmax_t at, size_t n) {
+    f.seekp(static_cast<std::streamoff>(at));
+    const std::string zeros(n, '\0');
+    f.write(zeros.data(), static_cast<std::streamsize>(n));
+  };
+  struct Case {
+    std::string what;
+    std::string copy;
+  };
+  std::vector<Case> cases;
+  // The file grew but nothing was written to it: zeros, 8 bytes (one empty frame's worth) up to
+  // many sectors, where the record was.
+  for (size_t n : {8, 9, 100, 4096, 70000}) {
+    cases.push_back(
+        {absl::StrCat(n, " zero bytes in place of the record"), with([&](std::fstream& f) {
+           fs::resize_file(absl::StrCat(root_, "/torn-", copies, "/", log_name), size_before);
+           zeros_at(f, size_before, n);
+         })});
+  }
+  // The record's header and first sector reached the disk, one of its later sectors did not
+  // (the sectors of the file, 512 bytes from its start, that lie wholly inside the record).
+  const uintmax_t first_whole = (size_before / 512 + 1) * 512;
+  for (uintmax_t sector = first_whole; sector + 512 <= size_after; sector += 512) {
+    cases.push_back({absl::StrCat("the record's sector at byte ", sector, " never written"),
+                     with([&](std::fstream& f) { zeros_at(f, sector, 512); })});
+  }
+  // Its last sector, which the file ends inside, not written.
+  const uintmax_t last_sector = (size_after - 1) / 512 * 512;
+  ASSERT_GE(last_sector, first_whole);
+  cases.push_back({"the record's last sector never written", with([&](std::fstream& f) {
+                     zeros_at(f, last_sector, size_after - last_sector);
+                   })});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto saved = Read(c.copy);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(Describe(*saved), before);
+    EXPECT_EQ(fs::file_size(c.copy + "/" + log_name), size_before) << "cut back";
+  }
+  // Untouched, the record is there.
+  auto whole = Read(crashed);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(Describe(*whole), after);
+}
+
+TEST_F(StateStoreTest, ANewLogWhoseHeaderNeverReachedTheDiskIsIgnored) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("kept", "1", false).ok());
+  const std::string expected = Describe(service_->CaptureState());
+  const std::string copy = CrashCopy();
+  const std::string newest = fs::path(NewestLog()).filename().string();
+  const std::string next = absl::StrCat(copy, "/log-", std::stoll(newest.substr(4)) + 1);
+  {
+    std::ofstream out(next, std::ios::binary);
+    out.write(std::string(4096, '\0').data(), 4096);  // created and grown, never written
+  }
+  auto saved = Read(copy);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(Describe(*saved), expected);
+}
+
+TEST_F(StateStoreTest, ZerosInsideALogThatLaterLogsFollowAreDamage) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("k", std::string(3000, 'v'), false).ok());
+  const std::string log = NewestLog();
+  const uintmax_t size = fs::file_size(log);
+  std::string copy = CrashCopy();
+  const std::string name = fs::path(log).filename().string();
+  const std::string next = absl::StrCat(copy, "/log-", std::stoll(name.substr(4)) + 1);
+  fs::copy_file(copy + "/" + name, next);  // a later log (its header names the wrong one:
+  {                                        // the older log's damage is found first)
+    std::fstream f(copy + "/" + name, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>((size / 512 - 1) * 512));
+    f.write(std::string(512, '\0').data(), 512);
+  }
+  auto saved = Read(copy);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss) << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "later logs follow it"))
+      << saved.status();
 }
 
 TEST_F(StateStoreTest, ChangesMadeAsOneAreRestoredWholeOrNotAtAll) {
