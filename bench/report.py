@@ -649,12 +649,17 @@ def main():
         ["cohort (TCPStore protocol)", "cohort-coordinator --torch-store-listen (docs/pytorch.md),"
          " its job of N tasks as a job of N ranks would have; driven by the same "
          "bench/tcpstore_driver.py as TCPStore, torch's own client, in the same run"],
-        ["TCPStore / cohort (TCPStore protocol), C++ driver", "the same two servers, the "
-         "register and barrier rows driven by cohort-loadgen --protocol tcpstore "
+        ["cohort (TCPStore via sidecar)", "a cohort-sidecar's --torch-store-proxy-listen in "
+         "front of a coordinator (the path of `framework: pytorch` on the cluster): every "
+         "client of the run on the one sidecar, which carries each command to the coordinator "
+         "over its gRPC port; the same driver"],
+        ["TCPStore / cohort (TCPStore protocol / via sidecar), C++ driver", "the same servers, "
+         "the register and barrier rows driven by cohort-loadgen --protocol tcpstore "
          "(bench/tcpstore_load.cc): the same store barrier over a connection per rank, one "
-         "thread, epoll for the releases, so that the figure is the server's. torch's server "
-         "answers every 50th new connection 5 s late here (torch 2.15), so connecting 4,000 "
-         "ranks to it takes minutes; connecting is not part of the figures"],
+         "thread, epoll for the releases, so that the figure is the server's. On the host's "
+         "loopback torch's server (2.15) answered every 50th new connection 5 s late; in the "
+         "private network namespace of bench/run.sh it does not. Connecting is not part of "
+         "the figures"],
     ]))
     goal_rows = [[g, m, "met" if ok else "**missed**"] for g, m, ok in goals]
     head.append("\n## Goals\n\n" + table(["goal", "measured", ""], goal_rows))
