@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
   std::string state_dir, state_sync = "1s";
+  int64_t state_compact_bytes = 0;
   cohort::runtime::SchedulerOptions task_options;
   std::string task_liveness = "5s";
   std::string auth_token_file;
@@ -144,6 +145,12 @@ int main(int argc, char** argv) {
                  "errors, and the task runtime's workers, stores, tasks and objects): a "
                  "coordinator started again on it carries on where this one stopped. "
                  "Default: none, state in memory only");
+  app.add_option("--state-compact-bytes", state_compact_bytes,
+                 "a state log this long (and twice the last snapshot) is replaced by a new "
+                 "snapshot; 0: an eighth of the volume that holds --state-dir, from 1 MiB to "
+                 "64 MiB")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--state-sync-interval", state_sync,
                  "how often the state log is synced to disk; a change is written before it "
                  "is acknowledged, so only a crash of the whole machine can lose this much. "
@@ -309,6 +316,7 @@ int main(int argc, char** argv) {
     cohort::StateStoreOptions options;
     options.dir = state_dir;
     options.sync_interval = *sync;
+    options.compact_bytes = state_compact_bytes;
     auto opened = cohort::StateStore::Open(options, config, &restored, &scheduler);
     if (opened.status().code() == absl::StatusCode::kDataLoss) {
       // Damage a crash cannot leave (a torn tail is dropped on its own): say how to go on.

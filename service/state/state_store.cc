@@ -201,7 +201,7 @@ void StateStore::Stop() {
 
 StateStore::Stats StateStore::GetStats() const {
   absl::MutexLock lock(&mu_);
-  return {generation_, log_bytes_, records_, snapshots_};
+  return {generation_, log_bytes_, records_, snapshots_, compact_bytes_};
 }
 
 void StateStore::Append(const pb::Record& record) {
@@ -220,7 +220,7 @@ void StateStore::Append(const pb::Record& record) {
   }
   log_bytes_ += static_cast<int64_t>(frame.size());
   ++records_;
-  if (log_bytes_ > std::max(options_.compact_bytes, 2 * snapshot_bytes_)) compact_wanted_ = true;
+  if (log_bytes_ > std::max(compact_bytes_, 2 * snapshot_bytes_)) compact_wanted_ = true;
 }
 
 void StateStore::Background() {

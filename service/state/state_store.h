@@ -50,8 +50,14 @@ struct StateStoreOptions {
   // crash of the whole machine can take. Zero: synced before every acknowledgement.
   absl::Duration sync_interval = absl::Seconds(1);
   // A log this long (and at least twice the last snapshot) is replaced by a new snapshot.
-  int64_t compact_bytes = int64_t{64} << 20;
+  // 0: AutoCompactBytes of the volume that holds `dir`.
+  int64_t compact_bytes = 0;
 };
+
+// The log length that starts a compaction when none is given: an eighth of the volume (the
+// log, the snapshot it replaces and the new one must fit together, with room for the
+// volume's other users), at least 1 MiB and at most 64 MiB.
+int64_t AutoCompactBytes(int64_t volume_bytes);
 
 // The task runtime's scheduler keeps its state in the same files: its changes are records of
 // the same log, and its whole state is part of every snapshot.
@@ -79,6 +85,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
     int64_t log_bytes = 0;
     int64_t records = 0;  // appended since the start
     int64_t snapshots = 0;
+    int64_t compact_bytes = 0;  // the log length that starts a compaction
   };
   Stats GetStats() const;
 
@@ -118,6 +125,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   void Compact();
 
   const StateStoreOptions options_;
+  int64_t compact_bytes_ = 0;  // options_.compact_bytes, or AutoCompactBytes of the volume
   const ServiceConfig config_;
   const int lock_fd_;
   uint64_t service_incarnation_ = 0;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -250,6 +251,10 @@ class Replay {
 
 // ---- Opening -------------------------------------------------------------------------------
 
+int64_t AutoCompactBytes(int64_t volume_bytes) {
+  return std::clamp<int64_t>(volume_bytes / 8, int64_t{1} << 20, int64_t{64} << 20);
+}
+
 StateStore::StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd)
     : options_(std::move(options)), config_(config), lock_fd_(lock_fd) {}
 
@@ -281,6 +286,21 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
         "--state-dir ", dir, " is in use by another coordinator (", lock_path, " is locked)"));
   }
   std::unique_ptr<StateStore> store(new StateStore(options, config, lock_fd));
+  if (options.compact_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state-compact-bytes must not be negative, not ", options.compact_bytes));
+  }
+  store->compact_bytes_ = options.compact_bytes;
+  if (store->compact_bytes_ == 0) {
+    struct statvfs vs {};
+    if (::statvfs(dir.c_str(), &vs) != 0) {
+      return absl::FailedPreconditionError(Errno("cannot read the size of the volume of", dir));
+    }
+    const int64_t volume = static_cast<int64_t>(vs.f_blocks) * static_cast<int64_t>(vs.f_frsize);
+    store->compact_bytes_ = AutoCompactBytes(volume);
+    spdlog::info("--state-dir {}: its volume holds {} MiB; compacting the log at {} MiB", dir,
+                 volume >> 20, store->compact_bytes_ >> 20);
+  }
 
   // What is there.
   std::vector<int64_t> snapshots, logs;

@@ -4,6 +4,7 @@
 #include "service/state/state_store.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -517,6 +518,35 @@ TEST_F(StateStoreTest, ZerosInsideALogThatLaterLogsFollowAreDamage) {
   EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss) << saved.status();
   EXPECT_TRUE(absl::StrContains(saved.status().message(), "later logs follow it"))
       << saved.status();
+}
+
+TEST(AutoCompactBytesTest, AnEighthOfTheVolumeFrom1To64MiB) {
+  EXPECT_EQ(AutoCompactBytes(int64_t{64} << 20), int64_t{8} << 20) << "a 64Mi claim";
+  EXPECT_EQ(AutoCompactBytes(int64_t{1} << 30), int64_t{64} << 20);
+  EXPECT_EQ(AutoCompactBytes(int64_t{1} << 40), int64_t{64} << 20);
+  EXPECT_EQ(AutoCompactBytes(int64_t{4} << 20), int64_t{1} << 20);
+  EXPECT_EQ(AutoCompactBytes(0), int64_t{1} << 20);
+}
+
+TEST_F(StateStoreTest, CompactsAtTheSizeGivenOrByTheVolumeAndRefusesANegativeOne) {
+  EXPECT_EQ(store_->GetStats().compact_bytes, int64_t{64} << 20) << "the fixture's own";
+  service_.reset();
+  store_.reset();
+  struct statvfs vs {};
+  ASSERT_EQ(statvfs(root_.c_str(), &vs), 0);
+  StateStoreOptions options = Options(root_ + "/by-volume");
+  options.compact_bytes = 0;
+  std::optional<DurableState> restored;
+  auto store = StateStore::Open(options, Config(), &restored);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(
+      (*store)->GetStats().compact_bytes,
+      AutoCompactBytes(static_cast<int64_t>(vs.f_blocks) * static_cast<int64_t>(vs.f_frsize)));
+  options.dir = root_ + "/negative";
+  options.compact_bytes = -1;
+  auto refused = StateStore::Open(options, Config(), &restored);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
 }
 
 TEST_F(StateStoreTest, ChangesMadeAsOneAreRestoredWholeOrNotAtAll) {
