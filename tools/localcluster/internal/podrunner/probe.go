@@ -3,6 +3,7 @@ package podrunner
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -81,8 +82,10 @@ func probeLoop(ctx context.Context, c *container, proc *process, probe *v1.Probe
 		streak++
 		last = ok
 		if !ok && streak == threshold(probe.FailureThreshold, 3) {
-			c.w.r.events.Event(c.w.currentPod(), v1.EventTypeWarning, "Unhealthy",
-				fmt.Sprintf("container %s: probe failed: %s", c.spec.Name, message))
+			why := fmt.Sprintf("container %s: probe failed %d times: %s", c.spec.Name, streak, message)
+			c.w.r.events.Event(c.w.currentPod(), v1.EventTypeWarning, "Unhealthy", why)
+			// In the runner's log too: the event is gone with the test's namespace.
+			log.Printf("pod %s: %s", podKey(c.w.currentPod()), why)
 		}
 		if decide(ok, changed, streak) {
 			return ok
