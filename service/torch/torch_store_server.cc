@@ -30,8 +30,7 @@ using tcp = asio::ip::tcp;
 
 // One client's socket: reads go to its session, the session's replies are written in order.
 // Every handler runs on the connection's strand; Send, from any thread, writes under write_mu_.
-// (Not in an anonymous namespace: the server's
-// Impl holds them.)
+// (Not in an anonymous namespace: the server's Impl holds them.)
 class TorchStoreConnection : public std::enable_shared_from_this<TorchStoreConnection> {
  public:
   using Forget = std::function<void(TorchStoreConnection*)>;

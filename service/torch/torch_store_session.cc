@@ -242,7 +242,7 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
     if (barrier) {
       service_->WaitKeyValueAtLeast(
           StoreKey(keys[i]), barrier_threshold, ids[i], std::nullopt, std::nullopt,
-          [self, seq, i](const absl::Status& s) { self->WaitEnded(seq, i, s); },
+          [self, seq](const absl::Status& s) { self->WaitEnded(seq, s); },
           ParkKind::kTorchStoreWait);
       continue;
     }
@@ -251,19 +251,17 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
       // A name too long for a queue item's key has no queue to wait for.
       service_->GetKeyValue(
           StoreKey(keys[i]), ids[i], std::nullopt, std::nullopt,
-          [self, seq, i](const absl::StatusOr<std::string>& v) {
-            self->WaitEnded(seq, i, v.status());
-          },
+          [self, seq](const absl::StatusOr<std::string>& v) { self->WaitEnded(seq, v.status()); },
           ParkKind::kTorchStoreWait);
       continue;
     }
     service_->WaitKeyValueOrQueue(
         StoreKey(keys[i]), queue, ids[i], std::nullopt, std::nullopt,
-        [self, seq, i, queue](const absl::Status& s) {
+        [self, seq, queue](const absl::Status& s) {
           // A push that ended this call goes to another waiter if this wait no longer wanted
           // it: the item stays for whoever pops. (After a write of the key, PassQueueWake finds
           // no item, or ends a wait that an item in its queue answers anyway.)
-          if (!self->WaitEnded(seq, i, s) && s.ok()) self->service_->PassQueueWake(queue);
+          if (!self->WaitEnded(seq, s) && s.ok()) self->service_->PassQueueWake(queue);
         },
         ParkKind::kTorchStoreWait);
   }
@@ -277,10 +275,10 @@ void TorchStoreSession::StartWait(const std::vector<std::string>& keys, int64_t 
     for (WaiterId id : ids) service_->Cancel(id, absl::CancelledError("the wait ended"));
     return;
   }
-  WaitEnded(seq, kOwnTurn, absl::OkStatus());
+  WaitEnded(seq, absl::OkStatus());  // this call's own turn
 }
 
-bool TorchStoreSession::WaitEnded(uint64_t seq, size_t /*index*/, const absl::Status& status) {
+bool TorchStoreSession::WaitEnded(uint64_t seq, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || seq != wait_seq_) return false;  // cancelled, or of a wait since replaced

@@ -75,10 +75,9 @@ class TorchStoreSession final : public TorchStoreHandler,
   // Starts a WAIT (or the wait of a BARRIER): one parked call per key still missing (or the
   // count), answered STOP_WAITING once all are.
   void StartWait(const std::vector<std::string>& keys, int64_t barrier_threshold);
-  // One of the wait's parked calls answered: that of key `index` (kOwnTurn: StartWait's own).
-  // Whether the answer counted (false: the wait had ended).
-  static constexpr size_t kOwnTurn = SIZE_MAX;
-  bool WaitEnded(uint64_t seq, size_t index, const absl::Status& status);
+  // One of the wait's parked calls answered, or StartWait's own turn ended. Whether the answer
+  // counted (false: the wait had ended).
+  bool WaitEnded(uint64_t seq, const absl::Status& status);
   // Whether a key exists for CHECK and WAIT: its value, or an item in the queue of its name.
   absl::StatusOr<bool> Exists(absl::string_view key) const;
   // Cancels the waits under way (CANCEL_WAIT, a new WAIT, the end of the connection), and
