@@ -132,6 +132,11 @@ class CoordinationBackend {
   // One TCPStore command: the reply bytes torch's server would send.
   virtual void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                                  Done<std::string> done) = 0;
+  // Commands of several forwarded clients that answer at once, carried out in order
+  // (torch::ForwardedCommands::ExecuteBatch): each one's answer.
+  virtual void TorchStoreBatch(const CallContext& call,
+                               const std::vector<ForwardedTorchCommand>& commands,
+                               Done<std::vector<absl::StatusOr<std::string>>> done) = 0;
 };
 
 }  // namespace cohort

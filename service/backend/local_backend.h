@@ -71,6 +71,11 @@ class LocalBackend final : public CoordinationBackend {
                          Done<std::string> done) override {
     torch_.Execute(call.waiter, command, std::move(done));
   }
+  void TorchStoreBatch(const CallContext& /*call*/,
+                       const std::vector<ForwardedTorchCommand>& commands,
+                       Done<std::vector<absl::StatusOr<std::string>>> done) override {
+    done(torch_.ExecuteBatch(commands));
+  }
 
  private:
   CoordinationService* const service_;

@@ -80,16 +80,19 @@ absl::Status ProxyServer::Start() {
     const std::string prefix = absl::StrFormat("%08x%08x", static_cast<uint32_t>(random()),
                                                static_cast<uint32_t>(random()));
     auto connections = std::make_shared<std::atomic<uint64_t>>(0);
-    auto order = std::make_shared<torch::WriteOrder>();
+    auto stream = std::make_shared<torch::CommandStream>(
+        torch::CommandStream::Via(&backend_), std::make_shared<torch::WriteOrder>(),
+        torch::CommandStream::kDefaultMaxHeldBytes, torch::CommandStream::kDefaultMaxHeldCommands,
+        options_.torch_store_metrics);
     torch::TorchStoreServerOptions torch_options;
     torch_options.listen = options_.torch_store_listen;
     torch_options.metrics = options_.torch_store_metrics;
     torch_store_ = std::make_unique<torch::TorchStoreServer>(
-        [this, prefix, connections, order, limits = torch_options.limits,
+        [this, prefix, connections, stream, limits = torch_options.limits,
          metrics = options_.torch_store_metrics](torch::TorchStoreHandler::Send send,
                                                  torch::TorchStoreHandler::End end) {
           return std::make_shared<torch::TorchStoreProxySession>(
-              &backend_, order, absl::StrCat(prefix, "-", ++*connections), limits, std::move(send),
+              &backend_, stream, absl::StrCat(prefix, "-", ++*connections), limits, std::move(send),
               std::move(end), torch::TorchStoreProxySession::kDefaultMaxHeldBytes,
               torch::TorchStoreProxySession::kDefaultMaxHeldCommands, metrics);
         },

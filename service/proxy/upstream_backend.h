@@ -144,6 +144,8 @@ class UpstreamBackend final : public CoordinationBackend {
 
   void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                          Done<std::string> done) override;
+  void TorchStoreBatch(const CallContext& call, const std::vector<ForwardedTorchCommand>& commands,
+                       Done<std::vector<absl::StatusOr<std::string>>> done) override;
 
   // For tests and metrics: upstream attempts that failed for want of the coordinator and
   // were sent again, and calls held right now.

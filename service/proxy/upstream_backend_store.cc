@@ -247,4 +247,37 @@ void UpstreamBackend::TorchStoreCommand(const CallContext& call,
          });
 }
 
+void UpstreamBackend::TorchStoreBatch(const CallContext& call,
+                                      const std::vector<ForwardedTorchCommand>& commands,
+                                      Done<std::vector<absl::StatusOr<std::string>>> done) {
+  auto messages =
+      std::make_shared<std::pair<v1::TorchStoreBatchRequest, v1::TorchStoreBatchResponse>>();
+  TorchBatchToProto(commands, &messages->first);
+  const size_t entries = commands.size();
+  auto op = std::make_shared<Forward>();
+  auto* async = cohort_stub_->async();
+  op->start = [async, messages](grpc::ClientContext* ctx, std::function<void(grpc::Status)> d) {
+    using CohortAsync = v1::Coordinator::StubInterface::async_interface;
+    SendVia<v1::TorchStoreBatchResponse, v1::TorchStoreBatchRequest, CohortAsync>(
+        async, &CohortAsync::TorchStoreBatch, messages, ctx, std::move(d));
+  };
+  op->response = &messages->second;
+  op->messages = messages;
+  op->deadline = call.deadline;
+  // Sent again after an outage, its commands already carried out are not carried out again
+  // (each client's record, torch::ForwardedCommands::ExecuteBatch).
+  Submit(
+      op, call.waiter,
+      [done = std::move(done), entries](const absl::Status& s, const google::protobuf::Message& m) {
+        if (!s.ok()) return done(s);
+        auto results = TorchResultsFromProto(static_cast<const v1::TorchStoreBatchResponse&>(m));
+        if (results.size() != entries) {
+          return done(
+              absl::InternalError(absl::StrCat("the coordinator answered ", results.size(),
+                                               " results to ", entries, " forwarded commands")));
+        }
+        done(std::move(results));
+      });
+}
+
 }  // namespace cohort

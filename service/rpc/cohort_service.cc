@@ -257,4 +257,29 @@ grpc::ServerUnaryReactor* CohortCoordinatorService::TorchStore(grpc::CallbackSer
   return call;
 }
 
+grpc::ServerUnaryReactor* CohortCoordinatorService::TorchStoreBatch(
+    grpc::CallbackServerContext* ctx, const v1::TorchStoreBatchRequest* request,
+    v1::TorchStoreBatchResponse* response) {
+  auto* call = new RpcCall(backend_, metrics_, Protocol::kCohort, "TorchStoreBatch", ctx, auth_);
+  if (call->Refused()) return call;
+  // Each command counts as a TorchStore call too (its code, the request's time here), so that
+  // forwarded commands are counted and timed alike however they travel.
+  backend_->TorchStoreBatch(
+      call->Context(), TorchBatchFromProto(*request),
+      [call, response, metrics = metrics_,
+       start = absl::Now()](absl::StatusOr<std::vector<absl::StatusOr<std::string>>> results) {
+        if (results.ok()) {
+          if (metrics != nullptr) {
+            const absl::Duration latency = absl::Now() - start;
+            for (const auto& r : *results) {
+              metrics->Record(Protocol::kCohort, "TorchStore", r.status().code(), latency);
+            }
+          }
+          TorchResultsToProto(*results, response);
+        }
+        call->Reply(results.status());
+      });
+  return call;
+}
+
 }  // namespace cohort

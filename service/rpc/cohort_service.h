@@ -29,6 +29,9 @@ class CohortCoordinatorService final : public cohort::v1::Coordinator::CallbackS
   grpc::ServerUnaryReactor* TorchStore(grpc::CallbackServerContext* ctx,
                                        const v1::TorchStoreRequest* request,
                                        v1::TorchStoreResponse* response) override;
+  grpc::ServerUnaryReactor* TorchStoreBatch(grpc::CallbackServerContext* ctx,
+                                            const v1::TorchStoreBatchRequest* request,
+                                            v1::TorchStoreBatchResponse* response) override;
 
  private:
   CoordinationBackend* const backend_;

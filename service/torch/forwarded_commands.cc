@@ -1,9 +1,11 @@
 #include "service/torch/forwarded_commands.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/base/internal/endian.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "service/torch/torch_keys.h"
@@ -16,6 +18,7 @@ namespace {
 constexpr absl::string_view kLedgerDir = "torch-proxy";
 constexpr size_t kMaxClientBytes = 128;
 constexpr size_t kMaxCommandsPerRequest = 4096;
+constexpr size_t kMaxEntriesPerBatch = 4096;
 
 absl::Status ValidClient(absl::string_view client) {
   if (client.empty() || client.size() > kMaxClientBytes) {
@@ -230,6 +233,159 @@ absl::StatusOr<std::string> ForwardedCommands::ApplyOnce(const ForwardedCommand&
     }
   });
   return reply;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ForwardedCommands::ExecuteBatch(
+    const std::vector<ForwardedCommand>& entries) {
+  if (entries.empty()) return absl::InvalidArgumentError("the request carries no commands");
+  if (entries.size() > kMaxEntriesPerBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("a request holds at most ", kMaxEntriesPerBatch,
+                                                   " entries (got ", entries.size(), ")"));
+  }
+  // Every entry is checked before anything changes.
+  std::vector<std::vector<Command>> decoded;
+  decoded.reserve(entries.size());
+  absl::flat_hash_map<absl::string_view, uint64_t> next_number;  // per client, in the request
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ForwardedCommand& e = entries[i];
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry ", i + 1, " of ", entries.size(), " (client \"",
+                       absl::CEscape(e.client.substr(0, kMaxClientBytes)), "\"): ", why));
+    };
+    if (absl::Status s = ValidClient(e.client); !s.ok()) return bad(s.message());
+    if (e.end_client) return bad("an entry of a batch does not end its client");
+    absl::StatusOr<std::vector<Command>> commands = DecodeRequest(e.command, limits_);
+    if (!commands.ok()) return bad(commands.status().message());
+    const Query first = commands->front().query;
+    if (first == Query::kWait || first == Query::kBarrier) {
+      return bad(absl::StrCat(QueryName(first),
+                              " waits: send it as a TorchStore request of its own (on a Park "
+                              "stream)"));
+    }
+    if (ChangesStore(first)) {
+      if (e.sequence == 0) {
+        return bad(absl::StrCat(QueryName(first),
+                                " changes the store: it needs a sequence number of its client"));
+      }
+      uint64_t& next = next_number[e.client];
+      if (e.sequence < next) {
+        return bad(absl::StrCat("its numbers start at ", e.sequence,
+                                ", not after those of the client's entry before it (", next - 1,
+                                ")"));
+      }
+      next = e.sequence + commands->size();
+    }
+    decoded.push_back(*std::move(commands));
+  }
+
+  std::vector<absl::StatusOr<std::string>> results(entries.size(), std::string());
+  absl::flat_hash_set<absl::string_view> refused;  // clients with an entry not carried out
+  auto skip = [&](size_t i) {
+    if (!refused.contains(entries[i].client)) return false;
+    results[i] = absl::AbortedError(
+        absl::StrCat("an earlier command of client ", entries[i].client,
+                     " in the same request was refused: this one was not tried"));
+    return true;
+  };
+  for (size_t i = 0; i < entries.size();) {
+    if (!ChangesStore(decoded[i].front().query)) {
+      if (!skip(i)) {
+        results[i] = RunNow(entries[i].command);
+        if (!results[i].ok()) refused.insert(entries[i].client);
+      }
+      ++i;
+      continue;
+    }
+    // The entries that change the store, up to the next that does not: one change with their
+    // clients' records (see ApplyOnce).
+    size_t end = i;
+    while (end < entries.size() && ChangesStore(decoded[end].front().query)) ++end;
+    service_->KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+      struct Client {
+        uint64_t done = 0;  // the last number carried out, from its record and this request
+        std::string reply;  // that command's
+        bool touched = false;
+        size_t last_entry = 0;
+      };
+      absl::flat_hash_map<absl::string_view, Client> clients;
+      for (size_t k = i; k < end; ++k) {
+        if (skip(k)) continue;
+        const ForwardedCommand& e = entries[k];
+        auto [it, fresh] = clients.try_emplace(e.client);
+        Client& client = it->second;
+        if (fresh) {
+          absl::StatusOr<std::string> record = kv.TryGet(LedgerKey(e.client));
+          if (record.ok() && record->size() >= 8) {
+            client.done = absl::little_endian::Load64(record->data());
+            client.reply = record->substr(8);
+          } else if (record.ok() || record.status().code() != absl::StatusCode::kNotFound) {
+            refused.insert(e.client);
+            results[k] = record.ok()
+                             ? absl::DataLossError(absl::StrCat("the record of client ", e.client,
+                                                                " at ", LedgerKey(e.client),
+                                                                " is not one this coordinator "
+                                                                "wrote (",
+                                                                record->size(), " bytes)"))
+                             : record.status();
+            continue;
+          }
+        }
+        std::vector<Command>& commands = decoded[k];
+        const bool writes = AnswersNothing(commands.front().query);
+        const uint64_t last = e.sequence + commands.size() - 1;
+        if (client.done > last && !writes) {
+          refused.insert(e.client);
+          results[k] = absl::FailedPreconditionError(
+              absl::StrCat("command ", last, " of client ", e.client, " comes after its command ",
+                           client.done, " was answered: the client is broken"));
+          continue;
+        }
+        if (client.done >= last) {  // carried out before: the request was sent again
+          results[k] = writes ? std::string() : client.reply;
+          continue;
+        }
+        // Writes whose first attempt stopped at one the store refused: those before it were
+        // carried out then.
+        const size_t start = client.done >= e.sequence ? client.done - e.sequence + 1 : 0;
+        std::string replies;
+        for (size_t c = start; c < commands.size(); ++c) {
+          absl::StatusOr<std::string> one = ChangeStore(kv, commands[c]);
+          if (!one.ok()) {
+            refused.insert(e.client);
+            results[k] = commands.size() == 1
+                             ? one.status()
+                             : absl::Status(one.status().code(),
+                                            absl::StrCat("command ", c + 1, " of ", commands.size(),
+                                                         " (", QueryName(commands[c].query),
+                                                         "): ", one.status().message()));
+            break;
+          }
+          replies += *one;
+          client.done = e.sequence + c;
+          client.touched = true;
+          client.last_entry = k;
+        }
+        client.reply = replies;
+        if (results[k].ok()) results[k] = std::move(replies);
+      }
+      // A refused command leaves no record of its own; those before it do.
+      for (const auto& [name, client] : clients) {
+        if (!client.touched) continue;
+        if (absl::Status s = kv.Insert(LedgerKey(name), EncodeRecord(client.done, client.reply),
+                                       /*allow_overwrite=*/true);
+            !s.ok()) {
+          refused.insert(name);
+          results[client.last_entry] = absl::Status(
+              s.code(), absl::StrCat("the command was carried out, but the record that keeps it "
+                                     "from being carried out twice could not be written: ",
+                                     s.message()));
+        }
+      }
+    });
+    i = end;
+  }
+  return results;
 }
 
 absl::StatusOr<std::string> ForwardedCommands::RunNow(const std::string& bytes) {

@@ -54,6 +54,16 @@ class ForwardedCommands {
   // INVALID_ARGUMENT and changes nothing; a command the store refuses (ADD of a value that is
   // not a number, a limit) answers the store's error.
   void Execute(WaiterId waiter, const ForwardedCommand& request, Done done);
+  // Carries out the commands of several clients that answer at once (cohort.v1
+  // TorchStoreBatch: each entry a request as Execute takes, but no WAIT or BARRIER), in order,
+  // and answers each as Execute would. The entries that change the store between two that do
+  // not are one change with their clients' records. An entry whose number its client's record
+  // already holds (the request sent again) is answered from the record; one the store refuses
+  // answers the store's error, and every later entry of that client is ABORTED, not tried; the
+  // other clients' go on. A request with an entry that is not one Execute would carry out, or
+  // whose numbers do not rise per client, is INVALID_ARGUMENT and changes nothing.
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ExecuteBatch(
+      const std::vector<ForwardedCommand>& entries);
   // Ends the call of `waiter` with `status`, if it is one of these; false otherwise.
   bool Cancel(WaiterId waiter, const absl::Status& status);
 

@@ -47,22 +47,134 @@ bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
   return false;
 }
 
-bool WriteOrder::DoneBetweenExcept(uint64_t from, uint64_t ticket,
-                                   const std::vector<uint64_t>& own) const {
-  absl::MutexLock lock(&mu_);
-  for (auto it = open_.upper_bound(from); it != open_.end() && *it <= ticket; ++it) {
-    if (!std::binary_search(own.begin(), own.end(), *it)) return false;
+CommandStream::Send CommandStream::Via(CoordinationBackend* backend) {
+  return [backend](std::vector<ForwardedTorchCommand> commands,
+                   CoordinationBackend::Done<std::vector<absl::StatusOr<std::string>>> done) {
+    backend->TorchStoreBatch(CallContext{backend->NewWaiterId(), absl::InfiniteFuture()}, commands,
+                             std::move(done));
+  };
+}
+
+CommandStream::CommandStream(Send send, std::shared_ptr<WriteOrder> order, size_t max_held_bytes,
+                             size_t max_held_commands, TorchStoreMetrics* metrics)
+    : send_(std::move(send)),
+      order_(std::move(order)),
+      max_held_bytes_(max_held_bytes),
+      max_held_commands_(max_held_commands),
+      metrics_(metrics) {}
+
+void CommandStream::Push(Run run) {
+  {
+    absl::MutexLock lock(&mu_);
+    run.held_bytes = run.commands.size();
+    held_bytes_ += run.held_bytes;
+    held_commands_ += run.count;
+    pending_.push_back(std::move(run));
   }
+  Kick();
+}
+
+bool CommandStream::FullOrNotify(std::function<void()> resume) {
+  absl::MutexLock lock(&mu_);
+  if (held_bytes_ <= max_held_bytes_ && held_commands_ <= max_held_commands_) return false;
+  resumes_.push_back(std::move(resume));
   return true;
 }
 
+void CommandStream::Kick() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (kicking_) {
+      rekick_ = true;  // the thread sending looks again before it stops
+      return;
+    }
+    kicking_ = true;
+  }
+  for (;;) {
+    std::vector<ForwardedTorchCommand> commands;
+    size_t count = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      rekick_ = false;
+      if (sending_ || pending_.empty()) {
+        kicking_ = false;
+        return;
+      }
+      size_t bytes = 0;
+      while (!pending_.empty() && out_.size() < kMaxRequestEntries) {
+        Run& run = pending_.front();
+        if (!out_.empty() && (bytes + run.commands.size() > kMaxRequestBytes ||
+                              count + run.count > kMaxRequestCommands)) {
+          break;
+        }
+        bytes += run.commands.size();
+        count += run.count;
+        ForwardedTorchCommand& c = commands.emplace_back();
+        c.client = run.client;
+        c.sequence = run.sequence;
+        c.command = std::move(run.commands);
+        out_.push_back(std::move(run));
+        pending_.pop_front();
+      }
+      sending_ = true;
+    }
+    if (metrics_ != nullptr) metrics_->Held(-static_cast<double>(count));
+    // May answer before it returns: Answered's Kick then leaves the next request to this loop.
+    send_(std::move(commands),
+          [self = shared_from_this()](
+              absl::StatusOr<std::vector<absl::StatusOr<std::string>>> results) {
+            self->Answered(std::move(results));
+          });
+    absl::MutexLock lock(&mu_);
+    if (!rekick_) {
+      kicking_ = false;
+      return;
+    }
+  }
+}
+
+void CommandStream::Answered(absl::StatusOr<std::vector<absl::StatusOr<std::string>>> results) {
+  std::vector<Run> runs;
+  std::vector<std::function<void()>> resumes;
+  {
+    absl::MutexLock lock(&mu_);
+    runs = std::exchange(out_, {});
+    sending_ = false;
+    for (const Run& run : runs) {
+      held_bytes_ -= run.held_bytes;
+      held_commands_ -= run.count;
+    }
+    if (held_bytes_ <= max_held_bytes_ / 2 && held_commands_ <= max_held_commands_ / 2) {
+      resumes = std::exchange(resumes_, {});
+    }
+  }
+  // Writes that were not carried out hold up nobody either: their connections end.
+  for (const Run& run : runs) {
+    for (uint64_t ticket : run.tickets) order_->Done(ticket);
+  }
+  if (results.ok() && results->size() != runs.size()) {
+    results = absl::InternalError(absl::StrCat("the coordinator answered ", results->size(),
+                                               " results to ", runs.size(), " commands"));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!results.ok()) {
+      runs[i].done(results.status());
+    } else {
+      runs[i].done(std::move((*results)[i]));
+    }
+  }
+  for (auto& resume : resumes) resume();
+  Kick();
+}
+
 TorchStoreProxySession::TorchStoreProxySession(CoordinationBackend* backend,
-                                               std::shared_ptr<WriteOrder> order,
+                                               std::shared_ptr<CommandStream> stream,
                                                std::string client, CodecLimits limits, Send send,
                                                End end, size_t max_held_bytes,
                                                size_t max_held_commands, TorchStoreMetrics* metrics)
     : backend_(backend),
-      order_(std::move(order)),
+      stream_(std::move(stream)),
+      order_(stream_->order().get()),
       client_(std::move(client)),
       decoder_(limits),
       send_(std::move(send)),
@@ -84,24 +196,63 @@ TorchStoreProxySession::~TorchStoreProxySession() {
   if (metrics_ != nullptr && !queue_.empty()) metrics_->Held(-static_cast<double>(queue_.size()));
 }
 
-bool TorchStoreProxySession::TakeFrontLocked(Command* command) {
-  held_bytes_ -= HeldBytes(queue_.front().command);
-  if (metrics_ != nullptr) metrics_->Held(-1);
+bool TorchStoreProxySession::OverLocked(bool half) const {
+  const size_t bytes = held_bytes_ + stream_bytes_;
+  const size_t commands = queue_.size() + stream_commands_;
+  return half ? bytes > max_held_bytes_ / 2 || commands > max_held_commands_ / 2
+              : bytes > max_held_bytes_ || commands > max_held_commands_;
+}
+
+bool TorchStoreProxySession::TakeFrontLocked(Command* command, Take take) {
+  const size_t bytes = HeldBytes(queue_.front().command);
+  held_bytes_ -= bytes;
+  if (take == Take::kWrite) {
+    // Still held, by the stream, until it is answered.
+    stream_bytes_ += bytes;
+    ++stream_commands_;
+  }
+  // The stream counts what it carries as sent when it sends it.
+  if (take == Take::kOther && metrics_ != nullptr) metrics_->Held(-1);
   if (command != nullptr) *command = std::move(queue_.front().command);
   queue_.pop_front();
-  if (!paused_ || held_bytes_ > max_held_bytes_ / 2 || queue_.size() > max_held_commands_ / 2) {
-    return false;
-  }
+  if (!paused_ || OverLocked(/*half=*/true)) return false;
   paused_ = false;
   return true;
 }
 
+void TorchStoreProxySession::FailLocked(std::vector<uint64_t>* tickets) {
+  failed_ = true;
+  // Nothing more is sent: writes that will not be sent hold up nobody.
+  for (const Queued& q : queue_) {
+    if (q.ticket != 0) tickets->push_back(q.ticket);
+  }
+  if (metrics_ != nullptr) metrics_->Held(-static_cast<double>(queue_.size()));
+  queue_.clear();
+  held_bytes_ = 0;
+}
+
 bool TorchStoreProxySession::Full() {
   absl::MutexLock lock(&mu_);
-  const bool over = held_bytes_ > max_held_bytes_ || queue_.size() > max_held_commands_;
-  if (!over || closed_ || failed_ || bad_input_) return false;
+  if (closed_ || failed_ || bad_input_) return false;
+  // Its own limits, then the proxy's (every connection's writes not yet answered).
+  if (!OverLocked(/*half=*/false) && !stream_->FullOrNotify([weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->StreamDrained();
+      })) {
+    return false;
+  }
   paused_ = true;
   return true;
+}
+
+void TorchStoreProxySession::StreamDrained() {
+  std::function<void()> resume;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!paused_ || OverLocked(/*half=*/true)) return;
+    paused_ = false;
+    resume = resume_;
+  }
+  if (resume) resume();  // reads again; Full says whether the stream filled up again
 }
 
 void TorchStoreProxySession::OnResume(const std::function<void()>& resume) {
@@ -178,6 +329,7 @@ void TorchStoreProxySession::Pump() {
     WaiterId waiter = 0;
     bool forget = false;
     std::function<void()> resume;
+    std::vector<CommandStream::Run> runs;
     {
       absl::MutexLock lock(&mu_);
       repump_ = false;
@@ -185,19 +337,53 @@ void TorchStoreProxySession::Pump() {
         Queued& head = queue_.front();
         // A wait the client cancelled, or one of a client that is gone, is not sent.
         if (head.cancelled || (closed_ && Waits(head.command.query))) {
-          if (TakeFrontLocked(nullptr)) resume = resume_;
+          if (TakeFrontLocked(nullptr, Take::kOther)) resume = resume_;
           continue;
         }
-        if (head.after > 0 && !order_->DoneUpTo(head.after, [weak] {
+        if (AnswersNothing(head.command.query)) {
+          // A run of writes goes to the stream at once: it waits for nothing but the commands
+          // of this connection before it.
+          CommandStream::Run& run = runs.emplace_back();
+          run.client = client_;
+          run.sequence = sequence_ + 1;
+          size_t bytes = 0;
+          while (!queue_.empty() && AnswersNothing(queue_.front().command.query) &&
+                 run.count < kMaxBatchCommands &&
+                 (run.count == 0 ||
+                  run.commands.size() + HeldBytes(queue_.front().command) <= kMaxBatchBytes)) {
+            uint64_t ticket = queue_.front().ticket;
+            bytes += HeldBytes(queue_.front().command);
+            Command write;
+            if (TakeFrontLocked(&write, Take::kWrite)) resume = resume_;
+            if (ticket == 0) ticket = order_->Issue();
+            run.tickets.push_back(ticket);
+            last_ticket_ = std::max(last_ticket_, ticket);
+            run.commands += EncodeCommand(write);
+            ++run.count;
+          }
+          sequence_ += run.count;
+          ++stream_runs_;
+          run.done = [self = shared_from_this(), count = run.count,
+                      bytes](const absl::StatusOr<std::string>& reply) {
+            self->RunDone(count, bytes, reply.status());
+          };
+          continue;
+        }
+        // Any other command waits for every write received before it, and for this
+        // connection's own writes handed to the stream.
+        const uint64_t after = std::max(head.after, last_ticket_);
+        if (after > 0 && !order_->DoneUpTo(after, [weak] {
               if (auto self = weak.lock()) self->Pump();
             })) {
           break;  // the proxy's earlier writes first
         }
-        // Every write up to here is done: what the batch's later writes must ask about.
-        uint64_t done_up_to = std::exchange(head.after, 0);
-        uint64_t ticket = head.ticket;
+        head.after = 0;
+        const bool on_stream = !Waits(head.command.query) && head.command.query != Query::kPing &&
+                               head.command.query != Query::kCancelWait;
         Command command;
-        if (TakeFrontLocked(&command)) resume = resume_;
+        if (TakeFrontLocked(&command, on_stream ? Take::kOnStream : Take::kOther)) {
+          resume = resume_;
+        }
         if (command.query == Query::kPing || command.query == Query::kCancelWait) {
           std::string reply;
           if (command.query == Query::kPing) {
@@ -208,52 +394,46 @@ void TorchStoreProxySession::Pump() {
           if (!closed_) send_(std::move(reply));
           continue;
         }
-        std::vector<uint64_t> tickets;  // sorted
-        if (AnswersNothing(command.query) && ticket == 0) ticket = order_->Issue();
-        if (ticket != 0) tickets.push_back(ticket);
-        call.command = EncodeCommand(command);
-        // The writes right behind a write go with it, as long as they wait for no write of
-        // another connection that is not done.
-        size_t commands = 1;
-        while (AnswersNothing(command.query) && !queue_.empty() && commands < kMaxBatchCommands) {
-          Queued& next = queue_.front();
-          if (next.cancelled || !AnswersNothing(next.command.query) ||
-              call.command.size() + HeldBytes(next.command) > kMaxBatchBytes ||
-              (next.after > done_up_to &&
-               !order_->DoneBetweenExcept(done_up_to, next.after, tickets))) {
-            break;
-          }
-          done_up_to = std::max(done_up_to, next.after);
-          uint64_t next_ticket = next.ticket;
-          Command write;
-          if (TakeFrontLocked(&write)) resume = resume_;
-          if (next_ticket == 0) next_ticket = order_->Issue();
-          tickets.insert(std::upper_bound(tickets.begin(), tickets.end(), next_ticket),
-                         next_ticket);
-          call.command += EncodeCommand(write);
-          ++commands;
-        }
-        call.client = client_;
-        call.sequence = ChangesStore(command.query) ? sequence_ + 1 : 0;
-        if (call.sequence != 0) sequence_ += commands;
-        call.waits = Waits(command.query);
-        waiter = backend_->NewWaiterId();
-        out_ = waiter;
-        out_tickets_ = std::move(tickets);
-        out_waits_ = call.waits;
+        const uint64_t sequence = ChangesStore(command.query) ? ++sequence_ : 0;
+        const WaiterId id = backend_->NewWaiterId();
+        out_ = id;
+        out_waits_ = Waits(command.query);
         out_cancelled_ = false;
+        if (!out_waits_) {
+          // On the stream, with the other connections' commands.
+          CommandStream::Run& run = runs.emplace_back();
+          run.client = client_;
+          run.sequence = sequence;
+          run.commands = EncodeCommand(command);
+          run.count = 1;
+          run.done = [self = shared_from_this(), id](absl::StatusOr<std::string> reply) {
+            self->Answered(id, std::move(reply));
+          };
+          break;
+        }
+        // A wait parks upstream: a request of its own, which the client may cancel.
+        call.command = EncodeCommand(command);
+        call.client = client_;
+        call.sequence = sequence;
+        call.waits = true;
+        waiter = id;
         break;
       }
-      if (waiter == 0) {
+      if (waiter == 0 && runs.empty()) {
         if (repump_) continue;
         pumping_ = false;
-        // A closed connection with nothing left to send: the coordinator forgets its record.
-        if (closed_ && out_ == 0 && (queue_.empty() || failed_) && !forgotten_ && sequence_ > 0) {
+        // A closed connection with nothing left to send or answered: the coordinator forgets
+        // its record.
+        if (closed_ && out_ == 0 && stream_runs_ == 0 && (queue_.empty() || failed_) &&
+            !forgotten_ && sequence_ > 0) {
           forgotten_ = forget = true;
         }
       }
     }
     if (resume) resume();  // the connection reads again
+    // In the connection's order, before the command that follows them (it waits for them).
+    const bool pushed = !runs.empty();
+    for (CommandStream::Run& run : runs) stream_->Push(std::move(run));
     if (forget) {
       ForwardedTorchCommand end;
       end.client = client_;
@@ -261,7 +441,10 @@ void TorchStoreProxySession::Pump() {
       backend_->TorchStoreCommand(CallContext{}, end, [](const absl::StatusOr<std::string>&) {});
       return;
     }
-    if (waiter == 0) return;
+    if (waiter == 0) {
+      if (pushed) continue;  // the loop looks again
+      return;
+    }
     // May answer before it returns (Answered's Pump then leaves the next command to this loop).
     backend_->TorchStoreCommand(
         CallContext{waiter, absl::InfiniteFuture()}, call,
@@ -286,14 +469,13 @@ void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::strin
     absl::MutexLock lock(&mu_);
     if (waiter != out_) return;
     out_ = 0;
-    tickets = std::exchange(out_tickets_, {});
     if (reply.ok()) {
       if (!reply->empty() && !closed_) send_(std::move(*reply));
     } else if (!((out_cancelled_ || closed_) &&
                  reply.status().code() == absl::StatusCode::kCancelled)) {
       // (A WAIT the client cancelled, or one of a client that is gone, ends with no reply.)
-      failed_ = true;
       fail = !closed_;
+      FailLocked(&tickets);
     }
   }
   for (uint64_t ticket : tickets) order_->Done(ticket);
@@ -304,25 +486,40 @@ void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::strin
   Pump();
 }
 
+void TorchStoreProxySession::RunDone(size_t count, size_t bytes, const absl::Status& status) {
+  bool fail = false;
+  std::vector<uint64_t> tickets;
+  std::function<void()> resume;
+  {
+    absl::MutexLock lock(&mu_);
+    --stream_runs_;
+    stream_commands_ -= count;
+    stream_bytes_ -= bytes;
+    if (paused_ && !OverLocked(/*half=*/true)) {
+      paused_ = false;
+      resume = resume_;
+    }
+    if (!status.ok() && !failed_) {
+      fail = !closed_;
+      FailLocked(&tickets);
+    }
+  }
+  for (uint64_t ticket : tickets) order_->Done(ticket);
+  if (resume) resume();
+  if (fail) {
+    end_(absl::Status(status.code(), absl::StrCat("the coordinator: ", status.message())));
+  }
+  Pump();  // a command waiting for its turn, or the end of a closed connection
+}
+
 void TorchStoreProxySession::Closed() {
   WaiterId cancel = 0;
-  std::vector<uint64_t> tickets;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     if (out_ != 0 && out_waits_) cancel = out_;
-    if (failed_) {
-      // Nothing more is sent: writes that will not be sent hold up nobody.
-      for (const Queued& q : queue_) {
-        if (q.ticket != 0) tickets.push_back(q.ticket);
-      }
-      if (metrics_ != nullptr) metrics_->Held(-static_cast<double>(queue_.size()));
-      queue_.clear();
-      held_bytes_ = 0;
-    }
   }
-  for (uint64_t ticket : tickets) order_->Done(ticket);
   if (cancel != 0) backend_->Cancel(cancel, absl::CancelledError("the connection closed"));
   Pump();  // what is left goes upstream; then the coordinator forgets the connection
 }

@@ -11,7 +11,8 @@
 // and once both connections close no wait of theirs is left parked. And the same bytes, less
 // the VALIDATE, go to the coordinator as one forwarded request (cohort.v1 TorchStore, a
 // sidecar's), twice, as a sidecar sends a request again whose answer it lost: each attempt
-// answers once (a wait once cancelled), and the second changes nothing.
+// answers once (a wait once cancelled), and the second changes nothing; and as a batch of two
+// clients' commands (cohort.v1 TorchStoreBatch), twice likewise (ForwardBatch).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -104,6 +105,61 @@ void Forward(const std::string& bytes) {
   AbortIfAWaitIsParked(*service);
 }
 
+// The commands as one batch of two clients' (cohort.v1 TorchStoreBatch, a sidecar's command
+// stream), each command an entry, the writes of a client in a row one entry, and the raw bytes
+// as a last entry when the first byte says so (mostly refused whole); twice, as a request whose
+// answer was lost: each attempt answers each entry, or refuses the whole request with nothing
+// changed; the second changes nothing when the first refused no entry.
+void ForwardBatch(const std::vector<Command>& commands, const std::string& raw, bool with_raw) {
+  using cohort::torch::Query;
+  cohort::ManualClock clock;
+  std::unique_ptr<cohort::CoordinationService> service = SmallService(&clock);
+  cohort::torch::ForwardedCommands forwarded(service.get(), SmallLimits());
+  std::vector<cohort::ForwardedTorchCommand> entries;
+  uint64_t next[2] = {1, 1};
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const Query query = commands[i].query;
+    if (query == Query::kValidate || query == Query::kCancelWait || query == Query::kWait ||
+        query == Query::kBarrier) {
+      continue;
+    }
+    const int client = static_cast<int>(i % 2);
+    const std::string name = client == 0 ? "a" : "b";
+    const bool changes = cohort::torch::ChangesStore(query);
+    if (cohort::torch::AnswersNothing(query) && !entries.empty() && entries.back().client == name &&
+        cohort::torch::AnswersNothing(static_cast<Query>(entries.back().command[0]))) {
+      entries.back().command += cohort::torch::EncodeCommand(commands[i]);
+      ++next[client];
+      continue;
+    }
+    cohort::ForwardedTorchCommand& entry = entries.emplace_back();
+    entry.client = name;
+    entry.sequence = changes ? next[client]++ : 0;
+    entry.command = cohort::torch::EncodeCommand(commands[i]);
+  }
+  if (with_raw) {
+    cohort::ForwardedTorchCommand& entry = entries.emplace_back();
+    entry.client = "c";
+    entry.sequence = 1;
+    entry.command = raw;
+  }
+  const int64_t start = service->KeyValueStats().revision;
+  bool refused_one = false;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int64_t before = service->KeyValueStats().revision;
+    auto results = forwarded.ExecuteBatch(entries);
+    if (!results.ok()) {
+      if (results.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
+      if (service->KeyValueStats().revision != start) std::abort();  // nothing changed
+      continue;
+    }
+    if (results->size() != entries.size()) std::abort();
+    for (const auto& r : *results) refused_one = refused_one || !r.ok();
+    if (attempt == 1 && !refused_one && service->KeyValueStats().revision != before) std::abort();
+  }
+  AbortIfAWaitIsParked(*service);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -128,6 +184,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!error.ok() || again.size() != 2 || !Same(again[1], at_once[i])) std::abort();
   }
   Execute(at_once, piece);
-  Forward(std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
+  const std::string raw(reinterpret_cast<const char*>(data) + 1, size - 1);
+  Forward(raw);
+  ForwardBatch(at_once, raw, (size & 1) != 0);
   return 0;
 }

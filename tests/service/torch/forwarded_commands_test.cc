@@ -41,9 +41,12 @@ class ForwardedCommandsTest : public ::testing::Test {
     ServiceConfig config;
     config.jobs.push_back({"worker", 2});
     config.heartbeat_timeout = absl::Hours(1);
+    config.key_value.max_value_bytes = kMaxValueBytes;  // a write the store refuses: past it
     service_ = std::move(*CoordinationService::Create(config, &clock_));
     backend_ = std::make_unique<LocalBackend>(service_.get());
   }
+
+  static constexpr size_t kMaxValueBytes = 4096;
 
   // A call whose answer is kept (nullopt until it comes).
   struct Call {
@@ -76,6 +79,29 @@ class ForwardedCommandsTest : public ::testing::Test {
     EXPECT_TRUE(call.answer->has_value()) << QueryName(command.query) << " did not answer at once";
     if (!call.answer->has_value()) return absl::InternalError("no answer");
     return **call.answer;
+  }
+  static ForwardedTorchCommand Entry(std::string client, uint64_t sequence, std::string command) {
+    ForwardedTorchCommand entry;
+    entry.client = std::move(client);
+    entry.sequence = sequence;
+    entry.command = std::move(command);
+    return entry;
+  }
+  // A batch, answered at once by the coordinator's backend.
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> Batch(
+      const std::vector<ForwardedTorchCommand>& entries) {
+    std::optional<absl::StatusOr<std::vector<absl::StatusOr<std::string>>>> answer;
+    backend_->TorchStoreBatch(
+        CallContext{backend_->NewWaiterId(), absl::InfiniteFuture()}, entries,
+        [&answer](absl::StatusOr<std::vector<absl::StatusOr<std::string>>> results) {
+          answer = std::move(results);
+        });
+    EXPECT_TRUE(answer.has_value()) << "a batch answers at once";
+    if (!answer.has_value()) return absl::InternalError("no answer");
+    if (answer->ok()) {
+      EXPECT_EQ((*answer)->size(), entries.size());
+    }
+    return *std::move(answer);
   }
   std::string Value(absl::string_view torch_key) {
     return service_->TryGetKeyValue(StoreKey(torch_key)).value_or("<absent>");
@@ -268,6 +294,108 @@ TEST_F(ForwardedCommandsTest, ABarrierSentAgainArrivesOnce) {
   EXPECT_EQ(Value("/b"), "2");
 }
 
+TEST_F(ForwardedCommandsTest, ABatchOfSeveralClientsIsCarriedOutInOrderEachAnsweredAndOnce) {
+  const std::vector<ForwardedTorchCommand> batch = {
+      Entry("a", 1,
+            EncodeCommand({Query::kSet, {"/x"}, {"1"}, 0}) +
+                EncodeCommand({Query::kAppend, {"/x"}, {"2"}, 0})),
+      Entry("b", 1, EncodeCommand({Query::kAdd, {"/n"}, {}, 5})),
+      Entry("c", 0, EncodeCommand({Query::kGet, {"/x"}, {}, 0})),
+      Entry("a", 3, EncodeCommand({Query::kQueuePush, {"q"}, {"item"}, 0})),
+      Entry("a", 4, EncodeCommand({Query::kAdd, {"/n"}, {}, 2})),
+      Entry("c", 0, EncodeCommand({Query::kQueueLen, {"q"}, {}, 0})),
+  };
+  const int64_t revision = service_->KeyValueStats().revision;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second: its answer was lost
+    auto results = Batch(batch);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), batch.size());
+    EXPECT_EQ((*results)[0].value_or("<failed>"), "") << "writes answer nothing";
+    EXPECT_EQ((*results)[1].value_or("<failed>"), I64(5)) << attempt;
+    EXPECT_EQ((*results)[2].value_or("<failed>"), Bytes("12")) << "reads what came before it";
+    EXPECT_EQ((*results)[3].value_or("<failed>"), "");
+    EXPECT_EQ((*results)[4].value_or("<failed>"), I64(7)) << attempt << ": from the record";
+    EXPECT_EQ((*results)[5].value_or("<failed>"), I64(1)) << "pushed once";
+    EXPECT_EQ(Value("/x"), "12") << "the APPEND once";
+    EXPECT_EQ(Value("/n"), "7") << "each ADD once";
+  }
+  // The entries that change the store between two reads are one change, with one record per
+  // client: x twice, n, a's and b's records; then the queue item, n, a's record again. Sent
+  // again, nothing.
+  EXPECT_EQ(service_->KeyValueStats().revision, revision + 2 + 1 + 1 + 1 + 1 + 1 + 1);
+  std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("a")).value();
+  EXPECT_EQ(absl::little_endian::Load64(record.data()), 4u);
+  // The client's own numbers go on after the batch's, in batches or alone.
+  EXPECT_EQ(Run("a", 5, {Query::kAdd, {"/n"}, {}, 1}).value(), I64(8));
+}
+
+TEST_F(ForwardedCommandsTest, ACommandOfABatchTheStoreRefusesEndsOnlyItsClientsPart) {
+  ASSERT_TRUE(Run("a", 1, {Query::kSet, {"/text"}, {"abc"}, 0}).ok());
+  const std::string too_big(kMaxValueBytes + 1, 'v');
+  auto results = Batch({
+      Entry("a", 2, EncodeCommand({Query::kAdd, {"/text"}, {}, 1})),
+      Entry("b", 1,
+            EncodeCommand({Query::kSet, {"/b1"}, {"1"}, 0}) +
+                EncodeCommand({Query::kSet, {"/big"}, {too_big}, 0}) +
+                EncodeCommand({Query::kSet, {"/b3"}, {"3"}, 0})),
+      Entry("c", 1, EncodeCommand({Query::kSet, {"/c"}, {"c"}, 0})),
+      Entry("a", 3, EncodeCommand({Query::kSet, {"/a"}, {"a"}, 0})),
+      Entry("b", 0, EncodeCommand({Query::kGet, {"/b1"}, {}, 0})),
+      Entry("c", 0, EncodeCommand({Query::kGet, {"/c"}, {}, 0})),
+  });
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_FALSE((*results)[0].ok());
+  EXPECT_THAT(std::string((*results)[1].status().message()), HasSubstr("command 2 of 3 (SET)"));
+  EXPECT_EQ((*results)[2].value_or("<failed>"), "");
+  EXPECT_EQ((*results)[3].status().code(), absl::StatusCode::kAborted) << (*results)[3].status();
+  EXPECT_EQ((*results)[4].status().code(), absl::StatusCode::kAborted) << "a later read too";
+  EXPECT_EQ((*results)[5].value_or("<failed>"), Bytes("c")) << "the other clients go on";
+  EXPECT_EQ(Value("/text"), "abc");
+  EXPECT_EQ(Value("/a"), "<absent>") << "not tried";
+  EXPECT_EQ(Value("/b1"), "1") << "the writes before the refused one were carried out";
+  EXPECT_EQ(Value("/b3"), "<absent>");
+  // Sent again, b's entry tries only the rest (and is refused again at the same write).
+  std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("b")).value();
+  EXPECT_EQ(absl::little_endian::Load64(record.data()), 1u);
+  EXPECT_EQ(Run("a", 2, {Query::kSet, {"/a2"}, {"x"}, 0}).status().code(), absl::StatusCode::kOk)
+      << "a's number 2 was not used up by the refused ADD";
+}
+
+TEST_F(ForwardedCommandsTest, ABatchWithAnEntryThatMayNotBeSentSoIsRefusedAndChangesNothing) {
+  const std::string set = EncodeCommand({Query::kSet, {"/k"}, {"w"}, 0});
+  struct Case {
+    const char* what;
+    std::vector<ForwardedTorchCommand> batch;
+    const char* says;
+  };
+  ForwardedTorchCommand end = Entry("a", 0, "");
+  end.end_client = true;
+  const std::vector<Case> cases = {
+      {"nothing", {}, "no commands"},
+      {"a WAIT",
+       {Entry("a", 1, set), Entry("b", 0, EncodeCommand({Query::kWait, {"/k"}, {}, 0}))},
+       "entry 2 of 2 (client \"b\"): WAIT waits"},
+      {"a BARRIER", {Entry("b", 1, EncodeCommand({Query::kBarrier, {"/b"}, {}, 2}))}, "BARRIER"},
+      {"an end", {Entry("a", 1, set), end}, "does not end its client"},
+      {"numbers going back", {Entry("a", 5, set + set), Entry("a", 6, set)}, "not after"},
+      {"a change with no number", {Entry("a", 0, set)}, "sequence number"},
+      {"a bad client", {Entry("a b", 1, set)}, "[A-Za-z0-9._-]"},
+      {"half a command", {Entry("a", 1, set.substr(1))}, "entry 1 of 1"},
+      {"too many",
+       std::vector<ForwardedTorchCommand>(
+           4097, Entry("a", 0, EncodeCommand({Query::kGetNumKeys, {}, {}, 0}))),
+       "at most 4096"},
+  };
+  const KeyValueStore::Stats before = service_->KeyValueStats();
+  for (const Case& c : cases) {
+    auto results = Batch(c.batch);
+    EXPECT_EQ(results.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_THAT(std::string(results.status().message()), HasSubstr(c.says)) << c.what;
+  }
+  EXPECT_EQ(service_->KeyValueStats().revision, before.revision);
+  EXPECT_EQ(Value("/k"), "<absent>");
+}
+
 TEST(WriteOrderTest, ACommandWaitsForEveryWriteReceivedBeforeItAnsweredInAnyOrder) {
   WriteOrder order;
   EXPECT_TRUE(order.DoneUpTo(order.issued(), [] { FAIL() << "nothing to wait for"; }));
@@ -287,31 +415,43 @@ TEST(WriteOrderTest, ACommandWaitsForEveryWriteReceivedBeforeItAnsweredInAnyOrde
   EXPECT_EQ(ran, 111);
 }
 
-TEST(WriteOrderTest, WritesThatGoTogetherWaitOnlyForTheOthers) {
-  WriteOrder order;
-  const uint64_t mine = order.Issue();
-  const uint64_t other = order.Issue();
-  const uint64_t mine_too = order.Issue();
-  EXPECT_TRUE(order.DoneBetweenExcept(0, mine, {mine}));
-  EXPECT_FALSE(order.DoneBetweenExcept(0, mine_too, {mine, mine_too})) << "the other is open";
-  EXPECT_TRUE(order.DoneBetweenExcept(other, mine_too, {mine, mine_too}))
-      << "the other is before what is asked about";
-  order.Done(other);
-  EXPECT_TRUE(order.DoneBetweenExcept(0, mine_too, {mine, mine_too}));
-  EXPECT_FALSE(order.DoneBetweenExcept(0, mine_too, {mine}));
-}
-
 // A sidecar's proxy session, over the coordinator's own backend here (the sidecar's forwards
-// over gRPC; tests/compat runs that with torch's client).
+// over gRPC; tests/compat runs that with torch's client). The proxy's command stream may be
+// held, as behind a coordinator that has not answered yet.
 class TorchStoreProxySessionTest : public ForwardedCommandsTest {
  protected:
+  using Results = absl::StatusOr<std::vector<absl::StatusOr<std::string>>>;
+
+  std::shared_ptr<CommandStream> MakeStream(
+      size_t max_held_bytes = CommandStream::kDefaultMaxHeldBytes,
+      size_t max_held_commands = CommandStream::kDefaultMaxHeldCommands,
+      TorchStoreMetrics* metrics = nullptr) {
+    return std::make_shared<CommandStream>(
+        [this](std::vector<ForwardedTorchCommand> commands,
+               CoordinationBackend::Done<std::vector<absl::StatusOr<std::string>>> done) {
+          {
+            absl::MutexLock lock(&gate_mu_);
+            ++requests_;
+            if (hold_) {
+              held_.push_back(
+                  [this, commands = std::move(commands), done = std::move(done)]() mutable {
+                    backend_->TorchStoreBatch(CallContext{}, commands, std::move(done));
+                  });
+              return;
+            }
+          }
+          backend_->TorchStoreBatch(CallContext{}, commands, std::move(done));
+        },
+        std::make_shared<WriteOrder>(), max_held_bytes, max_held_commands, metrics);
+  }
+
   std::shared_ptr<TorchStoreProxySession> Open(
       const std::string& client,
       size_t max_held_bytes = TorchStoreProxySession::kDefaultMaxHeldBytes,
       size_t max_held_commands = TorchStoreProxySession::kDefaultMaxHeldCommands,
-      TorchStoreMetrics* metrics = nullptr) {
+      TorchStoreMetrics* metrics = nullptr, std::shared_ptr<CommandStream> stream = nullptr) {
     auto session = std::make_shared<TorchStoreProxySession>(
-        backend_.get(), order_, client, CodecLimits{},
+        backend_.get(), stream ? stream : stream_, client, CodecLimits{},
         [this](const std::string& bytes) {
           absl::MutexLock lock(&mu_);
           sent_ += bytes;
@@ -332,8 +472,31 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
     absl::MutexLock lock(&mu_);
     return ended_;
   }
+  WriteOrder& order() { return *stream_->order(); }
+  // Requests upstream wait until Release.
+  void Hold() {
+    absl::MutexLock lock(&gate_mu_);
+    hold_ = true;
+  }
+  void Release() {
+    std::vector<std::function<void()>> held;
+    {
+      absl::MutexLock lock(&gate_mu_);
+      hold_ = false;
+      held = std::exchange(held_, {});
+    }
+    for (auto& send : held) send();
+  }
+  int requests() {
+    absl::MutexLock lock(&gate_mu_);
+    return requests_;
+  }
 
-  std::shared_ptr<WriteOrder> order_ = std::make_shared<WriteOrder>();
+  absl::Mutex gate_mu_;
+  bool hold_ ABSL_GUARDED_BY(gate_mu_) = false;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
+  int requests_ ABSL_GUARDED_BY(gate_mu_) = 0;
+  std::shared_ptr<CommandStream> stream_ = MakeStream();
   absl::Mutex mu_;
   std::string sent_;
   absl::Status ended_;
@@ -375,32 +538,38 @@ TEST_F(TorchStoreProxySessionTest, CommandsAnswerAsOnTheCoordinatorsOwnPort) {
 
 TEST_F(TorchStoreProxySessionTest, ABurstOfWritesGoesUpstreamInFewRequests) {
   // Each request upstream writes the connection's record once: the store's revision counts
-  // the requests. The writes queue behind another connection's first.
-  uint64_t earlier = order_->Issue();
+  // the requests. The first waits upstream.
+  Hold();
   auto proxy = Open("p");
   std::string burst;
   for (int i = 0; i < 300; ++i)
     burst += EncodeCommand({Query::kSet, {absl::StrCat("/k", i)}, {"v"}, 0});
   proxy->Received(burst + EncodeCommand({Query::kGet, {"/k299"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), "") << "the GET waits for the writes before it";
   int64_t revision = service_->KeyValueStats().revision;
-  order_->Done(earlier);
+  Release();
   EXPECT_EQ(TakeSent(), Bytes("v"));
   EXPECT_EQ(service_->KeyValueStats().revision, revision + 300 + 2)
-      << "300 keys, and a record for each of two requests (256 writes at most in one)";
+      << "300 keys, and a record for each of two runs (256 writes at most in one)";
   std::string record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).value();
   EXPECT_EQ(absl::little_endian::Load64(record.data()), 300u);
+  EXPECT_EQ(requests(), 3) << "the first run, the second, then the GET";
 
-  // A write of another connection received between two of this one's: the second waits for
-  // it, so the two go in two requests.
-  earlier = order_->Issue();
+  // The writes of several connections received while a request is out go in the next one.
+  auto other = Open("q");
+  Hold();
+  other->Received(EncodeCommand({Query::kSet, {"/q0"}, {"0"}, 0}));
   proxy->Received(EncodeCommand({Query::kSet, {"/a1"}, {"1"}, 0}));
-  const uint64_t between = order_->Issue();
+  other->Received(EncodeCommand({Query::kAppend, {"/q0"}, {"1"}, 0}));
   proxy->Received(EncodeCommand({Query::kSet, {"/a2"}, {"2"}, 0}));
-  order_->Done(earlier);
-  EXPECT_EQ(Value("/a1"), "1");
-  EXPECT_EQ(Value("/a2"), "<absent>") << "behind the other connection's write";
-  order_->Done(between);
-  EXPECT_EQ(Value("/a2"), "2");
+  EXPECT_EQ(requests(), 4) << "one out, the rest waiting for it";
+  EXPECT_EQ(Value("/q0"), "<absent>");
+  Release();
+  EXPECT_EQ(requests(), 5);
+  EXPECT_EQ(Value("/q0"), "01");
+  EXPECT_EQ(Value("/a1") + Value("/a2"), "12");
+  record = service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).value();
+  EXPECT_EQ(absl::little_endian::Load64(record.data()), 302u);
   EXPECT_TRUE(ended().ok()) << ended();
 }
 
@@ -410,27 +579,32 @@ TEST_F(TorchStoreProxySessionTest, ItCountsTheCommandsItReadsAndThoseItHolds) {
   auto shows = [&registry](const std::string& line) {
     return absl::StrContains(registry.Render(), absl::StrCat("\n", line, "\n"));
   };
-  const uint64_t earlier = order_->Issue();
+  stream_ = MakeStream(CommandStream::kDefaultMaxHeldBytes, CommandStream::kDefaultMaxHeldCommands,
+                       &metrics);
+  Hold();
   auto proxy = Open("p", TorchStoreProxySession::kDefaultMaxHeldBytes,
                     TorchStoreProxySession::kDefaultMaxHeldCommands, &metrics);
-  proxy->Received(EncodeCommand({Query::kSet, {"/a"}, {"1"}, 0}) +
-                  EncodeCommand({Query::kSet, {"/b"}, {"2"}, 0}) +
+  proxy->Received(EncodeCommand({Query::kSet, {"/a"}, {"1"}, 0}));  // sent, not answered
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 0")) << registry.Render();
+  // One write waits in the stream behind that request, the GET for both writes.
+  proxy->Received(EncodeCommand({Query::kSet, {"/b"}, {"2"}, 0}) +
                   EncodeCommand({Query::kGet, {"/b"}, {}, 0}));
-  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 3")) << registry.Render();
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 2")) << registry.Render();
   EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"SET\"} 2"));
   EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"VALIDATE\"} 1"));
-  order_->Done(earlier);
+  Release();
   EXPECT_EQ(TakeSent(), Bytes("2"));
   EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 0")) << registry.Render();
   EXPECT_TRUE(shows("cohort_sidecar_torch_store_commands_total{command=\"GET\"} 1"));
   // A connection gone with commands it will not send: they leave the count with it.
   auto refused = Open("q", TorchStoreProxySession::kDefaultMaxHeldBytes,
                       TorchStoreProxySession::kDefaultMaxHeldCommands, &metrics);
-  const uint64_t blocker = order_->Issue();
-  refused->Received(EncodeCommand({Query::kSet, {"/c"}, {"1"}, 0}));
+  const uint64_t blocker = order().Issue();  // another connection's write, not yet answered
+  refused->Received(EncodeCommand({Query::kGet, {"/c"}, {}, 0}));
+  EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 1")) << registry.Render();
   refused.reset();
   EXPECT_TRUE(shows("cohort_sidecar_torch_store_held_commands 0")) << registry.Render();
-  order_->Done(blocker);
+  order().Done(blocker);
 }
 
 TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesOn) {
@@ -451,16 +625,16 @@ TEST_F(TorchStoreProxySessionTest, CancelWaitEndsTheWaitOutAndTheConnectionGoesO
 }
 
 TEST_F(TorchStoreProxySessionTest, WritesReceivedBeforeTheClientLeftStillGoAndWaitsDoNot) {
-  // Another connection's write the proxy received first, not yet answered: this connection's
-  // commands wait for it.
-  const uint64_t earlier = order_->Issue();
+  // The coordinator has not answered yet.
+  Hold();
   auto proxy = Open("p");
   proxy->Received(EncodeCommand({Query::kSet, {"/x"}, {"1"}, 0}) +
                   EncodeCommand({Query::kAppend, {"/x"}, {"2"}, 0}) +
                   EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
-  EXPECT_EQ(Value("/x"), "<absent>") << "behind the earlier write";
+  EXPECT_EQ(Value("/x"), "<absent>");
   proxy->Closed();  // torch's set() returned once the bytes were sent; the process exited
-  order_->Done(earlier);
+  proxy.reset();
+  Release();
   EXPECT_EQ(Value("/x"), "12") << "what the client sent before it left was carried out";
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0) << "a gone client's wait ends";
   EXPECT_FALSE(service_->TryGetKeyValue(ForwardedCommands::LedgerKey("p")).ok())
@@ -469,9 +643,8 @@ TEST_F(TorchStoreProxySessionTest, WritesReceivedBeforeTheClientLeftStillGoAndWa
 }
 
 TEST_F(TorchStoreProxySessionTest, AConnectionHoldingTooMuchStopsReadingUntilHalfOfItWent) {
-  // Another connection's write the proxy received first and the coordinator has not answered:
-  // this connection's writes wait behind it, as behind a slow coordinator.
-  const uint64_t earlier = order_->Issue();
+  // The coordinator has not answered the first writes.
+  Hold();
   auto proxy = Open("p", /*max_held_bytes=*/1000);
   int resumed = 0;
   proxy->OnResume([&resumed] { ++resumed; });
@@ -485,14 +658,14 @@ TEST_F(TorchStoreProxySessionTest, AConnectionHoldingTooMuchStopsReadingUntilHal
   EXPECT_TRUE(proxy->Full()) << "still full: nothing went";
   EXPECT_EQ(Value("/k0"), "<absent>");
   EXPECT_EQ(resumed, 0);
-  order_->Done(earlier);  // the writes go upstream, one by one
+  Release();
   EXPECT_EQ(resumed, 1) << "told once, when half had gone";
   EXPECT_EQ(Value(absl::StrCat("/k", sets - 1)), value) << "every write was carried out";
   EXPECT_FALSE(proxy->Full());
   EXPECT_TRUE(ended().ok()) << ended();
 
   // Small commands: their number.
-  const uint64_t later = order_->Issue();
+  const uint64_t later = order().Issue();  // another connection's write, not yet answered
   auto many = Open("q", TorchStoreProxySession::kDefaultMaxHeldBytes, /*max_held_commands=*/8);
   many->OnResume([&resumed] { ++resumed; });
   for (int i = 0; i < 8; ++i) {
@@ -501,17 +674,17 @@ TEST_F(TorchStoreProxySessionTest, AConnectionHoldingTooMuchStopsReadingUntilHal
   }
   many->Received(EncodeCommand({Query::kAdd, {"/n"}, {}, 1}));
   EXPECT_TRUE(many->Full());
-  order_->Done(later);
+  order().Done(later);
   EXPECT_EQ(resumed, 2);
   EXPECT_EQ(Value("/n"), "9");
 }
 
 TEST_F(TorchStoreProxySessionTest, ACancelWaitForAWaitNotYetSentEndsItThere) {
-  const uint64_t earlier = order_->Issue();
+  const uint64_t earlier = order().Issue();  // another connection's write, not yet answered
   auto proxy = Open("p");
   proxy->Received(EncodeCommand({Query::kWait, {"/never"}, {}, 0}));
   proxy->Received(EncodeCommand({Query::kCancelWait, {}, {}, 0}));
-  order_->Done(earlier);
+  order().Done(earlier);
   EXPECT_EQ(TakeSent(), Byte(kWaitCanceled));
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0) << "the WAIT was never sent";
   proxy->Received(EncodeCommand({Query::kGet, {"/never"}, {}, 0}));
@@ -530,6 +703,47 @@ TEST_F(TorchStoreProxySessionTest, ACommandTheCoordinatorRefusesEndsTheConnectio
   auto bad = Open("q");
   bad->Received(std::string(1, '\x7f'));
   EXPECT_THAT(std::string(ended().message()), HasSubstr("unknown"));
+}
+
+TEST_F(TorchStoreProxySessionTest, TheProxysWritesPastItsLimitStopEveryConnectionUntilHalfWent) {
+  auto stream = MakeStream(CommandStream::kDefaultMaxHeldBytes, /*max_held_commands=*/4);
+  Hold();
+  auto p = Open("p", TorchStoreProxySession::kDefaultMaxHeldBytes,
+                TorchStoreProxySession::kDefaultMaxHeldCommands, nullptr, stream);
+  auto q = Open("q", TorchStoreProxySession::kDefaultMaxHeldBytes,
+                TorchStoreProxySession::kDefaultMaxHeldCommands, nullptr, stream);
+  int resumed_p = 0, resumed_q = 0;
+  p->OnResume([&resumed_p] { ++resumed_p; });
+  q->OnResume([&resumed_q] { ++resumed_q; });
+  for (int i = 0; i < 5; ++i) {
+    auto& proxy = i % 2 == 0 ? p : q;
+    EXPECT_FALSE(proxy->Full()) << i;
+    proxy->Received(EncodeCommand({Query::kSet, {absl::StrCat("/k", i)}, {"v"}, 0}));
+  }
+  EXPECT_TRUE(p->Full()) << "five writes, past the proxy's four";
+  EXPECT_TRUE(q->Full()) << "whichever connection sent them";
+  Release();
+  EXPECT_EQ(resumed_p, 1);
+  EXPECT_EQ(resumed_q, 1);
+  EXPECT_FALSE(p->Full());
+  EXPECT_EQ(Value("/k4"), "v");
+}
+
+TEST_F(TorchStoreProxySessionTest, AWriteTheCoordinatorRefusesEndsOnlyItsConnection) {
+  Hold();
+  auto p = Open("p");
+  auto q = Open("q");
+  q->Received(EncodeCommand({Query::kSet, {"/q"}, {"1"}, 0}));  // out, held
+  p->Received(EncodeCommand({Query::kSet, {"/big"}, {std::string(kMaxValueBytes + 1, 'v')}, 0}) +
+              EncodeCommand({Query::kSet, {"/after"}, {"x"}, 0}));
+  q->Received(EncodeCommand({Query::kSet, {"/q2"}, {"2"}, 0}) +
+              EncodeCommand({Query::kGet, {"/q2"}, {}, 0}));
+  Release();
+  EXPECT_FALSE(ended().ok()) << "p ended";
+  EXPECT_THAT(std::string(ended().message()), HasSubstr("the coordinator"));
+  EXPECT_EQ(Value("/after"), "<absent>") << "p's writes after the refused one are not carried out";
+  EXPECT_EQ(TakeSent(), Bytes("2")) << "q goes on";
+  EXPECT_EQ(Value("/q") + Value("/q2"), "12");
 }
 
 }  // namespace
