@@ -48,7 +48,7 @@ bool WriteOrder::DoneUpTo(uint64_t ticket, std::function<void()> then) {
 }
 
 CommandStream::Send CommandStream::Via(CoordinationBackend* backend) {
-  return [backend](std::vector<ForwardedTorchCommand> commands,
+  return [backend](const std::vector<ForwardedTorchCommand>& commands,
                    CoordinationBackend::Done<std::vector<absl::StatusOr<std::string>>> done) {
     backend->TorchStoreBatch(CallContext{backend->NewWaiterId(), absl::InfiniteFuture()}, commands,
                              std::move(done));

@@ -449,7 +449,8 @@ class TorchStoreProxySessionTest : public ForwardedCommandsTest {
       const std::string& client,
       size_t max_held_bytes = TorchStoreProxySession::kDefaultMaxHeldBytes,
       size_t max_held_commands = TorchStoreProxySession::kDefaultMaxHeldCommands,
-      TorchStoreMetrics* metrics = nullptr, std::shared_ptr<CommandStream> stream = nullptr) {
+      TorchStoreMetrics* metrics = nullptr,
+      const std::shared_ptr<CommandStream>& stream = nullptr) {
     auto session = std::make_shared<TorchStoreProxySession>(
         backend_.get(), stream ? stream : stream_, client, CodecLimits{},
         [this](const std::string& bytes) {
