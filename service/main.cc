@@ -25,6 +25,7 @@
 #include "service/core/coordination_service.h"
 #include "service/server/coordinator_metrics.h"
 #include "service/server/coordinator_server.h"
+#include "service/state/earlier_gangs.h"
 #include "service/state/state_store.h"
 #include "service/torch/torch_store_server.h"
 #include "spdlog/spdlog.h"
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   bool register_barrier = true;
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
-  std::string state_dir, state_sync = "1s";
+  std::string state_dir, state_sync = "1s", state_prune_before;
   int64_t state_compact_bytes = 0;
   cohort::runtime::SchedulerOptions task_options;
   std::string task_liveness = "5s";
@@ -145,6 +146,12 @@ int main(int argc, char** argv) {
                  "errors, and the task runtime's workers, stores, tasks and objects): a "
                  "coordinator started again on it carries on where this one stopped. "
                  "Default: none, state in memory only");
+  app.add_option("--state-prune-before", state_prune_before,
+                 "DIR/NAME, NAME as the operator names a gang's state directory "
+                 "(YYYYMMDDTHHMMSSZ-gang-N): at the start, remove the directories in DIR named "
+                 "so that come before NAME, the state of a job's earlier gangs on the volume "
+                 "that holds --state-dir (the operator mounts the whole claim at DIR). "
+                 "Nothing else in DIR is touched");
   app.add_option("--state-compact-bytes", state_compact_bytes,
                  "a state log this long (and twice the last snapshot) is replaced by a new "
                  "snapshot; 0: an eighth of the volume that holds --state-dir, from 1 MiB to "
@@ -305,6 +312,10 @@ int main(int argc, char** argv) {
   cohort::runtime::TaskScheduler scheduler(clock, task_options);
   std::unique_ptr<cohort::StateStore> store;
   std::optional<cohort::DurableState> restored;
+  if (!state_prune_before.empty() && state_dir.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--state-prune-before needs --state-dir (it frees the volume that holds it)"));
+  }
   if (!state_dir.empty()) {
     if (auto s = cohort::ValidateConfig(config); !s.ok()) return Fail(s);
     if (config.key_value.max_value_bytes + config.key_value.max_key_bytes >=
@@ -312,6 +323,23 @@ int main(int argc, char** argv) {
       return Fail(absl::InvalidArgumentError(
           "with --state-dir, --max-value-bytes must stay below 2 GiB (a saved change holds "
           "one value)"));
+    }
+    if (!state_prune_before.empty()) {
+      // Before the state is opened, whose first snapshot needs room on the same volume.
+      auto removed = cohort::RemoveEarlierGangStates(state_prune_before);
+      if (removed.status().code() == absl::StatusCode::kInvalidArgument ||
+          removed.status().code() == absl::StatusCode::kNotFound) {
+        return Fail(removed.status());
+      }
+      if (!removed.ok()) {
+        spdlog::warn("{}; starting anyway, the volume keeps it",
+                     std::string(removed.status().message()));
+      } else {
+        for (const cohort::RemovedState& r : *removed) {
+          spdlog::info("removed the state of an earlier gang of this job: {} ({} bytes)", r.path,
+                       r.bytes);
+        }
+      }
     }
     cohort::StateStoreOptions options;
     options.dir = state_dir;

@@ -43,6 +43,8 @@ inline constexpr char kJaxUnusedServiceAddress[] = "127.0.0.1:18476";
 inline constexpr int kTensorflowPort = 2222;
 // Where the coordinator keeps its durable state (--state-dir), when the job keeps one.
 inline constexpr char kCoordinatorStateDir[] = "/var/lib/cohort/state";
+// A PersistentVolumeClaim's whole volume, beside the gang's own directory on it.
+inline constexpr char kCoordinatorStateVolumeDir[] = "/var/lib/cohort/state-volume";
 // The job's token (--auth-token-file of the coordinator and every sidecar): a Secret per job,
 // its key, and where the coordinator's and the sidecars' containers mount it.
 inline constexpr char kTokenKey[] = "token";

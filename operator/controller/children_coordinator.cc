@@ -89,6 +89,9 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
                       {"mountPath", kCoordinatorStateDir},
                       {"subPath", CoordinatorStateSubPath(started, restart)}});
     if (state.volume == api::StateVolume::kPersistentVolumeClaim) {
+      // The whole claim too, where the coordinator removes the earlier gangs' directories
+      // (--state-prune-before), which would otherwise fill it.
+      mounts.push_back({{"name", "state"}, {"mountPath", kCoordinatorStateVolumeDir}});
       volumes.push_back(
           {{"name", "state"},
            {"persistentVolumeClaim", {{"claimName", CoordinatorStateClaimName(job)}}}});
@@ -96,13 +99,19 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
       volumes.push_back({{"name", "state"}, {"emptyDir", {{"sizeLimit", state.size}}}});
     }
   }
+  json args = json::array({"--config", "/etc/cohort/coordinator.yaml"});
+  if (state.volume == api::StateVolume::kPersistentVolumeClaim) {
+    args.push_back("--state-prune-before");
+    args.push_back(
+        absl::StrCat(kCoordinatorStateVolumeDir, "/", CoordinatorStateSubPath(started, restart)));
+  }
   mounts.push_back(TokenMount());  // the config's auth-token-file (and TLS files)
   volumes.push_back(TokenVolume(job, /*coordinator=*/true, tls));
   json container = {
       {"name", "coordinator"},
       {"image", job.spec.coordinator.image.empty() ? settings.coordinator_image
                                                    : job.spec.coordinator.image},
-      {"args", json::array({"--config", "/etc/cohort/coordinator.yaml"})},
+      {"args", args},
       {"ports", json::array({{{"name", "grpc"}, {"containerPort", kCoordinatorGrpcPort}},
                              {{"name", "http"}, {"containerPort", kCoordinatorHttpPort}}})},
       {"readinessProbe",

@@ -531,6 +531,9 @@ if wait_for onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_re
   fi
   workers=$(worker_uids onclaim)
   put=$(ctl onclaim kv put state/key on-the-claim 2>&1)
+  # What an earlier gang of the job would have left on the claim, and something else.
+  mkdir -p "$path/20000101T000000Z-gang-0/inner" "$path/not-a-gang"
+  echo old >"$path/20000101T000000Z-gang-0/inner/log-1"
   old=$(coordinator_field onclaim '{.metadata.uid}')
   k delete pod onclaim-coordinator --wait=false >/dev/null
   replaced() { local uid; uid=$(coordinator_field onclaim '{.metadata.uid}'); [[ -n "$uid" && "$uid" != "$old" ]]; }
@@ -546,6 +549,10 @@ if wait_for onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_re
     fi
     [[ "$(worker_uids onclaim)" == "$workers" ]] && pass "the workers kept running (same pods)" ||
       fail "onclaim: workers replaced" "before '$workers' after '$(worker_uids onclaim)'"
+    left=$(cd "$path" && ls -d -- * | tr '\n' ' ')
+    [[ ! -e "$path/20000101T000000Z-gang-0" && -d "$path/not-a-gang" && "$left" == *-gang-0\ * ]] &&
+      pass "the new coordinator removed an earlier gang's state from the claim and kept the rest: $left" ||
+      fail "onclaim: earlier gangs' state" "on the claim: $left"
     message=$(event_message onclaim CoordinatorRestarted)
     [[ "$message" == *"PersistentVolumeClaim onclaim-coordinator-state"* ]] &&
       pass "the Event CoordinatorRestarted says so: $message" || fail "onclaim: Event" "$message"

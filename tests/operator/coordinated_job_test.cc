@@ -559,6 +559,9 @@ TEST(ChildrenTest, TheCoordinatorKeepsEachGangsStateOnAnEmptyDirAndRestartsInPla
             json::parse(R"({"name": "state", "mountPath": "/var/lib/cohort/state",
                             "subPath": "20270115T080000Z-gang-2"})"));
   EXPECT_EQ(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+  EXPECT_EQ(spec["containers"][0]["args"],
+            json::parse(R"(["--config", "/etc/cohort/coordinator.yaml"])"))
+      << "an emptyDir holds one gang's state only: nothing to remove";
 }
 
 TEST(ChildrenTest, TheCoordinatorKeepsItsStateOnTheJobsClaim) {
@@ -578,6 +581,15 @@ TEST(ChildrenTest, TheCoordinatorKeepsItsStateOnTheJobsClaim) {
   EXPECT_EQ(spec["restartPolicy"], "Always");
   EXPECT_EQ(spec["volumes"][1], json::parse(R"({"name": "state",
                             "persistentVolumeClaim": {"claimName": "train-coordinator-state"}})"));
+  // The gang's own directory on it, and the whole claim, where the earlier gangs' go.
+  EXPECT_EQ(spec["containers"][0]["volumeMounts"][1],
+            json::parse(R"({"name": "state", "mountPath": "/var/lib/cohort/state",
+                            "subPath": "20270115T080000Z-gang-0"})"));
+  EXPECT_EQ(spec["containers"][0]["volumeMounts"][2],
+            json::parse(R"({"name": "state", "mountPath": "/var/lib/cohort/state-volume"})"));
+  EXPECT_EQ(spec["containers"][0]["args"],
+            json::parse(R"(["--config", "/etc/cohort/coordinator.yaml", "--state-prune-before",
+                            "/var/lib/cohort/state-volume/20270115T080000Z-gang-0"])"));
 
   object["spec"]["coordinator"]["state"].erase("storageClassName");
   job = ParseCoordinatedJob(object);
