@@ -70,9 +70,15 @@ absl::StatusOr<std::vector<Command>> DecodeRequest(const std::string& bytes,
       return absl::InvalidArgumentError(
           absl::StrCat(QueryName(query), " is not forwarded: the forwarding side answers it"));
     }
-    if (!commands.empty() && (!AnswersNothing(query) || !AnswersNothing(commands[0].query))) {
+    // A WAIT of one key and a GET of it: torch's get(), answered at once when the WAIT ends.
+    const bool wait_then_get = commands.size() == 1 && commands[0].query == Query::kWait &&
+                               commands[0].keys.size() == 1 && query == Query::kGet &&
+                               (*next)->keys == commands[0].keys;
+    if (!commands.empty() && !wait_then_get &&
+        (!AnswersNothing(query) || !AnswersNothing(commands[0].query))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "a request of several commands holds only SET, MULTI_SET, APPEND and QUEUE_PUSH (",
+          "a request of several commands holds only SET, MULTI_SET, APPEND and QUEUE_PUSH, or "
+          "a WAIT of one key and a GET of it (",
           QueryName(commands[0].query), " then ", QueryName(query), ")"));
     }
     if (commands.size() == kMaxCommandsPerRequest) {
@@ -108,6 +114,7 @@ std::string StopWaiting() {
 struct ForwardedCommands::Waiting {
   Done done;
   std::shared_ptr<TorchStoreSession> session;  // a WAIT's; null for a BARRIER's wait
+  std::string then_get;  // a GET to carry out once the WAIT ends, answered with it
 };
 
 ForwardedCommands::ForwardedCommands(CoordinationService* service, CodecLimits limits)
@@ -140,7 +147,11 @@ void ForwardedCommands::Execute(WaiterId waiter, const ForwardedCommand& request
   if (!commands.ok()) return done(commands.status());
   const Query first = commands->front().query;
   if (!ChangesStore(first)) {
-    if (first == Query::kWait) return Wait(waiter, request.command, std::move(done));
+    if (first == Query::kWait) {
+      if (commands->size() == 1) return Wait(waiter, request.command, "", std::move(done));
+      return Wait(waiter, EncodeCommand((*commands)[0]), EncodeCommand((*commands)[1]),
+                  std::move(done));
+    }
     return done(RunNow(request.command));
   }
   if (request.sequence == 0) {
@@ -401,11 +412,13 @@ absl::StatusOr<std::string> ForwardedCommands::RunNow(const std::string& bytes) 
   return reply;
 }
 
-void ForwardedCommands::Wait(WaiterId waiter, const std::string& bytes, Done done) {
+void ForwardedCommands::Wait(WaiterId waiter, const std::string& bytes, std::string then_get,
+                             Done done) {
   auto waiting = std::make_shared<Waiting>();
   waiting->done = std::move(done);
+  waiting->then_get = std::move(then_get);
   waiting->session = std::make_shared<TorchStoreSession>(
-      service_, limits_, [this, waiter](std::string b) { Finish(waiter, std::move(b)); },
+      service_, limits_, [this, waiter](const std::string& b) { Replied(waiter, b); },
       [this, waiter](absl::Status why) { Finish(waiter, std::move(why)); });
   std::shared_ptr<TorchStoreSession> session = waiting->session;
   {
@@ -415,6 +428,22 @@ void ForwardedCommands::Wait(WaiterId waiter, const std::string& bytes, Done don
   session->Received(ValidateBytes());
   session->Received(bytes);
   EndIfCancelled(waiter, session.get());
+}
+
+void ForwardedCommands::Replied(WaiterId waiter, const std::string& bytes) {
+  std::string then_get;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiting_.find(waiter);
+    if (it == waiting_.end()) return;  // cancelled
+    then_get = std::move(it->second->then_get);
+  }
+  if (then_get.empty()) return Finish(waiter, bytes);
+  // The WAIT ended (STOP_WAITING; the store's wake-ups come outside its lock): the GET now,
+  // as the client would send it next.
+  absl::StatusOr<std::string> got = RunNow(then_get);
+  if (!got.ok()) return Finish(waiter, got.status());
+  Finish(waiter, absl::StrCat(bytes, *got));
 }
 
 void ForwardedCommands::Barrier(WaiterId waiter, const Command& command, Done done) {

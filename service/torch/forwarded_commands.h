@@ -23,7 +23,9 @@ class TorchStoreSession;
 // forwarded connection, `sequence` the command's place among those of its commands that change
 // the store (0 for one that does not), `command` is one whole command as torch's client encodes
 // it, or several in a row that answer nothing (SET, MULTI_SET, APPEND, QUEUE_PUSH: a burst of
-// writes, carried out in order as one, numbered `sequence`, `sequence` + 1, ...); `end_client`
+// writes, carried out in order as one, numbered `sequence`, `sequence` + 1, ...), or a WAIT of
+// one key and a GET of it (what torch's get() sends, answered together once the WAIT ends, so
+// that the forwarding side can answer the GET without asking again); `end_client`
 // (with no command) says the connection is gone.
 using ForwardedCommand = ::cohort::ForwardedTorchCommand;
 
@@ -73,7 +75,10 @@ class ForwardedCommands {
  private:
   struct Waiting;
   void Barrier(WaiterId waiter, const Command& command, Done done);
-  void Wait(WaiterId waiter, const std::string& bytes, Done done);
+  // `then_get`: a GET carried out when the WAIT ends, its reply after the WAIT's (none: empty).
+  void Wait(WaiterId waiter, const std::string& bytes, std::string then_get, Done done);
+  // A WAIT's session answered it.
+  void Replied(WaiterId waiter, const std::string& bytes);
   // Carries out the request's commands, which change the store, except those its client's
   // record says were: the reply, kept as that record. Takes the commands' values.
   absl::StatusOr<std::string> ApplyOnce(const ForwardedCommand& request,

@@ -335,6 +335,18 @@ void TorchStoreProxySession::Pump() {
       repump_ = false;
       while (out_ == 0 && !failed_ && !queue_.empty()) {
         Queued& head = queue_.front();
+        // torch's get(): the GET right behind a WAIT of its key, answered with the WAIT when
+        // no write came to the proxy in between (the value is then the one a GET sent now
+        // would read, as far as this pod can tell).
+        if (prefetched_ && head.command.query == Query::kGet && head.command.keys.size() == 1 &&
+            head.command.keys[0] == prefetched_->key && head.after == prefetched_->after) {
+          std::string reply = std::move(prefetched_->reply);
+          prefetched_.reset();
+          if (TakeFrontLocked(nullptr, Take::kOther)) resume = resume_;
+          if (!closed_) send_(std::move(reply));
+          continue;
+        }
+        prefetched_.reset();  // any other command: the next GET asks the coordinator
         // A wait the client cancelled, or one of a client that is gone, is not sent.
         if (head.cancelled || (closed_ && Waits(head.command.query))) {
           if (TakeFrontLocked(nullptr, Take::kOther)) resume = resume_;
@@ -377,7 +389,7 @@ void TorchStoreProxySession::Pump() {
             })) {
           break;  // the proxy's earlier writes first
         }
-        head.after = 0;
+        const uint64_t received_after = head.after;
         const bool on_stream = !Waits(head.command.query) && head.command.query != Query::kPing &&
                                head.command.query != Query::kCancelWait;
         Command command;
@@ -411,8 +423,15 @@ void TorchStoreProxySession::Pump() {
           };
           break;
         }
-        // A wait parks upstream: a request of its own, which the client may cancel.
+        // A wait parks upstream: a request of its own, which the client may cancel. A WAIT
+        // of one key brings the key's value along (a GET behind it), for the GET that
+        // torch's get() sends next.
         call.command = EncodeCommand(command);
+        out_prefetch_.reset();
+        if (command.query == Query::kWait && command.keys.size() == 1) {
+          call.command += EncodeCommand({Query::kGet, {command.keys[0]}, {}, 0});
+          out_prefetch_ = Prefetched{command.keys[0], received_after, ""};
+        }
         call.client = client_;
         call.sequence = sequence;
         call.waits = true;
@@ -469,6 +488,13 @@ void TorchStoreProxySession::Answered(WaiterId waiter, absl::StatusOr<std::strin
     absl::MutexLock lock(&mu_);
     if (waiter != out_) return;
     out_ = 0;
+    std::optional<Prefetched> prefetch = std::exchange(out_prefetch_, std::nullopt);
+    if (reply.ok() && prefetch && reply->size() > 1) {
+      // STOP_WAITING for the client now; the GET's reply for the GET it sends next.
+      prefetch->reply = reply->substr(1);
+      reply->resize(1);
+      prefetched_ = std::move(prefetch);
+    }
     if (reply.ok()) {
       if (!reply->empty() && !closed_) send_(std::move(*reply));
     } else if (!((out_cancelled_ || closed_) &&

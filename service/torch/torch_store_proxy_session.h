@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -228,6 +229,16 @@ class TorchStoreProxySession final : public TorchStoreHandler,
   WaiterId out_ ABSL_GUARDED_BY(mu_) = 0;
   bool out_waits_ ABSL_GUARDED_BY(mu_) = false;
   bool out_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // A WAIT of one key goes with a GET of it; the GET's reply is kept for the GET the client
+  // sends next, if it is of that key and no write came to the proxy in between (`after`: the
+  // last write ticket issued when the WAIT was received).
+  struct Prefetched {
+    std::string key;
+    uint64_t after = 0;
+    std::string reply;
+  };
+  std::optional<Prefetched> out_prefetch_ ABSL_GUARDED_BY(mu_);  // of the WAIT out
+  std::optional<Prefetched> prefetched_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   // A command the coordinator refused, or bytes that are no command: nothing more is sent.
   bool failed_ ABSL_GUARDED_BY(mu_) = false;

@@ -174,7 +174,23 @@ TEST_F(ForwardedCommandsTest, WhatMayNotBeForwardedIsRefusedAndChangesNothing) {
       {"half a command", request("a", 2, set.substr(0, set.size() - 1)), "ends before"},
       {"a write and half a command", request("a", 2, set + set.substr(0, 3)), "ends before"},
       {"a read behind a write", request("a", 2, set + EncodeCommand({Query::kGet, {"/k"}, {}, 0})),
-       "only SET, MULTI_SET, APPEND and QUEUE_PUSH (SET then GET)"},
+       "(SET then GET)"},
+      {"a GET of another key behind a WAIT",
+       request("a", 0,
+               EncodeCommand({Query::kWait, {"/k"}, {}, 0}) +
+                   EncodeCommand({Query::kGet, {"/j"}, {}, 0})),
+       "(WAIT then GET)"},
+      {"a GET behind a WAIT of two keys",
+       request("a", 0,
+               EncodeCommand({Query::kWait, {"/k", "/j"}, {}, 0}) +
+                   EncodeCommand({Query::kGet, {"/k"}, {}, 0})),
+       "(WAIT then GET)"},
+      {"two GETs behind a WAIT",
+       request("a", 0,
+               EncodeCommand({Query::kWait, {"/k"}, {}, 0}) +
+                   EncodeCommand({Query::kGet, {"/k"}, {}, 0}) +
+                   EncodeCommand({Query::kGet, {"/k"}, {}, 0})),
+       "(WAIT then GET)"},
       {"a write behind an ADD", request("a", 2, EncodeCommand({Query::kAdd, {"/n"}, {}, 1}) + set),
        "(ADD then SET)"},
       {"a write behind a WAIT", request("a", 2, EncodeCommand({Query::kWait, {"/k"}, {}, 0}) + set),
@@ -274,6 +290,32 @@ TEST_F(ForwardedCommandsTest, AWaitAnswersOnceItsKeysAreThereAndCancelEndsIt) {
   EXPECT_EQ(never.answer->value().status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
   ASSERT_TRUE(Run("s", 3, {Query::kSet, {"/never"}, {"now"}, 0}).ok());  // answers nothing
+}
+
+TEST_F(ForwardedCommandsTest, AWaitAndAGetOfItAnswerTogetherOnceTheWaitEnds) {
+  const std::string get =
+      EncodeCommand({Query::kWait, {"/k"}, {}, 0}) + EncodeCommand({Query::kGet, {"/k"}, {}, 0});
+  ForwardedTorchCommand request;
+  request.client = "a";
+  request.command = get;
+  request.waits = true;
+  Call call = StartRaw(request);
+  EXPECT_FALSE(call.answer->has_value()) << "the key is not there";
+  ASSERT_TRUE(Run("b", 1, {Query::kSet, {"/k"}, {"v1"}, 0}).ok());
+  ASSERT_TRUE(call.answer->has_value());
+  EXPECT_EQ(call.answer->value().value_or("<failed>"), Byte(kStopWaiting) + Bytes("v1"));
+  ASSERT_TRUE(Run("b", 2, {Query::kSet, {"/k"}, {"v2"}, 0}).ok());
+  Call again = StartRaw(request);
+  ASSERT_TRUE(again.answer->has_value()) << "there now: at once";
+  EXPECT_EQ(again.answer->value().value_or("<failed>"), Byte(kStopWaiting) + Bytes("v2"));
+  // Cancelled while it waits: one answer, the cancellation's.
+  request.command = EncodeCommand({Query::kWait, {"/never"}, {}, 0}) +
+                    EncodeCommand({Query::kGet, {"/never"}, {}, 0});
+  Call cancelled = StartRaw(request);
+  backend_->Cancel(cancelled.waiter, absl::CancelledError("gone"));
+  ASSERT_TRUE(cancelled.answer->has_value());
+  EXPECT_EQ(cancelled.answer->value().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(service_->ParkedCalls(ParkKind::kTorchStoreWait), 0);
 }
 
 TEST_F(ForwardedCommandsTest, ABarrierSentAgainArrivesOnce) {
@@ -745,6 +787,36 @@ TEST_F(TorchStoreProxySessionTest, AWriteTheCoordinatorRefusesEndsOnlyItsConnect
   EXPECT_EQ(Value("/after"), "<absent>") << "p's writes after the refused one are not carried out";
   EXPECT_EQ(TakeSent(), Bytes("2")) << "q goes on";
   EXPECT_EQ(Value("/q") + Value("/q2"), "12");
+}
+
+TEST_F(TorchStoreProxySessionTest, TorchsGetIsOneRoundTripUnlessAWriteCameInBetween) {
+  auto proxy = Open("p");
+  auto other = Open("q");
+  // get(): a WAIT, then, once it ends, a GET of its key, answered with the WAIT.
+  proxy->Received(EncodeCommand({Query::kWait, {"/k"}, {}, 0}));
+  ASSERT_TRUE(Run("s", 1, {Query::kSet, {"/k"}, {"v1"}, 0}).ok());
+  EXPECT_EQ(TakeSent(), Byte(kStopWaiting));
+  const int before = requests();
+  proxy->Received(EncodeCommand({Query::kGet, {"/k"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Bytes("v1"));
+  EXPECT_EQ(requests(), before) << "the GET did not go upstream";
+
+  // A write through the proxy between the WAIT and the GET: the GET reads it upstream.
+  proxy->Received(EncodeCommand({Query::kWait, {"/k"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Byte(kStopWaiting));
+  other->Received(EncodeCommand({Query::kSet, {"/k"}, {"v2"}, 0}));
+  proxy->Received(EncodeCommand({Query::kGet, {"/k"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Bytes("v2"));
+  // A GET of another key, or one after another command, asks too.
+  proxy->Received(EncodeCommand({Query::kWait, {"/k"}, {}, 0}));
+  EXPECT_EQ(TakeSent(), Byte(kStopWaiting));
+  proxy->Received(EncodeCommand({Query::kPing, {}, {}, 7}));
+  ASSERT_TRUE(Run("s", 2, {Query::kSet, {"/k"}, {"v3"}, 0}).ok());  // not through the proxy
+  proxy->Received(EncodeCommand({Query::kGet, {"/k"}, {}, 0}));
+  std::string pong;
+  AppendU32(7, &pong);
+  EXPECT_EQ(TakeSent(), pong + Bytes("v3"));
+  EXPECT_TRUE(ended().ok()) << ended();
 }
 
 }  // namespace
