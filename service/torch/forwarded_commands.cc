@@ -377,7 +377,9 @@ absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ForwardedCommands::Exec
           client.touched = true;
           client.last_entry = k;
         }
-        client.reply = replies;
+        // The record keeps the reply of the command its number names: this entry's, if it
+        // carried anything out (a refused first command leaves the earlier entry's).
+        if (client.touched && client.last_entry == k) client.reply = replies;
         if (results[k].ok()) results[k] = std::move(replies);
       }
       // A refused command leaves no record of its own; those before it do.

@@ -403,6 +403,18 @@ TEST_F(ForwardedCommandsTest, ACommandOfABatchTheStoreRefusesEndsOnlyItsClientsP
       << "a's number 2 was not used up by the refused ADD";
 }
 
+TEST_F(ForwardedCommandsTest, ARefusedCommandOfABatchLeavesTheRecordOfTheOneBeforeIt) {
+  ASSERT_TRUE(Run("a", 1, {Query::kSet, {"/text"}, {"abc"}, 0}).ok());
+  auto results = Batch({Entry("a", 2, EncodeCommand({Query::kAdd, {"/n"}, {}, 4})),
+                        Entry("a", 3, EncodeCommand({Query::kAdd, {"/text"}, {}, 1}))});
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ((*results)[0].value_or("<failed>"), I64(4));
+  EXPECT_FALSE((*results)[1].ok());
+  EXPECT_EQ(Run("a", 2, {Query::kAdd, {"/n"}, {}, 4}).value(), I64(4))
+      << "sent again, the first ADD gets its own answer from the record";
+  EXPECT_EQ(Value("/n"), "4");
+}
+
 TEST_F(ForwardedCommandsTest, ABatchWithAnEntryThatMayNotBeSentSoIsRefusedAndChangesNothing) {
   const std::string set = EncodeCommand({Query::kSet, {"/k"}, {"w"}, 0});
   struct Case {
