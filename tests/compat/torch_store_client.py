@@ -126,6 +126,10 @@ def queues(host, port, metrics_url):
     assert consumer.queue_len("jobs") == 0
     producer.queue_push("jobs", "a")
     producer.queue_push("jobs", b"\x00b")
+    # QUEUE_PUSH has no reply: only a reply on the producer's own connection orders its pushes
+    # before a command of another connection (a server may read the consumer's socket first,
+    # torch's too). After that, the consumer must see both.
+    assert producer.queue_len("jobs") == 2
     assert consumer.queue_len("jobs") == 2
     # A queue is not a key of its name, but check() counts it as one, as torch's server does.
     assert producer.num_keys() == 0, producer.num_keys()
