@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   bool register_barrier = true;
   cohort::ServiceConfig config;
   uint64_t incarnation = 0;
-  std::string state_dir, state_sync = "1s", state_prune_before;
+  std::string state_dir, state_sync = "0", state_prune_before;
   int64_t state_compact_bytes = 0;
   cohort::runtime::SchedulerOptions task_options;
   std::string task_liveness = "5s";
@@ -159,9 +159,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--state-sync-interval", state_sync,
-                 "how often the state log is synced to disk; a change is written before it "
-                 "is acknowledged, so only a crash of the whole machine can lose this much. "
-                 "0: sync before every acknowledgement")
+                 "0: nothing is acknowledged (no answer, no released wait, no watch event) "
+                 "before the change it follows is synced to disk, the answers that wait "
+                 "together sharing one fdatasync (group commit). Above 0, the opt-in faster "
+                 "mode: answers go out once the change is written (it survives the process), "
+                 "and the log is synced this often, so a crash of the whole machine can lose "
+                 "this much of what was acknowledged")
       ->capture_default_str();
   app.add_option("--tls-cert", server.tls.cert, "PEM certificate chain; enables TLS");
   app.add_option("--tls-key", server.tls.key, "PEM private key for --tls-cert");
@@ -378,7 +381,8 @@ int main(int argc, char** argv) {
   if (!server.auth_token.empty()) {
     scheduler_auth = std::make_unique<cohort::CallAuth>(server.auth_token);
   }
-  cohort::runtime::SchedulerService scheduler_service(&scheduler, scheduler_auth.get());
+  cohort::runtime::SchedulerService scheduler_service(&scheduler, scheduler_auth.get(),
+                                                      store.get());
   cohort::runtime::TransportOptions transport_options;
   transport_options.auth_token = server.auth_token;
   cohort::runtime::SchedulerTransport transport(&scheduler, transport_options);

@@ -11,12 +11,6 @@ namespace cohort::runtime {
 
 namespace {
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
-  return reactor;
-}
-
 // The call's number, from its `cohort-call: WORKER/NUMBER` metadata (none: a call with no
 // number, taken as new every time).
 absl::StatusOr<CallId> CallIdOf(const grpc::CallbackServerContext& ctx) {
@@ -35,6 +29,17 @@ absl::StatusOr<CallId> CallIdOf(const grpc::CallbackServerContext& ctx) {
 }
 
 }  // namespace
+
+grpc::ServerUnaryReactor* SchedulerService::Answer(grpc::CallbackServerContext* ctx,
+                                                   const absl::Status& status) const {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (gate_ == nullptr) {
+    reactor->Finish(ToGrpc(status));
+  } else {
+    gate_->AfterDurable([reactor, wire = ToGrpc(status)] { reactor->Finish(wire); });
+  }
+  return reactor;
+}
 
 // Answers UNAUTHENTICATED for a call without the credential; null when the call may go on.
 grpc::ServerUnaryReactor* SchedulerService::Refused(grpc::CallbackServerContext* ctx) const {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "cohort/runtime/v1/services.grpc.pb.h"
+#include "common/durability_gate.h"
 #include "common/grpc_auth.h"
 #include "runtime/rpc/task_messages.h"
 #include "runtime/scheduler/task_scheduler.h"
@@ -13,9 +14,10 @@ namespace cohort::runtime {
 // answer UNIMPLEMENTED, naming IncrementRefCount and DecrementRefCount.
 class SchedulerService final : public ::Scheduler::CallbackService {
  public:
-  // `auth`: the credential every call must carry (null: none).
-  SchedulerService(TaskScheduler* scheduler, const CallAuth* auth)
-      : scheduler_(scheduler), auth_(auth) {}
+  // `auth`: the credential every call must carry (null: none). `gate`: answers go out once
+  // the changes before them are on disk (the coordinator's durable state; null: at once).
+  SchedulerService(TaskScheduler* scheduler, const CallAuth* auth, DurabilityGate* gate = nullptr)
+      : scheduler_(scheduler), auth_(auth), gate_(gate) {}
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* ctx,
                                            const v1::RegisterWorkerRequest* request,
@@ -77,9 +79,12 @@ class SchedulerService final : public ::Scheduler::CallbackService {
 
  private:
   grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx) const;
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                   const absl::Status& status) const;
 
   TaskScheduler* const scheduler_;
   const CallAuth* const auth_;
+  DurabilityGate* const gate_;
 };
 
 }  // namespace cohort::runtime

@@ -6,7 +6,7 @@ namespace cohort {
 
 void LocalBackend::RegisterTask(const CallContext& call, const TaskName& task, uint64_t incarnation,
                                 StatusDone done) {
-  service_->RegisterTask(task, incarnation, call.waiter, std::move(done));
+  service_->RegisterTask(task, incarnation, call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::Heartbeat(const CallContext&, const TaskName& task,
@@ -20,85 +20,86 @@ void LocalBackend::Heartbeat(const CallContext&, const TaskName& task,
 }
 
 void LocalBackend::ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) {
-  service_->ShutdownTask(task, call.waiter, std::move(done));
+  service_->ShutdownTask(task, call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::ResetTask(const CallContext&, const TaskName& task, StatusDone done) {
-  done(service_->ResetTask(task));
+  Gated(std::move(done))(service_->ResetTask(task));
 }
 
 void LocalBackend::ReportError(const CallContext&, const TaskName& source,
                                const absl::Status& error, ErrorReporter by, StatusDone done) {
-  done(service_->ReportError(source, error, by));
+  Gated(std::move(done))(service_->ReportError(source, error, by));
 }
 
 void LocalBackend::PollForError(const CallContext& call, const TaskName& task, StatusDone done) {
-  service_->PollForError(task, call.waiter, std::move(done));
+  service_->PollForError(task, call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::PropagatedError(const CallContext&, StatusDone done) {
-  done(service_->PropagatedError());
+  Gated(std::move(done))(service_->PropagatedError());
 }
 
 void LocalBackend::GetTaskStates(const CallContext&, std::vector<TaskName> tasks,
                                  Done<std::vector<TaskStateInfo>> done) {
-  done(service_->GetTaskStates(tasks));
+  Gated(std::move(done))(service_->GetTaskStates(tasks));
 }
 
 void LocalBackend::WatchJobState(const CallContext& call, const std::string& job, int64_t version,
                                  Done<JobStateView> done) {
-  service_->WatchJobState(job, version, call.waiter, std::move(done));
+  service_->WatchJobState(job, version, call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::GetAliveTasks(const CallContext& call, const TaskName& requester,
                                  std::vector<TaskName> tasks, Done<std::vector<AliveTask>> done) {
-  service_->GetAliveTasks(requester, std::move(tasks), call.waiter, std::move(done));
+  service_->GetAliveTasks(requester, std::move(tasks), call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::WaitForAllTasks(const CallContext& call, const TaskName& task,
                                    std::string devices, Done<std::vector<std::string>> done) {
-  service_->WaitForAllTasks(task, std::move(devices), call.waiter, std::move(done));
+  service_->WaitForAllTasks(task, std::move(devices), call.waiter, Gated(std::move(done)));
 }
 
 void LocalBackend::Barrier(const CallContext& call, const std::string& id, int64_t counter,
                            absl::Duration timeout, const TaskName& caller,
                            std::vector<TaskName> tasks, Done<int64_t> done) {
-  service_->Barrier(id, counter, timeout, caller, std::move(tasks), call.waiter, std::move(done));
+  service_->Barrier(id, counter, timeout, caller, std::move(tasks), call.waiter,
+                    Gated(std::move(done)));
 }
 
 void LocalBackend::CancelBarrier(const CallContext&, const std::string& id, int64_t counter,
                                  const TaskName& caller, StatusDone done) {
-  done(service_->CancelBarrier(id, counter, caller));
+  Gated(std::move(done))(service_->CancelBarrier(id, counter, caller));
 }
 
 void LocalBackend::InsertKeyValue(const CallContext&, std::string key, std::string value,
                                   bool allow_overwrite, StatusDone done) {
-  done(service_->InsertKeyValue(key, std::move(value), allow_overwrite));
+  Gated(std::move(done))(service_->InsertKeyValue(key, std::move(value), allow_overwrite));
 }
 
 void LocalBackend::GetKeyValue(const CallContext& call, std::string key,
                                std::optional<absl::Duration> timeout, Done<std::string> done) {
   std::optional<absl::Time> deadline;
   if (timeout) deadline = service_->Now() + *timeout;
-  service_->GetKeyValue(key, call.waiter, std::nullopt, deadline, std::move(done));
+  service_->GetKeyValue(key, call.waiter, std::nullopt, deadline, Gated(std::move(done)));
 }
 
 void LocalBackend::TryGetKeyValue(const CallContext&, std::string key, Done<std::string> done) {
-  done(service_->TryGetKeyValue(key));
+  Gated(std::move(done))(service_->TryGetKeyValue(key));
 }
 
 void LocalBackend::IncrementKeyValue(const CallContext&, std::string key, int64_t delta,
                                      Done<int64_t> done) {
-  done(service_->IncrementKeyValue(key, delta));
+  Gated(std::move(done))(service_->IncrementKeyValue(key, delta));
 }
 
 void LocalBackend::GetKeyValueDir(const CallContext&, std::string dir,
                                   Done<std::vector<KeyValueEntry>> done) {
-  done(service_->GetKeyValueDir(dir));
+  Gated(std::move(done))(service_->GetKeyValueDir(dir));
 }
 
 void LocalBackend::DeleteKeyValue(const CallContext&, std::string key, StatusDone done) {
-  done(service_->DeleteKeyValue(key));
+  Gated(std::move(done))(service_->DeleteKeyValue(key));
 }
 
 void LocalBackend::WatchKeys(const CallContext& call, std::string key, int64_t start_revision,
@@ -120,7 +121,7 @@ void LocalBackend::GetCoordinatorSnapshot(const CallContext&, Done<CoordinatorSn
   }
   view.barriers = service_->OpenBarriers();
   view.key_values = service_->KeyValueStats();
-  done(std::move(view));
+  Gated(std::move(done))(std::move(view));
 }
 
 }  // namespace cohort

@@ -1,10 +1,13 @@
 #pragma once
 // LocalBackend: the CoordinationBackend of the coordinator itself, a thin pass-through to
-// the in-process core. Calls that answer at once call back before they return.
+// the in-process core. Calls that answer at once call back before they return, unless a
+// change they follow is still on its way to the disk: then from the durable state's thread
+// once it is there (CoordinationService::durability_gate).
 
 #include <string>
 #include <vector>
 
+#include "common/durability_gate.h"
 #include "service/backend/coordination_backend.h"
 #include "service/core/coordination_service.h"
 #include "service/torch/forwarded_commands.h"
@@ -69,15 +72,22 @@ class LocalBackend final : public CoordinationBackend {
 
   void TorchStoreCommand(const CallContext& call, const ForwardedTorchCommand& command,
                          Done<std::string> done) override {
-    torch_.Execute(call.waiter, command, std::move(done));
+    torch_.Execute(call.waiter, command, Gated(std::move(done)));
   }
   void TorchStoreBatch(const CallContext& /*call*/,
                        const std::vector<ForwardedTorchCommand>& commands,
                        Done<std::vector<absl::StatusOr<std::string>>> done) override {
-    done(torch_.ExecuteBatch(commands));
+    Gated(std::move(done))(torch_.ExecuteBatch(commands));
   }
 
  private:
+  // Every answer but a heartbeat's goes out once the changes before it are on disk (the
+  // service's durability gate; a parked call's too, when it is released).
+  template <typename Result>
+  std::function<void(Result)> Gated(std::function<void(Result)> done) const {
+    return AnswerAfterDurable(service_->durability_gate(), std::move(done));
+  }
+
   CoordinationService* const service_;
   torch::ForwardedCommands torch_;
 };

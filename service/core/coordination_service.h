@@ -62,6 +62,9 @@ class CoordinationService {
   ~CoordinationService();
 
   uint64_t service_incarnation() const { return service_incarnation_; }
+  // What answers a client after a change goes through (the journal; none without one):
+  // null, or a gate that holds the answer until the change is on disk.
+  DurabilityGate* durability_gate() const { return journal_; }
   absl::Time Now() const { return clock_->Now(); }
   const ServiceConfig& config() const { return config_; }
   TimerQueue& timers() { return timers_; }

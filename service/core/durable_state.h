@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/durability_gate.h"
 #include "service/core/task_name.h"
 
 namespace cohort {
@@ -83,8 +84,9 @@ struct DurableState {
 // change is acknowledged to anyone. Calls come from under the lock of the part that changes
 // (service, key-value store, barrier table), so an implementation must not call back into
 // the service. An implementation that cannot record a change must not return normally
-// (the change would be acknowledged and then lost): it ends the process.
-class StateJournal {
+// (the change would be acknowledged and then lost): it ends the process. As a
+// DurabilityGate it holds back the answers that follow the changes until they are on disk.
+class StateJournal : public DurabilityGate {
  public:
   virtual ~StateJournal() = default;
 

@@ -692,6 +692,7 @@ absl::StatusOr<std::shared_ptr<KeyWatch>> KeyValueStore::Watch(absl::string_view
   bool replayed = false;
   {
     absl::MutexLock lock(&mu_);
+    watch->set_gate(journal_);  // its events go out once they are on disk
     if (start_revision > revision_ + 1) {
       return absl::OutOfRangeError(absl::StrCat(
           "start revision ", start_revision, " is past the store's revision ", revision_,

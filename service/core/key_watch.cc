@@ -16,7 +16,15 @@ size_t EventBytes(const KeyChange& event) { return event.key.size() + event.valu
 KeyWatch::KeyWatch(WaiterId id, std::string prefix, std::function<void()> notify)
     : ParkedCall(id, ParkKind::kWatchKeys, std::nullopt),
       prefix_(std::move(prefix)),
-      notify_(std::move(notify)) {}
+      consumer_(std::make_shared<Consumer>()) {
+  absl::MutexLock lock(&consumer_->mu);
+  consumer_->notify = std::move(notify);
+}
+
+void KeyWatch::set_gate(DurabilityGate* gate) {
+  gate_ = gate;
+  consumer_->released.store(gate == nullptr ? INT64_MAX : 0);
+}
 
 bool KeyWatch::Matches(const std::string& key) const {
   if (prefix_.empty()) return true;
@@ -42,10 +50,12 @@ bool KeyWatch::Push(const KeyChangePtr& event, size_t max_events, size_t max_byt
 
 KeyWatch::Batch KeyWatch::Take(size_t max_bytes) {
   Batch batch;
+  const int64_t released = consumer_->released.load();
   absl::MutexLock lock(&mu_);
   size_t taken = 0;
   while (!queue_.empty()) {
     const KeyChangePtr& next = queue_.front();
+    if (next->revision > released) break;  // not on disk yet: its release notifies again
     bool continues_revision =
         !batch.events.empty() && batch.events.back()->revision == next->revision;
     if (!batch.events.empty() && !continues_revision && taken >= max_bytes) break;
@@ -69,14 +79,30 @@ void KeyWatch::FinishWithError(const absl::Status& status) {
 }
 
 void KeyWatch::Detach() {
-  absl::MutexLock lock(&notify_mu_);
-  notify_ = nullptr;
+  absl::MutexLock lock(&consumer_->mu);
+  consumer_->notify = nullptr;
 }
 
 void KeyWatch::Notify() {
-  // Held while notify_ runs, so that Detach waits for a notification in flight.
-  absl::MutexLock lock(&notify_mu_);
-  if (notify_) notify_();
+  if (gate_ == nullptr) return consumer_->Release(INT64_MAX);
+  int64_t newest = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) newest = queue_.back()->revision;
+  }
+  // Every event queued so far was journaled before it was queued: once the gate has what
+  // it was told until now on disk, they may go.
+  gate_->AfterDurable([consumer = consumer_, newest] { consumer->Release(newest); });
+}
+
+void KeyWatch::Consumer::Release(int64_t revision) {
+  int64_t was = released.load();
+  while (was < revision && !released.compare_exchange_weak(was, revision)) {
+  }
+  // Held while notify runs (which may Take), so that Detach waits for a notification in
+  // flight.
+  absl::MutexLock lock(&mu);
+  if (notify) notify();
 }
 
 void KeyEventHistory::Append(const KeyChangePtr& event) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/durability_gate.h"
 #include "common/key_change.h"
 #include "service/core/parked_call.h"
 
@@ -52,6 +54,11 @@ class KeyWatch final : public ParkedCall {
   bool Push(const KeyChangePtr& event, size_t max_events, size_t max_bytes);
   // Set by the producer before the watch is shared.
   void set_created_revision(int64_t revision) { created_revision_ = revision; }
+  // Set by the producer before the watch is shared: an event reaches the consumer only once
+  // `gate` has its change on disk (Notify hands the events queued so far to the gate; Take
+  // stops at the first one it has not released yet).
+  void set_gate(DurabilityGate* gate);
+  // Tells the consumer that events or the end arrived (through the gate, when there is one).
   void Notify();
 
  private:
@@ -63,8 +70,16 @@ class KeyWatch final : public ParkedCall {
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
 
-  absl::Mutex notify_mu_;
-  std::function<void()> notify_ ABSL_GUARDED_BY(notify_mu_);
+  DurabilityGate* gate_ = nullptr;
+  // Shared with the gate's pending releases, which may outlive the watch.
+  struct Consumer {
+    absl::Mutex mu;
+    std::function<void()> notify ABSL_GUARDED_BY(mu);
+    // With a gate: the newest revision the gate has on disk, the last Take may hand out.
+    std::atomic<int64_t> released{INT64_MAX};
+    void Release(int64_t revision);
+  };
+  const std::shared_ptr<Consumer> consumer_;
 };
 
 // Recent events, for watches that resume from a revision. Bounded by count and bytes; the

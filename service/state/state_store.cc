@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -133,6 +134,8 @@ absl::StatusOr<int> StateStore::OpenLog(int64_t generation) {
   header.set_generation(static_cast<uint64_t>(generation));
   header.set_service_incarnation(service_incarnation_);
   header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  header.set_boot_id(state_store_internal::BootId(options_));
+  header.set_answers_before_sync(options_.sync_interval > absl::ZeroDuration());
   std::string data;
   AppendFrame(header, &data);
   if (!WriteAll(fd, data) || ::fdatasync(fd) != 0) {
@@ -176,11 +179,17 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
     log_fd_ = *fd;
     generation_ = generation;
     log_bytes_ = 0;
+    StartedLogLocked();
+    buffered_ = options_.sync_interval == absl::ZeroDuration();
   }
   RemoveBefore(generation);
   spdlog::info("durable state in {} (generation {}, service incarnation {:#x})", options_.dir,
                generation, service_incarnation_);
   background_ = std::thread([this] { Background(); });
+  if (options_.sync_interval == absl::ZeroDuration()) {
+    syncer_ = std::thread([this] { Syncer(); });
+    releaser_ = std::thread([this] { Releaser(); });
+  }
   return absl::OkStatus();
 }
 
@@ -191,8 +200,19 @@ void StateStore::Stop() {
     stopping_ = true;
   }
   if (background_.joinable()) background_.join();
+  if (syncer_.joinable()) syncer_.join();  // after the answers that waited
+  if (releaser_.joinable()) releaser_.join();
   absl::MutexLock lock(&mu_);
   if (log_fd_ >= 0) {
+    WritePendingLocked();
+    // Says that nothing acknowledged is missing from the log, whatever the mode.
+    pb::Record closed;
+    closed.mutable_log_closed();
+    std::string frame;
+    AppendFrame(closed, &frame);
+    if (!WriteAll(log_fd_, frame)) {
+      spdlog::warn("{}", Errno("cannot mark the state log closed in", options_.dir));
+    }
     ::fdatasync(log_fd_);
     ::close(log_fd_);
     log_fd_ = -1;
@@ -201,7 +221,13 @@ void StateStore::Stop() {
 
 StateStore::Stats StateStore::GetStats() const {
   absl::MutexLock lock(&mu_);
-  return {generation_, log_bytes_, records_, snapshots_, compact_bytes_};
+  return {generation_,
+          log_bytes_,
+          records_,
+          snapshots_,
+          compact_bytes_,
+          syncs_,
+          log_header_bytes_ + std::max<int64_t>(0, synced_ - log_start_)};
 }
 
 void StateStore::Append(const pb::Record& record) {
@@ -212,20 +238,30 @@ void StateStore::Append(const pb::Record& record) {
   }
   absl::MutexLock lock(&mu_);
   if (log_fd_ < 0) return;  // stopped: the service is shutting down
-  if (!WriteAll(log_fd_, frame)) {
+  if (buffered_) {
+    // The sync thread writes it with the others of its batch, then syncs: no answer that
+    // follows it goes out before, and a write(2) here could wait for the disk while the
+    // caller holds the lock of the part that changed.
+    pending_ += frame;
+  } else if (!WriteAll(log_fd_, frame)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
-  if (options_.sync_interval == absl::ZeroDuration() && ::fdatasync(log_fd_) != 0) {
-    Fatal(Errno("cannot sync the state log in", options_.dir));
-  }
   log_bytes_ += static_cast<int64_t>(frame.size());
+  appended_ += static_cast<int64_t>(frame.size());
   ++records_;
   if (log_bytes_ > std::max(compact_bytes_, 2 * snapshot_bytes_)) compact_wanted_ = true;
+}
+
+void StateStore::StartedLogLocked() {
+  struct stat st {};
+  log_header_bytes_ = ::fstat(log_fd_, &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  log_start_ = appended_;
 }
 
 void StateStore::Background() {
   for (;;) {
     int fd = -1;
+    int64_t target = 0;
     bool compact = false;
     {
       absl::MutexLock lock(&mu_);
@@ -239,11 +275,15 @@ void StateStore::Background() {
       if (stopping_) return;
       compact = compact_wanted_;
       fd = log_fd_;
+      target = appended_;
     }
     if (compact) {
       Compact();
-    } else if (fd >= 0 && ::fdatasync(fd) != 0) {
-      Fatal(Errno("cannot sync the state log in", options_.dir));
+    } else if (fd >= 0) {
+      // The faster mode's periodic sync (this thread also switches logs, so fd stays open).
+      if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
+      absl::MutexLock lock(&mu_);
+      synced_ = std::max(synced_, target);
     }
   }
 }
@@ -261,11 +301,16 @@ void StateStore::Compact() {
   {
     // Records from here on go to the new log, so the capture below misses none of them.
     absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* syncing) { return !*syncing; }, &syncing_));  // the syncer is done with it
     old_fd = log_fd_;
+    WritePendingLocked();
     if (::fdatasync(old_fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
+    synced_ = appended_;  // all of it was in the old log
     log_fd_ = *fd;
     generation_ = generation;
     log_bytes_ = 0;
+    StartedLogLocked();
     compact_wanted_ = false;
   }
   ::close(old_fd);
@@ -279,6 +324,95 @@ void StateStore::Compact() {
   }
   RemoveBefore(generation);
   spdlog::debug("durable state: snapshot-{} written, older files removed", generation);
+}
+
+void StateStore::AfterDurable(absl::AnyInvocable<void() &&> then) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Nothing before it still to run either: answers keep their order.
+    const bool on_disk =
+        synced_ >= appended_ && waiting_.empty() && releasable_.empty() && !releasing_;
+    if (options_.sync_interval == absl::ZeroDuration() && log_fd_ >= 0 && !syncer_ended_ &&
+        !on_disk) {
+      waiting_.emplace_back(appended_, std::move(then));
+      return;
+    }
+  }
+  std::move(then)();
+}
+
+void StateStore::WritePendingLocked() {
+  if (pending_.empty()) return;
+  if (!WriteAll(log_fd_, pending_)) Fatal(Errno("cannot write the state log in", options_.dir));
+  pending_.clear();
+}
+
+void StateStore::Syncer() {
+  for (;;) {
+    int fd = -1;
+    int64_t target = 0;
+    std::string data;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !waiting_.empty() || !pending_.empty();
+      };
+      mu_.Await(absl::Condition(&wake));
+      if (waiting_.empty() && pending_.empty()) {
+        // Stopping, everything written: later changes are written at once, and their answers
+        // go at once (Stop syncs last).
+        buffered_ = false;
+        syncer_ended_ = true;
+        return;
+      }
+      if (!pending_.empty() || waiting_.front().first > synced_) {
+        // Everything appended until now, the changes of the answers that came while the last
+        // sync ran too: one write and one fdatasync for all of them.
+        data.swap(pending_);
+        fd = log_fd_;
+        target = appended_;
+        syncing_ = true;
+      }
+    }
+    if (fd >= 0 && options_.before_group_sync) options_.before_group_sync();
+    if (fd >= 0 && !WriteAll(fd, data)) {
+      Fatal(Errno("cannot write the state log in", options_.dir));
+    }
+    if (fd >= 0 && ::fdatasync(fd) != 0) {
+      Fatal(Errno("cannot sync the state log in", options_.dir));
+    }
+    // The answers it covers go to the releaser, and the next sync can start at once: running
+    // a thousand answers (each a gRPC send) takes longer than an fdatasync.
+    absl::MutexLock lock(&mu_);
+    if (fd >= 0) {
+      syncing_ = false;
+      synced_ = std::max(synced_, target);
+      ++syncs_;
+    }
+    while (!waiting_.empty() && waiting_.front().first <= synced_) {
+      releasable_.push_back(std::move(waiting_.front().second));
+      waiting_.pop_front();
+    }
+  }
+}
+
+void StateStore::Releaser() {
+  for (;;) {
+    std::vector<absl::AnyInvocable<void() &&>> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return syncer_ended_ || !releasable_.empty();
+      };
+      mu_.Await(absl::Condition(&wake));
+      if (releasable_.empty()) return;  // the syncer ended and released everything
+      batch.swap(releasable_);
+      releasing_ = true;
+    }
+    for (auto& then : batch) std::move(then)();
+    absl::MutexLock lock(&mu_);
+    releasing_ = false;
+  }
 }
 
 // ---- Journal -------------------------------------------------------------------------------
@@ -384,6 +518,11 @@ void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool re
                    "Changes written to the state log since the coordinator started.",
                    "counter",
                    {{{}, static_cast<double>(stats.records)}}});
+    out.push_back({"cohort_coordinator_state_syncs_total",
+                   "fdatasyncs of the state log that answers waited for (group commit: the "
+                   "changes of every answer waiting at the time share one).",
+                   "counter",
+                   {{{}, static_cast<double>(stats.syncs)}}});
     out.push_back({"cohort_coordinator_state_snapshots_total",
                    "State snapshots written since the coordinator started (one at the start).",
                    "counter",

@@ -19,12 +19,15 @@
 // holds its effect changes nothing.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -45,13 +48,23 @@ class TaskScheduler;
 
 struct StateStoreOptions {
   std::string dir;
-  // How often the log is synced to the disk (fdatasync). Every change is written to the
-  // log before it is acknowledged, so it survives the process at once; this bounds what a
-  // crash of the whole machine can take. Zero: synced before every acknowledgement.
-  absl::Duration sync_interval = absl::Seconds(1);
+  // Zero (the default): nothing is acknowledged before it is on disk. An answer that
+  // follows a change (AfterDurable) waits for the fdatasync that covers it, one for all the
+  // answers that wait together (group commit).
+  // Above zero, the opt-in faster mode: answers go out once the change is written to the
+  // log (it survives the process at once) and the log is synced this often, so a crash of
+  // the whole machine can take this much of what was acknowledged.
+  absl::Duration sync_interval = absl::ZeroDuration();
   // A log this long (and at least twice the last snapshot) is replaced by a new snapshot.
   // 0: AutoCompactBytes of the volume that holds `dir`.
   int64_t compact_bytes = 0;
+  // The machine's boot id (empty: /proc/sys/kernel/random/boot_id). A log of the faster mode
+  // that a coordinator of another boot left unclosed may lack acknowledged changes: the state
+  // read from it comes back under a new service incarnation, so every client sees a restart.
+  std::string boot_id;
+  // Tests: runs on the sync thread before each fdatasync that answers wait for (after the
+  // changes it covers are chosen).
+  std::function<void()> before_group_sync;
 };
 
 // The log length that starts a compaction when none is given: an eighth of the volume (the
@@ -86,13 +99,24 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
     int64_t records = 0;  // appended since the start
     int64_t snapshots = 0;
     int64_t compact_bytes = 0;  // the log length that starts a compaction
+    int64_t syncs = 0;          // fdatasyncs of the log that answers waited for
+    // Of the current log file, the bytes known to be on disk: what a crash of the machine
+    // now leaves of it at least.
+    int64_t synced_log_bytes = 0;
   };
   Stats GetStats() const;
 
   // Runs `f` while no snapshot is being written or old files removed: a copy of the
   // directory made in `f` is one a crash could have left.
+  // (Changes not yet written, whose answers have not gone out, are written first.)
   void WithFilesSettled(const std::function<void()>& f) {
     absl::MutexLock lock(&files_mu_);
+    {
+      absl::MutexLock state(&mu_);
+      mu_.Await(absl::Condition(
+          +[](bool* syncing) { return !*syncing; }, &syncing_));
+      if (log_fd_ >= 0) WritePendingLocked();
+    }
     f();
   }
 
@@ -112,6 +136,10 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   void BarrierForgotten(const std::string& id) override;
   // SchedulerJournal.
   void SchedulerChanged(const runtime::SchedulerChanges& changes) override;
+  // DurabilityGate: with sync_interval 0, `then` runs once every change appended before
+  // this call is synced (at once, on this thread, when it is and nothing waits before it;
+  // else on the store's sync thread), in the order of the calls. In the faster mode, at once.
+  void AfterDurable(absl::AnyInvocable<void() &&> then) override;
 
  private:
   StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);
@@ -123,6 +151,14 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   void RemoveBefore(int64_t generation);
   void Background();
   void Compact();
+  // Writes pending_ to log_fd_ (no sync under way).
+  void WritePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new log_fd_ was just opened (only its header in it).
+  void StartedLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Group commit: syncs the log while answers wait for it, and hands them to Releaser, which
+  // runs them in order while the next sync goes on.
+  void Syncer();
+  void Releaser();
 
   const StateStoreOptions options_;
   int64_t compact_bytes_ = 0;  // options_.compact_bytes, or AutoCompactBytes of the volume
@@ -145,6 +181,25 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   bool compact_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread background_;
+  // Group commit. Positions are bytes appended to the logs since the start.
+  int64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t synced_ ABSL_GUARDED_BY(mu_) = 0;  // of those, the ones on disk
+  int64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t log_start_ ABSL_GUARDED_BY(mu_) = 0;         // appended_ when log_fd_ was opened
+  int64_t log_header_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // log_fd_'s header
+  bool syncing_ ABSL_GUARDED_BY(mu_) = false;          // an fdatasync of log_fd_ outside mu_
+  bool releasing_ ABSL_GUARDED_BY(mu_) = false;  // the releaser runs answers; later ones queue
+  bool syncer_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // Group commit: Append leaves its frame in pending_ for the sync thread to write (the sync
+  // thread runs). Otherwise it writes it to the log at once.
+  bool buffered_ ABSL_GUARDED_BY(mu_) = false;
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  // Answers and the position each waits for, in the order given (positions never fall).
+  std::deque<std::pair<int64_t, absl::AnyInvocable<void() &&>>> waiting_ ABSL_GUARDED_BY(mu_);
+  // Answers on disk, for the releaser to run, in order.
+  std::vector<absl::AnyInvocable<void() &&>> releasable_ ABSL_GUARDED_BY(mu_);
+  std::thread syncer_;
+  std::thread releaser_;
 };
 
 class MetricsRegistry;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -164,6 +165,14 @@ absl::Status SyncDir(const std::string& dir) {
   ::close(fd);
   if (rc != 0) return absl::InternalError(Errno("cannot sync", dir));
   return absl::OkStatus();
+}
+
+std::string BootId(const StateStoreOptions& options) {
+  if (!options.boot_id.empty()) return options.boot_id;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
 }
 
 absl::StatusOr<pb::Header> ReadHeader(FrameReader& reader, pb::Header::Kind kind,

@@ -15,6 +15,7 @@
 #include "cohort/state/v1/state.pb.h"
 #include "service/core/durable_state.h"
 #include "service/core/service_config.h"
+#include "service/state/state_store.h"
 
 namespace cohort::state_store_internal {
 
@@ -78,6 +79,8 @@ class FrameReader {
 // "snapshot-12" -> 12.
 std::optional<int64_t> Generation(absl::string_view name, absl::string_view prefix);
 absl::Status SyncDir(const std::string& dir);
+// options.boot_id, or the machine's boot id (empty when it cannot be read).
+std::string BootId(const StateStoreOptions& options);
 // Reads a file's header and checks what it must say.
 absl::StatusOr<pb::Header> ReadHeader(FrameReader& reader, pb::Header::Kind kind,
                                       int64_t generation);

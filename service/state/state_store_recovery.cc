@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <optional>
+#include <random>
 #include <set>
 #include <utility>
 #include <vector>
@@ -27,6 +29,7 @@
 namespace cohort {
 
 namespace pb = ::cohort::state::v1;
+using state_store_internal::BootId;
 using state_store_internal::Errno;
 using state_store_internal::FrameReader;
 using state_store_internal::FromProto;
@@ -165,6 +168,8 @@ class Replay {
         barriers_[barrier.id] = std::move(barrier);
         return absl::OkStatus();
       }
+      case pb::Record::kLogClosed:
+        return absl::OkStatus();  // Open looks at it: the log is whole
       case pb::Record::CHANGE_NOT_SET:
         break;
     }
@@ -358,6 +363,9 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   // ... and every log from its generation on, in order and without a gap.
   int64_t last = base;
   int64_t records = 0;
+  // Of the last log read: its header, and whether it ends with LogClosed.
+  std::optional<pb::Header> last_header;
+  bool closed = false;
   std::vector<int64_t> later;
   for (int64_t g : logs) {
     if (g >= base) later.push_back(g);
@@ -386,6 +394,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     if (log_header->service_incarnation() != header->service_incarnation()) {
       return log.Damaged("it belongs to another service incarnation than the snapshot");
     }
+    last_header = *log_header;
+    closed = false;
     for (;;) {
       auto r = log.Next(&payload);
       if (!r.ok()) return r.status();
@@ -409,13 +419,34 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
       }
       if (!record.ParseFromString(payload)) return log.Damaged("a record is unreadable");
       if (auto s = replay.Apply(record); !s.ok()) return log.Damaged(s.message());
-      ++records;
+      closed = record.has_log_closed();
+      if (!closed) ++records;
     }
     last = g;
   }
   store->first_generation_ = last + 1;
-  store->service_incarnation_ = header->service_incarnation();
-  *restored = std::move(replay).Finish(header->service_incarnation());
+  uint64_t incarnation = header->service_incarnation();
+  const std::string boot = BootId(options);
+  if (last_header && last_header->answers_before_sync() && !closed &&
+      (boot.empty() || boot != last_header->boot_id())) {
+    // The faster mode answered before syncing, and the machine restarted since without the
+    // log being closed: changes someone was told of may be missing. Say so to every client.
+    std::random_device rd;
+    const uint64_t was = incarnation;
+    while (incarnation == was || incarnation == 0) {
+      incarnation = (uint64_t{rd()} << 32) | rd();
+    }
+    spdlog::warn(
+        "--state-dir {}: the coordinator that wrote it answered before syncing its changes "
+        "(--state-sync-interval above 0) and the machine restarted since (boot {}, now {}) "
+        "before its log was closed, so changes it acknowledged may be lost: starting from "
+        "what was saved under a new service incarnation {:#x} (was {:#x}), so that every "
+        "client sees a restart",
+        dir, last_header->boot_id().empty() ? "unknown" : last_header->boot_id(),
+        boot.empty() ? "unknown" : boot, incarnation, was);
+  }
+  store->service_incarnation_ = incarnation;
+  *restored = std::move(replay).Finish(incarnation);
   spdlog::info("--state-dir {}: read snapshot-{} and {} logged changes after it", dir, base,
                records);
   return store;

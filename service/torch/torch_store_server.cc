@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio.hpp"
+#include "common/durability_gate.h"
 #include "common/http_server.h"
 #include "service/torch/torch_store_session.h"
 #include "spdlog/spdlog.h"
@@ -351,8 +352,12 @@ TorchStoreServer::TorchStoreServer(CoordinationService* service,
     : TorchStoreServer(
           [service, limits = options.limits, metrics = options.metrics](
               TorchStoreHandler::Send send, TorchStoreHandler::End end) {
-            return std::make_shared<TorchStoreSession>(service, limits, std::move(send),
-                                                       std::move(end), metrics);
+            // Replies, and the end of a connection after them, go out once the changes they
+            // follow are on disk, in the order sent.
+            DurabilityGate* gate = service->durability_gate();
+            return std::make_shared<TorchStoreSession>(
+                service, limits, AnswerAfterDurable(gate, std::move(send)),
+                AnswerAfterDurable(gate, std::move(end)), metrics);
           },
           options) {}
 

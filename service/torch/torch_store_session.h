@@ -61,7 +61,9 @@ class TorchStoreSession final : public TorchStoreHandler,
                                 public std::enable_shared_from_this<TorchStoreSession> {
  public:
   // `send` is called under the session's lock (a wait ends on the thread of the write that
-  // ended it).
+  // ended it). It goes straight out: whoever serves the session to a client holds replies
+  // back until the changes before them are on disk (TorchStoreServer, through the service's
+  // durability gate; ForwardedCommands answers through LocalBackend's).
   // `metrics`: counts each command read (null: none).
   TorchStoreSession(CoordinationService* service, CodecLimits limits, Send send, End end,
                     TorchStoreMetrics* metrics = nullptr);

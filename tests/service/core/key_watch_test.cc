@@ -4,8 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "common/durability_gate.h"
 #include "gtest/gtest.h"
 #include "service/core/coordination_service.h"
 #include "tests/service/core/coordination_service_fixture.h"
@@ -207,6 +209,79 @@ TEST_F(KeyWatchTest, WatchesCountAgainstTheParkedCallLimit) {
   Start(config);
   EXPECT_TRUE(Watch("a").ok());
   EXPECT_EQ(Watch("b").status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// A gate that holds every answer until the test lets it go.
+class HeldGate : public DurabilityGate {
+ public:
+  void AfterDurable(absl::AnyInvocable<void() &&> then) override {
+    held_.push_back(std::move(then));
+  }
+  void ReleaseAll() {
+    std::vector<absl::AnyInvocable<void()&&>> held = std::move(held_);
+    held_.clear();
+    for (auto& then : held) std::move(then)();
+  }
+  size_t held() const { return held_.size(); }
+
+ private:
+  std::vector<absl::AnyInvocable<void() &&>> held_;
+};
+
+KeyChangePtr Inserted(const std::string& key, int64_t revision) {
+  return std::make_shared<KeyChange>(KeyChange{KeyChange::Type::kInserted, key, "v", revision});
+}
+
+// Behind a durability gate, events go out only once the gate has released the notification
+// that followed them; an event queued after that notification waits for its own.
+TEST(KeyWatchGateTest, EventsGoOutOnlyOnceTheGateReleasesThem) {
+  HeldGate gate;
+  int notified = 0;
+  KeyWatch watch(1, "", [&notified] { ++notified; });
+  watch.set_gate(&gate);
+  ASSERT_TRUE(watch.Push(Inserted("a", 1), 100, 1 << 20));
+  watch.Notify();
+  EXPECT_EQ(gate.held(), 1U);
+  EXPECT_EQ(notified, 0);
+  EXPECT_TRUE(watch.Take(SIZE_MAX).events.empty());
+  ASSERT_TRUE(watch.Push(Inserted("b", 2), 100, 1 << 20));  // not yet notified
+  gate.ReleaseAll();
+  EXPECT_EQ(notified, 1);
+  EXPECT_EQ(Lines(watch.Take(SIZE_MAX).events), std::vector<std::string>{"insert a=v@1"});
+  EXPECT_TRUE(watch.Take(SIZE_MAX).events.empty());
+  watch.Notify();
+  watch.FinishWithError(absl::CancelledError("gone"));
+  EXPECT_EQ(notified, 1);
+  gate.ReleaseAll();
+  KeyWatch::Batch last = watch.Take(SIZE_MAX);
+  EXPECT_EQ(Lines(last.events), std::vector<std::string>{"insert b=v@2"});
+  ASSERT_TRUE(last.end.has_value());
+  EXPECT_EQ(last.end->code(), absl::StatusCode::kCancelled);
+  // After Detach, a release still under way notifies nobody.
+  watch.Notify();
+  watch.Detach();
+  gate.ReleaseAll();
+  EXPECT_EQ(notified, 3);
+}
+
+// An answer function made to wait for the gate (a connection's send) may be called many
+// times: each call waits, and they run in order once the gate lets them go.
+TEST(AnswerAfterDurableTest, EveryCallWaitsForTheGateAndKeepsItsPlace) {
+  HeldGate gate;
+  std::vector<int> got;
+  std::function<void(int)> send =
+      AnswerAfterDurable<int>(&gate, [&got](int v) { got.push_back(v); });
+  send(1);
+  send(2);
+  EXPECT_TRUE(got.empty());
+  gate.ReleaseAll();
+  send(3);
+  gate.ReleaseAll();
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
+  std::function<void(int)> direct =
+      AnswerAfterDurable<int>(nullptr, [&got](int v) { got.push_back(v); });
+  direct(4);
+  EXPECT_EQ(got.back(), 4);
 }
 
 }  // namespace

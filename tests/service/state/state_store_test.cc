@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,14 +22,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
 #include "service/torch/forwarded_commands.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_keys.h"
 #include "tests/service/core/callback_result.h"
+#include "tests/service/torch/replies.h"
 
 namespace cohort {
 namespace {
@@ -124,8 +128,10 @@ class StateStoreTest : public ::testing::Test {
   StateStoreOptions Options(const std::string& dir) {
     StateStoreOptions options;
     options.dir = dir;
-    options.sync_interval = absl::ZeroDuration();
+    options.sync_interval = sync_interval_;
+    options.boot_id = boot_id_;
     options.compact_bytes = compact_bytes_;
+    options.before_group_sync = before_group_sync_;
     return options;
   }
 
@@ -221,7 +227,10 @@ class StateStoreTest : public ::testing::Test {
     }
   }
 
+  // The newest log, every change made so far written to it (the store writes its changes in
+  // batches, on its sync thread).
   std::string NewestLog() {
+    if (store_) store_->WithFilesSettled([] {});
     std::string newest;
     for (const auto& e : fs::directory_iterator(dir_)) {
       std::string name = e.path().filename().string();
@@ -242,6 +251,9 @@ class StateStoreTest : public ::testing::Test {
   }
 
   int64_t compact_bytes_ = int64_t{64} << 20;
+  std::function<void()> before_group_sync_;
+  absl::Duration sync_interval_ = absl::ZeroDuration();
+  std::string boot_id_ = "boot-1";
   int copies_ = 0;
   std::string root_;
   std::string dir_;
@@ -518,6 +530,211 @@ TEST_F(StateStoreTest, ZerosInsideALogThatLaterLogsFollowAreDamage) {
   EXPECT_EQ(saved.status().code(), absl::StatusCode::kDataLoss) << saved.status();
   EXPECT_TRUE(absl::StrContains(saved.status().message(), "later logs follow it"))
       << saved.status();
+}
+
+// What answered, in order, for tests of the durability gate (answers come from the store's
+// sync thread).
+class Answers {
+ public:
+  std::function<void()> Note(const std::string& what) {
+    return [this, what] {
+      absl::MutexLock lock(&mu_);
+      seen_.push_back(what);
+    };
+  }
+  std::string Seen() {
+    absl::MutexLock lock(&mu_);
+    return absl::StrJoin(seen_, ",");
+  }
+  // Waits (30 s at most) until `count` answers came.
+  std::string AwaitCount(size_t count) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, count]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return seen_.size() >= count; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+    return absl::StrJoin(seen_, ",");
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// Group commit: no answer, released wait or watch event goes out before the change it
+// follows is synced, and the answers that came while one sync ran share the next one.
+TEST_F(StateStoreTest, AnswersWaitForTheSyncOfTheirChangeAndShareTheNextOne) {
+  absl::Notification in_sync, go_on;
+  int syncs_seen = 0;  // on the sync thread only
+  service_.reset();
+  store_.reset();
+  fs::remove_all(dir_);
+  before_group_sync_ = [&] {
+    if (syncs_seen++ > 0) return;
+    in_sync.Notify();
+    go_on.WaitForNotification();
+  };
+  StartFresh();
+  LocalBackend backend(service_.get());
+  Answers answers;
+  auto status_of = [&](const std::string& name) {
+    return [note = answers.Note(name)](const absl::Status& s) {
+      EXPECT_TRUE(s.ok()) << s;
+      note();
+    };
+  };
+  // Parked before anything is waiting: released by the insert of "b" below.
+  backend.GetKeyValue(CallContext{service_->NewWaiterId()}, "b", std::nullopt,
+                      [note = answers.Note("get b")](const absl::StatusOr<std::string>& v) {
+                        EXPECT_EQ(v.value_or("?"), "2");
+                        note();
+                      });
+  auto watch = service_->WatchKeys("", 0, service_->NewWaiterId(), answers.Note("watch"));
+  ASSERT_TRUE(watch.ok()) << watch.status();
+
+  backend.InsertKeyValue(CallContext{}, "a", "1", false, status_of("insert a"));
+  in_sync.WaitForNotification();  // the sync thread holds the fdatasync that covers "a"
+  EXPECT_EQ(answers.Seen(), "");
+  EXPECT_TRUE((*watch)->Take(SIZE_MAX).events.empty()) << "a watch saw a change not on disk";
+  backend.InsertKeyValue(CallContext{}, "b", "2", false, status_of("insert b"));
+  backend.IncrementKeyValue(CallContext{}, "c", 1, [note = answers.Note("add c")](auto v) {
+    EXPECT_EQ(v.value_or(-1), 1);
+    note();
+  });
+  // A read of a change not on disk waits for it as well.
+  backend.TryGetKeyValue(CallContext{}, "b", [note = answers.Note("read b")](auto v) {
+    EXPECT_EQ(v.value_or("?"), "2");
+    note();
+  });
+  // A forwarded TCPStore batch: its GET is read while the batch runs, its replies wait
+  // whole.
+  std::vector<ForwardedTorchCommand> batch(2);
+  for (ForwardedTorchCommand& c : batch) c.client = "rank-0";
+  torch::Command set;
+  set.query = torch::Query::kSet;
+  set.keys = {"t"};
+  set.values = {"x"};
+  batch[0].sequence = 1;
+  batch[0].command = torch::EncodeCommand(set);
+  torch::Command get;
+  get.query = torch::Query::kGet;
+  get.keys = {"t"};
+  batch[1].sequence = 2;
+  batch[1].command = torch::EncodeCommand(get);
+  backend.TorchStoreBatch(
+      CallContext{}, batch,
+      [note = answers.Note("torch")](
+          const absl::StatusOr<std::vector<absl::StatusOr<std::string>>>& replies) {
+        ASSERT_TRUE(replies.ok()) << replies.status();
+        ASSERT_EQ(replies->size(), 2U);
+        EXPECT_EQ((*replies)[1].value_or("?"), torch::testing::Bytes("x"));
+        note();
+      });
+  EXPECT_EQ(answers.Seen(), "");
+
+  go_on.Notify();
+  // In the order they were given: a change's watch events and released waits come before
+  // the answer to the call that made it.
+  EXPECT_EQ(answers.AwaitCount(10),
+            "watch,insert a,get b,watch,insert b,watch,add c,read b,watch,torch");
+  // "a" in the first sync, everything after it in a second one.
+  EXPECT_EQ(store_->GetStats().syncs, 2);
+  KeyWatch::Batch events = (*watch)->Take(SIZE_MAX);
+  ASSERT_GE(events.events.size(), 4U);  // the batch also writes its client's record
+  EXPECT_EQ(events.events[2]->key, "c");
+  // Nothing waits now: an answer goes at once, on the caller's thread.
+  bool at_once = false;
+  store_->AfterDurable([&] { at_once = true; });
+  EXPECT_TRUE(at_once);
+  (*watch)->Detach();
+  ExpectSurvivesCrash("after the answers");
+}
+
+// A crash of the whole machine keeps of the log what was synced. The moment a change is
+// answered, the synced part of the log holds it: cut there, the log still brings it back. In
+// the faster mode it does not (answered before its sync: what the test exists to catch).
+TEST_F(StateStoreTest, EveryAnsweredChangeIsInThePartOfTheLogOnDisk) {
+  for (bool faster : {false, true}) {
+    SCOPED_TRACE(faster ? "faster mode" : "default mode");
+    service_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+    sync_interval_ = faster ? absl::Hours(1) : absl::ZeroDuration();
+    StartFresh();
+    LocalBackend backend(service_.get());
+    constexpr int kChanges = 20;
+    absl::Mutex mu;
+    std::vector<int64_t> on_disk(kChanges, -1);  // the synced log bytes when each was answered
+    int answered = 0;
+    for (int i = 0; i < kChanges; ++i) {
+      backend.InsertKeyValue(CallContext{}, absl::StrCat("k", i), "v", false,
+                             [&, i](const absl::Status& s) {
+                               EXPECT_TRUE(s.ok()) << s;
+                               const int64_t synced = store_->GetStats().synced_log_bytes;
+                               absl::MutexLock lock(&mu);
+                               on_disk[i] = synced;
+                               ++answered;
+                             });
+    }
+    {
+      absl::MutexLock lock(&mu);
+      auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == kChanges; };
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(30)));
+    }
+    std::vector<std::string> lost;
+    for (int i = 0; i < kChanges; ++i) {
+      auto saved = Read(CutCopy(static_cast<uintmax_t>(on_disk[i])));
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      const std::string key = absl::StrCat("k", i);
+      if (std::none_of(saved->keys.begin(), saved->keys.end(),
+                       [&](const DurableKey& k) { return k.key == key; })) {
+        lost.push_back(key);
+      }
+    }
+    if (faster) {
+      EXPECT_EQ(lost.size(), static_cast<size_t>(kChanges));
+    } else {
+      EXPECT_TRUE(lost.empty()) << "answered, then lost with the machine: "
+                                << absl::StrJoin(lost, ",");
+    }
+  }
+}
+
+// The opt-in faster mode answers before its changes are synced: a log it left unclosed, read
+// after the machine restarted, may lack what was acknowledged, so the state comes back under
+// a new service incarnation (every client sees a restart). The same log read in the same
+// boot, a log it closed, and a log of the default mode keep the incarnation.
+TEST_F(StateStoreTest, AFasterModeLogUnclosedAcrossARebootStartsANewServiceIncarnation) {
+  struct Case {
+    const char* name;
+    absl::Duration interval;
+    bool stopped;
+    const char* read_in_boot;
+    bool new_incarnation;
+  };
+  for (const Case& c :
+       {Case{"faster, unclosed, rebooted", absl::Seconds(1), false, "boot-2", true},
+        Case{"faster, unclosed, same boot", absl::Seconds(1), false, "boot-1", false},
+        Case{"faster, closed, rebooted", absl::Seconds(1), true, "boot-2", false},
+        Case{"default, unclosed, rebooted", absl::ZeroDuration(), false, "boot-2", false}}) {
+    SCOPED_TRACE(c.name);
+    service_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+    sync_interval_ = c.interval;
+    boot_id_ = "boot-1";
+    StartFresh();
+    ASSERT_TRUE(service_->InsertKeyValue("k", "v", false).ok());
+    const uint64_t incarnation = service_->service_incarnation();
+    if (c.stopped) store_->Stop();
+    const std::string copy = CrashCopy();
+    boot_id_ = c.read_in_boot;
+    auto saved = Read(copy);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(saved->service_incarnation != incarnation, c.new_incarnation);
+    EXPECT_NE(saved->service_incarnation, 0U);
+    ASSERT_EQ(saved->keys.size(), 1U);  // what was saved comes back either way
+    EXPECT_EQ(saved->keys[0].value, "v");
+  }
 }
 
 TEST(AutoCompactBytesTest, AnEighthOfTheVolumeFrom1To64MiB) {
