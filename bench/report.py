@@ -20,6 +20,9 @@ SYSTEM_NAMES = {
     "cohort-torch-sidecar": "cohort (TCPStore via sidecar)",
     "jaxlib": "jaxlib service",
     "etcd": "etcd 3.4",
+    "cohort-durable": "cohort --state-dir",
+    "cohort-durable-fast": "cohort --state-dir, faster mode (sync 1 s)",
+    "etcd-disk": "etcd 3.4 on disk",
     "tcpstore": "TCPStore",
     "cohort-torch-cpp": "cohort (TCPStore protocol, C++ driver)",
     "tcpstore-cpp": "TCPStore (C++ driver)",
@@ -303,6 +306,54 @@ def section_kv(recs, plots, goals):
             series[SYSTEM_NAMES[s]] = pts
         out.append(plots.lines(f"kv_get_{v}", f"get throughput, {size(v)} values",
                                "concurrent clients", "ops/s", series, logy=True))
+    return "".join(out)
+
+
+def section_durable(recs, goals):
+    if not recs:
+        return ""
+    out = ["\n## 4b. Durable state: what nothing acknowledged lost costs\n\n",
+           "The key-value loops of section 4 (xla protocol; etcd's own client) against cohort "
+           "with its state in memory, with `--state-dir` on this machine's disk (the default: "
+           "every answer after the `fdatasync` that covers its change, one `fdatasync` for the "
+           "answers that wait together), in the opt-in faster mode (`--state-sync-interval 1s`: "
+           "answers once written, synced every second), and etcd with its data directory on "
+           "the same disk (etcd also answers a write only after its `fdatasync`, batching "
+           "too). Set and blocking get write; get only reads.\n\n"]
+    systems = [s for s in ["cohort", "cohort-durable", "cohort-durable-fast", "etcd-disk"]
+               if any(r.get("system") == s for r in recs)]
+    values = sorted({r["value_bytes"] for r in recs if "value_bytes" in r})
+    clients = sorted({r["clients"] for r in recs if "clients" in r})
+    pairs = [(a, b) for a, b in (("cohort-durable", "etcd-disk"), ("cohort-durable", "cohort"))
+             if a in systems and b in systems]
+    behind = []
+    for op in ("set", "blocking_get", "get"):
+        rows = []
+        for v in values:
+            for c in clients:
+                rate, p99 = {}, {}
+                for s in systems:
+                    r = by(recs, system=s, value_bytes=v, clients=c)
+                    ph = (r or {}).get("phases", {}).get(op)
+                    rate[s] = ph["ops_per_second"] if ph and ph["ops"] else None
+                    p99[s] = ph["latency"]["p99_ms"] if ph and ph["ops"] else None
+                    if r is None and error_of(recs, system=s, value_bytes=v, clients=c):
+                        rate[s] = "failed"
+                if all(x is None for x in rate.values()):
+                    continue
+                rows.append([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
+                            + [ratio(num(rate.get(a)), num(rate.get(b)), True) for a, b in pairs])
+                d, e = num(rate.get("cohort-durable")), num(rate.get("etcd-disk"))
+                if op != "get" and e and (d is None or d < e):
+                    behind.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
+        header = (["value", "clients"] + [SYSTEM_NAMES[s] + " ops/s / p99 ms" for s in systems]
+                  + [f"{SYSTEM_NAMES[a]} ÷ {SYSTEM_NAMES[b]}" for a, b in pairs])
+        out.append(f"**{op.replace('_', ' ')}**\n\n" + table(header, rows) + "\n")
+    if ("cohort-durable", "etcd-disk") in pairs:
+        goals.append(("durable state (`--state-dir`, nothing acknowledged lost): at least etcd's "
+                      "rate on the same disk on every write row",
+                      "every row" if not behind else "slower on: " + "; ".join(behind),
+                      not behind))
     return "".join(out)
 
 
@@ -590,6 +641,7 @@ def main():
     body = [section_register(load(results, "register"), plots, goals),
             section_heartbeat(load(results, "heartbeat"), plots),
             section_kv(load(results, "kv"), plots, goals),
+            section_durable(load(results, "durable"), goals),
             section_memory(load(results, "memory"), plots, goals),
             section_failure(load(results, "failure"), plots, goals),
             section_operator(results),

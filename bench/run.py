@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 from free_port import free_port  # noqa: E402  (below the ephemeral range, as the tests')
 MIB = 1 << 20
+# On the machine's disk, not tmpfs: the durable scenario's state directories and etcd-disk.
+DISK_TMP = "/var/tmp" if os.path.isdir("/var/tmp") else None
 # The systems torch's own client drives (bench/tcpstore_driver.py).
 TCPSTORE_PROTOCOL = ("tcpstore", "cohort-torch", "cohort-torch-sidecar")
 # The same servers driven from C++ (cohort-loadgen --protocol tcpstore, bench/tcpstore_load.h),
@@ -55,6 +57,7 @@ PROFILES = {
         "kv_clients": [1, 64, 512],
         "kv_values": [100, 64 << 10, 16 * MIB],
         "kv_seconds": 3,
+        "durable_values": [100, 64 << 10],
         "memory_tasks": [1000, 4000, 16000],
         "failure_tasks": [1000, 4000, 16000],
         "failure_heartbeat_timeout": 4,
@@ -81,6 +84,7 @@ PROFILES = {
         "kv_clients": [4],
         "kv_values": [100, 64 << 10],
         "kv_seconds": 0.3,
+        "durable_values": [100],
         "memory_tasks": [20, 40],
         "failure_tasks": [20, 40],
         "failure_heartbeat_timeout": 1,
@@ -242,13 +246,20 @@ class Bench:
 
     # ------------------------------------------------------------ servers
 
-    def cohort(self, tasks, heartbeat_timeout="10m"):
+    def cohort(self, tasks, heartbeat_timeout="10m", sync=None):
+        """sync: None, the state in memory; else --state-dir on this machine's disk with
+        --state-sync-interval `sync` ("0": every answer after its fdatasync, group commit)."""
         port = free_port()
+        extra, cleanup = [], None
+        if sync is not None:
+            data = Path(tempfile.mkdtemp(prefix="cohort-bench-state.", dir=DISK_TMP))
+            extra = ["--state-dir", str(data / "state"), "--state-sync-interval", sync]
+            cleanup = lambda: shutil.rmtree(data, ignore_errors=True)  # noqa: E731
         return Server("cohort", [
             str(self.bin / "cohort-coordinator"), "--listen", f"127.0.0.1:{port}",
             "--http-listen", "", "--job", f"worker={tasks}",
             "--heartbeat-timeout", heartbeat_timeout, "--register-timeout", "10m",
-            "--log-level", "warn"], port, self.logs)
+            "--log-level", "warn", *extra], port, self.logs, cleanup=cleanup)
 
     def jaxlib(self, tasks, heartbeat_timeout=600):
         port = free_port()
@@ -258,12 +269,13 @@ class Bench:
             "--heartbeat-timeout", str(heartbeat_timeout), "--register-timeout", "600"],
             port, self.logs)
 
-    def etcd(self):
+    def etcd(self, disk=False):
         port, peer = free_port(), free_port()
         # On tmpfs: etcd fsyncs every write, and this machine's disk makes that the whole
-        # figure; on tmpfs etcd shows its best case (cohort keeps memory only).
+        # figure; on tmpfs etcd shows its best case (cohort keeps memory only). On the disk
+        # (etcd-disk): beside cohort's durable state on the same disk (scenario durable).
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        data = Path(tempfile.mkdtemp(prefix="cohort-bench-etcd.", dir=shm))
+        data = Path(tempfile.mkdtemp(prefix="cohort-bench-etcd.", dir=DISK_TMP if disk else shm))
         server = Server("etcd", [
             "etcd", "--name", "bench", "--data-dir", str(data),
             "--listen-client-urls", f"http://127.0.0.1:{port}",
@@ -327,7 +339,10 @@ class Bench:
 
     def server(self, system, tasks, **kw):
         return {"cohort": self.cohort, "cohort-tensorflow": self.cohort, "jaxlib": self.jaxlib,
+                "cohort-durable": lambda t, **k: self.cohort(t, sync="0", **k),
+                "cohort-durable-fast": lambda t, **k: self.cohort(t, sync="1s", **k),
                 "etcd": lambda t, **k: self.etcd(), "tcpstore": lambda t, **k: self.tcpstore(),
+                "etcd-disk": lambda t, **k: self.etcd(disk=True),
                 "cohort-torch": lambda t, **k: self.cohort_torch(t),
                 "cohort-torch-sidecar": lambda t, **k: self.cohort_torch_sidecar(t),
                 }[TCPSTORE_CPP.get(system, system)](tasks, **kw)
@@ -384,9 +399,9 @@ class Bench:
                         params = {"tasks": tasks, **params}
                     result = self.tcpstore_driver(server, scenario, **params)
                 else:
-                    protocol = {"cohort-tensorflow": "tensorflow", "etcd": "etcd"}.get(
-                        system, "xla")
-                    if scenario != "kv" or system != "etcd":
+                    protocol = {"cohort-tensorflow": "tensorflow", "etcd": "etcd",
+                                "etcd-disk": "etcd"}.get(system, "xla")
+                    if scenario != "kv" or not system.startswith("etcd"):
                         params = {"tasks": tasks, **params}
                     result = self.loadgen(server, scenario, protocol, **params)
         except RuntimeError as e:
@@ -400,7 +415,7 @@ class Bench:
             result.setdefault(key, value)
         if system in TCPSTORE_CPP:
             result.pop("channels", None)
-        if system not in ("etcd", *TCPSTORE_PROTOCOL) or scenario != "kv":
+        if system not in ("etcd", "etcd-disk", *TCPSTORE_PROTOCOL) or scenario != "kv":
             result.setdefault("tasks", tasks)
         result["system"] = system
         result["loadavg_1m_before"] = load
@@ -450,6 +465,21 @@ class Bench:
                     continue
                 for system in self.systems_for(["cohort", "jaxlib", "etcd", "cohort-torch",
                                                 "cohort-torch-sidecar", "tcpstore"]):
+                    params = {"clients": clients, "value_bytes": value,
+                              "seconds": self.p["kv_seconds"]}
+                    records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))
+        return records
+
+    def scenario_durable(self):
+        """What nothing acknowledged lost costs: the kv loops against cohort with its state in
+        memory, with --state-dir on this machine's disk (the default: every answer after the
+        fdatasync that covers it, shared by the answers waiting together), in the opt-in
+        faster mode (--state-sync-interval 1s), and etcd with its data on the same disk."""
+        records = []
+        for value in self.p["durable_values"]:
+            for clients in self.p["kv_clients"]:
+                for system in self.systems_for(["cohort", "cohort-durable", "cohort-durable-fast",
+                                                "etcd-disk"]):
                     params = {"clients": clients, "value_bytes": value,
                               "seconds": self.p["kv_seconds"]}
                     records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))
@@ -586,7 +616,9 @@ class Bench:
             # Keep the other systems' records of an earlier run of this scenario.
             mine = set(self.args.systems.split(","))
             if "cohort" in mine:
-                mine.add("cohort-tensorflow")
+                mine.update(("cohort-tensorflow", "cohort-durable", "cohort-durable-fast"))
+            if "etcd" in mine:
+                mine.add("etcd-disk")
             kept = [r for r in json.loads(path.read_text())["records"]
                     if r.get("system") not in mine]
             records = kept + records
@@ -609,7 +641,7 @@ def main():
     p.add_argument("--python", default=str(REPO / ".venv-bench" / "bin" / "python"),
                    help="interpreter with jaxlib and torch (the anchors)")
     p.add_argument("--systems", default="cohort,jaxlib,etcd,tcpstore")
-    p.add_argument("--scenarios", default="register,heartbeat,kv,memory,failure,restart")
+    p.add_argument("--scenarios", default="register,heartbeat,kv,durable,memory,failure,restart")
     p.add_argument("--strict", action="store_true",
                    help="fail instead of skipping an anchor or path that cannot run (make test)")
     p.add_argument("--merge", action="store_true",

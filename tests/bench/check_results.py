@@ -100,6 +100,13 @@ class Checker:
                     self.want(kv, [f"phases.{op}.{f}" for op in ops
                                    for f in ("ops_per_second", "latency.p99_ms")],
                               "kv", system=s, value_bytes=v, clients=c)
+        durable = self.load("durable")
+        for v in self.p["durable_values"]:
+            for c in self.p["kv_clients"]:
+                for s in ("cohort", "cohort-durable", "cohort-durable-fast", "etcd-disk"):
+                    self.want(durable, [f"phases.{op}.{f}" for op in ("set", "get", "blocking_get")
+                                        for f in ("ops_per_second", "latency.p99_ms")],
+                              "durable", system=s, value_bytes=v, clients=c)
         mem = self.load("memory")
         for n in self.p["memory_tasks"]:
             for s in ("cohort", "jaxlib"):
