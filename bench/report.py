@@ -232,6 +232,32 @@ def section_heartbeat(recs, plots):
     return "".join(out)
 
 
+def kv_cells(recs, systems, op, value, clients):
+    """Each system's rate ("failed" for a failed run) and p99 for one phase of one kv point."""
+    rate, p99 = {}, {}
+    for s in systems:
+        r = by(recs, system=s, value_bytes=value, clients=clients)
+        ph = (r or {}).get("phases", {}).get(op)
+        rate[s] = ph["ops_per_second"] if ph and ph["ops"] else None
+        p99[s] = ph["latency"]["p99_ms"] if ph and ph["ops"] else None
+        if r is None and error_of(recs, system=s, value_bytes=value, clients=clients):
+            rate[s] = "failed"
+    return rate, p99
+
+
+def kv_rows(recs, systems, pairs, op, values, clients):
+    """(value, clients, rates, table row) of each kv point any system has: the systems' rate /
+    p99 cells, then each pair's ratio (first ÷ second, more is better)."""
+    for v in values:
+        for c in clients:
+            rate, p99 = kv_cells(recs, systems, op, v, c)
+            if all(x is None for x in rate.values()):
+                continue
+            yield v, c, rate, ([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
+                               + [ratio(num(rate.get(a)), num(rate.get(b)), True)
+                                  for a, b in pairs])
+
+
 def section_kv(recs, plots, goals):
     out = ["\n## 4. Key-value throughput and latency\n\n",
            "Closed loops (each client waits for its answer before the next call), for the "
@@ -253,27 +279,13 @@ def section_kv(recs, plots, goals):
     slower = {"cohort-torch": [], "cohort-torch-sidecar": []}
     for op in ("set", "get", "blocking_get", "add"):
         rows = []
-        for v in values:
-            for c in clients:
-                rate = {}
-                p99 = {}
-                for s in systems:
-                    r = by(recs, system=s, value_bytes=v, clients=c)
-                    ph = (r or {}).get("phases", {}).get(op)
-                    rate[s] = ph["ops_per_second"] if ph and ph["ops"] else None
-                    p99[s] = ph["latency"]["p99_ms"] if ph and ph["ops"] else None
-                    if r is None and error_of(recs, system=s, value_bytes=v, clients=c):
-                        rate[s] = "failed"
-                if all(x is None for x in rate.values()):
-                    continue
-                rows.append([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
-                            + [ratio(num(rate.get(ours)), num(rate.get(a)), True)
-                               for ours, a in pairs])
-                t = num(rate.get("tcpstore"))
-                for ours, rows_slower in slower.items():
-                    o = num(rate.get(ours))
-                    if t and ours in systems and (o is None or o < t):  # failed or missing: no pass
-                        rows_slower.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
+        for v, c, rate, row in kv_rows(recs, systems, pairs, op, values, clients):
+            rows.append(row)
+            t = num(rate.get("tcpstore"))
+            for ours, rows_slower in slower.items():
+                o = num(rate.get(ours))
+                if t and ours in systems and (o is None or o < t):  # failed or missing: no pass
+                    rows_slower.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
         header = (["value", "clients"] + [SYSTEM_NAMES[s] + " ops/s / p99 ms" for s in systems]
                   + [f"{SYSTEM_NAMES[ours]} ÷ {SYSTEM_NAMES[a]}" for ours, a in pairs])
         out.append(f"**{op.replace('_', ' ')}**\n\n" + table(header, rows) + "\n")
@@ -329,23 +341,11 @@ def section_durable(recs, goals):
     behind = []
     for op in ("set", "blocking_get", "get"):
         rows = []
-        for v in values:
-            for c in clients:
-                rate, p99 = {}, {}
-                for s in systems:
-                    r = by(recs, system=s, value_bytes=v, clients=c)
-                    ph = (r or {}).get("phases", {}).get(op)
-                    rate[s] = ph["ops_per_second"] if ph and ph["ops"] else None
-                    p99[s] = ph["latency"]["p99_ms"] if ph and ph["ops"] else None
-                    if r is None and error_of(recs, system=s, value_bytes=v, clients=c):
-                        rate[s] = "failed"
-                if all(x is None for x in rate.values()):
-                    continue
-                rows.append([size(v), c] + [f"{fmt(rate[s])} / {fmt(p99[s])}" for s in systems]
-                            + [ratio(num(rate.get(a)), num(rate.get(b)), True) for a, b in pairs])
-                d, e = num(rate.get("cohort-durable")), num(rate.get("etcd-disk"))
-                if op != "get" and e and (d is None or d < e):
-                    behind.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
+        for v, c, rate, row in kv_rows(recs, systems, pairs, op, values, clients):
+            rows.append(row)
+            d, e = num(rate.get("cohort-durable")), num(rate.get("etcd-disk"))
+            if op != "get" and e and (d is None or d < e):
+                behind.append(f"{op.replace('_', ' ')} {size(v)} × {c}")
         header = (["value", "clients"] + [SYSTEM_NAMES[s] + " ops/s / p99 ms" for s in systems]
                   + [f"{SYSTEM_NAMES[a]} ÷ {SYSTEM_NAMES[b]}" for a, b in pairs])
         out.append(f"**{op.replace('_', ' ')}**\n\n" + table(header, rows) + "\n")
