@@ -14,7 +14,6 @@
 
 namespace cohort {
 
-namespace {
 uint64_t RandomIncarnation() {
   std::random_device rd;
   std::mt19937_64 gen((uint64_t{rd()} << 32) ^ rd());
@@ -22,7 +21,6 @@ uint64_t RandomIncarnation() {
   while (v == 0) v = gen();
   return v;
 }
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Create(
     ServiceConfig config, const Clock* clock, ServiceObserver* observer, StateJournal* journal,

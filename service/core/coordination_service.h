@@ -38,6 +38,9 @@ class ServiceObserver : public BarrierObserver {
   virtual void OnErrorPropagated(const TaskName& source, const absl::Status& error) = 0;
 };
 
+// A random non-zero service incarnation.
+uint64_t RandomIncarnation();
+
 // The coordination state machine: tasks and incarnations, heartbeats, errors, key-value
 // store, barriers, watches, device exchange and shutdown. It knows no transport: every
 // protocol adapter translates into these calls. Blocking calls take a WaiterId (from

@@ -301,8 +301,7 @@ void StateStore::Compact() {
   {
     // Records from here on go to the new log, so the capture below misses none of them.
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](bool* syncing) { return !*syncing; }, &syncing_));  // the syncer is done with it
+    AwaitNoSyncLocked();  // the syncer is done with the old log
     old_fd = log_fd_;
     WritePendingLocked();
     if (::fdatasync(old_fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
@@ -341,6 +340,11 @@ void StateStore::AfterDurable(absl::AnyInvocable<void() &&> then) {
   std::move(then)();
 }
 
+void StateStore::AwaitNoSyncLocked() {
+  mu_.Await(absl::Condition(
+      +[](bool* syncing) { return !*syncing; }, &syncing_));
+}
+
 void StateStore::WritePendingLocked() {
   if (pending_.empty()) return;
   if (!WriteAll(log_fd_, pending_)) Fatal(Errno("cannot write the state log in", options_.dir));
@@ -374,12 +378,10 @@ void StateStore::Syncer() {
         syncing_ = true;
       }
     }
-    if (fd >= 0 && options_.before_group_sync) options_.before_group_sync();
-    if (fd >= 0 && !WriteAll(fd, data)) {
-      Fatal(Errno("cannot write the state log in", options_.dir));
-    }
-    if (fd >= 0 && ::fdatasync(fd) != 0) {
-      Fatal(Errno("cannot sync the state log in", options_.dir));
+    if (fd >= 0) {
+      if (options_.before_group_sync) options_.before_group_sync();
+      if (!WriteAll(fd, data)) Fatal(Errno("cannot write the state log in", options_.dir));
+      if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
     }
     // The answers it covers go to the releaser, and the next sync can start at once: running
     // a thousand answers (each a gRPC send) takes longer than an fdatasync.
@@ -519,8 +521,8 @@ void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool re
                    "counter",
                    {{{}, static_cast<double>(stats.records)}}});
     out.push_back({"cohort_coordinator_state_syncs_total",
-                   "fdatasyncs of the state log that answers waited for (group commit: the "
-                   "changes of every answer waiting at the time share one).",
+                   "Group syncs of the state log: the changes made since the last one written "
+                   "and synced together, and the answers waiting for them released.",
                    "counter",
                    {{{}, static_cast<double>(stats.syncs)}}});
     out.push_back({"cohort_coordinator_state_snapshots_total",

@@ -62,8 +62,8 @@ struct StateStoreOptions {
   // that a coordinator of another boot left unclosed may lack acknowledged changes: the state
   // read from it comes back under a new service incarnation, so every client sees a restart.
   std::string boot_id;
-  // Tests: runs on the sync thread before each fdatasync that answers wait for (after the
-  // changes it covers are chosen).
+  // Tests: runs on the sync thread before each group sync (after the changes it covers are
+  // chosen).
   std::function<void()> before_group_sync;
 };
 
@@ -89,6 +89,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   // Before `service` serves anything: writes its state as the snapshot of a new generation,
   // removes the files that snapshot replaces, and starts syncing and compacting.
   // With a `scheduler`, its state is saved too (set this store as its journal after Start).
+  // Both must outlive Stop (a compaction under way reads them).
   absl::Status Start(CoordinationService* service, runtime::TaskScheduler* scheduler = nullptr);
   // Stops the background work and syncs the log. Changes after this are lost.
   void Stop();
@@ -99,7 +100,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
     int64_t records = 0;  // appended since the start
     int64_t snapshots = 0;
     int64_t compact_bytes = 0;  // the log length that starts a compaction
-    int64_t syncs = 0;          // fdatasyncs of the log that answers waited for
+    int64_t syncs = 0;          // group syncs (sync_interval 0)
     // Of the current log file, the bytes known to be on disk: what a crash of the machine
     // now leaves of it at least.
     int64_t synced_log_bytes = 0;
@@ -113,8 +114,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
     absl::MutexLock lock(&files_mu_);
     {
       absl::MutexLock state(&mu_);
-      mu_.Await(absl::Condition(
-          +[](bool* syncing) { return !*syncing; }, &syncing_));
+      AwaitNoSyncLocked();
       if (log_fd_ >= 0) WritePendingLocked();
     }
     f();
@@ -151,6 +151,8 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   void RemoveBefore(int64_t generation);
   void Background();
   void Compact();
+  // Waits until the sync thread is not writing or syncing log_fd_.
+  void AwaitNoSyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes pending_ to log_fd_ (no sync under way).
   void WritePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new log_fd_ was just opened (only its header in it).

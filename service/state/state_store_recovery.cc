@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <map>
 #include <optional>
-#include <random>
 #include <set>
 #include <utility>
 #include <vector>
@@ -431,11 +430,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
       (boot.empty() || boot != last_header->boot_id())) {
     // The faster mode answered before syncing, and the machine restarted since without the
     // log being closed: changes someone was told of may be missing. Say so to every client.
-    std::random_device rd;
     const uint64_t was = incarnation;
-    while (incarnation == was || incarnation == 0) {
-      incarnation = (uint64_t{rd()} << 32) | rd();
-    }
+    while (incarnation == was) incarnation = RandomIncarnation();
     spdlog::warn(
         "--state-dir {}: the coordinator that wrote it answered before syncing its changes "
         "(--state-sync-interval above 0) and the machine restarted since (boot {}, now {}) "
