@@ -90,6 +90,11 @@ class StateJournal : public DurabilityGate {
  public:
   virtual ~StateJournal() = default;
 
+  // OK while the journal can take new key-value data. RESOURCE_EXHAUSTED, saying why, while
+  // its volume is full: key-value writes are then refused before they change anything (the
+  // small records of tasks, barriers and deletions still go on, into space held in reserve).
+  virtual absl::Status RoomForValues() const { return absl::OkStatus(); }
+
   virtual void TaskChanged(const DurableTask& task) = 0;
   // The barrier's state and result; `waiting` in the argument is ignored (see below).
   virtual void WholeBarrierChanged(WholeBarrierKind kind, const DurableWholeBarrier& barrier) = 0;

@@ -45,6 +45,9 @@ absl::Status KeyValueStore::PutLocked(const std::string& key, std::string value,
                                                      key, "\" exceeds the limit of ",
                                                      limits_.max_value_bytes, " bytes"));
   }
+  if (journal_ != nullptr) {
+    if (auto room = journal_->RoomForValues(); !room.ok()) return room;
+  }
   auto it = entries_.find(key);
   size_t old_bytes = it == entries_.end() ? 0 : key.size() + it->second.size();
   size_t new_total = bytes_ - old_bytes + key.size() + value.size();

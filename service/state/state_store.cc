@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,8 @@ using state_store_internal::ToProto;
 using state_store_internal::WaitingRecord;
 using state_store_internal::WholeBarrierRecord;
 using state_store_internal::WriteAll;
+
+constexpr char kReserve[] = "reserve";
 
 namespace {
 
@@ -108,11 +111,12 @@ absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& s
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return absl::InternalError(Errno("cannot create", tmp));
   bool ok = WriteAll(fd, data) && ::fdatasync(fd) == 0;
+  const bool no_space = !ok && errno == ENOSPC;
   std::string error = ok ? "" : Errno("cannot write", tmp);
   ::close(fd);
   if (!ok) {
     ::unlink(tmp.c_str());
-    return absl::InternalError(error);
+    return no_space ? absl::ResourceExhaustedError(error) : absl::InternalError(error);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::InternalError(Errno("cannot rename", tmp));
@@ -138,9 +142,10 @@ absl::StatusOr<int> StateStore::OpenLog(int64_t generation) {
   header.set_answers_before_sync(options_.sync_interval > absl::ZeroDuration());
   std::string data;
   AppendFrame(header, &data);
-  if (!WriteAll(fd, data) || ::fdatasync(fd) != 0) {
+  if (!WriteLog(fd, data, /*may_wait=*/false) || ::fdatasync(fd) != 0) {
     std::string error = Errno("cannot write", path);
     ::close(fd);
+    ::unlink(path.c_str());
     return absl::InternalError(error);
   }
   if (auto s = SyncDir(options_.dir); !s.ok()) {
@@ -166,11 +171,29 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
   scheduler_ = scheduler;
   service_incarnation_ = service->service_incarnation();
   const int64_t generation = first_generation_;
+  // The reserve of the last run makes room for this snapshot when the volume is full; it is
+  // allocated again below once the older files are gone.
+  const std::string reserve = absl::StrCat(options_.dir, "/", kReserve);
+  if (::unlink(reserve.c_str()) != 0 && errno != ENOENT) {
+    return absl::FailedPreconditionError(Errno("cannot remove", reserve));
+  }
   std::optional<runtime::SchedulerChanges> tasks;
   if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
+  bool snapshot_written = true;
   if (auto s = WriteSnapshot(generation, service->CaptureState(), tasks ? &*tasks : nullptr);
       !s.ok()) {
-    return s;
+    // The volume is full. The saved files still hold the restored state: carry on with a
+    // new log after them (a few bytes), and write the snapshot once space returns. Not when
+    // this start changed the service incarnation (the logs would not match the snapshot).
+    if (!absl::IsResourceExhausted(s) || saved_incarnation_ == 0 ||
+        saved_incarnation_ != service_incarnation_) {
+      return s;
+    }
+    spdlog::warn(
+        "--state-dir {}: no room for a snapshot of the restored state ({}); going on after the "
+        "saved logs, the snapshot follows once the volume has room",
+        options_.dir, std::string(s.message()));
+    snapshot_written = false;
   }
   auto fd = OpenLog(generation);
   if (!fd.ok()) return fd.status();
@@ -181,11 +204,18 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
     log_bytes_ = 0;
     StartedLogLocked();
     buffered_ = options_.sync_interval == absl::ZeroDuration();
+    snapshot_owed_ = !snapshot_written;
   }
-  RemoveBefore(generation);
+  if (snapshot_written) RemoveBefore(generation);
   spdlog::info("durable state in {} (generation {}, service incarnation {:#x})", options_.dir,
                generation, service_incarnation_);
+  CheckSpace();
+  if (!snapshot_written && !volume_full_.load()) {
+    absl::MutexLock lock(&mu_);
+    compact_wanted_ = true;  // the reserve's room was enough after all
+  }
   background_ = std::thread([this] { Background(); });
+  watcher_ = std::thread([this] { Watcher(); });
   if (options_.sync_interval == absl::ZeroDuration()) {
     syncer_ = std::thread([this] { Syncer(); });
     releaser_ = std::thread([this] { Releaser(); });
@@ -200,6 +230,7 @@ void StateStore::Stop() {
     stopping_ = true;
   }
   if (background_.joinable()) background_.join();
+  if (watcher_.joinable()) watcher_.join();
   if (syncer_.joinable()) syncer_.join();  // after the answers that waited
   if (releaser_.joinable()) releaser_.join();
   absl::MutexLock lock(&mu_);
@@ -210,7 +241,7 @@ void StateStore::Stop() {
     closed.mutable_log_closed();
     std::string frame;
     AppendFrame(closed, &frame);
-    if (!WriteAll(log_fd_, frame)) {
+    if (!WriteLog(log_fd_, frame, /*may_wait=*/false)) {
       spdlog::warn("{}", Errno("cannot mark the state log closed in", options_.dir));
     }
     ::fdatasync(log_fd_);
@@ -221,13 +252,16 @@ void StateStore::Stop() {
 
 StateStore::Stats StateStore::GetStats() const {
   absl::MutexLock lock(&mu_);
+  absl::MutexLock space(&space_mu_);
   return {generation_,
           log_bytes_,
           records_,
           snapshots_,
           compact_bytes_,
           syncs_,
-          log_header_bytes_ + std::max<int64_t>(0, synced_ - log_start_)};
+          log_header_bytes_ + std::max<int64_t>(0, synced_ - log_start_),
+          volume_full_.load(),
+          free_bytes_};
 }
 
 void StateStore::Append(const pb::Record& record) {
@@ -243,7 +277,7 @@ void StateStore::Append(const pb::Record& record) {
     // follows it goes out before, and a write(2) here could wait for the disk while the
     // caller holds the lock of the part that changed.
     pending_ += frame;
-  } else if (!WriteAll(log_fd_, frame)) {
+  } else if (!WriteLog(log_fd_, frame, /*may_wait=*/false)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
   log_bytes_ += static_cast<int64_t>(frame.size());
@@ -296,7 +330,14 @@ void StateStore::Compact() {
     generation = generation_ + 1;
   }
   auto fd = OpenLog(generation);
-  if (!fd.ok()) Fatal(std::string(fd.status().message()));
+  if (!fd.ok()) {
+    // Nothing changed: the log goes on, and grows on to the next try.
+    spdlog::error("cannot start a new state log for a compaction: {}",
+                  std::string(fd.status().message()));
+    absl::MutexLock lock(&mu_);
+    compact_wanted_ = false;
+    return;
+  }
   int old_fd = -1;
   {
     // Records from here on go to the new log, so the capture below misses none of them.
@@ -322,6 +363,10 @@ void StateStore::Compact() {
     return;
   }
   RemoveBefore(generation);
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot_owed_ = false;
+  }
   spdlog::debug("durable state: snapshot-{} written, older files removed", generation);
 }
 
@@ -347,7 +392,9 @@ void StateStore::AwaitNoSyncLocked() {
 
 void StateStore::WritePendingLocked() {
   if (pending_.empty()) return;
-  if (!WriteAll(log_fd_, pending_)) Fatal(Errno("cannot write the state log in", options_.dir));
+  if (!WriteLog(log_fd_, pending_, /*may_wait=*/false)) {
+    Fatal(Errno("cannot write the state log in", options_.dir));
+  }
   pending_.clear();
 }
 
@@ -380,7 +427,10 @@ void StateStore::Syncer() {
     }
     if (fd >= 0) {
       if (options_.before_group_sync) options_.before_group_sync();
-      if (!WriteAll(fd, data)) Fatal(Errno("cannot write the state log in", options_.dir));
+      // Waits for space rather than exit once even the reserve is spent: the answers wait.
+      if (!WriteLog(fd, data, /*may_wait=*/true)) {
+        Fatal(Errno("cannot write the state log in", options_.dir));
+      }
       if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
     }
     // The answers it covers go to the releaser, and the next sync can start at once: running
@@ -415,6 +465,127 @@ void StateStore::Releaser() {
     absl::MutexLock lock(&mu_);
     releasing_ = false;
   }
+}
+
+// ---- The volume ----------------------------------------------------------------------------
+
+bool StateStore::WriteLog(int fd, absl::string_view data, bool may_wait) {
+  bool waited = false;
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || errno != ENOSPC) return false;
+    // A partial write left its part in the file (O_APPEND): the rest follows it.
+    if (ReleaseReserve("a write to the state log found no space")) continue;
+    if (!may_wait) {
+      errno = ENOSPC;
+      return false;
+    }
+    if (!waited) {
+      spdlog::error(
+          "the volume of --state-dir {} is full and its reserve spent: {} bytes of "
+          "changes wait for space, and their answers with them",
+          options_.dir, data.size());
+      waited = true;
+    }
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.space_check_interval)) {
+      errno = ENOSPC;
+      return false;
+    }
+  }
+  if (waited) spdlog::info("the volume of --state-dir {} has room again", options_.dir);
+  return true;
+}
+
+bool StateStore::ReleaseReserve(const std::string& why) {
+  absl::MutexLock lock(&space_mu_);
+  if (!volume_full_.load()) {
+    full_why_ = why;
+    spdlog::error(
+        "the volume of --state-dir {} is full ({}): key-value writes are refused with "
+        "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
+        options_.dir, why);
+  }
+  volume_full_ = true;
+  if (!reserve_held_) return false;
+  reserve_held_ = false;
+  ::unlink(absl::StrCat(options_.dir, "/", kReserve).c_str());
+  spdlog::warn("--state-dir {}: its reserve of {} bytes freed for the changes already made",
+               options_.dir, reserve_bytes_);
+  return true;
+}
+
+bool StateStore::MakeReserve() {
+  const std::string path = absl::StrCat(options_.dir, "/", kReserve);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  // Blocks allocated, nothing written: the file holds the room until it is removed.
+  int error = ::posix_fallocate(fd, 0, reserve_bytes_);
+  ::close(fd);
+  if (error != 0) ::unlink(path.c_str());
+  return error == 0;
+}
+
+bool StateStore::CheckSpace() {
+  struct statvfs vs {};
+  if (::statvfs(options_.dir.c_str(), &vs) != 0) return false;
+  int64_t free = static_cast<int64_t>(vs.f_bavail) * static_cast<int64_t>(vs.f_frsize);
+  absl::MutexLock lock(&space_mu_);
+  free_bytes_ = free;
+  if (!volume_full_.load()) {
+    if (!reserve_held_ && MakeReserve()) {
+      reserve_held_ = true;
+      free_bytes_ = free = std::max<int64_t>(0, free - reserve_bytes_);
+    }
+    if (reserve_held_ && free >= reserve_bytes_ / 2) return false;
+    full_why_ = reserve_held_ ? absl::StrCat(free, " bytes free") : "no room for its reserve";
+    volume_full_ = true;
+    spdlog::error(
+        "the volume of --state-dir {} is full ({}): key-value writes are refused with "
+        "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
+        options_.dir, full_why_);
+    return false;
+  }
+  // Full: back once the reserve is whole again with as much free beside it.
+  if (free < (reserve_held_ ? reserve_bytes_ : 2 * reserve_bytes_)) return false;
+  if (!reserve_held_ && !MakeReserve()) return false;
+  reserve_held_ = true;
+  volume_full_ = false;
+  spdlog::info(
+      "the volume of --state-dir {} has room again ({} bytes free): key-value writes "
+      "are accepted",
+      options_.dir, free);
+  return true;
+}
+
+void StateStore::Watcher() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.space_check_interval)) {
+        return;
+      }
+    }
+    if (CheckSpace()) {
+      // A start on the full volume could not write its snapshot: now it can.
+      absl::MutexLock lock(&mu_);
+      if (snapshot_owed_) compact_wanted_ = true;
+    }
+  }
+}
+
+absl::Status StateStore::RoomForValues() const {
+  if (!volume_full_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  absl::MutexLock lock(&space_mu_);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the coordinator's state volume is full (", full_why_,
+                   "): new key-value data is refused until space returns; reads, barriers and task "
+                   "state go on"));
 }
 
 // ---- Journal -------------------------------------------------------------------------------
@@ -525,6 +696,19 @@ void AddStateMetrics(MetricsRegistry& registry, const StateStore* store, bool re
                    "and synced together, and the answers waiting for them released.",
                    "counter",
                    {{{}, static_cast<double>(stats.syncs)}}});
+    out.push_back({"cohort_coordinator_state_volume_full",
+                   "1 while the volume of --state-dir is full: key-value writes are refused "
+                   "with RESOURCE_EXHAUSTED until space returns (reads, barriers and task "
+                   "state go on).",
+                   "gauge",
+                   {{{}, stats.volume_full ? 1.0 : 0.0}}});
+    if (stats.free_bytes >= 0) {
+      out.push_back({"cohort_coordinator_state_volume_free_bytes",
+                     "Free bytes on the volume of --state-dir at its last look (every second), "
+                     "not counting the store's reserve.",
+                     "gauge",
+                     {{{}, static_cast<double>(stats.free_bytes)}}});
+    }
     out.push_back({"cohort_coordinator_state_snapshots_total",
                    "State snapshots written since the coordinator started (one at the start).",
                    "counter",

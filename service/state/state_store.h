@@ -11,13 +11,15 @@
 //   LOCK            held with flock(2) while a coordinator uses the directory;
 //   snapshot-G      the whole state when generation G began (written to snapshot-G.tmp,
 //                   synced, then renamed, so a snapshot that exists is complete);
-//   log-G           every change made in generation G, in order.
+//   log-G           every change made in generation G, in order;
+//   reserve         allocated, never written: room kept for when the volume fills (below).
 // Every file is a sequence of frames: 4-byte little-endian length, 4-byte little-endian
 // CRC-32 of the payload, payload (a cohort.state.v1 Header first, then Records).
 // Recovery reads the newest snapshot-G and replays log-G, log-G+1, ... over it. Records
 // set a value rather than change one, so a record replayed over a snapshot that already
 // holds its effect changes nothing.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,6 +32,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/scheduler/scheduler_state.h"
@@ -62,6 +65,8 @@ struct StateStoreOptions {
   // that a coordinator of another boot left unclosed may lack acknowledged changes: the state
   // read from it comes back under a new service incarnation, so every client sees a restart.
   std::string boot_id;
+  // How often the free space of the volume is looked at (see RoomForValues).
+  absl::Duration space_check_interval = absl::Seconds(1);
   // Tests: runs on the sync thread before each group sync (after the changes it covers are
   // chosen).
   std::function<void()> before_group_sync;
@@ -71,6 +76,12 @@ struct StateStoreOptions {
 // log, the snapshot it replaces and the new one must fit together, with room for the
 // volume's other users), at least 1 MiB and at most 64 MiB.
 int64_t AutoCompactBytes(int64_t volume_bytes);
+
+// The size of the file `reserve` the store keeps in the directory: space freed when the
+// volume fills, so that the changes already made, a restart's first snapshot and the small
+// records of tasks and barriers still have room. A quarter of the compaction length, at
+// least 256 KiB and at most 16 MiB.
+int64_t ReserveBytes(int64_t compact_bytes);
 
 // The task runtime's scheduler keeps its state in the same files: its changes are records of
 // the same log, and its whole state is part of every snapshot.
@@ -104,6 +115,8 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
     // Of the current log file, the bytes known to be on disk: what a crash of the machine
     // now leaves of it at least.
     int64_t synced_log_bytes = 0;
+    bool volume_full = false;  // key-value writes refused (RoomForValues)
+    int64_t free_bytes = -1;   // on the volume, at the last look (-1: not looked yet)
   };
   Stats GetStats() const;
 
@@ -140,6 +153,10 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   // this call is synced (at once, on this thread, when it is and nothing waits before it;
   // else on the store's sync thread), in the order of the calls. In the faster mode, at once.
   void AfterDurable(absl::AnyInvocable<void() &&> then) override;
+  // The volume is full once a write to it fails for want of space (the reserve is freed, and
+  // the write goes on into it) or its free space falls below half the reserve; it is no
+  // longer once the reserve is allocated again with as much free beside it.
+  absl::Status RoomForValues() const override;
 
  private:
   StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);
@@ -162,12 +179,23 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   void Syncer();
   void Releaser();
 
+  // The volume. Writes `data` to the log, freeing the reserve when the volume is full; with
+  // `may_wait`, waits for space once the reserve is spent too (false: stopping, or another
+  // error, with errno set).
+  bool WriteLog(int fd, absl::string_view data, bool may_wait);
+  // Frees the reserve (false: none held) and refuses key-value writes from now on.
+  bool ReleaseReserve(const std::string& why);
+  bool MakeReserve();  // allocates the reserve (false: no room)
+  bool CheckSpace();   // true: the volume has room again
+  void Watcher();      // CheckSpace every options_.space_check_interval
+
   const StateStoreOptions options_;
   int64_t compact_bytes_ = 0;  // options_.compact_bytes, or AutoCompactBytes of the volume
   const ServiceConfig config_;
   const int lock_fd_;
   uint64_t service_incarnation_ = 0;
-  int64_t first_generation_ = 1;  // of the next Start
+  uint64_t saved_incarnation_ = 0;  // of the snapshot read by Open (0: none)
+  int64_t first_generation_ = 1;    // of the next Start
   CoordinationService* service_ = nullptr;
   runtime::TaskScheduler* scheduler_ = nullptr;
 
@@ -181,6 +209,8 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   int64_t records_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t snapshots_ ABSL_GUARDED_BY(mu_) = 0;
   bool compact_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  // Start found no room for its snapshot and went on after the saved logs.
+  bool snapshot_owed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread background_;
   // Group commit. Positions are bytes appended to the logs since the start.
@@ -202,6 +232,15 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   std::vector<absl::AnyInvocable<void() &&>> releasable_ ABSL_GUARDED_BY(mu_);
   std::thread syncer_;
   std::thread releaser_;
+
+  // The volume (after mu_ in lock order).
+  int64_t reserve_bytes_ = 0;
+  std::atomic<bool> volume_full_{false};
+  mutable absl::Mutex space_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  bool reserve_held_ ABSL_GUARDED_BY(space_mu_) = false;
+  int64_t free_bytes_ ABSL_GUARDED_BY(space_mu_) = -1;
+  std::string full_why_ ABSL_GUARDED_BY(space_mu_);
+  std::thread watcher_;
 };
 
 class MetricsRegistry;

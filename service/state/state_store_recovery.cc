@@ -259,6 +259,10 @@ int64_t AutoCompactBytes(int64_t volume_bytes) {
   return std::clamp<int64_t>(volume_bytes / 8, int64_t{1} << 20, int64_t{64} << 20);
 }
 
+int64_t ReserveBytes(int64_t compact_bytes) {
+  return std::clamp<int64_t>(compact_bytes / 4, int64_t{256} << 10, int64_t{16} << 20);
+}
+
 StateStore::StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd)
     : options_(std::move(options)), config_(config), lock_fd_(lock_fd) {}
 
@@ -305,6 +309,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     spdlog::info("--state-dir {}: its volume holds {} MiB; compacting the log at {} MiB", dir,
                  volume >> 20, store->compact_bytes_ >> 20);
   }
+  store->reserve_bytes_ = ReserveBytes(store->compact_bytes_);
 
   // What is there.
   std::vector<int64_t> snapshots, logs;
@@ -425,6 +430,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   }
   store->first_generation_ = last + 1;
   uint64_t incarnation = header->service_incarnation();
+  store->saved_incarnation_ = incarnation;
   const std::string boot = BootId(options);
   if (last_header && last_header->answers_before_sync() && !closed &&
       (boot.empty() || boot != last_header->boot_id())) {

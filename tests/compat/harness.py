@@ -221,12 +221,13 @@ class Server:
 
 
 def start_cohort(group, job, tasks, heartbeat_s, shutdown_s=30, http=False, name="cohort",
-                 extra=(), listen="127.0.0.1:0"):
+                 extra=(), listen="127.0.0.1:0", wrapper=()):
+    """`wrapper`: a command that execs the coordinator (nsenter into a mount namespace)."""
     binary = coordinator_binary()
     if not os.access(binary, os.X_OK):
         raise AssertionError(
             f"{binary} not found: build it first or set COHORT_BIN_DIR")
-    argv = [str(binary), "--job", f"{job}={tasks}", "--listen", listen,
+    argv = [*wrapper, str(binary), "--job", f"{job}={tasks}", "--listen", listen,
             "--http-listen", "127.0.0.1:0" if http else "",
             "--heartbeat-timeout", f"{heartbeat_s}s", "--register-timeout", "60s",
             "--shutdown-barrier-timeout", f"{shutdown_s}s", *extra]

@@ -646,5 +646,67 @@ TEST_F(KeyValueStoreTest, RevisionAdvancesOnEveryChangeOnly) {
   EXPECT_EQ(service_->KeyValueStats().revision, start + 3);
 }
 
+// A journal whose volume can be full (StateStore's RoomForValues), counting the key records.
+class VolumeJournal : public StateJournal {
+ public:
+  bool full = false;
+  int key_records = 0;
+  absl::Status RoomForValues() const override {
+    return full ? absl::ResourceExhaustedError("the coordinator's state volume is full")
+                : absl::OkStatus();
+  }
+  void TaskChanged(const DurableTask&) override {}
+  void WholeBarrierChanged(WholeBarrierKind, const DurableWholeBarrier&) override {}
+  void WholeBarrierWaiting(WholeBarrierKind, const TaskName&, bool) override {}
+  void FirstError(const absl::Status&) override {}
+  void DeviceGroupChanged(const std::vector<TaskName>&, const DurableDeviceGroup*) override {}
+  void KeyPut(const std::string&, const std::string&, int64_t) override { ++key_records; }
+  void KeyDeleted(const std::string&, int64_t) override { ++key_records; }
+  void KeysChanged(const std::vector<KeyJournalChange>&) override { ++key_records; }
+  void BarrierStarted(const DurableBarrier&) override {}
+  void BarrierArrived(const std::string&, int64_t, const TaskName&) override {}
+  void BarrierDone(const std::string&, int64_t, const absl::Status&) override {}
+  void BarrierForgotten(const std::string&) override {}
+};
+
+TEST(KeyValueFullVolumeTest, EveryWriteIsRefusedUnchangedWhileReadsAndDeletesGoOn) {
+  ServiceConfig config;
+  config.jobs.push_back({"worker", 2});
+  ManualClock clock;
+  VolumeJournal journal;
+  auto created = CoordinationService::Create(config, &clock, nullptr, &journal);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CoordinationService& service = **created;
+  ASSERT_TRUE(service.InsertKeyValue("a", "1", false).ok());
+  ASSERT_TRUE(service.InsertKeyValue("q/00000000000000000001", "x", false).ok());
+  ASSERT_TRUE(service.InsertKeyValue("gone", "x", false).ok());
+  const int64_t revision = service.KeyValueStats().revision;
+  const int records = journal.key_records;
+
+  journal.full = true;
+  EXPECT_EQ(service.InsertKeyValue("b", "2", false).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service.InsertKeyValue("a", "3", true).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service.IncrementKeyValue("n", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  absl::Status batch;
+  service.KeyValueAtomically([&](KeyValueStore::Batch& kv) {
+    batch = kv.Insert("c", "4", true);
+    if (batch.ok()) batch = kv.Append("a", "5");
+    if (batch.ok()) batch = kv.QueuePush("q", "y");
+  });
+  EXPECT_EQ(batch.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(service.KeyValueStats().revision, revision);
+  EXPECT_EQ(journal.key_records, records);  // nothing changed, nothing logged
+  EXPECT_EQ(*service.TryGetKeyValue("a"), "1");
+  EXPECT_EQ(service.TryGetKeyValue("b").status().code(), absl::StatusCode::kNotFound);
+  // Deleting frees space and is still taken.
+  EXPECT_TRUE(service.DeleteKeyValue("gone").ok());
+  EXPECT_EQ(service.TryGetKeyValue("gone").status().code(), absl::StatusCode::kNotFound);
+
+  journal.full = false;
+  EXPECT_TRUE(service.InsertKeyValue("b", "2", false).ok());
+  EXPECT_EQ(*service.TryGetKeyValue("b"), "2");
+}
+
 }  // namespace
 }  // namespace cohort
