@@ -18,6 +18,7 @@
 #include "service/core/key_value_store.h"
 #include "service/core/key_watch.h"
 #include "service/core/parked_call.h"
+#include "service/core/requests.h"
 #include "service/core/task_name.h"
 #include "service/core/task_table.h"
 
@@ -28,6 +29,8 @@ namespace cohort {
 struct CallContext {
   WaiterId waiter = 0;
   absl::Time deadline = absl::InfiniteFuture();
+  // A call a sidecar's proxy may send again (kRequestMetadataKey): carried out once.
+  std::optional<RequestId> request = std::nullopt;
 };
 
 // The whole cluster at one moment (cohort.v1 GetClusterSnapshot).

@@ -23,8 +23,9 @@ void LocalBackend::ShutdownTask(const CallContext& call, const TaskName& task, S
   service_->ShutdownTask(task, call.waiter, Gated(std::move(done)));
 }
 
-void LocalBackend::ResetTask(const CallContext&, const TaskName& task, StatusDone done) {
-  Gated(std::move(done))(service_->ResetTask(task));
+void LocalBackend::ResetTask(const CallContext& call, const TaskName& task, StatusDone done) {
+  Gated(std::move(done))(
+      service_->ResetTask(task, call.request ? FormatRequestId(*call.request) : ""));
 }
 
 void LocalBackend::ReportError(const CallContext&, const TaskName& source,
@@ -67,13 +68,18 @@ void LocalBackend::Barrier(const CallContext& call, const std::string& id, int64
                     Gated(std::move(done)));
 }
 
-void LocalBackend::CancelBarrier(const CallContext&, const std::string& id, int64_t counter,
+void LocalBackend::CancelBarrier(const CallContext& call, const std::string& id, int64_t counter,
                                  const TaskName& caller, StatusDone done) {
-  Gated(std::move(done))(service_->CancelBarrier(id, counter, caller));
+  Gated(std::move(done))(service_->CancelBarrier(
+      id, counter, caller, call.request ? FormatRequestId(*call.request) : ""));
 }
 
-void LocalBackend::InsertKeyValue(const CallContext&, std::string key, std::string value,
+void LocalBackend::InsertKeyValue(const CallContext& call, std::string key, std::string value,
                                   bool allow_overwrite, StatusDone done) {
+  if (call.request) {
+    return Gated(std::move(done))(
+        service_->InsertKeyValueOnce(*call.request, key, std::move(value), allow_overwrite));
+  }
   Gated(std::move(done))(service_->InsertKeyValue(key, std::move(value), allow_overwrite));
 }
 
@@ -88,8 +94,11 @@ void LocalBackend::TryGetKeyValue(const CallContext&, std::string key, Done<std:
   Gated(std::move(done))(service_->TryGetKeyValue(key));
 }
 
-void LocalBackend::IncrementKeyValue(const CallContext&, std::string key, int64_t delta,
+void LocalBackend::IncrementKeyValue(const CallContext& call, std::string key, int64_t delta,
                                      Done<int64_t> done) {
+  if (call.request) {
+    return Gated(std::move(done))(service_->IncrementKeyValueOnce(*call.request, key, delta));
+  }
   Gated(std::move(done))(service_->IncrementKeyValue(key, delta));
 }
 

@@ -285,7 +285,8 @@ void BarrierTable::RemoveWaiter(const std::string& id, WaiterId waiter) {
               calls.end());
 }
 
-absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const TaskName& caller) {
+absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const TaskName& caller,
+                                  const std::string& request) {
   std::vector<std::shared_ptr<Call>> finished;
   absl::Status cancelled;
   {
@@ -293,6 +294,10 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
     ForgetFinishedLocked();
     auto it = barriers_.find(id);
     std::shared_ptr<Instance> barrier = it == barriers_.end() ? nullptr : it->second;
+    if (barrier && barrier->done && barrier->counter == counter && !request.empty() &&
+        barrier->result.GetPayload(kCancelRequestPayload) == absl::Cord(request)) {
+      return absl::OkStatus();  // this request's first attempt ended it
+    }
     if (barrier && barrier->done && barrier->counter >= counter) {
       return absl::FailedPreconditionError(
           absl::StrCat("barrier \"", id, "\" instance ", barrier->counter, " already ",
@@ -318,6 +323,8 @@ absl::Status BarrierTable::Cancel(const std::string& id, int64_t counter, const 
     }
     cancelled = absl::CancelledError(
         absl::StrCat("barrier \"", id, "\" was cancelled by ", caller.ToString()));
+    // Kept with the result, in the state log too (protocols send only their own payloads).
+    if (!request.empty()) cancelled.SetPayload(kCancelRequestPayload, absl::Cord(request));
     finished = PassLocked(*barrier, cancelled);
     cancelled = barrier->result;
     ForgetFinishedLocked();

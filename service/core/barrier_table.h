@@ -21,6 +21,10 @@
 
 namespace cohort {
 
+// The payload of a cancelled barrier's result that names the request id of the cancel that
+// ended it (internal: no protocol sends it on).
+inline constexpr char kCancelRequestPayload[] = "type.cohort.dev/cohort.CancelRequest";
+
 struct BarrierArrival {
   std::string id;
   int64_t counter = 0;
@@ -80,7 +84,10 @@ class BarrierTable {
   // Participants' health is checked when an instance starts; later failures arrive through
   // FailTask. Returns true when this call started a new instance.
   bool Arrive(const BarrierArrival& arrival, WaiterId waiter, const TaskHealth& health, Done done);
-  absl::Status Cancel(const std::string& id, int64_t counter, const TaskName& caller);
+  // `request`: the proxy's request id, kept with the result (kCancelRequestPayload), so that
+  // an attempt again of the cancel that ended the instance is OK.
+  absl::Status Cancel(const std::string& id, int64_t counter, const TaskName& caller,
+                      const std::string& request = "");
   // Fails every open instance that `task` takes part in, with `error`.
   void FailTask(const TaskName& task, const absl::Status& error);
   // Fails every open instance with `error` (the service is stopping).

@@ -98,7 +98,8 @@ CoordinationService::WriteLock::~WriteLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
 
 namespace {
 DurableTask ToDurable(const TaskRecord& task) {
-  return {task.name, task.state, task.incarnation, task.ever_registered, task.error};
+  return {task.name,  task.state,        task.incarnation, task.ever_registered,
+          task.error, task.reset_request};
 }
 DurableWholeBarrier ToDurable(const WholeJobBarrier& barrier, bool with_waiting) {
   DurableWholeBarrier out;
@@ -150,7 +151,8 @@ absl::Status CoordinationService::RestoreLocked(const DurableState& state) {
                                                         ", which this coordinator's jobs "
                                                         "do not have"));
     }
-    tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error, now);
+    tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error,
+                   saved.reset_request, now);
   }
   for (auto [saved, barrier] : {std::pair{&state.register_barrier, &register_barrier_},
                                 std::pair{&state.shutdown_barrier, &shutdown_barrier_}}) {

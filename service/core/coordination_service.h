@@ -20,6 +20,7 @@
 #include "service/core/job_directory.h"
 #include "service/core/key_value_store.h"
 #include "service/core/parked_call.h"
+#include "service/core/requests.h"
 #include "service/core/service_config.h"
 #include "service/core/task_group_exchange.h"
 #include "service/core/task_name.h"
@@ -88,7 +89,9 @@ class CoordinationService {
   // OK when `task` is connected with this incarnation; what a stale request is told otherwise.
   absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const;
   void ShutdownTask(const TaskName& task, WaiterId waiter, StatusDone done);
-  absl::Status ResetTask(const TaskName& task);
+  // With `request` (a proxy's request id, FormatRequestId): an attempt again of the reset
+  // that last reset the task is OK and changes nothing.
+  absl::Status ResetTask(const TaskName& task, const std::string& request = "");
   // `by`: the task itself, which must be registered (as upstream), or someone else (an
   // operator's tool, another task's ReportErrorToTask), who may report any known task.
   absl::Status ReportError(const TaskName& source, const absl::Status& error,
@@ -112,7 +115,9 @@ class CoordinationService {
   void Barrier(const std::string& id, int64_t counter, absl::Duration timeout,
                const TaskName& caller, std::vector<TaskName> tasks, WaiterId waiter,
                Done<int64_t> done);
-  absl::Status CancelBarrier(const std::string& id, int64_t counter, const TaskName& caller);
+  // With `request`: an attempt again of the cancel that ended the instance is OK.
+  absl::Status CancelBarrier(const std::string& id, int64_t counter, const TaskName& caller,
+                             const std::string& request = "");
 
   // Key-value store (see KeyValueStore for each call's rules).
   absl::Status InsertKeyValue(absl::string_view key, std::string value, bool allow_overwrite);
@@ -122,6 +127,14 @@ class CoordinationService {
                    ParkKind kind = ParkKind::kKeyValueGet);
   absl::StatusOr<std::string> TryGetKeyValue(absl::string_view key) const;
   absl::StatusOr<int64_t> IncrementKeyValue(absl::string_view key, int64_t delta);
+  // The same calls, carried out once per `request` (a sidecar's proxy sends them again after
+  // an outage): an attempt of a request already carried out gets the answer of its first
+  // attempt and changes nothing. What was answered is kept with the change, as one record of
+  // the state log, in the key RequestRecordKey(request.session) (requests.h).
+  absl::Status InsertKeyValueOnce(const RequestId& request, absl::string_view key,
+                                  std::string value, bool allow_overwrite);
+  absl::StatusOr<int64_t> IncrementKeyValueOnce(const RequestId& request, absl::string_view key,
+                                                int64_t delta);
   std::vector<KeyValueEntry> GetKeyValueDir(absl::string_view dir) const;
   absl::Status DeleteKeyValue(absl::string_view key);
   // PyTorch's store calls (the TCPStore protocol, service/torch).

@@ -242,17 +242,20 @@ void CoordinationService::OnShutdownTimeout() {
   Apply(fx);
 }
 
-absl::Status CoordinationService::ResetTask(const TaskName& name) {
+absl::Status CoordinationService::ResetTask(const TaskName& name, const std::string& request) {
   Effects fx;
   {
     WriteLock lock(this);
     auto task = tasks_.Get(name);
     if (!task.ok()) return task.status();
+    // Its first attempt reset the task (whatever the task did since): that attempt's answer.
+    if (!request.empty() && (*task)->reset_request == request) return absl::OkStatus();
     if ((*task)->state == TaskState::kDisconnected) {
       return ServiceError(absl::FailedPreconditionError(
           absl::StrCat(name.ToString(), " is already disconnected; nothing to reset")));
     }
     spdlog::info("task {} reset (was {})", name.ToString(), TaskStateName((*task)->state));
+    (*task)->reset_request = request;  // journaled with the change below
     DisconnectLocked(**task, absl::CancelledError(absl::StrCat(name.ToString(), " was reset")), fx);
   }
   Apply(fx);
@@ -312,13 +315,14 @@ void CoordinationService::Barrier(const std::string& id, int64_t counter, absl::
 }
 
 absl::Status CoordinationService::CancelBarrier(const std::string& id, int64_t counter,
-                                                const TaskName& caller) {
+                                                const TaskName& caller,
+                                                const std::string& request) {
   if (auto bad = CheckBarrierId(id, config_.barriers); !bad.ok()) return ServiceError(bad);
   {
     absl::ReaderMutexLock lock(&mu_);
     if (!tasks_.Find(caller)) return tasks_.Get(caller).status();
   }
-  return barriers_.Cancel(id, counter, caller);
+  return barriers_.Cancel(id, counter, caller, request);
 }
 
 }  // namespace cohort

@@ -25,7 +25,8 @@ struct DurableTask {
   TaskState state = TaskState::kDisconnected;
   uint64_t incarnation = 0;
   bool ever_registered = false;
-  absl::Status error;  // set in kError
+  absl::Status error;         // set in kError
+  std::string reset_request;  // FormatRequestId of the ResetTask that last reset it, if any
 };
 
 enum class WholeBarrierKind { kRegister, kShutdown };

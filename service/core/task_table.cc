@@ -95,8 +95,10 @@ void TaskTable::SetIncarnation(TaskRecord& task, uint64_t incarnation) {
 }
 
 void TaskTable::Restore(TaskRecord& task, TaskState state, uint64_t incarnation,
-                        bool ever_registered, absl::Status error, absl::Time now) {
+                        bool ever_registered, absl::Status error, std::string reset_request,
+                        absl::Time now) {
   SetState(task, state);
+  task.reset_request = std::move(reset_request);
   task.incarnation = incarnation;
   task.ever_registered = ever_registered;
   task.error = std::move(error);

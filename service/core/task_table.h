@@ -47,6 +47,8 @@ struct TaskRecord {
   bool ever_registered = false;
   absl::Time disconnected_at = absl::InfinitePast();
   absl::Status error;
+  // The request id of the ResetTask that last reset it (a proxy's attempt again gets OK).
+  std::string reset_request;
   // Written by heartbeats under the shared lock.
   std::atomic<int64_t> last_heartbeat_ns{0};
   // Its parked PollForError (one at most: a newer poll replaces it).
@@ -83,7 +85,7 @@ class TaskTable {
   // A task as a restarted coordinator found it. A connected task gets a full heartbeat
   // timeout from `now` to show that it is still there.
   void Restore(TaskRecord& task, TaskState state, uint64_t incarnation, bool ever_registered,
-               absl::Status error, absl::Time now);
+               absl::Status error, std::string reset_request, absl::Time now);
   // The tasks changed since the last call, each once.
   std::vector<TaskRecord*> TakeChanged();
 

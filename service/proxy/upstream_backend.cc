@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
+#include "absl/strings/str_format.h"
 #include "common/grpc_auth.h"
 #include "common/grpc_channel.h"
 #include "service/proxy/upstream_forward.h"
@@ -56,7 +58,8 @@ UpstreamBackend::UpstreamBackend(UpstreamOptions options)
     : options_(std::move(options)),
       channel_(MakeUpstreamChannel(options_)),
       stub_(tf::CoordinationService::NewStub(channel_)),
-      cohort_stub_(v1::Coordinator::NewStub(channel_)) {}
+      cohort_stub_(v1::Coordinator::NewStub(channel_)),
+      session_(absl::StrFormat("%016x", absl::Uniform<uint64_t>(absl::BitGen()))) {}
 
 UpstreamBackend::~UpstreamBackend() {
   Stop(absl::UnavailableError("the sidecar proxy is shutting down"));

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -78,6 +79,9 @@ struct UpstreamSendOptions {
   // Looks again at an answer to an attempt that was sent more than once.
   std::function<void(const absl::Status&, const std::function<void(absl::Status)>&)>
       reconcile_reissued;
+  // Carries a request id (kRequestMetadataKey), the same on every attempt, so that the
+  // coordinator carries the call out once however often it is sent.
+  bool once = false;
 };
 
 class UpstreamBackend final : public CoordinationBackend {
@@ -235,6 +239,11 @@ class UpstreamBackend final : public CoordinationBackend {
   std::shared_ptr<UpstreamPark> park_ ABSL_GUARDED_BY(mu_);
   bool park_unsupported_ ABSL_GUARDED_BY(mu_) = false;
   int64_t reissued_ ABSL_GUARDED_BY(mu_) = 0;
+  // Request ids: this proxy's session (random), the next number, and the numbers of the
+  // calls not yet answered (the lowest is every request's low mark).
+  const std::string session_;
+  uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+  std::set<uint64_t> open_requests_ ABSL_GUARDED_BY(mu_);
   int64_t outages_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread link_thread_;

@@ -86,6 +86,10 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
         if (op->deadline != absl::InfiniteFuture()) {
           op->context->set_deadline(absl::ToChronoTime(op->deadline));
         }
+        if (op->request != 0) {
+          op->context->AddMetadata(kRequestMetadataKey, FormatRequestId({session_, op->request,
+                                                                         *open_requests_.begin()}));
+        }
         ctx = op->context.get();
       }
     }
@@ -174,6 +178,7 @@ void UpstreamBackend::Finish(const std::shared_ptr<Forward>& op, const absl::Sta
     absl::MutexLock lock(&mu_);
     if (op->finished) return;
     op->finished = true;
+    open_requests_.erase(op->request);
     subscribers.swap(op->subscribers);
     for (const auto& [waiter, subscriber] : subscribers) {
       if (waiter != 0) forwards_.erase(waiter);
@@ -209,6 +214,7 @@ void UpstreamBackend::Cancel(WaiterId waiter, const absl::Status& status) {
       if (subs.empty() && !op->finished) {
         op->abandoned = true;
         op->finished = true;
+        open_requests_.erase(op->request);
         held_.erase(std::remove(held_.begin(), held_.end(), op), held_.end());
         const std::string& key = op->options.share_key;
         if (auto s = shared_.find(key); !key.empty() && s != shared_.end() && s->second == op) {

@@ -45,11 +45,14 @@ void UpstreamBackend::CancelBarrier(const CallContext& call, const std::string& 
   request.set_barrier_id(id);
   request.set_counter(counter);
   *request.mutable_source_task() = ToWireTask(caller);
+  SendOptions options;
+  options.once = true;  // an attempt again of the cancel that took effect is OK
   Send<tf::CancelBarrierResponse>(
       call, &Async::CancelBarrier, std::move(request),
       [done = std::move(done)](const absl::Status& s, const tf::CancelBarrierResponse&) {
         done(s);
-      });
+      },
+      std::move(options));
 }
 
 // ---- Key-value store -------------------------------------------------------------------
@@ -60,19 +63,10 @@ void UpstreamBackend::InsertKeyValue(const CallContext& call, std::string key, s
   request.mutable_kv()->set_key(key);
   request.mutable_kv()->set_value(value);
   request.set_allow_overwrite(allow_overwrite);
+  // The first attempt may have stored the value before the coordinator went away: the
+  // coordinator answers an attempt again as it answered the first, and stores nothing twice.
   SendOptions options;
-  if (!allow_overwrite) {
-    // The first attempt may have stored the value before the coordinator went away: the
-    // key holding exactly this value is that attempt's success, not ALREADY_EXISTS.
-    options.reconcile_reissued = [this, key, value](
-                                     const absl::Status& s,
-                                     const std::function<void(absl::Status)>& finish) {
-      if (s.code() != absl::StatusCode::kAlreadyExists) return finish(s);
-      TryGetKeyValue(CallContext{}, key, [s, value, finish](absl::StatusOr<std::string> stored) {
-        finish(stored.ok() && *stored == value ? absl::OkStatus() : s);
-      });
-    };
-  }
+  options.once = true;
   Send<tf::InsertKeyValueResponse>(
       call, &Async::InsertKeyValue, std::move(request),
       [done = std::move(done)](const absl::Status& s, const tf::InsertKeyValueResponse&) {
@@ -127,6 +121,8 @@ void UpstreamBackend::IncrementKeyValue(const CallContext& call, std::string key
   tf::IncrementKeyValueRequest request;
   request.set_key(key);
   request.set_increment(delta);
+  SendOptions options;
+  options.once = true;  // applied once, however often it is sent
   Send<tf::IncrementKeyValueResponse>(
       call, &Async::IncrementKeyValue, std::move(request),
       [done = std::move(done)](const absl::Status& s, const tf::IncrementKeyValueResponse& r) {
@@ -137,7 +133,8 @@ void UpstreamBackend::IncrementKeyValue(const CallContext& call, std::string key
               absl::StrCat("the coordinator answered a non-number: \"", r.kv().value(), "\"")));
         }
         done(sum);
-      });
+      },
+      std::move(options));
 }
 
 void UpstreamBackend::GetKeyValueDir(const CallContext& call, std::string dir,

@@ -211,12 +211,15 @@ void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task
 void UpstreamBackend::ResetTask(const CallContext& call, const TaskName& task, StatusDone done) {
   tf::ResetTaskRequest request;
   *request.mutable_source_task() = ToWireTask(task);
+  SendOptions options;
+  options.once = true;  // an attempt again of the reset that took effect is OK
   Send<tf::ResetTaskResponse>(
       call, &Async::ResetTask, std::move(request),
       [this, task, done = std::move(done)](const absl::Status& s, const tf::ResetTaskResponse&) {
         if (s.ok()) Forget(task, absl::CancelledError(absl::StrCat(task.ToString(), " was reset")));
         done(s);
-      });
+      },
+      std::move(options));
 }
 
 void UpstreamBackend::ReportError(const CallContext& call, const TaskName& source,

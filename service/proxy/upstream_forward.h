@@ -35,6 +35,7 @@ struct UpstreamBackend::Forward {
   std::shared_ptr<UpstreamPark> parked_on;
   uint64_t park_id = 0;
   int attempts = 0;
+  uint64_t request = 0;    // its request id's number (SendOptions::once); 0: none
   bool abandoned = false;  // every subscriber went away
   bool finished = false;
 };
@@ -136,6 +137,11 @@ void UpstreamBackend::Send(const CallContext& call,
   // A shared call serves callers with different deadlines; each leaves on its own.
   op->deadline =
       options.share_key.empty() ? std::min(call.deadline, options.deadline) : options.deadline;
+  if (options.once) {
+    absl::MutexLock lock(&mu_);
+    op->request = next_request_++;
+    open_requests_.insert(op->request);
+  }
   op->options = std::move(options);
   Submit(op, call.waiter,
          [done = std::move(done)](const absl::Status& s, const google::protobuf::Message& m) {

@@ -2,6 +2,8 @@
 // RpcCall and RpcMetrics: what every protocol adapter's unary calls share.
 
 #include <atomic>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -46,10 +48,25 @@ class RpcCall : public grpc::ServerUnaryReactor {
         method_(method),
         start_(absl::Now()),
         deadline_(ctx ? DeadlineOf(*ctx) : absl::InfiniteFuture()),
-        refusal_(auth && ctx ? auth->Check(*ctx) : absl::OkStatus()) {}
+        refusal_(auth && ctx ? auth->Check(*ctx) : absl::OkStatus()) {
+    // A request id (a sidecar's proxy): read only once the credential passed.
+    if (refusal_.ok() && ctx) {
+      auto& metadata = ctx->client_metadata();
+      if (auto it = metadata.find(kRequestMetadataKey); it != metadata.end()) {
+        absl::StatusOr<RequestId> id =
+            ParseRequestId(absl::string_view(it->second.data(), it->second.size()));
+        if (id.ok()) {
+          request_ = *std::move(id);
+        } else {
+          refusal_ = id.status();
+        }
+      }
+    }
+  }
 
-  // True when the call lacks the credential: it has been answered UNAUTHENTICATED, and the
-  // handler returns it without looking at the request. Every handler asks first.
+  // True when the call lacks the credential (or carries a malformed request id): it has been
+  // answered UNAUTHENTICATED (INVALID_ARGUMENT), and the handler returns it without looking
+  // at the request. Every handler asks first.
   bool Refused() {
     if (refusal_.ok()) return false;
     Reply(refusal_);
@@ -66,7 +83,7 @@ class RpcCall : public grpc::ServerUnaryReactor {
   CallContext Context() {
     WaiterId id = backend_->NewWaiterId();
     waiter_.store(id);
-    return CallContext{id, deadline_};
+    return CallContext{id, deadline_, request_};
   }
 
   void OnCancel() override {
@@ -85,7 +102,8 @@ class RpcCall : public grpc::ServerUnaryReactor {
   const char* const method_;
   const absl::Time start_;
   const absl::Time deadline_;
-  const absl::Status refusal_;
+  absl::Status refusal_;
+  std::optional<RequestId> request_;
   std::atomic<WaiterId> waiter_{0};
 };
 

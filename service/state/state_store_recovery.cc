@@ -72,8 +72,12 @@ class Replay {
           return absl::DataLossError(absl::StrCat("a task record has unknown state ", r.state()));
         }
         TaskName name = FromProto(r.task());
-        tasks_[name] = DurableTask{name, static_cast<TaskState>(r.state()), r.incarnation(),
-                                   r.ever_registered(), FromProto(r.error())};
+        tasks_[name] = DurableTask{name,
+                                   static_cast<TaskState>(r.state()),
+                                   r.incarnation(),
+                                   r.ever_registered(),
+                                   FromProto(r.error()),
+                                   r.reset_request()};
         return absl::OkStatus();
       }
       case pb::Record::kWholeBarrier: {

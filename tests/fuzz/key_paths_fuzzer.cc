@@ -1,10 +1,11 @@
 // libFuzzer target: key paths and watch resume revisions, straight into the core's
 // key-value store, with PyTorch's store calls (compare-and-set, append, erase, queues, and
-// the waits that park). The input is a sequence of operations: an op byte, then a 1-byte key
-// length and the key's bytes, then (for writes) a 1-byte value length and the value, or
-// (for watches and counts) 8 bytes. Every key goes through normalisation and the store's
-// checks; every watch's events are taken. Whatever the bytes: clear errors, no crash, the
-// store's books stay consistent and no parked call outlives the input (checked after each).
+// the waits that park), and the request ids and records of KV-9. The input is a sequence of
+// operations: an op byte, then a 1-byte key length and the key's bytes, then (for writes) a 1-byte
+// value length and the value, or (for watches and counts) 8 bytes. Every key goes through
+// normalisation and the store's checks; every watch's events are taken. Whatever the bytes: clear
+// errors, no crash, the store's books stay consistent and no parked call outlives the input
+// (checked after each).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "service/core/key_value_store.h"
 #include "service/core/parked_call.h"
+#include "service/core/requests.h"
 #include "service/core/timer_queue.h"
 
 namespace {
@@ -64,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!in.empty()) {
     const uint8_t op = in.Byte();
     const std::string key = in.Bytes(in.Byte());
-    switch (op % 14) {
+    switch (op % 16) {
       case 0:
         (void)store.Insert(key, in.Bytes(in.Byte()), /*allow_overwrite=*/op & 0x80);
         break;
@@ -113,6 +115,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         store.WaitAtLeast(key, in.Int64(), parked.NextId(), std::nullopt, std::nullopt,
                           [](absl::Status) {});
         break;
+      case 14: {
+        // A request id as the cohort-request metadata brings it (the key's raw bytes).
+        auto id = cohort::ParseRequestId(key);
+        if (id.ok()) {
+          auto again = cohort::ParseRequestId(cohort::FormatRequestId(*id));
+          if (!again.ok() || again->session != id->session || again->seq != id->seq ||
+              again->low != id->low || id->seq == 0 || id->low > id->seq) {
+            std::abort();
+          }
+        }
+        break;
+      }
+      case 15: {
+        // A request record's value, as a user could have overwritten it.
+        cohort::RequestRecord record = cohort::RequestRecord::Parse(in.Bytes(in.Byte()));
+        record.Forget(static_cast<uint64_t>(in.Int64()));
+        const std::string text = record.Serialize();
+        if (cohort::RequestRecord::Parse(text).Serialize() != text) std::abort();
+        break;
+      }
     }
     for (auto& watch : watches) (void)watch->Take(1024);
   }

@@ -1,5 +1,7 @@
 // tensorflow.CoordinationService over real gRPC on loopback, with plain generated stubs.
 #include <future>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -274,6 +276,123 @@ TEST_F(TensorflowProtocolTest, ShutdownWaitsForEveryTask) {
   auto states = coordinator_.service().AllTasks();
   EXPECT_EQ(states[0].state, TaskState::kDisconnected);
   EXPECT_EQ(states[1].state, TaskState::kDisconnected);
+}
+
+// What a sidecar's proxy sends again after an outage carries a request id (cohort-request
+// metadata): each attempt gets the first one's answer, and the change is made once.
+class RequestIdTest : public TensorflowProtocolTest {
+ protected:
+  std::unique_ptr<grpc::ClientContext> With(const std::string& request) {
+    auto ctx = Deadline();
+    ctx->AddMetadata("cohort-request", request);
+    return ctx;
+  }
+  grpc::Status Increment(const std::string& request, int64_t delta, int64_t* sum) {
+    tf::IncrementKeyValueRequest incr;
+    incr.set_key("n");
+    incr.set_increment(delta);
+    tf::IncrementKeyValueResponse response;
+    grpc::Status s = stub_->IncrementKeyValue(With(request).get(), incr, &response);
+    *sum = std::stoll(response.kv().value().empty() ? "0" : response.kv().value());
+    return s;
+  }
+  grpc::Status Insert(const std::string& request, const std::string& key,
+                      const std::string& value) {
+    tf::InsertKeyValueRequest insert;
+    insert.mutable_kv()->set_key(key);
+    insert.mutable_kv()->set_value(value);
+    tf::InsertKeyValueResponse ignored;
+    return stub_->InsertKeyValue(With(request).get(), insert, &ignored);
+  }
+  std::string Value(const std::string& key) {
+    auto value = coordinator_.service().TryGetKeyValue(key);
+    return value.ok() ? *value : value.status().ToString();
+  }
+};
+
+TEST_F(RequestIdTest, AnIncrementSentAgainIsAnsweredAsTheFirstAndAppliedOnce) {
+  int64_t sum = 0;
+  ASSERT_TRUE(Increment("a1/1/1", 5, &sum).ok());
+  EXPECT_EQ(sum, 5);
+  ASSERT_TRUE(Increment("a1/2/1", 10, &sum).ok());  // another request, request 1 still open
+  EXPECT_EQ(sum, 15);
+  ASSERT_TRUE(Increment("a1/1/1", 5, &sum).ok());  // request 1 again: its own answer
+  EXPECT_EQ(sum, 5);
+  EXPECT_EQ(Value("n"), "15");
+  ASSERT_TRUE(Increment("b2/1/1", 5, &sum).ok());  // the same number in another session
+  EXPECT_EQ(sum, 20);
+  // Both sessions' answers are kept until a later request's low mark passes them.
+  EXPECT_EQ(Value("cohort-requests/a1"), "1 5\n2 15\n");
+  ASSERT_TRUE(Increment("a1/3/3", 1, &sum).ok());
+  EXPECT_EQ(Value("cohort-requests/a1"), "3 21\n");
+  ASSERT_TRUE(Increment("b2/2/2", 1, &sum).ok());
+  EXPECT_EQ(sum, 22);
+  EXPECT_EQ(Value("cohort-requests/b2"), "2 22\n");
+  // Without an id, every call is a new one (a client talking to the coordinator directly).
+  tf::IncrementKeyValueRequest plain;
+  plain.set_key("n");
+  plain.set_increment(1);
+  tf::IncrementKeyValueResponse response;
+  ASSERT_TRUE(stub_->IncrementKeyValue(Deadline().get(), plain, &response).ok());
+  ASSERT_TRUE(stub_->IncrementKeyValue(Deadline().get(), plain, &response).ok());
+  EXPECT_EQ(response.kv().value(), "24");
+}
+
+TEST_F(RequestIdTest, AnInsertSentAgainIsOkOnlyForTheRequestThatStoredIt) {
+  ASSERT_TRUE(Insert("c3/1/1", "k", "mine").ok());
+  EXPECT_TRUE(Insert("c3/1/1", "k", "mine").ok());  // the lost answer's attempt again
+  // Another writer, even with the same value, finds the key taken.
+  EXPECT_EQ(Insert("d4/1/1", "k", "mine").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Insert("c3/2/1", "k", "mine").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  // A refused request keeps no answer: sent again, it is refused again.
+  EXPECT_EQ(Insert("c3/2/1", "k", "mine").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Value("k"), "mine");
+  // Once every request of the session is answered, its record goes.
+  ASSERT_TRUE(Insert("c3/3/3", "j", "x").ok());
+  ASSERT_TRUE(Insert("c3/4/4", "i", "y").ok());
+  EXPECT_EQ(Value("cohort-requests/c3"), "4 ok\n");
+}
+
+TEST_F(RequestIdTest, ACancelOrResetSentAgainIsOkWhereItsFirstAttemptTookEffect) {
+  RegisterAll();
+  tf::CancelBarrierRequest cancel;
+  cancel.set_barrier_id("b");
+  cancel.set_counter(0);
+  *cancel.mutable_source_task() = Task(0);
+  tf::CancelBarrierResponse cancelled;
+  ASSERT_TRUE(stub_->CancelBarrier(With("e5/1/1").get(), cancel, &cancelled).ok());
+  EXPECT_TRUE(stub_->CancelBarrier(With("e5/1/1").get(), cancel, &cancelled).ok());
+  EXPECT_EQ(stub_->CancelBarrier(With("e5/2/2").get(), cancel, &cancelled).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(stub_->CancelBarrier(Deadline().get(), cancel, &cancelled).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  tf::ResetTaskRequest reset;
+  *reset.mutable_source_task() = Task(1);
+  tf::ResetTaskResponse ignored;
+  ASSERT_TRUE(stub_->ResetTask(With("e5/3/3").get(), reset, &ignored).ok());
+  EXPECT_TRUE(stub_->ResetTask(With("e5/3/3").get(), reset, &ignored).ok());
+  EXPECT_EQ(stub_->ResetTask(With("e5/4/4").get(), reset, &ignored).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Back with a new incarnation, the task is not reset again by the old request.
+  ASSERT_TRUE(Register(1, 12).ok());
+  EXPECT_TRUE(stub_->ResetTask(With("e5/3/3").get(), reset, &ignored).ok());
+  auto states = coordinator_.service().GetTaskStates({TaskName{"worker", 1}});
+  ASSERT_TRUE(states.ok());
+  EXPECT_EQ((*states)[0].state, TaskState::kConnected);
+}
+
+TEST_F(RequestIdTest, AMalformedRequestIdIsInvalidArgumentAndChangesNothing) {
+  const int64_t revision = coordinator_.service().KeyValueStats().revision;
+  for (const char* bad : {"", "a1", "a1/0/0", "a1/2/3", "A1/1/1", "a1/x/1", "a1/1/1/1",
+                          "0123456789abcdef0123456789abcdef0/1/1"}) {
+    int64_t sum = 0;
+    grpc::Status s = Increment(bad, 1, &sum);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(s.error_message().find("cohort-request"), std::string::npos) << s.error_message();
+    EXPECT_EQ(Insert(bad, "bad", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  EXPECT_EQ(coordinator_.service().KeyValueStats().revision, revision);
 }
 
 }  // namespace

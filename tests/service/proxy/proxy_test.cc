@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -640,12 +641,25 @@ class FlakyCoordinator final : public tf::CoordinationService::CallbackService,
     absl::MutexLock lock(&mu_);
     return inserts_;
   }
+  // The request id (cohort-request metadata) of each insert attempt, in order.
+  std::vector<std::string> insert_requests() {
+    absl::MutexLock lock(&mu_);
+    return insert_requests_;
+  }
 
   grpc::ServerUnaryReactor* InsertKeyValue(grpc::CallbackServerContext* ctx,
                                            const tf::InsertKeyValueRequest* request,
                                            tf::InsertKeyValueResponse*) override {
     absl::MutexLock lock(&mu_);
     ++inserts_;
+    std::string id;
+    if (auto m = ctx->client_metadata().find("cohort-request"); m != ctx->client_metadata().end()) {
+      id = std::string(m->second.data(), m->second.size());
+    }
+    insert_requests_.push_back(id);
+    // As the coordinator does (tensorflow_protocol_test's RequestIdTest checks it there): an
+    // attempt of a request it carried out gets that answer again.
+    if (!id.empty() && !answered_.insert(id).second) return Answer(ctx, grpc::Status::OK);
     absl::Status status;
     auto [it, added] = keys_.emplace(request->kv().key(), request->kv().value());
     if (!added && !request->allow_overwrite()) {
@@ -715,6 +729,8 @@ class FlakyCoordinator final : public tf::CoordinationService::CallbackService,
   bool drop_get_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   int inserts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> insert_requests_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> answered_ ABSL_GUARDED_BY(mu_);
 };
 
 class UpstreamBackendTest : public ::testing::Test {
@@ -743,15 +759,36 @@ class UpstreamBackendTest : public ::testing::Test {
   std::unique_ptr<UpstreamBackend> backend_;
 };
 
-TEST_F(UpstreamBackendTest, AnInsertWhoseAnswerWasLostIsNotAlreadyExistsWhenSentAgain) {
+TEST_F(UpstreamBackendTest, AnInsertWhoseAnswerWasLostIsSentAgainWithItsOwnRequestId) {
   coordinator_.LoseNextInsertAnswer();
   EXPECT_TRUE(Insert("k", "v").ok());
   EXPECT_EQ(coordinator_.inserts(), 2);
   EXPECT_EQ(backend_->reissued_calls(), 1);
-  // Another writer's value is still ALREADY_EXISTS, lost answer or not.
+  // Another writer's value is still ALREADY_EXISTS, lost answer or not, even an equal one.
   coordinator_.LoseNextInsertAnswer();
   EXPECT_TRUE(Insert("j", "mine").ok());
   EXPECT_EQ(Insert("j", "theirs").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Insert("j", "mine").code(), absl::StatusCode::kAlreadyExists);
+  // Both attempts of a call carry the same id; each call its own number, and the low mark
+  // says that every earlier one was answered.
+  std::vector<std::string> ids = coordinator_.insert_requests();
+  ASSERT_EQ(ids.size(), 6u);
+  std::vector<RequestId> parsed;
+  for (const std::string& id : ids) {
+    absl::StatusOr<RequestId> p = ParseRequestId(id);
+    ASSERT_TRUE(p.ok()) << p.status();
+    parsed.push_back(*p);
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(ids[2], ids[3]);
+  for (size_t i = 1; i < parsed.size(); ++i) EXPECT_EQ(parsed[i].session, parsed[0].session);
+  std::vector<uint64_t> seqs, lows;
+  for (const RequestId& p : parsed) {
+    seqs.push_back(p.seq);
+    lows.push_back(p.low);
+  }
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 1, 2, 2, 3, 4}));
+  EXPECT_EQ(lows, seqs);  // one call at a time: nothing earlier still open
 }
 
 TEST_F(UpstreamBackendTest, ACoordinatorBackAsAnotherIncarnationFailsTheCallsUnavailable) {

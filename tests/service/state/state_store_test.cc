@@ -82,7 +82,7 @@ std::string Describe(const DurableState& state) {
   for (const DurableTask& t : state.tasks) {
     lines.push_back(absl::StrCat("task ", t.task.ToString(), " ", TaskStateName(t.state), " inc ",
                                  t.incarnation, " ever ", t.ever_registered, " ",
-                                 StatusText(t.error)));
+                                 StatusText(t.error), " reset by [", t.reset_request, "]"));
   }
   for (const auto* b : {&state.register_barrier, &state.shutdown_barrier}) {
     lines.push_back(absl::StrCat("whole ", b->state, " ", StatusText(b->result), " waiting ",
@@ -336,6 +336,41 @@ TEST_F(StateStoreTest, EveryAcknowledgedChangeSurvivesACrash) {
   ExpectSurvivesCrash("an error propagated");
   ASSERT_TRUE(service_->ResetTask(kS1).ok());
   ExpectSurvivesCrash("a task reset");
+}
+
+TEST_F(StateStoreTest, ACallCarriedOutBeforeACrashIsAnsweredAsItsFirstAttemptAfterIt) {
+  // What a sidecar's proxy sends again after the coordinator came back (request ids, KV-9):
+  // each attempt gets its first attempt's answer and changes nothing twice.
+  RegisterAll();
+  const RequestId incr{"5e55", 1, 1}, insert{"5e55", 2, 1};
+  ASSERT_EQ(service_->IncrementKeyValueOnce(incr, "steps", 7).value_or(-1), 7);
+  ASSERT_TRUE(service_->InsertKeyValueOnce(insert, "leader", "w0", false).ok());
+  ASSERT_TRUE(service_->CancelBarrier("eval", 0, kW1, "5e55/3/1").ok());
+  ASSERT_TRUE(service_->ResetTask(kS1, "5e55/4/1").ok());
+  ExpectSurvivesCrash("calls with request ids");
+  CrashAndRestart();
+  const int64_t revision = service_->KeyValueStats().revision;
+  const std::string before = Describe(service_->CaptureState());
+
+  EXPECT_EQ(service_->IncrementKeyValueOnce(incr, "steps", 7).value_or(-1), 7);
+  EXPECT_TRUE(service_->InsertKeyValueOnce(insert, "leader", "w0", false).ok());
+  EXPECT_TRUE(service_->CancelBarrier("eval", 0, kW1, "5e55/3/1").ok());
+  EXPECT_TRUE(service_->ResetTask(kS1, "5e55/4/1").ok());
+  EXPECT_EQ(service_->KeyValueStats().revision, revision);
+  EXPECT_EQ(Describe(service_->CaptureState()), before);
+  EXPECT_EQ(service_->TryGetKeyValue("steps").value_or(""), "7");
+  // The same calls as new requests (or without an id) get what such a call gets.
+  EXPECT_EQ(service_->IncrementKeyValueOnce({"5e55", 5, 5}, "steps", 7).value_or(-1), 14);
+  EXPECT_EQ(service_->InsertKeyValueOnce({"5e55", 6, 6}, "leader", "w0", false).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(service_->CancelBarrier("eval", 0, kW1, "5e55/7/7").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->CancelBarrier("eval", 0, kW1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->ResetTask(kS1, "5e55/8/8").code(), absl::StatusCode::kFailedPrecondition);
+  // A reset sent again after the task came back changes nothing either.
+  ASSERT_TRUE(Register(kS1, 9).value().ok());
+  EXPECT_TRUE(service_->ResetTask(kS1, "5e55/4/1").ok());
+  EXPECT_EQ(service_->GetTaskStates({kS1}).value()[0].state, TaskState::kConnected);
 }
 
 TEST_F(StateStoreTest, ARestartedServiceCarriesOnWhereTheOldOneStopped) {
