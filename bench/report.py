@@ -532,9 +532,13 @@ def section_restart(recs, goals, results):
     if run and run.get("commit") != machine.get("commit"):
         network = ("a private network namespace" if run.get("network_namespace") == "private"
                    else "the host's loopback")
+        cpu, full_cpu = run.get("cpu"), machine.get("records", {}).get("cpu")
+        where = ("same machine" if not cpu or cpu == full_cpu else
+                 f"another machine of the same size ({cpu}; the full run's: {full_cpu}), so "
+                 f"set these figures beside each other, not beside other sections'")
         out.append(f"Measured in a run of this scenario alone (`bench/run.py --scenarios "
                    f"restart`), at commit {run.get('commit')} on {run.get('date')}, on "
-                   f"{network}; same machine.\n\n")
+                   f"{network}; {where}.\n\n")
     rows = []
     for r in recs:
         if r.get("scenario") != "coordinator_restart":
@@ -566,6 +570,36 @@ def section_restart(recs, goals, results):
                "core's record of it, not a gRPC call.\n\n")
     out.append(table(["tasks (N)", "sidecars", "KiB per task behind sidecars",
                       "KiB per task direct", "whole RSS behind sidecars (MiB)"], mem_rows))
+    pod_rows = []
+    for r in recs:
+        if r.get("scenario") != "memory_by_tasks_per_sidecar":
+            continue
+        side = r.get("through_sidecars", {})
+        with_sidecars = num(side.get("kib_per_task_with_sidecars"))
+        if with_sidecars is not None:
+            goals.append((f"under 8 KiB of coordinator memory per task behind sidecars at "
+                          f"{r.get('tasks_per_sidecar')} task(s) per pod (its connection "
+                          f"counted, 3 parked calls per task)",
+                          f"{fmt(with_sidecars)} KiB", with_sidecars < 8))
+        pod_rows.append([fmt(r.get("tasks_per_sidecar")), f"{r.get('tasks', 0):,}",
+                         fmt(side.get("sidecars")), fmt(side.get("kib_per_task_with_sidecars")),
+                         fmt(side.get("sidecar_kib_per_task")),
+                         fmt(side.get("coordinator_cpu_ms_per_task_per_min")),
+                         fmt(side.get("sidecar_cpu_ms_per_task_per_min")),
+                         side.get("error", r.get("error", ""))])
+    if pod_rows:
+        out.append("\n**Per task at real pod sizes** (1, 4 and 8 processes per pod, each behind "
+                   "its pod's sidecar; three calls parked per task as above, and one heartbeat "
+                   "per task over the CPU window, jaxlib's interval). Coordinator KiB per task: "
+                   "its RSS with the calls parked less its RSS before any sidecar connected, "
+                   "over N, so each pod's connection, registration and Park stream count; "
+                   "sidecar KiB per task: the sidecars' whole RSS (shared pages of their "
+                   "libraries included) over N; CPU: user + system time over the window, per "
+                   "task and minute.\n\n")
+        out.append(table(["tasks per sidecar", "tasks (N)", "sidecars",
+                          "coordinator KiB per task", "sidecar KiB per task",
+                          "coordinator CPU ms per task-minute", "sidecar CPU ms per task-minute",
+                          "error"], pod_rows))
     for r in recs:
         if r.get("scenario") != "sidecar_latency" or "error" in r:
             continue

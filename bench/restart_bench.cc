@@ -48,6 +48,7 @@ struct Options {
   int rounds = 3;
   int latency_calls = 2000;
   std::string outage_tolerance = "60s";
+  double cpu_window_s = 10;
 };
 
 std::string Address(int port) { return absl::StrCat("127.0.0.1:", port); }
@@ -61,11 +62,17 @@ bool Accepting(int port) {
 // A coordinator with durable state, and the sidecars in front of it.
 class Job {
  public:
+  // `with_proxies`: the sidecars start too (StartProxies, when later).
   Job(const Options& o, const std::string& dir, bool with_proxies)
       : o_(o), dir_(dir), port_(cohort::bench::NextPort()) {
     std::system(absl::StrCat("rm -rf ", dir, " && mkdir -p ", dir).c_str());
     StartCoordinator();
-    if (!with_proxies) return;
+    if (with_proxies) StartProxies();
+  }
+
+  void StartProxies() {
+    const Options& o = o_;
+    const std::string& dir = dir_;
     for (int p = 0; p < o.proxies; ++p) {
       int proxy_port = cohort::bench::NextPort();
       proxy_ports_.push_back(proxy_port);
@@ -102,6 +109,11 @@ class Job {
   int coordinator_port() const { return port_; }
   ChildProcess& coordinator() { return *coordinator_; }
   const std::vector<int>& proxy_ports() const { return proxy_ports_; }
+  std::vector<int> proxy_pids() const {
+    std::vector<int> pids;
+    for (const auto& p : proxies_) pids.push_back(p->pid());
+    return pids;
+  }
 
  private:
   const Options& o_;
@@ -287,9 +299,17 @@ nlohmann::json Latency(const Options& o) {
 // The coordinator's RSS per task with three calls parked per task.
 nlohmann::json MemoryRun(const Options& o, bool through_proxies) {
   Job job(o, absl::StrCat(o.work_dir, "/memory-", through_proxies ? "proxied" : "direct"),
-          through_proxies);
+          /*with_proxies=*/false);
   if (!job.WaitReady()) return {{"error", "did not start"}};
   std::this_thread::sleep_for(std::chrono::seconds(1));
+  // Before any client: what the sidecars' own connections, registrations and park streams
+  // cost is part of the tasks' cost (with one task per pod, most of it).
+  const long empty = cohort::bench::RssKiB(job.coordinator().pid());
+  if (through_proxies) {
+    job.StartProxies();
+    if (!job.WaitReady()) return {{"error", "the sidecars did not start"}};
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   long base = cohort::bench::RssKiB(job.coordinator().pid());
   Tasks tasks(o, job, through_proxies);
   if (tasks.RegisterAll() > 0) return {{"error", "registration failed"}};
@@ -306,6 +326,28 @@ nlohmann::json MemoryRun(const Options& o, bool through_proxies) {
   }
   std::this_thread::sleep_for(std::chrono::seconds(3));
   long loaded = cohort::bench::RssKiB(job.coordinator().pid());
+  long sidecars_rss = 0;
+  for (int pid : job.proxy_pids()) sidecars_rss += cohort::bench::RssKiB(pid);
+  // CPU in steady state: every task heartbeats once in the window (jaxlib's interval is 10 s)
+  // while its three calls stay parked; the coordinator's and the sidecars' CPU time over it.
+  auto cpu = [&job] {
+    double coordinator = cohort::bench::CpuSeconds(job.coordinator().pid());
+    double sidecars = 0;
+    for (int pid : job.proxy_pids()) sidecars += cohort::bench::CpuSeconds(pid);
+    return std::pair{coordinator, sidecars};
+  };
+  const auto cpu_before = cpu();
+  const absl::Time window_start = absl::Now();
+  const absl::Duration window = absl::Seconds(o.cpu_window_s);
+  Latch beats(tasks.size());
+  for (int t = 0; t < tasks.size(); ++t) {
+    absl::SleepFor(window_start + window * t / tasks.size() - absl::Now());
+    tasks.of(t).Heartbeat(t, [&beats](const grpc::Status& s) { beats.Done(s.ok()); });
+  }
+  absl::SleepFor(window_start + window - absl::Now());
+  const auto cpu_after = cpu();
+  const double window_s = absl::ToDoubleSeconds(absl::Now() - window_start);
+  if (!beats.WaitFor(30) || beats.failed() > 0) return {{"error", "heartbeats failed"}};
   // Every call must still be parked when the memory is read, or the figure means nothing.
   const int64_t ended_early = ended.load();
   for (auto& call : parked) call->TryCancel();
@@ -322,7 +364,19 @@ nlohmann::json MemoryRun(const Options& o, bool through_proxies) {
           {"rss_loaded_kib", loaded},
           {"parked_calls", parked.size()},
           {"kib_per_task_registered", static_cast<double>(registered - base) / o.tasks},
-          {"kib_per_task", static_cast<double>(loaded - base) / o.tasks}};
+          {"kib_per_task", static_cast<double>(loaded - base) / o.tasks},
+          {"rss_empty_kib", empty},
+          // With the sidecars' connections: (loaded - empty) / N.
+          {"kib_per_task_with_sidecars", static_cast<double>(loaded - empty) / o.tasks},
+          {"tasks_per_sidecar",
+           through_proxies ? static_cast<double>(o.tasks) / std::max(o.proxies, 1) : 0.0},
+          {"sidecars_rss_kib", sidecars_rss},
+          {"sidecar_kib_per_task", static_cast<double>(sidecars_rss) / o.tasks},
+          {"cpu_window_s", window_s},
+          {"coordinator_cpu_ms_per_task_per_min",
+           (cpu_after.first - cpu_before.first) * 1e3 * 60 / window_s / o.tasks},
+          {"sidecar_cpu_ms_per_task_per_min",
+           (cpu_after.second - cpu_before.second) * 1e3 * 60 / window_s / o.tasks}};
 }
 
 nlohmann::json Memory(const Options& o) {
@@ -351,7 +405,14 @@ int main(int argc, char** argv) {
   app.add_option("--latency-calls", o.latency_calls, "latency: reads per path")
       ->capture_default_str();
   app.add_option("--outage-tolerance", o.outage_tolerance, "the sidecars'")->capture_default_str();
-  app.add_option("scenarios", scenarios, "restart, latency, memory")->capture_default_str();
+  app.add_option("--cpu-window", o.cpu_window_s,
+                 "memory, pods: seconds over which CPU is measured, each task heartbeating "
+                 "once in them")
+      ->capture_default_str();
+  app.add_option("scenarios", scenarios,
+                 "restart, latency, memory (behind sidecars and direct), pods (behind sidecars "
+                 "only)")
+      ->capture_default_str();
   cohort::AddVersionFlag(app);
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   if (o.tasks < 1 || o.proxies < 1 || o.rounds < 1) {
@@ -366,6 +427,9 @@ int main(int argc, char** argv) {
       result = Latency(o);
     } else if (s == "memory") {
       result = Memory(o);
+    } else if (s == "pods") {
+      result = {{"scenario", "memory_by_tasks_per_sidecar"},
+                {"through_sidecars", MemoryRun(o, true)}};
     } else {
       std::fprintf(stderr, "cohort-restart-bench: unknown scenario \"%s\"\n", s.c_str());
       return 2;

@@ -69,6 +69,9 @@ PROFILES = {
         "restart_tasks": [1000, 4000],
         "restart_sidecars": 50,
         "restart_rounds": 3,
+        "pod_tasks": 256,
+        "tasks_per_sidecar": [1, 4, 8],
+        "cpu_window": 10,
         "timeout": 600,
     },
     "smoke": {
@@ -96,6 +99,9 @@ PROFILES = {
         "restart_tasks": [16],
         "restart_sidecars": 2,
         "restart_rounds": 1,
+        "pod_tasks": 8,
+        "tasks_per_sidecar": [1, 8],
+        "cpu_window": 1,
         "timeout": 60,
     },
 }
@@ -584,16 +590,44 @@ class Bench:
                 records.append(r)
             log(f"restart-bench {n} tasks: {len(lines)} records "
                 f"({time.monotonic() - started:.1f} s)")
+        # Real pods hold 1 to 8 processes: memory and CPU per task at those sizes.
+        n = self.p["pod_tasks"]
+        for k in self.p["tasks_per_sidecar"]:
+            argv = [str(self.bin / "cohort-restart-bench"), "--bin-dir", str(self.bin),
+                    "--tasks", str(n), "--sidecars", str(max(1, n // k)),
+                    "--cpu-window", str(self.p["cpu_window"]),
+                    "--work-dir", str(self.logs / "restart-bench"), "pods"]
+            started = time.monotonic()
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True,
+                                     timeout=self.p["timeout"] * 3, stdin=subprocess.DEVNULL)
+                lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+                if not lines or out.returncode != 0:
+                    lines = [{"scenario": "memory_by_tasks_per_sidecar",
+                              "error": f"cohort-restart-bench exited {out.returncode}: "
+                                       f"{out.stderr.strip()[-2000:]}"}]
+            except subprocess.TimeoutExpired:
+                lines = [{"scenario": "memory_by_tasks_per_sidecar", "error": "timed out"}]
+            for r in lines:
+                r["system"] = "cohort"
+                r["tasks"] = n
+                r["tasks_per_sidecar"] = k
+                records.append(r)
+            log(f"restart-bench pods of {k}: {len(lines)} records "
+                f"({time.monotonic() - started:.1f} s)")
         return records
 
     # ------------------------------------------------------------ machine
 
-    def machine(self):
-        cpu = ""
+    @staticmethod
+    def machine_cpu():
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    def machine(self):
+        cpu = self.machine_cpu()
         mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
         etcd_version = cmd(["etcd", "--version"]).splitlines()[:1] if shutil.which("etcd") else []
         return {
@@ -625,7 +659,8 @@ class Bench:
         # Which run wrote it: a scenario run alone (--scenarios) is reported as such.
         run = {"commit": cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
                "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-               "network_namespace": os.environ.get("COHORT_BENCH_NETNS", "host")}
+               "network_namespace": os.environ.get("COHORT_BENCH_NETNS", "host"),
+               "cpu": self.machine_cpu()}
         path.write_text(json.dumps({"scenario": name, "run": run, "records": records},
                                    indent=1) + "\n")
         log(f"wrote {path}")

@@ -139,6 +139,13 @@ class Checker:
                       tasks=n)
         self.want(restart, ["added_p50_us", "through_sidecar.p50_ms"], "sidecar latency",
                   scenario="sidecar_latency")
+        for k in self.p["tasks_per_sidecar"]:
+            self.want(restart, ["through_sidecars.kib_per_task_with_sidecars",
+                                "through_sidecars.sidecar_kib_per_task",
+                                "through_sidecars.coordinator_cpu_ms_per_task_per_min",
+                                "through_sidecars.sidecar_cpu_ms_per_task_per_min"],
+                      "memory and CPU per task at a pod size",
+                      scenario="memory_by_tasks_per_sidecar", tasks_per_sidecar=k)
         return self.problems
 
 
