@@ -51,7 +51,9 @@ RequestRecord RequestRecord::Parse(absl::string_view value) {
   return record;
 }
 
-void RequestRecord::Forget(uint64_t low) { answers_.erase(answers_.begin(), answers_.lower_bound(low)); }
+void RequestRecord::Forget(uint64_t low) {
+  answers_.erase(answers_.begin(), answers_.lower_bound(low));
+}
 
 std::optional<std::string> RequestRecord::Find(uint64_t seq) const {
   auto it = answers_.find(seq);
