@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -60,12 +61,14 @@ ServiceConfig Config() {
 
 std::string StatusText(const absl::Status& s) {
   if (s.ok()) return "OK";
-  std::string out = s.ToString();
+  // Payloads in the order of their names: a restored status holds them in another order.
+  std::string out = absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
   std::map<std::string, std::string> payloads;
   s.ForEachPayload([&payloads](absl::string_view url, const absl::Cord& p) {
     payloads[std::string(url)] = std::string(p);
   });
-  for (const auto& [url, p] : payloads) absl::StrAppend(&out, " {", url, "=", p.size(), "B}");
+  for (const auto& [url, p] : payloads)
+    absl::StrAppend(&out, " {", url, "=", absl::CHexEscape(p), "}");
   return out;
 }
 
