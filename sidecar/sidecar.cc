@@ -2,10 +2,15 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <limits>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "agent/grpc_status.h"
 #include "common/logging.h"
 #include "sidecar/pod_gpus.h"
@@ -17,6 +22,7 @@ namespace {
 // The sidecar's own container in the pod the operator makes (its devices are not the pod's
 // workload's).
 constexpr char kSidecarContainerName[] = "cohort-sidecar";
+constexpr char kIncarnationFile[] = "sidecar-incarnation";
 
 // Readers of the hand-off directory never see a half-written file.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
@@ -32,6 +38,36 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
     return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+// The sidecar's incarnation for the life of its pod. The hand-off directory is the pod's
+// emptyDir, which outlives a restart of the sidecar's container: a sidecar that crashed and
+// was started again registers as the incarnation it had, so the coordinator sees the same
+// task come back rather than a task that restarted, which would stop the job. Without a
+// hand-off directory: 0, a new incarnation at every start.
+uint64_t PodIncarnation(const std::string& handoff_dir) {
+  if (handoff_dir.empty()) return 0;
+  std::string path = absl::StrCat(handoff_dir, "/", kIncarnationFile);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t incarnation = 0;
+  if (in && absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &incarnation) && incarnation != 0) {
+    spdlog::info("registering as incarnation {}, this pod's sidecar's before it restarted ({})",
+                 incarnation, path);
+    return incarnation;
+  }
+  if (!text.empty()) spdlog::warn("{} holds no incarnation; starting a new one", path);
+  absl::BitGen gen;
+  incarnation = absl::Uniform<uint64_t>(gen, 1, std::numeric_limits<uint64_t>::max());
+  if (auto s = WriteFileAtomically(handoff_dir, kIncarnationFile, absl::StrCat(incarnation, "\n"));
+      !s.ok()) {
+    spdlog::warn(
+        "cannot keep the incarnation for a restart of this sidecar: {}; a restart will "
+        "register as a new incarnation, which stops the job unless the sidecar job is "
+        "recoverable",
+        std::string(s.message()));
+  }
+  return incarnation;
 }
 
 const char* ProblemReason(gpu::HealthProblem problem) {
@@ -258,6 +294,7 @@ void Sidecar::Lifecycle() {
   }
   config.job_name = options_.sidecar_job;
   config.task_id = options_.task_id;
+  config.incarnation = PodIncarnation(options_.handoff_dir);
   config.heartbeat_interval = options_.heartbeat_interval;
   config.heartbeat_timeout = options_.heartbeat_timeout;
   config.register_timeout = options_.register_timeout;

@@ -144,12 +144,14 @@ class SidecarTest : public ::testing::Test {
   // `env`: replaces the operator's env of the same names (an empty POD_NAME: run by hand).
   SidecarProcess StartSidecar(int task, int num_tasks, const std::string& gpus,
                               std::vector<std::string> extra = {},
-                              const std::map<std::string, std::string>& env_overrides = {}) {
+                              const std::map<std::string, std::string>& env_overrides = {},
+                              const std::string& handoff = "") {
     SidecarProcess s;
     s.port = FreePort();
     std::string dir = absl::StrCat(::testing::TempDir(), "sidecar-", getpid(), "-", s.port);
     mkdir(dir.c_str(), 0755);
-    s.handoff = dir + "/handoff";
+    // `handoff`: the directory of an earlier sidecar of the same pod (a restarted container).
+    s.handoff = handoff.empty() ? dir + "/handoff" : handoff;
     mkdir(s.handoff.c_str(), 0755);
     s.fifo = dir + "/nvml-control";
     s.log = dir + "/sidecar.log";
@@ -409,6 +411,54 @@ TEST_F(SidecarTest, WorkloadExitWithoutShutdownReachesTheOtherTasks) {
   EXPECT_NE(errors.First().message().find("/job:worker/task:0"), std::string::npos)
       << errors.First();
   EXPECT_NE(errors.First().message().find("without shutting down"), std::string::npos);
+}
+
+// Kubernetes starts a native sidecar's container again when it dies; the pod's emptyDir (the
+// hand-off directory) outlives it. The sidecar comes back as the incarnation it had, so the
+// coordinator sees the same task again instead of one that restarted, which would put the
+// workload's tasks into ERROR (the sidecar job is not recoverable here).
+TEST_F(SidecarTest, ASidecarKilledAndStartedAgainComesBackAsItsIncarnationAndTheJobGoesOn) {
+  StartCoordinator(1);
+  ErrorLog errors;
+  auto worker = Worker(0, &errors);
+  ASSERT_TRUE(worker->Connect().ok());
+  SidecarProcess first = StartSidecar(0, 1, "");
+  ASSERT_TRUE(Eventually([&] { return first.Ready(); })) << ReadFile(first.log);
+  auto incarnation_of_sidecar = [&] {
+    for (const TaskStateInfo& info : coordinator_->service().AllTasks()) {
+      if (info.task.job == "sidecar" && info.task.id == 0) return info.incarnation;
+    }
+    return uint64_t{0};
+  };
+  const uint64_t incarnation = incarnation_of_sidecar();
+  ASSERT_NE(incarnation, 0u);
+  EXPECT_EQ(ReadFile(first.handoff + "/sidecar-incarnation"), absl::StrCat(incarnation, "\n"));
+
+  first.process->Signal(SIGKILL);
+  first.process->Wait();
+  SidecarProcess second = StartSidecar(0, 1, "", {}, {}, first.handoff);
+  ASSERT_TRUE(Eventually([&] { return second.Ready(); })) << ReadFile(second.log);
+  EXPECT_NE(ReadFile(second.log)
+                .find(absl::StrCat("registering as incarnation ", incarnation,
+                                   ", this pod's sidecar's before it restarted")),
+            std::string::npos)
+      << ReadFile(second.log);
+  EXPECT_EQ(incarnation_of_sidecar(), incarnation);
+  EXPECT_EQ(StateOf("sidecar", 0), TaskState::kConnected);
+  EXPECT_EQ(StateOf("worker", 0), TaskState::kConnected);
+  EXPECT_EQ(errors.Count(), 0u) << errors.First();
+
+  // A file that holds no incarnation is replaced by a new one, said in the log.
+  second.process->Signal(SIGKILL);
+  second.process->Wait();
+  std::ofstream(first.handoff + "/sidecar-incarnation") << "garbage\n";
+  SidecarProcess third = StartSidecar(0, 1, "", {}, {}, first.handoff);
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(third.log).find("holds no incarnation; starting a new one") !=
+           std::string::npos;
+  })) << ReadFile(third.log);
+  third.process->Signal(SIGTERM);
+  third.process->Wait();
 }
 
 TEST_F(SidecarTest, WorkloadThatShutDownCleanlyIsNotAFailure) {
