@@ -22,7 +22,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_MAXSIZE ?= 10G
 
-.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-build tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks demo-pytorch bench fuzz fuzz-smoke clean
+.PHONY: all deps nvml-header build gpu-check test unit-test asan-test tsan-build tsan-test compat-test python-test e2e-test docker-test bench-smoke programs-check format-check format lint demo demo-tasks demo-pytorch bench fuzz fuzz-smoke soak clean
 
 all: build
 
@@ -171,6 +171,16 @@ bench: deps
 # when .venv-bench is missing.
 bench-smoke: build
 	bash tests/bench/smoke.sh
+
+# The fault soak (tests/soak/soak.py): real jaxlib, TensorFlow and agent-library clients
+# through sidecars while the coordinators are killed at random, the state volume fills and
+# empties and a sidecar is killed; every acknowledged value read back at the end. Writes
+# RELIABILITY.md. SOAK_DURATION (default 30m); SOAK_ARGS for more of soak.py's flags (--help).
+# make test runs a two-minute smoke of it (tests/compat/test_soak.py).
+SOAK_DURATION ?= 30m
+soak: build
+	SOAK_COMMAND="make soak SOAK_DURATION=$(SOAK_DURATION)$(if $(SOAK_ARGS), SOAK_ARGS='$(SOAK_ARGS)')" \
+	  bash tests/soak/run.sh --duration $(SOAK_DURATION) --report RELIABILITY.md $(SOAK_ARGS)
 
 # libFuzzer targets (tests/fuzz), built in the ASan build (build-asan/), and the atheris targets
 # (tests/fuzz/*_fuzzer.py, in .venv/runtime): a fixed number of

@@ -272,6 +272,50 @@ def start_proxy(group, coordinator, index, sidecars, job="worker", tolerance="60
     return proc, address
 
 
+def namespace_commands():
+    """(unshare argv that mounts and holds, nsenter argv prefix) for this user."""
+    if os.geteuid() == 0:
+        return ["unshare", "--mount", "--propagation", "private"], ["-m"]
+    return (["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"],
+            ["-U", "-m", "--preserve-credentials"])
+
+
+class Volume:
+    """A tmpfs of `size` (mount's size=, such as 8m) at `path`, mounted in a private mount
+    namespace held by a `sleep` (nothing changes in the machine's own mounts). `enter` is
+    the nsenter prefix that runs a command inside it."""
+
+    def __init__(self, group, path, size):
+        self.path = path
+        path.mkdir()
+        unshare, enter = namespace_commands()
+        self.holder = group.start("volume", [
+            *unshare, "sh", "-c",
+            f"mount -t tmpfs -o size={size} cohort-state-test {path} && echo mounted "
+            "&& exec sleep infinity"])
+        wait_for_log(self.holder, r"mounted", 10)
+        self.enter = ["nsenter", "-t", str(self.holder.pid), *enter, "--"]
+
+    def run(self, *argv):
+        return subprocess.run([*self.enter, *argv], capture_output=True, text=True, timeout=60)
+
+    def fill(self, exact=True):
+        """Writes a file until no space is left. exact: and asserts that none is (false when
+        a coordinator may free its reserve meanwhile)."""
+        # dd stops at ENOSPC; its failure is the point.
+        self.run("dd", "if=/dev/zero", f"of={self.path}/filler", "bs=64k")
+        if not exact:
+            return
+        free = int(self.run("stat", "-f", "-c", "%a*%S", str(self.path)).stdout.split("*")[0])
+        assert free == 0, f"{free} blocks still free after filling the volume"
+
+    def empty(self):
+        assert self.run("rm", f"{self.path}/filler").returncode == 0
+
+    def files(self):
+        return sorted(self.run("ls", f"{self.path}/state").stdout.split())
+
+
 class DurableCoordinator:
     """A cohort coordinator with --state-dir on a fixed port, killed and started again."""
 

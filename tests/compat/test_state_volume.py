@@ -10,55 +10,19 @@ comes up with everything; once space returns writes are accepted again and the s
 compacted onto the volume.
 """
 
-import os
 import re
 import signal
 import subprocess
 import time
 
-from harness import (ProcessGroup, cohort_binary, free_port, start_cohort, tail, wait_for_log)
+from harness import (ProcessGroup, Volume, cohort_binary, free_port, start_cohort, tail,
+                     wait_for_log)
 
 VOLUME = "8m"          # AutoCompactBytes: 1 MiB of log; the reserve: 256 KiB
 VALUE_BYTES = 16 << 10
 BEFORE_FULL = 30       # 480 KiB of values: more than the reserve, so a restart on the full
                        # volume has no room for its snapshot
 DEADLINE_S = 20
-
-
-def namespace_commands():
-    """(unshare argv that mounts and holds, nsenter argv prefix) for this user."""
-    if os.geteuid() == 0:
-        return ["unshare", "--mount", "--propagation", "private"], ["-m"]
-    return (["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"],
-            ["-U", "-m", "--preserve-credentials"])
-
-
-class Volume:
-    def __init__(self, group, path):
-        self.path = path
-        path.mkdir()
-        unshare, enter = namespace_commands()
-        self.holder = group.start("volume", [
-            *unshare, "sh", "-c",
-            f"mount -t tmpfs -o size={VOLUME} cohort-state-test {path} && echo mounted "
-            "&& exec sleep infinity"])
-        wait_for_log(self.holder, r"mounted", 10)
-        self.enter = ["nsenter", "-t", str(self.holder.pid), *enter, "--"]
-
-    def run(self, *argv):
-        return subprocess.run([*self.enter, *argv], capture_output=True, text=True, timeout=60)
-
-    def fill(self):
-        # dd stops at ENOSPC; its failure is the point.
-        self.run("dd", "if=/dev/zero", f"of={self.path}/filler", "bs=64k")
-        free = int(self.run("stat", "-f", "-c", "%a*%S", str(self.path)).stdout.split("*")[0])
-        assert free == 0, f"{free} blocks still free after filling the volume"
-
-    def empty(self):
-        assert self.run("rm", f"{self.path}/filler").returncode == 0
-
-    def files(self):
-        return sorted(self.run("ls", f"{self.path}/state").stdout.split())
 
 
 class Coordinator:
@@ -123,7 +87,7 @@ def value_of(i):
 
 
 def test_a_full_volume_refuses_writes_loses_nothing_and_comes_back(group, tmp_path):
-    volume = Volume(group, tmp_path / "volume")
+    volume = Volume(group, tmp_path / "volume", VOLUME)
     coordinator = Coordinator(group, volume)
     acked = {}
     for i in range(BEFORE_FULL):
