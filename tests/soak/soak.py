@@ -382,13 +382,15 @@ def report(res, problems, path):
     lines = [
         "# Reliability",
         "",
-        "What `make soak` (tests/soak/soak.py) measured: real clients through their pods' sidecars",
-        "while the coordinator is killed with SIGKILL at random, its state volume fills up and",
-        "empties again, and one sidecar is killed; at the end every value a client saw",
-        "acknowledged is read back from the coordinator and compared with what was written.",
+        "What `make soak` (tests/soak/soak.py) measured: real clients through their pods' sidecars,",
+        "in two gangs with a durable coordinator each (jaxlib and agent-library tasks in one,",
+        "TensorFlow tasks in the other), while both coordinators are killed with SIGKILL at random,",
+        "their state volume fills up and empties again, and one sidecar is killed; at the end every",
+        "value a client saw acknowledged is read back from the coordinators and compared with what",
+        "was written.",
         "Regenerate with the command below (it writes this file).",
         "",
-        f"**{ok}**: {res['coordinator_kills']} coordinator kills survived, "
+        f"**{ok}**: {res['coordinator_kills']} kills of both coordinators survived, "
         f"{res['acknowledged']:,} acknowledged writes read back, **lost: {res['lost']}**, "
         f"altered: {res['altered']}, client errors: {res['client_errors']}.",
         "",
@@ -401,11 +403,12 @@ def report(res, problems, path):
         f"| tasks | {res['tasks']['jaxlib']} jaxlib {res['clients']['jaxlib']}, "
         f"{res['tasks']['tensorflow']} TensorFlow {res['clients']['tensorflow']}, "
         f"{res['tasks']['agent library']} agent library; each job behind its own sidecar |",
-        f"| coordinator kills (SIGKILL, started again on the same volume) | {res['coordinator_kills']} "
-        f"(slowest return to service: {res['restart_seconds_max']} s) |",
+        f"| kills (SIGKILL of both coordinators, each started again on its directory) | "
+        f"{res['coordinator_kills']}, {2 * res['coordinator_kills']} coordinator processes "
+        f"(slowest return of both to service: {res['restart_seconds_max']} s) |",
         f"| volume filled to the last byte, then emptied | {res['volume_fills']} times |",
         f"| sidecar killed (SIGKILL) and started again | {res['sidecar_kills']} |",
-        f"| rounds every task finished (write, blocking get, barrier of all tasks) | {res['rounds']:,} |",
+        f"| rounds every task finished (write, blocking get, barrier of its gang) | {res['rounds']:,} |",
         f"| writes acknowledged | {res['writes']:,} |",
         f"| blocking gets, value compared | {res['blocking_gets_checked']:,} |",
         f"| barriers passed (per task) | {res['barriers_passed']:,} |",
