@@ -203,24 +203,27 @@ absl::Status ParsePodTemplate(const json& tmpl, json* out) {
 absl::Status ParseState(const json& state, CoordinatorStateSpec* out) {
   const std::string field = "spec.coordinator.state";
   if (!state.is_object()) return Invalid(field, "must be an object");
-  const std::string volume = Str(state, "volume", "EmptyDir");
-  if (volume == "EmptyDir") {
-    out->volume = StateVolume::kEmptyDir;
-  } else if (volume == "PersistentVolumeClaim") {
-    out->volume = StateVolume::kPersistentVolumeClaim;
-  } else if (volume == "None") {
-    out->volume = StateVolume::kNone;
+  const std::string volume = Str(state, "volume", "Auto");
+  if (volume == "Auto") {
+    // A storage class named is a claim; otherwise the operator decides (volume_auto).
+    out->volume_auto = !state.contains("storageClassName");
+    out->volume = out->volume_auto ? StateVolume::kEmptyDir : StateVolume::kPersistentVolumeClaim;
+  } else if (auto named = ParseStateVolumeName(volume)) {
+    out->volume_auto = false;
+    out->volume = *named;
   } else {
-    return Invalid(absl::StrCat(field, ".volume"),
-                   absl::StrCat("\"", volume, "\" is not EmptyDir, PersistentVolumeClaim or None"));
+    return Invalid(
+        absl::StrCat(field, ".volume"),
+        absl::StrCat("\"", volume, "\" is not Auto, EmptyDir, PersistentVolumeClaim or None"));
   }
   if (state.contains("storageClassName")) {
     if (!state["storageClassName"].is_string()) {
       return Invalid(absl::StrCat(field, ".storageClassName"), "must be a string");
     }
     if (out->volume != StateVolume::kPersistentVolumeClaim) {
-      return Invalid(absl::StrCat(field, ".storageClassName"),
-                     absl::StrCat("applies only to volume PersistentVolumeClaim, not ", volume));
+      return Invalid(
+          absl::StrCat(field, ".storageClassName"),
+          absl::StrCat("applies only to volume PersistentVolumeClaim or Auto, not ", volume));
     }
     out->storage_class_name = state["storageClassName"].get<std::string>();
   }
@@ -387,6 +390,14 @@ std::string StateVolumeName(StateVolume v) {
       break;
   }
   return "EmptyDir";
+}
+
+std::optional<StateVolume> ParseStateVolumeName(const std::string& name) {
+  for (StateVolume v :
+       {StateVolume::kEmptyDir, StateVolume::kPersistentVolumeClaim, StateVolume::kNone}) {
+    if (name == StateVolumeName(v)) return v;
+  }
+  return std::nullopt;
 }
 
 std::string WorkloadJobName(Framework f) { return f == Framework::kJax ? "jax_worker" : "worker"; }

@@ -35,8 +35,13 @@ inline constexpr char kSuspended[] = "Suspended";
 
 struct CoordinatorStateSpec {
   StateVolume volume = StateVolume::kEmptyDir;
-  std::string storage_class_name;  // PersistentVolumeClaim only; "" : the cluster's default
-  std::string size = "1Gi";        // the claim's request, or the emptyDir's sizeLimit
+  // volume Auto (the default): the operator chooses once, a PersistentVolumeClaim where the
+  // cluster has a default StorageClass, else an emptyDir, and keeps its choice in
+  // status.coordinatorStateVolume. Until then `volume` is kEmptyDir.
+  bool volume_auto = true;
+  // PersistentVolumeClaim (or Auto, which it makes one) only; "" : the cluster's default
+  std::string storage_class_name;
+  std::string size = "1Gi";  // the claim's request, or the emptyDir's sizeLimit
 };
 
 struct CoordinatorSpec {
@@ -229,6 +234,9 @@ struct JobStatus {
   // was recreated on the job's PersistentVolumeClaim.
   int coordinator_restarts = 0;
   CoordinatorPodStatus coordinator_pod;
+  // Where the coordinator's state is: "PersistentVolumeClaim", "EmptyDir" or "None"
+  // (status.coordinatorStateVolume): the spec's volume, or what the operator chose for Auto.
+  std::string state_volume;
   TaskCounts tasks;
   std::optional<TaskRuntimeStatus> task_runtime;
   std::string coordinator_address;
@@ -282,6 +290,8 @@ uint64_t ObjectStoreBytes(const TaskRuntimeSpec& tasks, const json& pod_template
 
 std::string FrameworkName(Framework f);
 std::string StateVolumeName(StateVolume v);
+// "EmptyDir", "PersistentVolumeClaim" or "None"; none for anything else.
+std::optional<StateVolume> ParseStateVolumeName(const std::string& name);
 // The coordination job name the workload's tasks register under: jaxlib always uses
 // "jax_worker"; TensorFlow and cohort's agent use "worker".
 std::string WorkloadJobName(Framework f);

@@ -42,10 +42,11 @@ bool JobStatus::operator==(const JobStatus& o) const {
   return phase == o.phase && restarts == o.restarts && worker_restarts == o.worker_restarts &&
          restarting_workers == o.restarting_workers && uncounted_restarts == o.uncounted_restarts &&
          gang_start_time == o.gang_start_time && coordinator_restarts == o.coordinator_restarts &&
-         coordinator_pod == o.coordinator_pod && tasks == o.tasks &&
-         task_runtime == o.task_runtime && coordinator_address == o.coordinator_address &&
-         start_time == o.start_time && completion_time == o.completion_time &&
-         observed_generation == o.observed_generation && conditions == o.conditions;
+         coordinator_pod == o.coordinator_pod && state_volume == o.state_volume &&
+         tasks == o.tasks && task_runtime == o.task_runtime &&
+         coordinator_address == o.coordinator_address && start_time == o.start_time &&
+         completion_time == o.completion_time && observed_generation == o.observed_generation &&
+         conditions == o.conditions;
 }
 
 std::string FormatRfc3339(absl::Time t) {
@@ -81,6 +82,7 @@ JobStatus ParseJobStatus(const json& status, int replicas) {
   st.coordinator_pod.uid = Str(coordinator_pod, "uid");
   st.coordinator_pod.container_restarts = Count(coordinator_pod, "containerRestarts");
   st.coordinator_pod.last_restart_time = ParseRfc3339(Str(coordinator_pod, "lastRestartTime"));
+  st.state_volume = Str(status, "coordinatorStateVolume");
   if (status.contains("taskRuntime") && status["taskRuntime"].is_object()) {
     const json& t = status["taskRuntime"];
     st.task_runtime = TaskRuntimeStatus{Whole(t, "succeeded", 0, 0).value_or(0),
@@ -136,6 +138,7 @@ json StatusToJson(const JobStatus& st) {
     if (pod.last_restart_time) j["lastRestartTime"] = FormatRfc3339(*pod.last_restart_time);
     out["coordinatorPod"] = j;
   }
+  if (!st.state_volume.empty()) out["coordinatorStateVolume"] = st.state_volume;
   out["tasks"] = {{"total", st.tasks.total},
                   {"registered", st.tasks.registered},
                   {"ready", st.tasks.ready},

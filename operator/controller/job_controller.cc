@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "operator/controller/kueue.h"
+#include "operator/controller/state_volume.h"
 #include "operator/kube/leader_election.h"
 #include "spdlog/spdlog.h"
 
@@ -223,6 +224,19 @@ absl::Status JobController::Reconcile(const std::string& key) {
   if (object->contains("/metadata/deletionTimestamp"_json_pointer)) return absl::OkStatus();
   auto job = api::ParseCoordinatedJob(*object);
   if (!job.ok()) return FailInvalid(*object, std::string(job.status().message()));
+  // volume Auto: where the coordinator's state goes, chosen once (the cluster's StorageClasses
+  // are read only then) and kept in the status; everything below sees the volume chosen.
+  std::optional<StateVolumeChoice> state_choice;
+  if (job->spec.coordinator.state.volume_auto) {
+    absl::StatusOr<json> classes = json::object();
+    if (!api::ParseStateVolumeName(job->status.state_volume)) {
+      classes = client_->List(kube::kStorageClasses, "", {});
+    }
+    auto choice = ChooseStateVolume(*job, classes);
+    if (!choice.ok()) return choice.status();
+    job->spec.coordinator.state.volume = choice->volume;
+    if (choice->fresh) state_choice = std::move(*choice);
+  }
 
   Observed observed;
   observed.now = clock_->Now();
@@ -315,6 +329,12 @@ absl::Status JobController::Reconcile(const std::string& key) {
   }
 
   Plan plan = PlanJob(*job, observed, options_.settings);
+  plan.status.state_volume = api::StateVolumeName(job->spec.coordinator.state.volume);
+  if (state_choice) {
+    spdlog::info("CoordinatedJob {}: {}", key, state_choice->message);
+    plan.events.push_back(
+        {state_choice->warning ? "Warning" : "Normal", "StateVolume", state_choice->message});
+  }
 
   {
     absl::MutexLock lock(&failures_mu_);

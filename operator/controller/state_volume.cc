@@ -6,15 +6,20 @@
 namespace cohort::controller {
 namespace {
 
+// Read defensively: a listed object may lack any of these, or hold null.
+std::string ClassField(const nlohmann::json& object, const char* pointer) {
+  const nlohmann::json::json_pointer p(pointer);
+  if (!object.is_object() || !object.contains(p) || !object[p].is_string()) return "";
+  return object[p].get<std::string>();
+}
+
 bool IsDefaultClass(const nlohmann::json& storage_class) {
-  const nlohmann::json annotations =
-      storage_class.value(nlohmann::json::json_pointer("/metadata/annotations"),
-                          nlohmann::json::object());
-  for (const char* key : {"storageclass.kubernetes.io/is-default-class",
-                          "storageclass.beta.kubernetes.io/is-default-class"}) {
-    if (annotations.value(key, "") == "true") return true;
-  }
-  return false;
+  return ClassField(storage_class,
+                    "/metadata/annotations/storageclass.kubernetes.io~1is-default-class") ==
+             "true" ||
+         ClassField(storage_class,
+                    "/metadata/annotations/storageclass.beta.kubernetes.io~1is-default-class") ==
+             "true";
 }
 
 }  // namespace
@@ -52,12 +57,14 @@ absl::StatusOr<StateVolumeChoice> ChooseStateVolume(
   }
   // The newest default class, as the API server picks when there are several.
   const nlohmann::json* chosen = nullptr;
-  for (const nlohmann::json& c : storage_classes->value("items", nlohmann::json::array())) {
-    if (!IsDefaultClass(c)) continue;
-    const std::string created =
-        c.value(nlohmann::json::json_pointer("/metadata/creationTimestamp"), "");
-    if (!chosen || created > chosen->value(nlohmann::json::json_pointer("/metadata/creationTimestamp"), "")) {
-      chosen = &c;
+  if (storage_classes->is_object() && storage_classes->contains("items") &&
+      (*storage_classes)["items"].is_array()) {
+    for (const nlohmann::json& c : (*storage_classes)["items"]) {
+      if (!IsDefaultClass(c)) continue;
+      if (!chosen || ClassField(c, "/metadata/creationTimestamp") >
+                         ClassField(*chosen, "/metadata/creationTimestamp")) {
+        chosen = &c;
+      }
     }
   }
   if (!chosen) {
@@ -72,8 +79,7 @@ absl::StatusOr<StateVolumeChoice> ChooseStateVolume(
   choice.volume = api::StateVolume::kPersistentVolumeClaim;
   choice.message = absl::StrCat(
       "the coordinator's state goes on PersistentVolumeClaim ", CoordinatorStateClaimName(job),
-      " (", size, ", StorageClass ",
-      chosen->value(nlohmann::json::json_pointer("/metadata/name"), ""),
+      " (", size, ", StorageClass ", ClassField(*chosen, "/metadata/name"),
       ", the cluster's default), which outlives the coordinator's pod (spec.coordinator.state."
       "volume Auto)");
   return choice;

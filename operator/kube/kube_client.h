@@ -52,6 +52,8 @@ inline const Resource kWorkloadPriorityClasses{
     "/apis/kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", false};
 inline const Resource kPriorityClasses{"/apis/scheduling.k8s.io/v1", "priorityclasses",
                                        "PriorityClass", false};
+inline const Resource kStorageClasses{"/apis/storage.k8s.io/v1", "storageclasses", "StorageClass",
+                                      false};
 // spec.gangScheduling's PodGroups: created, never watched.
 inline const Resource kSchedulerPluginsPodGroups{"/apis/scheduling.x-k8s.io/v1alpha1", "podgroups",
                                                  "PodGroup", true};

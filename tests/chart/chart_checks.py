@@ -44,10 +44,16 @@ KUEUE_FLAVOR_RULES = [("kueue.x-k8s.io", "resourceflavors", ("get", "list", "wat
                       ("kueue.x-k8s.io", "workloadpriorityclasses", ("get",)),
                       ("scheduling.k8s.io", "priorityclasses", ("get", "list"))]
 KUEUE_READER_RULES = [("cohort.dev", "coordinatedjobs", ("get", "list", "watch"))]
+# spec.coordinator.state.volume Auto: whether the cluster has a default StorageClass.
+STORAGE_RULES = [("storage.k8s.io", "storageclasses", ("list",))]
 
 
 def is_kueue_role(o):
     return o["metadata"]["name"].endswith("-kueue") or o["metadata"]["name"].endswith("-kueue-reader")
+
+
+def is_storage_role(o):
+    return o["metadata"]["name"].endswith("-storage")
 
 failures = 0
 
@@ -237,11 +243,22 @@ def check(set_name, objects_json, monitors_path, release_ns, watch_ns=""):
         kind = "Role" if watch_ns else "ClusterRole"
         other = "ClusterRole" if watch_ns else None
         main = [o for o in by_kind.get(kind, [])
-                if not o["metadata"]["name"].endswith("-leader-election") and not is_kueue_role(o)]
+                if not o["metadata"]["name"].endswith("-leader-election") and not is_kueue_role(o)
+                and not is_storage_role(o)]
         report(len(main) == 1, f"[{set_name}] one {kind} for the operator's work", len(main))
         if other:
-            report(not [o for o in by_kind.get(other, []) if not is_kueue_role(o)],
-                   f"[{set_name}] no {other} but Kueue's when one namespace is watched")
+            report(not [o for o in by_kind.get(other, [])
+                        if not is_kueue_role(o) and not is_storage_role(o)],
+                   f"[{set_name}] no {other} but Kueue's and StorageClasses' when one namespace is watched")
+        storage = [o for o in by_kind.get("ClusterRole", []) if is_storage_role(o)]
+        report(len(storage) == 1 and rules_of(storage[0]) == STORAGE_RULES,
+               f"[{set_name}] a ClusterRole to list StorageClasses (state volume Auto), nothing more",
+               [rules_of(o) for o in storage])
+        if storage:
+            bound = [b["subjects"] for b in by_kind.get("ClusterRoleBinding", [])
+                     if b["roleRef"]["name"] == storage[0]["metadata"]["name"]]
+            report(bound == [[{"kind": "ServiceAccount", "name": sa_name, "namespace": release_ns}]],
+                   f"[{set_name}] the StorageClasses ClusterRole is bound to the operator", bound)
         kueue_roles = {o["metadata"]["name"].rsplit("-", 1)[-1]: o
                        for o in by_kind.get("ClusterRole", []) if is_kueue_role(o)}
         if set(kueue_roles) == {"kueue", "reader"}:

@@ -67,8 +67,8 @@ else
   fail "the wide printer column" "$wide"
 fi
 state=$(k get cjob quickstart -o jsonpath='{.spec.coordinator.state.volume}')
-if [[ "$state" == EmptyDir ]]; then
-  pass "spec.coordinator.state.volume defaults to EmptyDir"
+if [[ "$state" == Auto ]]; then
+  pass "spec.coordinator.state.volume defaults to Auto"
 else
   fail "spec.coordinator.state.volume default" "got '$state'"
 fi
@@ -145,8 +145,8 @@ refused "a name too long for the pod hostnames" 'metadata.name must start with a
 refused "a name that is no DNS-1035 label" 'metadata.name must start with a lower-case letter' '{"metadata":{"name":"1st-job"}}'
 refused "an unknown state volume" 'spec.coordinator.state.volume: Unsupported value: "HostPath"' \
   '{"spec":{"coordinator":{"state":{"volume":"HostPath"}}}}'
-refused "a storage class without a claim" 'storageClassName applies only to volume PersistentVolumeClaim' \
-  '{"spec":{"coordinator":{"state":{"storageClassName":"fast"}}}}'
+refused "a storage class on an emptyDir" 'storageClassName applies only to volume PersistentVolumeClaim or Auto' \
+  '{"spec":{"coordinator":{"state":{"volume":"EmptyDir","storageClassName":"fast"}}}}'
 refused "a size for no state" 'volume None keeps no state to size' \
   '{"spec":{"coordinator":{"state":{"volume":"None","size":"1Gi"}}}}'
 refused "a malformed state size" 'spec.coordinator.state.size' \

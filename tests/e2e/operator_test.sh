@@ -435,7 +435,8 @@ else
 fi
 
 # ---- 10. The coordinator's durable state (spec.coordinator.state). A coordinator killed
-# with SIGKILL restarts in place and keeps its keys (EmptyDir, the default); on a
+# with SIGKILL restarts in place and keeps its keys (EmptyDir: volume Auto, the default, on a
+# cluster without a default StorageClass, as this one is); on a
 # PersistentVolumeClaim even its pod may be deleted. Neither restarts the gang. The workload
 # is a sleep loop that never talks to the coordinator, so the restarts tested here are the
 # coordinator's own.
@@ -569,7 +570,16 @@ if [[ -n "$durable_workers" && "$(worker_uids durable)" == "$durable_workers" &&
 else
   fail "durable: the gang" "before '$durable_workers' after '$(worker_uids durable)', $(field durable '{.status.restarts} {.status.phase}')"
 fi
-k delete cjob durable onclaim --wait=false >/dev/null
+k delete cjob onclaim --wait=false >/dev/null
+
+# volume Auto on a cluster without a default StorageClass (with one: state_volume_test.sh, run
+# alone since such a class changes every job made meanwhile).
+message=$(event_message durable StateVolume)
+[[ "$(field durable '{.status.coordinatorStateVolume}')" == EmptyDir &&
+  "$message" == *"the cluster has no default StorageClass"* ]] &&
+  pass "without a default StorageClass, volume Auto is an emptyDir, and a Warning says why: $message" ||
+  fail "durable: the state volume chosen" "$(field durable '{.status.coordinatorStateVolume}'): $message"
+k delete cjob durable --wait=false >/dev/null
 
 # ---- 11. Two operators: one leader; the standby takes over when it stops.
 stop_pid "$OP"

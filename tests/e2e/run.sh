@@ -17,7 +17,8 @@
 #               run and the dashboards (no GPU), which even out the lanes' times
 #        api    CRD, isolation, cert-manager certificates, operator, the PyTorch example with
 #               its coordinator deleted twice
-#   5. down again at the end whatever happened (trap).
+#   5. the default StorageClass test, alone (such a class changes every job made meanwhile);
+#   6. down again at the end whatever happened (trap).
 # Tests side by side must not meet: each works in namespaces of its own, runs its operators
 # for those only (--namespace, the chart's watchNamespace), names its cluster-wide objects
 # after itself, and listens on port 0 or a free_port; under COHORT_E2E_SHARED_CLUSTER (set
@@ -49,6 +50,7 @@ declare -A CMD=(
   [cert_manager_test]="bash tests/e2e/cert_manager_test.sh"
   [dashboards_test]="bash tests/e2e/dashboards_test.sh"
   [operator_test]="bash tests/e2e/operator_test.sh"
+  [state_volume_test]="bash tests/e2e/state_volume_test.sh"
 )
 ORDER=()             # every test started, in order
 declare -A LANE_PID  # the lanes running: each the leader of a process group of its own
@@ -143,6 +145,9 @@ start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_te
 start_lane api crd_test isolation_test cert_manager_test operator_test pytorch_restart_test
 wait_lanes
 echo "e2e: the lanes took $((SECONDS - start)) s"
+# Alone: a default StorageClass changes every job made while it exists.
+start_lane storage state_volume_test
+wait_lanes
 
 failed=()
 for t in "${ORDER[@]}"; do

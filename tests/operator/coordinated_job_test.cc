@@ -37,6 +37,8 @@ TEST(CoordinatedJobTest, DefaultsApplyWhenTheSpecLeavesThemOut) {
   EXPECT_EQ(job->spec.success_policy, SuccessPolicy::kAllWorkers);
   EXPECT_EQ(job->spec.coordinator.heartbeat_timeout, "30s");
   EXPECT_FALSE(job->spec.suspend);
+  // volume Auto: the operator chooses (controller::ChooseStateVolume); an emptyDir until it has.
+  EXPECT_TRUE(job->spec.coordinator.state.volume_auto);
   EXPECT_EQ(job->spec.coordinator.state.volume, StateVolume::kEmptyDir);
   EXPECT_EQ(job->spec.coordinator.state.size, "1Gi");
   EXPECT_EQ(job->spec.coordinator.state.storage_class_name, "");
@@ -158,11 +160,13 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
        },
        "spec.tasks.driver.template.spec.hostNetwork: hostNetwork is not allowed"},
       {[](json& j) { j["spec"]["coordinator"]["state"]["volume"] = "HostPath"; },
-       "spec.coordinator.state.volume: \"HostPath\" is not EmptyDir, PersistentVolumeClaim or "
-       "None"},
-      {[](json& j) { j["spec"]["coordinator"]["state"]["storageClassName"] = "fast"; },
-       "spec.coordinator.state.storageClassName: applies only to volume PersistentVolumeClaim, "
-       "not EmptyDir"},
+       "spec.coordinator.state.volume: \"HostPath\" is not Auto, EmptyDir, PersistentVolumeClaim "
+       "or None"},
+      {[](json& j) {
+         j["spec"]["coordinator"]["state"] = {{"volume", "EmptyDir"}, {"storageClassName", "fast"}};
+       },
+       "spec.coordinator.state.storageClassName: applies only to volume PersistentVolumeClaim or "
+       "Auto, not EmptyDir"},
       {[](json& j) { j["spec"]["coordinator"]["state"]["size"] = "lots"; },
        "spec.coordinator.state.size: \"lots\" is not a size such as 1Gi or 500Mi"},
       {[](json& j) { j["spec"]["coordinator"]["state"]["size"] = "0Gi"; },
@@ -545,6 +549,29 @@ TEST(ChildrenTest, TheCoordinatorIsGuaranteedUnlessTheJobSaysOtherwise) {
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(controller::CoordinatorPod(*job, 0, kStarted, {})["spec"]["containers"][0]["resources"],
             CoordinatorResources(json::object()));
+}
+
+TEST(CoordinatedJobTest, StateVolumeAutoWithAStorageClassIsAClaimOfItAndANamedVolumeIsNotAuto) {
+  json object = Minimal();
+  object["spec"]["coordinator"]["state"] = {{"volume", "Auto"}, {"storageClassName", "fast"}};
+  auto job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->spec.coordinator.state.volume_auto);
+  EXPECT_EQ(job->spec.coordinator.state.volume, StateVolume::kPersistentVolumeClaim);
+  EXPECT_EQ(job->spec.coordinator.state.storage_class_name, "fast");
+  for (const char* named : {"EmptyDir", "PersistentVolumeClaim", "None"}) {
+    object["spec"]["coordinator"]["state"] = {{"volume", named}};
+    job = ParseCoordinatedJob(object);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_FALSE(job->spec.coordinator.state.volume_auto) << named;
+    EXPECT_EQ(StateVolumeName(job->spec.coordinator.state.volume), named);
+  }
+  // The operator's choice round-trips through the status.
+  object["status"] = {{"coordinatorStateVolume", "PersistentVolumeClaim"}};
+  job = ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->status.state_volume, "PersistentVolumeClaim");
+  EXPECT_EQ(StatusToJson(job->status).value("coordinatorStateVolume", ""), "PersistentVolumeClaim");
 }
 
 TEST(ChildrenTest, TheCoordinatorKeepsEachGangsStateOnAnEmptyDirAndRestartsInPlace) {

@@ -82,6 +82,15 @@ class ReconcileTest : public ::testing::Test {
     std::sort(writes.begin(), writes.end());
     return writes;
   }
+  // The Events recorded so far with this reason, in order.
+  std::vector<json> EventsOf(const std::string& reason) {
+    std::vector<json> out;
+    auto events = client_->List(kube::kEvents, kNs, {});
+    for (const json& e : (*events)["items"]) {
+      if (e.value("reason", "") == reason) out.push_back(e);
+    }
+    return out;
+  }
   // The reasons of the Events recorded so far, in order.
   std::vector<std::string> EventReasons() {
     std::vector<std::string> out;
@@ -184,6 +193,116 @@ TEST_F(ReconcileTest, TheFirstReconcileOfAJobMakesWhatItsSpecAsksFor) {
     EXPECT_EQ(Reconcile(), c.writes);
     EXPECT_EQ(Status().value("phase", ""), c.phase) << Status().dump();
   }
+}
+
+json StorageClass(const std::string& name, bool is_default) {
+  json sc = {{"apiVersion", "storage.k8s.io/v1"},
+             {"kind", "StorageClass"},
+             {"metadata", {{"name", name}}},
+             {"provisioner", "example.com/disk"}};
+  if (is_default) {
+    sc["metadata"]["annotations"] = {{"storageclass.kubernetes.io/is-default-class", "true"}};
+  }
+  return sc;
+}
+
+// spec.coordinator.state.volume Auto (the default) on a cluster with a default StorageClass:
+// the state goes on a claim, chosen once and kept, whatever the cluster's classes do later.
+TEST_F(ReconcileTest, StateVolumeAutoTakesAClaimWhereTheClusterHasADefaultStorageClass) {
+  client_->Add(kube::kStorageClasses, StorageClass("slow", false));
+  client_->Add(kube::kStorageClasses, StorageClass("standard", true));
+  client_->Add(kube::kCoordinatedJobs, Job(1));
+  Start();
+  ASSERT_TRUE(start_status_.ok()) << start_status_;
+  std::vector<std::string> writes = Reconcile();
+  EXPECT_NE(std::find(writes.begin(), writes.end(),
+                      "create persistentvolumeclaims ml/train-coordinator-state"),
+            writes.end());
+  EXPECT_EQ(Status().value("coordinatorStateVolume", ""), "PersistentVolumeClaim");
+  ASSERT_EQ(EventsOf("StateVolume").size(), 1u);
+  const json event = EventsOf("StateVolume")[0];
+  EXPECT_EQ(event["type"], "Normal");
+  EXPECT_NE(event["message"].get<std::string>().find(
+                "PersistentVolumeClaim train-coordinator-state (1Gi, StorageClass standard, the "
+                "cluster's default)"),
+            std::string::npos)
+      << event.dump();
+
+  // The default class goes; the job keeps its claim, and its coordinator mounts it.
+  ASSERT_TRUE(client_->Delete(kube::kStorageClasses, "", "standard", {}).ok());
+  Reconcile();  // the coordinator
+  EXPECT_EQ(Status().value("coordinatorStateVolume", ""), "PersistentVolumeClaim");
+  auto pod = client_->Peek(kube::kPods, kNs, "train-coordinator");
+  ASSERT_TRUE(pod.has_value());
+  bool on_claim = false;
+  for (const json& v : (*pod)["spec"]["volumes"]) {
+    on_claim |= v.value(json::json_pointer("/persistentVolumeClaim/claimName"), "") ==
+                "train-coordinator-state";
+  }
+  EXPECT_TRUE(on_claim) << (*pod)["spec"]["volumes"].dump();
+  EXPECT_EQ(EventsOf("StateVolume").size(), 1u);  // said once
+  // The classes are not listed again once the choice is made.
+  for (const auto& a : client_->Actions()) EXPECT_NE(a.resource, "storageclasses") << a.ToString();
+}
+
+TEST_F(ReconcileTest, StateVolumeAutoIsAnEmptyDirSaidInAWarningWhereNoClassIsTheDefault) {
+  const std::vector<std::pair<std::string, std::function<void()>>> clusters = {
+      {"no default StorageClass",
+       [&] { client_->Add(kube::kStorageClasses, StorageClass("slow", false)); }},
+      {"the operator may not list StorageClasses",
+       [&] {
+         client_->Add(kube::kStorageClasses, StorageClass("standard", true));
+         client_->FailNext("list", "storageclasses",
+                           absl::PermissionDeniedError("storageclasses is forbidden"));
+       }},
+  };
+  for (const auto& [name, setup] : clusters) {
+    SCOPED_TRACE(name);
+    Reset();
+    client_->Add(kube::kCoordinatedJobs, Job(1));
+    Start();
+    ASSERT_TRUE(start_status_.ok()) << start_status_;
+    setup();
+    std::vector<std::string> writes = Reconcile();
+    for (const std::string& w : writes)
+      EXPECT_EQ(w.find("persistentvolumeclaims"), std::string::npos);
+    EXPECT_EQ(Status().value("coordinatorStateVolume", ""), "EmptyDir");
+    ASSERT_EQ(EventsOf("StateVolume").size(), 1u);
+    const json event = EventsOf("StateVolume")[0];
+    EXPECT_EQ(event["type"], "Warning");
+    EXPECT_EQ(event["reason"], "StateVolume");
+    const std::string message = event["message"];
+    EXPECT_NE(message.find(name), std::string::npos) << message;
+    EXPECT_NE(message.find("outlives the coordinator's process but not its pod"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("storageClassName"), std::string::npos) << message;
+    // A default class made later changes nothing for this job.
+    client_->Add(kube::kStorageClasses, StorageClass("late", true));
+    Reconcile();
+    auto pod = client_->Peek(kube::kPods, kNs, "train-coordinator");
+    ASSERT_TRUE(pod.has_value());
+    bool empty_dir = false;
+    for (const json& v : (*pod)["spec"]["volumes"]) {
+      empty_dir |= v.value("name", "") == "state" && v.contains("emptyDir");
+    }
+    EXPECT_TRUE(empty_dir) << (*pod)["spec"]["volumes"].dump();
+    EXPECT_EQ(Status().value("coordinatorStateVolume", ""), "EmptyDir");
+  }
+}
+
+TEST_F(ReconcileTest, StateVolumeAutoWaitsWhenTheClassesCannotBeListedForAnotherReason) {
+  client_->Add(kube::kStorageClasses, StorageClass("standard", true));
+  client_->Add(kube::kCoordinatedJobs, Job(1));
+  Start();
+  ASSERT_TRUE(start_status_.ok()) << start_status_;
+  client_->FailNext("list", "storageclasses", absl::UnavailableError("the API server is away"));
+  absl::Status status;
+  EXPECT_TRUE(Reconcile(&status).empty());  // nothing written
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find("cannot list StorageClasses"), std::string::npos) << status;
+  // Tried again: the claim.
+  Reconcile();
+  EXPECT_EQ(Status().value("coordinatorStateVolume", ""), "PersistentVolumeClaim");
 }
 
 TEST_F(ReconcileTest, AGangStartsInOrderCoordinatorFirstThenItsWorkers) {

@@ -28,11 +28,11 @@ json List(std::vector<json> items) { return {{"items", items}}; }
 
 TEST(StateVolumeTest, TheNewestDefaultClassMakesItAClaimUnderEitherAnnotation) {
   auto choice = ChooseStateVolume(
-      AutoJob(), List({Class("old", "storageclass.kubernetes.io/is-default-class",
-                             "2026-01-01T00:00:00Z"),
-                       Class("plain", "", "2026-06-01T00:00:00Z"),
-                       Class("new", "storageclass.beta.kubernetes.io/is-default-class",
-                             "2026-03-01T00:00:00Z")}));
+      AutoJob(),
+      List({Class("old", "storageclass.kubernetes.io/is-default-class", "2026-01-01T00:00:00Z"),
+            Class("plain", "", "2026-06-01T00:00:00Z"),
+            Class("new", "storageclass.beta.kubernetes.io/is-default-class",
+                  "2026-03-01T00:00:00Z")}));
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->volume, api::StateVolume::kPersistentVolumeClaim);
   EXPECT_TRUE(choice->fresh);
