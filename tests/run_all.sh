@@ -15,11 +15,13 @@
 #                 stages run, and the tests run twice already, under ASan and under TSan.
 #   fuzz-smoke    every libFuzzer target (from the asan build) and atheris target (the Python
 #                 worker's) for 10 s (make fuzz runs them 10^7 times in all)
-#   compat        real jaxlib and TensorFlow clients (tests/compat)
+#   compat        real jaxlib, TensorFlow and torch clients (tests/compat)
 #   python        the task runtime's Python package with real processes (tests/python)
-#   bench-smoke   every benchmark scenario with tiny N, every anchor
 #   docker        the Dockerfile against the built programs
 #   e2e           the local cluster: Go tests, smoke, CRD, operator, chart, helm, dashboards
+#   soak-smoke    two minutes of the fault soak (make soak); beside e2e, from its start
+#   bench-smoke   every benchmark scenario with tiny N, every anchor; beside e2e, after
+#                 soak-smoke
 #   tsan          ctest under ThreadSanitizer
 # Beside the stages, in the background: tools/prepare.sh (at nice 10: the venvs, the local
 # cluster's binaries, then the ThreadSanitizer build) from the start, and clang-tidy
@@ -31,13 +33,18 @@ LOGS=$(mktemp -d /tmp/cohort-test.XXXXXX)
 # e2e and tsan come last: on a bare machine the local cluster's binaries and then the TSan
 # build (abseil, gRPC, the tree) compile in the background (tools/prepare.sh) while the stages
 # before them run, and the TSan build goes on while the e2e tests wait on pods.
-STAGES=(build programs format asan fuzz-smoke compat python bench-smoke docker e2e tsan)
+STAGES=(build programs format asan fuzz-smoke compat python docker e2e soak-smoke bench-smoke tsan)
 declare -A TARGET=([build]=build [programs]=programs-check [format]=format-check
   [asan]=asan-test [tsan]=tsan-test [fuzz-smoke]=fuzz-smoke [compat]=compat-test [python]=python-test [bench-smoke]=bench-smoke
-  [e2e]=e2e-test [docker]=docker-test)
+  [e2e]=e2e-test [docker]=docker-test [soak-smoke]=soak-smoke)
+# Stages that run beside another, one after the other, from its start: they mostly wait (on
+# processes starting, on sockets, on killed coordinators coming back), as e2e mostly waits on
+# pods, and neither asserts a time. The summary lists them after it, with their own times.
+declare -A BESIDE=([e2e]="soak-smoke bench-smoke")
+declare -A BESIDE_OF BESIDE_PID
 # The stages that must run tests: one whose log counts none has failed, whatever its status.
 declare -A RUNS_TESTS=([programs]=1 [asan]=1 [tsan]=1 [fuzz-smoke]=1 [compat]=1
-  [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1)
+  [python]=1 [bench-smoke]=1 [e2e]=1 [docker]=1 [soak-smoke]=1)
 declare -A RESULT PASSED FAILED SECS CPU BUSY
 CHILD_CPU_FILE="$LOGS/.times"
 source tools/children_cpu.sh
@@ -102,7 +109,7 @@ background() { # NICE LOG PIDFILE COMMAND...
 }
 background 10 "$LOGS/prepare.log" "$LOGS/prepare.pid" bash tools/prepare.sh
 prepare_pid=$(cat "$LOGS/prepare.pid")
-trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; [[ -n ${lint_pid:-} ]] && kill -TERM -- "-$lint_pid" 2>/dev/null; exit 130' INT TERM
+trap 'kill -TERM -- "-$prepare_pid" 2>/dev/null; [[ -n ${lint_pid:-} ]] && kill -TERM -- "-$lint_pid" 2>/dev/null; [[ -n ${beside_pid:-} ]] && kill -TERM -- "-$beside_pid" 2>/dev/null; exit 130' INT TERM
 total_passed=0
 total_failed=0
 
@@ -135,23 +142,9 @@ count() {
   echo "$p $f"
 }
 
-for stage in "${STAGES[@]}"; do
-  echo "======== make test: $stage (make ${TARGET[$stage]})"
-  start=$SECONDS
-  children_cpu
-  cpu_start=$CHILD_CPU
-  busy_start=$(machine_busy)
-  make --no-print-directory "${TARGET[$stage]}" 2>&1 | tee "$LOGS/$stage.log"
-  status=${PIPESTATUS[0]}
-  SECS[$stage]=$((SECONDS - start))
-  # How busy the stage kept the machine: CPU seconds over wall seconds, in cores (processes
-  # a test left running are not counted); "machine": the same for everything that ran then,
-  # the background included (2.0 on two cores: nothing idle).
-  children_cpu
-  CPU[$stage]=$(awk -v c=$((CHILD_CPU - cpu_start)) -v w=${SECS[$stage]} \
-    'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }')
-  BUSY[$stage]=$(awk -v b=$(($(machine_busy) - busy_start)) -v t="$TICKS" -v w=${SECS[$stage]} \
-    'BEGIN { printf "%.1f", (w > 0 ? b / t / w : 0) }')
+# account STAGE STATUS: the stage's counts and result from its log, into the totals.
+account() {
+  local stage=$1 status=$2 p f
   read -r p f < <(count "$LOGS/$stage.log")
   PASSED[$stage]=$p
   FAILED[$stage]=$f
@@ -167,6 +160,53 @@ for stage in "${STAGES[@]}"; do
   total_passed=$((total_passed + PASSED[$stage]))
   total_failed=$((total_failed + FAILED[$stage]))
   echo "======== make test: $stage ${RESULT[$stage]} in ${SECS[$stage]} s"
+  [[ $status == 0 ]]
+}
+
+for stage in "${STAGES[@]}"; do
+  # A stage that ran beside another has ended, or is about to: its log and result.
+  if [[ -n ${BESIDE_PID[$stage]:-} ]]; then
+    echo "======== make test: $stage (make ${TARGET[$stage]}, beside ${BESIDE_OF[$stage]})"
+    while [[ ! -f "$LOGS/$stage.result" ]] && kill -0 "${BESIDE_PID[$stage]}" 2>/dev/null; do
+      sleep 1 # polls for the file: the beside runner is not this shell's child
+    done
+    cat "$LOGS/$stage.log" 2>/dev/null
+    read -r status secs cpu_secs <"$LOGS/$stage.result" 2>/dev/null ||
+      { status=1 secs=0 cpu_secs=0; echo "make test: $stage never ended (its runner was stopped)"; }
+    SECS[$stage]=$secs
+    CPU[$stage]=$(awk -v c="$cpu_secs" -v w="$secs" 'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }')
+    BUSY[$stage]="-"
+    account "$stage" "$status"
+    continue
+  fi
+  echo "======== make test: $stage (make ${TARGET[$stage]})"
+  # The stages that run beside this one start with it, one after the other, in a session of
+  # their own at the same priority.
+  if [[ -n ${BESIDE[$stage]:-} ]]; then
+    pairs=()
+    for b in ${BESIDE[$stage]}; do pairs+=("$b=${TARGET[$b]}"); BESIDE_OF[$b]=$stage; done
+    echo "make test: beside $stage: ${BESIDE[$stage]} (logs in $LOGS, shown after $stage)"
+    background 0 /dev/null "$LOGS/beside.pid" bash tests/run_beside.sh "$LOGS" "${pairs[@]}"
+    beside_pid=$(cat "$LOGS/beside.pid")
+    for b in ${BESIDE[$stage]}; do BESIDE_PID[$b]=$beside_pid; done
+  fi
+  start=$SECONDS
+  children_cpu
+  cpu_start=$CHILD_CPU
+  busy_start=$(machine_busy)
+  make --no-print-directory "${TARGET[$stage]}" 2>&1 | tee "$LOGS/$stage.log"
+  status=${PIPESTATUS[0]}
+  SECS[$stage]=$((SECONDS - start))
+  # How busy the stage kept the machine: CPU seconds over wall seconds, in cores (processes
+  # a test left running are not counted); "machine": the same for everything that ran then,
+  # the background included (2.0 on two cores: nothing idle).
+  children_cpu
+  CPU[$stage]=$(awk -v c=$((CHILD_CPU - cpu_start)) -v w=${SECS[$stage]} \
+    'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }')
+  BUSY[$stage]=$(awk -v b=$(($(machine_busy) - busy_start)) -v t="$TICKS" -v w=${SECS[$stage]} \
+    'BEGIN { printf "%.1f", (w > 0 ? b / t / w : 0) }')
+  account "$stage" "$status"
+  status=$?
   if [[ $stage == build && $status != 0 ]]; then
     echo "make test: the build failed; nothing else can pass"
     break
