@@ -184,7 +184,7 @@ soak: build
 	  bash tests/soak/run.sh --duration $(SOAK_DURATION) --report RELIABILITY.md $(SOAK_ARGS)
 
 soak-smoke: build
-	bash tests/compat/run.sh tests/compat/test_soak.py
+	COMPAT_TESTS=tests/compat/test_soak.py bash tests/compat/run.sh
 
 # libFuzzer targets (tests/fuzz), built in the ASan build (build-asan/), and the atheris targets
 # (tests/fuzz/*_fuzzer.py, in .venv/runtime): a fixed number of

@@ -18,7 +18,8 @@
 #   compat: covered jaxlib 0.10.2, jax 0.10.2 (Python 3.11.2, .venv)
 #
 # Environment: COHORT_BIN_DIR (default build/bin), COMPAT_PYTHON (interpreter for the
-# venvs). Extra arguments go to pytest (-k to run some tests while working on them).
+# venvs), COMPAT_TESTS (what pytest runs, default tests/compat; make soak-smoke names its one
+# file). Extra arguments go to pytest (-k to run some tests while working on them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -182,7 +183,7 @@ fi
 
 log "running pytest on $COMPAT against $COHORT_BIN_DIR/cohort-coordinator"
 set +e
-"$VENV/bin/python" -m pytest "$COMPAT" -p no:cacheprovider -rsx -v --no-skips "$@"
+"$VENV/bin/python" -m pytest "${COMPAT_TESTS:-$COMPAT}" -p no:cacheprovider -rsx -v --no-skips "$@"
 status=$?
 set -e
 log "pytest exited $status; the clients this run covered:"
