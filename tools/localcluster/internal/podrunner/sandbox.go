@@ -142,12 +142,21 @@ func (sb *sandbox) writeHosts(content []byte) error {
 	if sb.networkRemoved || string(content) == string(sb.lastHosts) {
 		return nil
 	}
-	f, err := os.OpenFile(sb.etcPath("hosts"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	// Rewritten in place (the file is bind-mounted, so a new file renamed over it would not
+	// be seen), and never emptied first: a process resolving a name meanwhile (gloo resolves
+	// the pod's own hostname as it starts) could find an empty file and fall back to the
+	// DNS server that is not there. The first lines (localhost, the pod's own names) are the
+	// same in every version, so a reader always finds them whole; the rest is cut to the new
+	// length after the write.
+	f, err := os.OpenFile(sb.etcPath("hosts"), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err := f.Write(content); err != nil {
+	if _, err := f.WriteAt(content, 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(len(content))); err != nil {
 		return err
 	}
 	sb.lastHosts = content
