@@ -14,7 +14,9 @@ namespace cohort {
 // the coordinator's durable state (StateStore) runs `then` once every change it was told
 // of before the call is synced to the disk, with one fdatasync for all the answers that
 // wait together (group commit). Without durable state, or when it is already synced, `then`
-// runs at once on the caller's thread. Calls run in the order they were made.
+// runs at once on the caller's thread. Calls run in the order they were made. The call may
+// sync the disk and run answers given by other threads before it returns (the store's group
+// commit lets a caller lead): a caller holds no lock that an answer takes.
 class DurabilityGate {
  public:
   virtual ~DurabilityGate() = default;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -44,6 +45,15 @@ using state_store_internal::WholeBarrierRecord;
 using state_store_internal::WriteAll;
 
 constexpr char kReserve[] = "reserve";
+// Group commit: the turns (a sync or a release) a thread that gave an answer takes at most
+// before it goes back to its own work, leaving what is left to the next caller.
+constexpr int kLeaderRounds = 64;
+// How long the sync thread leaves answers that no thread is seeing to for a caller to take
+// over before it leads itself.
+constexpr absl::Duration kTakeOverGrace = absl::Microseconds(200);
+// How long a change no answer waits for may stay unwritten (the next answer's sync
+// usually writes it before).
+constexpr absl::Duration kUnwaitedWriteDelay = absl::Milliseconds(10);
 
 namespace {
 
@@ -218,7 +228,6 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
   watcher_ = std::thread([this] { Watcher(); });
   if (options_.sync_interval == absl::ZeroDuration()) {
     syncer_ = std::thread([this] { Syncer(); });
-    releaser_ = std::thread([this] { Releaser(); });
   }
   return absl::OkStatus();
 }
@@ -232,7 +241,6 @@ void StateStore::Stop() {
   if (background_.joinable()) background_.join();
   if (watcher_.joinable()) watcher_.join();
   if (syncer_.joinable()) syncer_.join();  // after the answers that waited
-  if (releaser_.joinable()) releaser_.join();
   absl::MutexLock lock(&mu_);
   if (log_fd_ >= 0) {
     WritePendingLocked();
@@ -273,7 +281,7 @@ void StateStore::Append(const pb::Record& record) {
   absl::MutexLock lock(&mu_);
   if (log_fd_ < 0) return;  // stopped: the service is shutting down
   if (buffered_) {
-    // The sync thread writes it with the others of its batch, then syncs: no answer that
+    // The next sync writes it with the others of its batch, then syncs: no answer that
     // follows it goes out before, and a write(2) here could wait for the disk while the
     // caller holds the lock of the part that changed.
     pending_ += frame;
@@ -379,6 +387,8 @@ void StateStore::AfterDurable(absl::AnyInvocable<void() &&> then) {
     if (options_.sync_interval == absl::ZeroDuration() && log_fd_ >= 0 && !syncer_ended_ &&
         !on_disk) {
       waiting_.emplace_back(appended_, std::move(then));
+      // A sync or a release under way: its leader goes on to this one after it.
+      if (leaders_ == 0) LeadLocked(kLeaderRounds);
       return;
     }
   }
@@ -398,73 +408,97 @@ void StateStore::WritePendingLocked() {
   pending_.clear();
 }
 
-void StateStore::Syncer() {
-  for (;;) {
-    int fd = -1;
-    int64_t target = 0;
-    std::string data;
-    {
-      absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !waiting_.empty() || !pending_.empty();
-      };
-      mu_.Await(absl::Condition(&wake));
-      if (waiting_.empty() && pending_.empty()) {
-        // Stopping, everything written: later changes are written at once, and their answers
-        // go at once (Stop syncs last).
-        buffered_ = false;
-        syncer_ended_ = true;
-        return;
-      }
-      if (!pending_.empty() || waiting_.front().first > synced_) {
-        // Everything appended until now, the changes of the answers that came while the last
-        // sync ran too: one write and one fdatasync for all of them.
-        data.swap(pending_);
-        fd = log_fd_;
-        target = appended_;
-        syncing_ = true;
-      }
-    }
-    if (fd >= 0) {
-      if (options_.before_group_sync) options_.before_group_sync();
-      // Waits for space rather than exit once even the reserve is spent: the answers wait.
-      if (!WriteLog(fd, data, /*may_wait=*/true)) {
-        Fatal(Errno("cannot write the state log in", options_.dir));
-      }
-      if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
-    }
-    // The answers it covers go to the releaser, and the next sync can start at once: running
-    // a thousand answers (each a gRPC send) takes longer than an fdatasync.
-    absl::MutexLock lock(&mu_);
-    if (fd >= 0) {
-      syncing_ = false;
-      synced_ = std::max(synced_, target);
-      ++syncs_;
-    }
+bool StateStore::SyncWantedLocked() const {
+  return !pending_.empty() || (!waiting_.empty() && waiting_.front().first > synced_);
+}
+
+bool StateStore::WorkLeftLocked() const { return !waiting_.empty() || !releasable_.empty(); }
+
+void StateStore::LeadLocked(int rounds) {
+  ++leaders_;
+  for (int round = 0; round < rounds; ++round) {
+    // What is on disk already (a compaction's sync covers the changes before it too).
     while (!waiting_.empty() && waiting_.front().first <= synced_) {
       releasable_.push_back(std::move(waiting_.front().second));
       waiting_.pop_front();
     }
+    // The answers on disk first, then one sync for all that came while they went out.
+    if (!releasing_ && !releasable_.empty()) {
+      ReleaseLocked();
+    } else if (!syncing_ && SyncWantedLocked()) {
+      SyncLocked();
+    } else {
+      break;
+    }
   }
+  --leaders_;
 }
 
-void StateStore::Releaser() {
-  for (;;) {
-    std::vector<absl::AnyInvocable<void() &&>> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return syncer_ended_ || !releasable_.empty();
-      };
-      mu_.Await(absl::Condition(&wake));
-      if (releasable_.empty()) return;  // the syncer ended and released everything
-      batch.swap(releasable_);
-      releasing_ = true;
-    }
-    for (auto& then : batch) std::move(then)();
-    absl::MutexLock lock(&mu_);
-    releasing_ = false;
+void StateStore::SyncLocked() {
+  // Everything appended until now, the changes of the answers that came while the last
+  // sync ran too: one write and one fdatasync for all of them.
+  std::string data;
+  data.swap(pending_);
+  const int fd = log_fd_;
+  const int64_t target = appended_;
+  syncing_ = true;
+  mu_.Unlock();
+  if (options_.before_group_sync) options_.before_group_sync();
+  // Waits for space rather than exit once even the reserve is spent: the answers wait.
+  if (!WriteLog(fd, data, /*may_wait=*/true)) {
+    Fatal(Errno("cannot write the state log in", options_.dir));
   }
+  if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
+  mu_.Lock();
+  syncing_ = false;
+  synced_ = std::max(synced_, target);
+  ++syncs_;
+}
+
+void StateStore::ReleaseLocked() {
+  std::vector<absl::AnyInvocable<void() &&>> batch;
+  batch.swap(releasable_);
+  releasing_ = true;
+  mu_.Unlock();
+  for (auto& then : batch) std::move(then)();
+  mu_.Lock();
+  releasing_ = false;
+}
+
+void StateStore::Syncer() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    // Answers no thread is seeing to (a leader that used its turns, a compaction's sync);
+    // changes no answer waits for are written after a while, with the next sync a caller
+    // leads if one comes first.
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (leaders_ == 0 && WorkLeftLocked());
+    };
+    const bool woken = mu_.AwaitWithTimeout(absl::Condition(&wake), kUnwaitedWriteDelay);
+    if (stopping_) break;
+    if (woken) {
+      // Under load the next caller takes over at once; this thread leads only when none
+      // comes (a thread of its own leading a busy store sends the answers more slowly than
+      // the threads that give them: it waits for turns on the CPU with all of them).
+      auto taken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || leaders_ > 0 || !WorkLeftLocked();
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&taken), kTakeOverGrace)) continue;
+      LeadLocked(kLeaderRounds);
+    } else if (leaders_ == 0 && !pending_.empty()) {
+      LeadLocked(kLeaderRounds);
+    }
+  }
+  // Stopping: what is left once the leaders are done, then later changes are written at
+  // once and their answers go at once (Stop syncs last).
+  for (;;) {
+    mu_.Await(absl::Condition(
+        +[](int* leaders) { return *leaders == 0; }, &leaders_));
+    if (!WorkLeftLocked() && !SyncWantedLocked()) break;
+    LeadLocked(INT_MAX);
+  }
+  buffered_ = false;
+  syncer_ended_ = true;
 }
 
 // ---- The volume ----------------------------------------------------------------------------
@@ -502,16 +536,18 @@ bool StateStore::WriteLog(int fd, absl::string_view data, bool may_wait) {
   return true;
 }
 
+void StateStore::BecameFullLocked(const std::string& why) {
+  full_why_ = why;
+  volume_full_ = true;
+  spdlog::error(
+      "the volume of --state-dir {} is full ({}): key-value writes are refused with "
+      "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
+      options_.dir, why);
+}
+
 bool StateStore::ReleaseReserve(const std::string& why) {
   absl::MutexLock lock(&space_mu_);
-  if (!volume_full_.load()) {
-    full_why_ = why;
-    spdlog::error(
-        "the volume of --state-dir {} is full ({}): key-value writes are refused with "
-        "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
-        options_.dir, why);
-  }
-  volume_full_ = true;
+  if (!volume_full_.load()) BecameFullLocked(why);
   if (!reserve_held_) return false;
   reserve_held_ = false;
   ::unlink(absl::StrCat(options_.dir, "/", kReserve).c_str());
@@ -543,12 +579,7 @@ bool StateStore::CheckSpace() {
       free_bytes_ = free = std::max<int64_t>(0, free - reserve_bytes_);
     }
     if (reserve_held_ && free >= reserve_bytes_ / 2) return false;
-    full_why_ = reserve_held_ ? absl::StrCat(free, " bytes free") : "no room for its reserve";
-    volume_full_ = true;
-    spdlog::error(
-        "the volume of --state-dir {} is full ({}): key-value writes are refused with "
-        "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
-        options_.dir, full_why_);
+    BecameFullLocked(reserve_held_ ? absl::StrCat(free, " bytes free") : "no room for its reserve");
     return false;
   }
   // Full: back once the reserve is whole again with as much free beside it.

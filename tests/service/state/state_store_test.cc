@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -238,7 +239,7 @@ class StateStoreTest : public ::testing::Test {
   }
 
   // The newest log, every change made so far written to it (the store writes its changes in
-  // batches, on its sync thread).
+  // batches, when it syncs).
   std::string NewestLog() {
     if (store_) store_->WithFilesSettled([] {});
     std::string newest;
@@ -576,8 +577,8 @@ TEST_F(StateStoreTest, ZerosInsideALogThatLaterLogsFollowAreDamage) {
       << saved.status();
 }
 
-// What answered, in order, for tests of the durability gate (answers come from the store's
-// sync thread).
+// What answered, in order, for tests of the durability gate (answers come from whichever
+// thread led the sync that covered them).
 class Answers {
  public:
   std::function<void()> Note(const std::string& what) {
@@ -608,7 +609,7 @@ class Answers {
 // follows is synced, and the answers that came while one sync ran share the next one.
 TEST_F(StateStoreTest, AnswersWaitForTheSyncOfTheirChangeAndShareTheNextOne) {
   absl::Notification in_sync, go_on;
-  int syncs_seen = 0;  // on the sync thread only
+  std::atomic<int> syncs_seen{0};  // on whichever thread leads a sync
   Shutdown();
   fs::remove_all(dir_);
   before_group_sync_ = [&] {
@@ -634,8 +635,13 @@ TEST_F(StateStoreTest, AnswersWaitForTheSyncOfTheirChangeAndShareTheNextOne) {
   auto watch = service_->WatchKeys("", 0, service_->NewWaiterId(), answers.Note("watch"));
   ASSERT_TRUE(watch.ok()) << watch.status();
 
-  backend.InsertKeyValue(CallContext{}, "a", "1", false, status_of("insert a"));
-  in_sync.WaitForNotification();  // the sync thread holds the fdatasync that covers "a"
+  // The caller of the first change leads the sync that covers it (held in it here, before
+  // its fdatasync): from a thread of its own. Its first answer is the watch's event; the
+  // call's own answer it gives once it is done leading. The calls below find a leader and
+  // leave their answers to wait for the next sync, which that leader leads too.
+  std::thread leader(
+      [&] { backend.InsertKeyValue(CallContext{}, "a", "1", false, status_of("insert a")); });
+  in_sync.WaitForNotification();
   EXPECT_EQ(answers.Seen(), "");
   EXPECT_TRUE((*watch)->Take(SIZE_MAX).events.empty()) << "a watch saw a change not on disk";
   backend.InsertKeyValue(CallContext{}, "b", "2", false, status_of("insert b"));
@@ -676,17 +682,19 @@ TEST_F(StateStoreTest, AnswersWaitForTheSyncOfTheirChangeAndShareTheNextOne) {
 
   go_on.Notify();
   // In the order they were given: a change's watch events and released waits come before
-  // the answer to the call that made it.
+  // the answer to the call that made it (the leader's own answer, given after the others,
+  // goes last).
   EXPECT_EQ(answers.AwaitCount(10),
-            "watch,insert a,get b,watch,insert b,watch,add c,read b,watch,torch");
+            "watch,get b,watch,insert b,watch,add c,read b,watch,torch,insert a");
+  leader.join();
   // "a" in the first sync, everything after it in a second one.
   EXPECT_EQ(store_->GetStats().syncs, 2);
   KeyWatch::Batch events = (*watch)->Take(SIZE_MAX);
   ASSERT_GE(events.events.size(), 4U);  // the batch also writes its client's record
   EXPECT_EQ(events.events[2]->key, "c");
-  // Nothing waits now: an answer goes at once, on the caller's thread. (Once the release
-  // thread is done with its batch: it is still marked busy for a moment after running the
-  // last answer, and an answer given then queues behind it. Each try waits for its answer.)
+  // Nothing waits now: an answer goes at once, on the caller's thread. (Once the leader is
+  // done with its batch: it is still marked busy for a moment after running the last answer,
+  // and an answer given then queues behind it. Each try waits for its answer.)
   bool at_once = false;
   for (int tries = 0; tries < 1000 && !at_once; ++tries) {
     absl::Notification ran;
