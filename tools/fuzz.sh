@@ -4,7 +4,8 @@
 # runs each one, and each atheris target of tests/fuzz (Python, in .venv/runtime):
 #   tools/fuzz.sh          (make fuzz) a fixed number of executions per target, from the
 #                          table below: at least 10^7 in all
-#   tools/fuzz.sh smoke    (make fuzz-smoke, in make test) 10 s per target, a minute in all
+#   tools/fuzz.sh smoke    (make fuzz-smoke, in make test) 10 s per target, FUZZ_JOBS
+#                          (default: the cores) at once
 #   tools/fuzz.sh SECONDS  SECONDS per target
 # Each target starts from its checked-in seeds (tests/fuzz/corpus/<target>) plus what earlier
 # runs found (FUZZ_BUILD/fuzz/corpus/<target>); a crash leaves its input in
@@ -63,27 +64,46 @@ if ((${#python_targets[@]} > 0)); then
   bash tools/runtime-venv.sh >/dev/null
 fi
 
-total_runs=0
-passed=0
-failed=0
-for name in "${targets[@]}" "${python_targets[@]}"; do
+# One target, alone on a core: its result in $build/fuzz/NAME.result ("ok EXECUTIONS" or
+# "failed"). FUZZ_JOBS targets run at once (default: the machine's cores; each is one thread).
+run_target() {
+  local name=$1 target corpus crashes seeds runs
   read -r -a target <<<"${COMMAND[$name]}"
   corpus="$build/fuzz/corpus/$name"
   crashes="$build/fuzz/crashes/$name/"
   mkdir -p "$corpus" "$crashes"
   seeds=()
   [[ -d tests/fuzz/corpus/$name ]] && seeds=("tests/fuzz/corpus/$name")
-  if [[ $mode == runs ]]; then limit=(-runs="${RUNS[$name]}"); fi
-  echo "fuzz: $name (${limit[*]})"
-  if "${target[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  local this_limit=("${limit[@]}")
+  if [[ $mode == runs ]]; then this_limit=(-runs="${RUNS[$name]}"); fi
+  if "${target[@]}" "${this_limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes" "$corpus" "${seeds[@]}" >"$build/fuzz/$name.log" 2>&1; then
-    passed=$((passed + 1))
     runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$build/fuzz/$name.log" | tail -1)
-    total_runs=$((total_runs + ${runs:-0}))
-    echo "fuzz: $name: ${runs:-?} executions, no crash"
+    echo "ok ${runs:-0}" >"$build/fuzz/$name.result"
+  else
+    echo failed >"$build/fuzz/$name.result"
+  fi
+}
+jobs_at_once=${FUZZ_JOBS:-$(nproc)}
+for name in "${targets[@]}" "${python_targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n; done
+  rm -f "$build/fuzz/$name.result"
+  if [[ $mode == runs ]]; then echo "fuzz: $name (-runs=${RUNS[$name]})"; else echo "fuzz: $name (${limit[*]})"; fi
+  run_target "$name" &
+done
+wait
+total_runs=0
+passed=0
+failed=0
+for name in "${targets[@]}" "${python_targets[@]}"; do
+  read -r result runs <"$build/fuzz/$name.result" || result=failed
+  if [[ $result == ok ]]; then
+    passed=$((passed + 1))
+    total_runs=$((total_runs + runs))
+    echo "fuzz: $name: $runs executions, no crash"
   else
     failed=$((failed + 1))
-    echo "fuzz: $name FAILED; the input is in $crashes, the log in $build/fuzz/$name.log:"
+    echo "fuzz: $name FAILED; the input is in $build/fuzz/crashes/$name/, the log in $build/fuzz/$name.log:"
     grep -E -A30 'ERROR|runtime error|deadly signal|Timeout|Uncaught Python exception' "$build/fuzz/$name.log" | head -60
   fi
 done
