@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -138,9 +137,9 @@ absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& s
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> StateStore::OpenLog(int64_t generation) {
+absl::StatusOr<StateStore::NewLog> StateStore::OpenLog(int64_t generation) {
   const std::string path = absl::StrCat(options_.dir, "/log-", generation);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return absl::InternalError(Errno("cannot create", path));
   pb::Header header;
   header.set_format(kFormat);
@@ -152,7 +151,15 @@ absl::StatusOr<int> StateStore::OpenLog(int64_t generation) {
   header.set_answers_before_sync(options_.sync_interval > absl::ZeroDuration());
   std::string data;
   AppendFrame(header, &data);
-  if (!WriteLog(fd, data, /*may_wait=*/false) || ::fdatasync(fd) != 0) {
+  NewLog log;
+  log.fd = fd;
+  log.end = static_cast<int64_t>(data.size());
+  bool ok = WriteLog(fd, 0, data, /*may_wait=*/false);
+  if (ok) {
+    log.room = WriteRoom(fd, log.end, log.end + room_bytes_);
+    ok = ::fdatasync(fd) == 0;
+  }
+  if (!ok) {
     std::string error = Errno("cannot write", path);
     ::close(fd);
     ::unlink(path.c_str());
@@ -162,7 +169,7 @@ absl::StatusOr<int> StateStore::OpenLog(int64_t generation) {
     ::close(fd);
     return s;
   }
-  return fd;
+  return log;
 }
 
 void StateStore::RemoveBefore(int64_t generation) {
@@ -205,14 +212,13 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
         options_.dir, std::string(s.message()));
     snapshot_written = false;
   }
-  auto fd = OpenLog(generation);
-  if (!fd.ok()) return fd.status();
+  auto log = OpenLog(generation);
+  if (!log.ok()) return log.status();
   {
     absl::MutexLock lock(&mu_);
-    log_fd_ = *fd;
     generation_ = generation;
     log_bytes_ = 0;
-    StartedLogLocked();
+    StartedLogLocked(*log);
     buffered_ = options_.sync_interval == absl::ZeroDuration();
     snapshot_owed_ = !snapshot_written;
   }
@@ -249,8 +255,12 @@ void StateStore::Stop() {
     closed.mutable_log_closed();
     std::string frame;
     AppendFrame(closed, &frame);
-    if (!WriteLog(log_fd_, frame, /*may_wait=*/false)) {
+    if (!WriteAtEndLocked(frame, /*may_wait=*/false)) {
       spdlog::warn("{}", Errno("cannot mark the state log closed in", options_.dir));
+    }
+    // The room left is not needed any more.
+    if (::ftruncate(log_fd_, log_end_) != 0) {
+      spdlog::warn("{}", Errno("cannot cut the state log to its end in", options_.dir));
     }
     ::fdatasync(log_fd_);
     ::close(log_fd_);
@@ -268,6 +278,7 @@ StateStore::Stats StateStore::GetStats() const {
           compact_bytes_,
           syncs_,
           log_header_bytes_ + std::max<int64_t>(0, synced_ - log_start_),
+          log_end_,
           volume_full_.load(),
           free_bytes_};
 }
@@ -285,7 +296,7 @@ void StateStore::Append(const pb::Record& record) {
     // follows it goes out before, and a write(2) here could wait for the disk while the
     // caller holds the lock of the part that changed.
     pending_ += frame;
-  } else if (!WriteLog(log_fd_, frame, /*may_wait=*/false)) {
+  } else if (!WriteAtEndLocked(frame, /*may_wait=*/false)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
   log_bytes_ += static_cast<int64_t>(frame.size());
@@ -294,10 +305,19 @@ void StateStore::Append(const pb::Record& record) {
   if (log_bytes_ > std::max(compact_bytes_, 2 * snapshot_bytes_)) compact_wanted_ = true;
 }
 
-void StateStore::StartedLogLocked() {
-  struct stat st {};
-  log_header_bytes_ = ::fstat(log_fd_, &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+void StateStore::StartedLogLocked(const NewLog& log) {
+  log_fd_ = log.fd;
+  log_header_bytes_ = log.end;
+  log_end_ = log.end;
+  log_room_ = log.room;
   log_start_ = appended_;
+}
+
+bool StateStore::WriteAtEndLocked(absl::string_view data, bool may_wait) {
+  if (!WriteLog(log_fd_, log_end_, data, may_wait)) return false;
+  log_end_ += static_cast<int64_t>(data.size());
+  if (log_end_ > log_room_) log_room_ = WriteRoom(log_fd_, log_end_, log_end_ + room_bytes_);
+  return true;
 }
 
 void StateStore::Background() {
@@ -337,29 +357,35 @@ void StateStore::Compact() {
     absl::MutexLock lock(&mu_);
     generation = generation_ + 1;
   }
-  auto fd = OpenLog(generation);
-  if (!fd.ok()) {
+  auto log = OpenLog(generation);
+  if (!log.ok()) {
     // Nothing changed: the log goes on, and grows on to the next try.
     spdlog::error("cannot start a new state log for a compaction: {}",
-                  std::string(fd.status().message()));
+                  std::string(log.status().message()));
     absl::MutexLock lock(&mu_);
     compact_wanted_ = false;
     return;
   }
   int old_fd = -1;
+  int64_t old_end = 0;
   {
     // Records from here on go to the new log, so the capture below misses none of them.
     absl::MutexLock lock(&mu_);
     AwaitNoSyncLocked();  // the syncer is done with the old log
     old_fd = log_fd_;
     WritePendingLocked();
+    old_end = log_end_;
     if (::fdatasync(old_fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
     synced_ = appended_;  // all of it was in the old log
-    log_fd_ = *fd;
     generation_ = generation;
     log_bytes_ = 0;
-    StartedLogLocked();
+    StartedLogLocked(*log);
     compact_wanted_ = false;
+  }
+  // Its room is not needed any more (a crash before this leaves zeros after its end, which
+  // recovery reads as room).
+  if (::ftruncate(old_fd, old_end) != 0) {
+    spdlog::warn("{}", Errno("cannot cut the replaced state log to its end in", options_.dir));
   }
   ::close(old_fd);
   std::optional<runtime::SchedulerChanges> tasks;
@@ -402,7 +428,7 @@ void StateStore::AwaitNoSyncLocked() {
 
 void StateStore::WritePendingLocked() {
   if (pending_.empty()) return;
-  if (!WriteLog(log_fd_, pending_, /*may_wait=*/false)) {
+  if (!WriteAtEndLocked(pending_, /*may_wait=*/false)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
   pending_.clear();
@@ -440,16 +466,24 @@ void StateStore::SyncLocked() {
   std::string data;
   data.swap(pending_);
   const int fd = log_fd_;
+  const int64_t offset = log_end_;
+  log_end_ += static_cast<int64_t>(data.size());
+  // Past the room: more of it, synced with the data (the one sync in many that records a
+  // new length of the file).
+  const bool more_room = log_end_ > log_room_;
+  const int64_t room_from = log_end_;
   const int64_t target = appended_;
-  syncing_ = true;
+  syncing_ = true;  // no other thread writes log_fd_ or switches it
   mu_.Unlock();
   if (options_.before_group_sync) options_.before_group_sync();
   // Waits for space rather than exit once even the reserve is spent: the answers wait.
-  if (!WriteLog(fd, data, /*may_wait=*/true)) {
+  if (!WriteLog(fd, offset, data, /*may_wait=*/true)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
+  const int64_t room = more_room ? WriteRoom(fd, room_from, room_from + room_bytes_) : 0;
   if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
   mu_.Lock();
+  if (more_room) log_room_ = room;
   syncing_ = false;
   synced_ = std::max(synced_, target);
   ++syncs_;
@@ -503,17 +537,18 @@ void StateStore::Syncer() {
 
 // ---- The volume ----------------------------------------------------------------------------
 
-bool StateStore::WriteLog(int fd, absl::string_view data, bool may_wait) {
+bool StateStore::WriteLog(int fd, int64_t offset, absl::string_view data, bool may_wait) {
   bool waited = false;
   while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
+    ssize_t n = ::pwrite(fd, data.data(), data.size(), offset);
     if (n > 0) {
       data.remove_prefix(static_cast<size_t>(n));
+      offset += n;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n == 0 || errno != ENOSPC) return false;
-    // A partial write left its part in the file (O_APPEND): the rest follows it.
+    // A partial write left its part in the file: the rest follows it.
     if (ReleaseReserve("a write to the state log found no space")) continue;
     if (!may_wait) {
       errno = ENOSPC;
@@ -534,6 +569,18 @@ bool StateStore::WriteLog(int fd, absl::string_view data, bool may_wait) {
   }
   if (waited) spdlog::info("the volume of --state-dir {} has room again", options_.dir);
   return true;
+}
+
+int64_t StateStore::WriteRoom(int fd, int64_t from, int64_t to) {
+  static const std::string* const kZeros = new std::string(size_t{64} << 10, '\0');
+  while (from < to) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(to - from, kZeros->size()));
+    const ssize_t wrote = ::pwrite(fd, kZeros->data(), n, from);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) break;
+    from += wrote;
+  }
+  return from;
 }
 
 void StateStore::BecameFullLocked(const std::string& why) {

@@ -84,7 +84,10 @@ absl::StatusOr<FrameReader::Result> FrameReader::Next(std::string* payload) {
     // No frame is empty (every record and header has a field), so zeros here are not one.
     absl::StatusOr<bool> zeros = RestIsZero();
     if (!zeros.ok()) return zeros.status();
-    if (crc == 0 && *zeros) return Torn("it is zeros from here to its end");
+    if (crc == 0 && *zeros) {
+      tail_is_zeros_ = true;
+      return Torn("it is zeros from here to its end");
+    }
     return Damaged("a record of length 0");
   }
   if (length >= kMaxFrame) {

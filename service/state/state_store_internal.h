@@ -56,6 +56,9 @@ class FrameReader {
   absl::StatusOr<Result> Next(std::string* payload);
   // After kTorn: what the tail is, for the log.
   const std::string& torn_why() const { return torn_why_; }
+  // After kTorn: the tail is zeros from the start of a frame to the end of the file (in a log,
+  // its room: the log ends there).
+  bool tail_is_zeros() const { return tail_is_zeros_; }
 
   absl::Status Damaged(absl::string_view what) const;
   int64_t frame_start() const { return frame_start_; }
@@ -74,6 +77,7 @@ class FrameReader {
   int64_t offset_ = 0;
   int64_t frame_start_ = 0;
   std::string torn_why_;
+  bool tail_is_zeros_ = false;
 };
 
 // "snapshot-12" -> 12.

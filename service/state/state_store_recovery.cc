@@ -263,6 +263,10 @@ int64_t AutoCompactBytes(int64_t volume_bytes) {
   return std::clamp<int64_t>(volume_bytes / 8, int64_t{1} << 20, int64_t{64} << 20);
 }
 
+int64_t LogRoomBytes(int64_t compact_bytes) {
+  return std::clamp<int64_t>(compact_bytes / 16, int64_t{64} << 10, int64_t{4} << 20);
+}
+
 int64_t ReserveBytes(int64_t compact_bytes) {
   return std::clamp<int64_t>(compact_bytes / 4, int64_t{256} << 10, int64_t{16} << 20);
 }
@@ -314,6 +318,12 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
                  volume >> 20, store->compact_bytes_ >> 20);
   }
   store->reserve_bytes_ = ReserveBytes(store->compact_bytes_);
+  if (options.log_room_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the log's room must not be negative, not ", options.log_room_bytes));
+  }
+  store->room_bytes_ =
+      options.log_room_bytes > 0 ? options.log_room_bytes : LogRoomBytes(store->compact_bytes_);
 
   // What is there.
   std::vector<int64_t> snapshots, logs;
@@ -408,6 +418,15 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
       auto r = log.Next(&payload);
       if (!r.ok()) return r.status();
       if (*r == FrameReader::Result::kEnd) break;
+      if (*r == FrameReader::Result::kTorn && log.tail_is_zeros()) {
+        // The log's end: the room written ahead of it, never used (or used by writes a crash
+        // cut short before they reached the disk, whose answers never went out). In an older
+        // log, its room was left by a crash before the compaction that replaced it cut it.
+        if (newest && ::truncate(log.path().c_str(), log.frame_start()) != 0) {
+          return absl::InternalError(Errno("cannot truncate", log.path()));
+        }
+        break;
+      }
       if (*r == FrameReader::Result::kTorn) {
         if (!newest) {
           return log.Damaged(absl::StrCat(log.torn_why(), ", and later logs follow it"));

@@ -31,6 +31,7 @@
 #include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
 #include "service/core/errors.h"
+#include "service/state/state_store_internal.h"
 #include "service/torch/forwarded_commands.h"
 #include "service/torch/tcpstore_codec.h"
 #include "service/torch/torch_keys.h"
@@ -143,6 +144,7 @@ class StateStoreTest : public ::testing::Test {
     options.sync_interval = sync_interval_;
     options.boot_id = boot_id_;
     options.compact_bytes = compact_bytes_;
+    options.log_room_bytes = log_room_bytes_;
     options.before_group_sync = before_group_sync_;
     return options;
   }
@@ -253,6 +255,13 @@ class StateStoreTest : public ::testing::Test {
     return dir_ + "/" + newest;
   }
 
+  // The bytes written to the newest log, every change made so far among them (after them, to
+  // the end of the file, the room written ahead).
+  uintmax_t LogEnd() {
+    NewestLog();
+    return static_cast<uintmax_t>(store_->GetStats().written_log_bytes);
+  }
+
   // A crash copy whose newest log is cut to `bytes`: what a crash of the machine in the
   // middle of writing it could leave.
   std::string CutCopy(uintmax_t bytes) {
@@ -262,6 +271,7 @@ class StateStoreTest : public ::testing::Test {
   }
 
   int64_t compact_bytes_ = int64_t{64} << 20;
+  int64_t log_room_bytes_ = 0;
   std::function<void()> before_group_sync_;
   absl::Duration sync_interval_ = absl::ZeroDuration();
   std::string boot_id_ = "boot-1";
@@ -455,13 +465,79 @@ TEST_F(StateStoreTest, ALongLogIsReplacedByASnapshot) {
   EXPECT_LE(snapshots, 2);  // older generations are removed
 }
 
+// The log's room is written ahead of its changes (zeros, a few KiB at a time here), a crash
+// anywhere reads back everything saved, and a stopped store cuts its log to its end.
+TEST_F(StateStoreTest, TheLogIsWrittenAheadOfItsChangesAndCutToItsEndWhenClosed) {
+  Shutdown();
+  fs::remove_all(dir_);
+  log_room_bytes_ = 4096;
+  StartFresh();
+  RegisterAll();
+  for (int i = 0; i < 24; ++i) {
+    SCOPED_TRACE(absl::StrCat("change ", i));
+    ASSERT_TRUE(
+        service_->InsertKeyValue(absl::StrCat("k", i), std::string(700, 'a' + i % 26), false).ok());
+    const uintmax_t end = LogEnd();
+    const std::string log = NewestLog();
+    const uintmax_t size = fs::file_size(log);
+    ASSERT_GT(size, end) << "room after the changes";
+    ASSERT_LE(size, end + 4096);
+    std::ifstream in(log, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(end));
+    std::string room(size - end, 'x');
+    in.read(room.data(), static_cast<std::streamsize>(room.size()));
+    ASSERT_EQ(room, std::string(size - end, '\0'));
+    if (i % 6 == 5) ExpectSurvivesCrash("room after the log");
+  }
+  const std::string expected = Describe(service_->CaptureState());
+  const std::string log = NewestLog();
+  store_->Stop();
+  const uintmax_t closed = fs::file_size(log);
+  EXPECT_GT(closed, 24 * 700u);
+  EXPECT_EQ(closed, static_cast<uintmax_t>(store_->GetStats().written_log_bytes));
+  auto saved = Read(CrashCopy());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(Describe(*saved), expected);
+}
+
+// A compaction cuts the log it replaces to its end after the switch; a crash before that
+// leaves its room, which reads as room although a later log follows.
+TEST_F(StateStoreTest, TheRoomOfALogThatALaterLogFollowsIsNotDamage) {
+  RegisterAll();
+  ASSERT_TRUE(service_->InsertKeyValue("a", "1", false).ok());
+  const uintmax_t end = LogEnd();
+  const std::string copy = CrashCopy();
+  const std::string name = fs::path(NewestLog()).filename().string();
+  ASSERT_GT(fs::file_size(copy + "/" + name), end) << "room left after the log";
+  // The later log, as the compaction began it: its header, then a change.
+  const int64_t next = std::stoll(name.substr(4)) + 1;
+  std::string data;
+  state::v1::Header header;
+  header.set_format(state_store_internal::kFormat);
+  header.set_kind(state::v1::Header::LOG);
+  header.set_generation(static_cast<uint64_t>(next));
+  header.set_service_incarnation(service_->service_incarnation());
+  state_store_internal::AppendFrame(header, &data);
+  state_store_internal::AppendFrame(state_store_internal::KeyPutRecord("b", "2", 1000), &data);
+  {
+    std::ofstream out(absl::StrCat(copy, "/log-", next), std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  auto saved = Read(copy);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  std::vector<std::string> keys;
+  for (const DurableKey& k : saved->keys) keys.push_back(absl::StrCat(k.key, "=", k.value));
+  EXPECT_EQ(absl::StrJoin(keys, ","), "a=1,b=2");
+}
+
 TEST_F(StateStoreTest, ARecordCutShortByACrashIsDropped) {
   RegisterAll();
   ASSERT_TRUE(service_->InsertKeyValue("kept", "1", false).ok());
   const std::string expected = Describe(service_->CaptureState());
   std::string copy = CrashCopy();
   std::string log = copy + "/" + fs::path(NewestLog()).filename().string();
-  const auto size = fs::file_size(log);
+  const auto size = LogEnd();
+  fs::resize_file(log, size);  // a log that ran out of room, grown by its writes
   {
     std::ofstream out(log, std::ios::binary | std::ios::app);
     out.write("\x30\x00\x00\x00\x01\x02", 6);  // a header promising 48 bytes, then nothing
@@ -478,10 +554,10 @@ TEST_F(StateStoreTest, EveryKindOfTornTailIsDroppedAndTheStateBeforeItComesUp) {
   RegisterAll();
   ASSERT_TRUE(service_->InsertKeyValue("kept", "1", false).ok());
   const std::string before = Describe(service_->CaptureState());
-  const uintmax_t size_before = fs::file_size(NewestLog());
+  const uintmax_t size_before = LogEnd();
   // The last write: a record of a few sectors (its value 3,000 bytes, not zeros).
   ASSERT_TRUE(service_->InsertKeyValue("torn", std::string(3000, 'v'), false).ok());
-  const uintmax_t size_after = fs::file_size(NewestLog());
+  const uintmax_t size_after = LogEnd();
   ASSERT_GT(size_after - size_before, 3 * 512u);
   const std::string after = Describe(service_->CaptureState());
   const std::string log_name = fs::path(NewestLog()).filename().string();
@@ -560,7 +636,7 @@ TEST_F(StateStoreTest, ZerosInsideALogThatLaterLogsFollowAreDamage) {
   RegisterAll();
   ASSERT_TRUE(service_->InsertKeyValue("k", std::string(3000, 'v'), false).ok());
   const std::string log = NewestLog();
-  const uintmax_t size = fs::file_size(log);
+  const uintmax_t size = LogEnd();
   std::string copy = CrashCopy();
   const std::string name = fs::path(log).filename().string();
   const std::string next = absl::StrCat(copy, "/log-", std::stoll(name.substr(4)) + 1);
@@ -804,6 +880,14 @@ TEST(AutoCompactBytesTest, AnEighthOfTheVolumeFrom1To64MiB) {
   EXPECT_EQ(AutoCompactBytes(0), int64_t{1} << 20);
 }
 
+TEST(LogRoomBytesTest, ASixteenthOfTheCompactionLengthFrom64KiBTo4MiB) {
+  EXPECT_EQ(LogRoomBytes(int64_t{8} << 20), int64_t{512} << 10) << "a 64Mi claim";
+  EXPECT_EQ(LogRoomBytes(int64_t{64} << 20), int64_t{4} << 20);
+  EXPECT_EQ(LogRoomBytes(int64_t{1} << 40), int64_t{4} << 20);
+  EXPECT_EQ(LogRoomBytes(int64_t{1} << 20), int64_t{64} << 10);
+  EXPECT_EQ(LogRoomBytes(0), int64_t{64} << 10);
+}
+
 TEST_F(StateStoreTest, CompactsAtTheSizeGivenOrByTheVolumeAndRefusesANegativeOne) {
   EXPECT_EQ(store_->GetStats().compact_bytes, int64_t{64} << 20) << "the fixture's own";
   Shutdown();
@@ -828,7 +912,7 @@ TEST_F(StateStoreTest, ChangesMadeAsOneAreRestoredWholeOrNotAtAll) {
   ASSERT_TRUE(service_->InsertKeyValue("count", "4", false).ok());
   ASSERT_TRUE(service_->InsertKeyValue("gone", "x", false).ok());
   const std::string before = Describe(service_->CaptureState());
-  const uintmax_t size_before = fs::file_size(NewestLog());
+  const uintmax_t size_before = LogEnd();
   service_->KeyValueAtomically([](KeyValueStore::Batch& kv) {
     ASSERT_TRUE(kv.Increment("count", 1).ok());
     ASSERT_TRUE(kv.Insert("record", "5", false).ok());
@@ -836,7 +920,7 @@ TEST_F(StateStoreTest, ChangesMadeAsOneAreRestoredWholeOrNotAtAll) {
     ASSERT_TRUE(kv.QueuePush("q", "item").ok());
   });
   const std::string after = Describe(service_->CaptureState());
-  const uintmax_t size_after = fs::file_size(NewestLog());
+  const uintmax_t size_after = LogEnd();
   ASSERT_NE(before, after);
   ASSERT_GT(size_after, size_before);
   // Cut anywhere inside what the batch wrote, the log gives the state before it; whole, the
@@ -875,10 +959,10 @@ TEST_F(StateStoreTest, AForwardedTorchCommandIsCarriedOutOnceWhereverACrashCutsT
   add.query = Query::kAdd;
   add.keys = {"count"};
   add.number = 1;
-  const uintmax_t size_before = fs::file_size(NewestLog());
+  const uintmax_t size_before = LogEnd();
   absl::StatusOr<std::string> first = forward(2, add);
   ASSERT_TRUE(first.ok()) << first.status();
-  const uintmax_t size_after = fs::file_size(NewestLog());
+  const uintmax_t size_after = LogEnd();
   // The answer was lost with the coordinator, and the sidecar sends the ADD again to the one
   // that restarted from whatever the log held: it counts once, and answers as the first time.
   const std::string log = fs::path(NewestLog()).filename().string();
@@ -904,7 +988,7 @@ TEST_F(StateStoreTest, ADamagedRecordRefusesTheStart) {
   std::string log = copy + "/" + fs::path(NewestLog()).filename().string();
   {
     std::fstream f(log, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(-3, std::ios::end);
+    f.seekp(static_cast<std::streamoff>(LogEnd()) - 3);  // inside the last record
     f.put('\x7f');
   }
   auto saved = Read(copy);
