@@ -22,6 +22,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,7 @@ PROFILES = {
         "kv_values": [100, 64 << 10, 16 * MIB],
         "kv_seconds": 3,
         "durable_values": [100, 64 << 10],
+        "durable_runs": 3,
         "memory_tasks": [1000, 4000, 16000],
         "failure_tasks": [1000, 4000, 16000],
         "failure_heartbeat_timeout": 4,
@@ -88,6 +90,7 @@ PROFILES = {
         "kv_values": [100, 64 << 10],
         "kv_seconds": 0.3,
         "durable_values": [100],
+        "durable_runs": 1,
         "memory_tasks": [20, 40],
         "failure_tasks": [20, 40],
         "failure_heartbeat_timeout": 1,
@@ -105,6 +108,30 @@ PROFILES = {
         "timeout": 60,
     },
 }
+
+
+def median_of_runs(runs):
+    """One kv record from runs of the same point: each phase's rate, count and latencies are
+    the medians of the runs' (each run's rate kept in phase_rates), its errors the most any
+    run had. A failed run makes the record a failed one."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return {**failed[0], "runs": len(runs), "failed_runs": len(failed)}
+    merged = json.loads(json.dumps(runs[0]))
+    merged["runs"] = len(runs)
+    merged["wall_seconds"] = round(sum(r.get("wall_seconds", 0) for r in runs), 2)
+    merged["phase_rates"] = {}
+    for name, phase in merged.get("phases", {}).items():
+        seen = [r["phases"][name] for r in runs if name in r.get("phases", {})]
+        merged["phase_rates"][name] = [p["ops_per_second"] for p in seen]
+        for key in ("ops_per_second", "ops", "mib_per_second"):
+            if key in phase:
+                phase[key] = statistics.median(p[key] for p in seen)
+        if "errors" in phase:
+            phase["errors"] = max(p["errors"] for p in seen)
+        for key in phase.get("latency", {}):
+            phase["latency"][key] = statistics.median(p["latency"][key] for p in seen)
+    return merged
 
 
 def log(msg):
@@ -480,15 +507,23 @@ class Bench:
         """What nothing acknowledged lost costs: the kv loops against cohort with its state in
         memory, with --state-dir on this machine's disk (the default: every answer after the
         fdatasync that covers it, shared by the answers waiting together), in the opt-in
-        faster mode (--state-sync-interval 1s), and etcd with its data on the same disk."""
+        faster mode (--state-sync-interval 1s), and etcd with its data on the same disk.
+        Each point runs durable_runs times, the systems taking turns, and keeps each phase's
+        median: one server's rate moves by a fifth from run to run on this machine, more than
+        the differences this scenario is about."""
         records = []
+        systems = self.systems_for(["cohort", "cohort-durable", "cohort-durable-fast",
+                                    "etcd-disk"])
         for value in self.p["durable_values"]:
             for clients in self.p["kv_clients"]:
-                for system in self.systems_for(["cohort", "cohort-durable", "cohort-durable-fast",
-                                                "etcd-disk"]):
-                    params = {"clients": clients, "value_bytes": value,
-                              "seconds": self.p["kv_seconds"]}
-                    records.append(self.measure(system, "kv", self.p["kv_tasks"], **params))
+                params = {"clients": clients, "value_bytes": value,
+                          "seconds": self.p["kv_seconds"]}
+                runs = {system: [] for system in systems}
+                for _ in range(self.p["durable_runs"]):
+                    for system in systems:
+                        runs[system].append(
+                            self.measure(system, "kv", self.p["kv_tasks"], **params))
+                records += [median_of_runs(r) for r in runs.values()]
         return records
 
     def scenario_memory(self):
