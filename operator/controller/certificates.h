@@ -10,16 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/plan/job_tls.h"
 
 namespace cohort::controller {
-
-struct JobCertificates {
-  std::string ca_cert;           // the job's CA: signs the two below, trusted by both ends
-  std::string coordinator_cert;  // serverAuth, the coordinator's DNS names
-  std::string coordinator_key;
-  std::string client_cert;  // clientAuth, for the sidecars and the operator
-  std::string client_key;
-};
 
 struct CertificateRequest {
   std::string job;                     // namespace/name, in the subjects

@@ -18,7 +18,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "operator/controller/job_plan.h"
+#include "operator/plan/job_tls.h"
+#include "operator/plan/observed.h"
 
 namespace cohort::controller {
 

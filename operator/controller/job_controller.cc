@@ -12,9 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "operator/controller/kueue.h"
-#include "operator/controller/state_volume.h"
+#include "operator/controller/certificates.h"
 #include "operator/kube/leader_election.h"
+#include "operator/plan/kueue.h"
+#include "operator/plan/state_volume.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort::controller {

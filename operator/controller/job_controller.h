@@ -17,10 +17,10 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "operator/controller/coordinator_watcher.h"
-#include "operator/controller/job_plan.h"
 #include "operator/controller/work_queue.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/kube_client.h"
+#include "operator/plan/job_plan.h"
 
 namespace cohort::controller {
 

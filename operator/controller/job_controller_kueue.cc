@@ -2,7 +2,7 @@
 // finalizer that plans ask for, and the finalizers of a deleted job's Workloads.
 #include "absl/strings/str_cat.h"
 #include "operator/controller/job_controller.h"
-#include "operator/controller/kueue.h"
+#include "operator/plan/kueue.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort::controller {

@@ -110,7 +110,7 @@ ALLREDUCE = COMPAT_DIR / "torch_allreduce.py"
 
 def operator_env(port, node, nodes, run_id, restart_worker=False):
     """What cohort-operator gives a framework: pytorch worker with one process per pod
-    (operator/controller/children_workers.cc, PytorchEnv), its sidecar's store at `port` (29500
+    (operator/plan/children_workers.cc, PytorchEnv), its sidecar's store at `port` (29500
     in a pod, where every sidecar has the pod's loopback to itself); `restart_worker`: for a
     job with a RestartWorker rule."""
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nodes),

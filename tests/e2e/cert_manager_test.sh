@@ -157,7 +157,7 @@ else
   diagnose
 fi
 # The operator has processed the job without its certificates: the reconcile that asks for
-# them (operator/controller/job_plan.cc) decides then not to make the coordinator pod, and
+# them (operator/plan/job_plan.cc) decides then not to make the coordinator pod, and
 # writes why into the Ready condition. Once that condition is there, no pod may exist (nor
 # can a later reconcile make one while the Secrets are missing).
 WAITING_FOR_CERTIFICATES="waiting for cert-manager to issue Secrets quickstart-coordinator-tls and quickstart-client-tls"

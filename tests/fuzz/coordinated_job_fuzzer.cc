@@ -13,9 +13,9 @@
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
-#include "operator/controller/children.h"
-#include "operator/controller/job_plan.h"
-#include "operator/controller/kueue.h"
+#include "operator/plan/children.h"
+#include "operator/plan/job_plan.h"
+#include "operator/plan/kueue.h"
 #include "spdlog/spdlog.h"
 
 namespace {

@@ -1,0 +1,178 @@
+// The plan of a task runtime job (spec.tasks): a coordinator that serves the scheduler, a pool
+// of worker pods whose sidecars host the object stores, and a driver pod. Unlike a gang, a
+// worker pod that ends is replaced on its own (the scheduler runs its tasks again elsewhere
+// and rebuilds its objects); the driver's exit decides the job.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "operator/plan/planner.h"
+
+namespace cohort::controller::planning {
+
+Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
+  const api::CoordinatedJob& job = P.job;
+  const Observed& observed = P.observed;
+  api::JobStatus& st = P.st();
+  const int replicas = job.spec.replicas;
+  const int gang = st.Gang();
+
+  // ---- Sort pods. Workers past spec.replicas (the pool shrank) and pods of an earlier gang
+  // go; a worker's SIGTERM lets it finish its task first (python -m cohort.worker).
+  const ObservedPod* coordinator = nullptr;
+  const ObservedPod* driver = nullptr;
+  std::vector<const ObservedPod*> workers(replicas, nullptr);
+  std::map<std::string, const ObservedPod*> by_name;
+  for (const auto& p : observed.pods) {
+    by_name[p.name] = &p;
+    const bool current = p.restart == gang;
+    if (current && p.role == "coordinator" && p.name == CoordinatorName(job)) {
+      coordinator = &p;
+    } else if (current && p.role == "driver" && p.name == DriverPodName(job)) {
+      driver = &p;
+    } else if (current && p.role == "worker" && p.index >= 0 && p.index < replicas &&
+               p.name == WorkerPodName(job, p.index)) {
+      workers[p.index] = &p;
+    } else if (!p.terminating) {
+      P.plan.delete_pods.push_back(p.name);
+    }
+  }
+
+  // ---- Counts: worker pods, and the scheduler's tasks.
+  int running = 0, ready = 0, replaced = 0;
+  for (const ObservedPod* w : workers) {
+    if (!w) continue;
+    if (w->phase == "Running") ++running;
+    if (w->ready) ++ready;
+  }
+  st.tasks.ready = ready;
+  st.tasks.registered = ready;
+  st.tasks.succeeded = st.tasks.failed = 0;
+  if (observed.coordinator && observed.coordinator->task_runtime) {
+    st.task_runtime = *observed.coordinator->task_runtime;
+  } else if (!st.task_runtime) {
+    st.task_runtime = api::TaskRuntimeStatus{};
+  }
+
+  // ---- The coordinator: kept through restarts by its state volume, as a gang's.
+  const api::StateVolume volume = job.spec.coordinator.state.volume;
+  const bool on_claim = volume == api::StateVolume::kPersistentVolumeClaim;
+  const bool coordinator_gone = !coordinator || coordinator->terminating || Finished(*coordinator);
+  const bool claim_usable =
+      observed.coordinator_state_claim && !observed.coordinator_state_claim_terminating;
+  const bool recreate_coordinator = on_claim && (claim_usable || !coordinator_gone);
+  if (volume != api::StateVolume::kNone) {
+    P.CountCoordinatorRestarts(coordinator, coordinator_gone, recreate_coordinator);
+  }
+
+  // ---- The driver decides.
+  if (driver && driver->exit_code) {
+    if (*driver->exit_code == 0) {
+      P.Finish(true, "DriverSucceeded",
+               absl::StrCat("the driver exited 0 (", st.task_runtime->succeeded,
+                            " tasks succeeded, ", st.task_runtime->failed, " failed)"));
+    } else {
+      P.Finish(false, "DriverFailed", DescribeExit(*driver, "the driver"));
+    }
+    return std::move(P.plan);
+  }
+  const bool started = st.phase == phase::kRunning;
+  if (started && (!driver || driver->terminating)) {
+    P.Finish(false, "DriverLost",
+             absl::StrCat("the driver pod ", DriverPodName(job), " was deleted before it ended"));
+    return std::move(P.plan);
+  }
+
+  // ---- A lost coordinator (without a state volume to come back on) takes everything: the
+  // scheduler's state went with it.
+  const bool coordinator_exited = coordinator && coordinator->exit_code.has_value();
+  if (!recreate_coordinator &&
+      (coordinator_exited || (started && (!coordinator || coordinator->terminating)))) {
+    const std::string what =
+        coordinator_exited
+            ? absl::StrCat("the coordinator exited with code ", *coordinator->exit_code)
+            : absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted");
+    P.plan.failure_seen = true;
+    const absl::Time first = observed.failure_first_seen.value_or(observed.now);
+    if (observed.now < first + settings.failure_settle) {
+      P.Requeue(first + settings.failure_settle - observed.now);
+      return std::move(P.plan);
+    }
+    const int counted = st.restarts;
+    if (counted >= job.spec.failure_policy.max_restarts) {
+      P.Finish(false, "MaxRestartsExceeded",
+               absl::StrCat("the job was started again ", counted, " time", counted == 1 ? "" : "s",
+                            " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
+                            "); last failure: ", what));
+      return std::move(P.plan);
+    }
+    P.Restart("CoordinatorLost",
+              absl::StrCat("restart ", counted + 1, " of at most ",
+                           job.spec.failure_policy.max_restarts, ": ", what,
+                           " and the scheduler's state with it (give the coordinator a state "
+                           "volume to keep it)"),
+              what);
+    return std::move(P.plan);
+  }
+
+  // ---- Worker pods that ended are replaced; their tasks run elsewhere meanwhile.
+  for (int i = 0; i < replicas; ++i) {
+    const ObservedPod* w = workers[i];
+    if (!w || w->terminating || !(w->exit_code || Finished(*w))) continue;
+    P.plan.delete_pods.push_back(w->name);
+    ++replaced;
+    P.Event("Normal", "WorkerReplaced",
+            absl::StrCat(w->exit_code ? DescribeExit(*w) : absl::StrCat("worker ", i, " ended"),
+                         "; a new pod ", w->name,
+                         " takes its place, and the scheduler runs its tasks elsewhere"));
+  }
+
+  // ---- Create what is missing: the job's objects and coordinator, then (once the
+  // coordinator is ready) the workers and the driver.
+  const ChildrenState children =
+      PlanChildren(P, settings, coordinator, recreate_coordinator, on_claim, gang);
+  if (coordinator && coordinator->ready && !coordinator_gone) {
+    for (int i = 0; i < replicas; ++i) {
+      if (!by_name.count(WorkerPodName(job, i))) {
+        P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls));
+      }
+    }
+    if (!by_name.count(DriverPodName(job))) {
+      P.plan.create.push_back(DriverPod(job, gang, settings, children.tls));
+    }
+  }
+
+  // ---- Phase and readiness: running once the driver runs.
+  if (driver && driver->phase == "Running" && coordinator && coordinator->phase == "Running" &&
+      st.phase != phase::kRunning) {
+    if (st.phase == phase::kRestarting) {
+      P.Condition(kConditionRestarting, false, "Recovered",
+                  absl::StrCat("restart ", gang, " is running"));
+    }
+    st.phase = phase::kRunning;
+    P.Event("Normal", "Running",
+            absl::StrCat("the driver and ", running, " of ", replicas, " worker pods run"));
+  }
+  const bool driver_ready = driver && driver->ready;
+  if (driver_ready && ready == replicas) {
+    P.Condition(kConditionReady, true, "AllWorkersReady",
+                absl::StrCat("the driver and all ", replicas, " worker pods are ready"));
+  } else {
+    const std::string waiting =
+        !children.policy_in_place && !coordinator
+            ? absl::StrCat("waiting for the NetworkPolicy ", NetworkPolicyName(job))
+        : !children.certificates_ready && !coordinator
+            ? absl::StrCat("waiting for cert-manager to issue Secrets ", CoordinatorTlsName(job),
+                           " and ", ClientTlsName(job))
+        : !coordinator || !coordinator->ready
+            ? "waiting for the coordinator pod to be ready"
+            : absl::StrCat(driver_ready ? "the driver is ready; " : "the driver is not ready; ",
+                           ready, " of ", replicas, " worker pods are ready",
+                           replaced > 0 ? absl::StrCat(" (", replaced, " being replaced)") : "");
+    P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
+  }
+  return std::move(P.plan);
+}
+
+}  // namespace cohort::controller::planning

@@ -1,0 +1,133 @@
+// spec.gangScheduling: the spec as read, and the PodGroup and pods PlanJob makes for it.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "operator/plan/job_plan.h"
+
+namespace cohort::controller {
+namespace {
+
+using json = nlohmann::json;
+
+json JobObject(const json& gang) {
+  json object = {
+      {"apiVersion", "cohort.dev/v1alpha1"},
+      {"kind", "CoordinatedJob"},
+      {"metadata", {{"name", "gang"}, {"namespace", "ml"}, {"uid", "u1"}, {"generation", 1}}},
+      {"spec",
+       {{"replicas", 3},
+        {"template",
+         {{"spec", {{"containers", json::array({{{"name", "w"}, {"image", "example/w:1"}}})}}}}}}}};
+  if (!gang.is_null()) object["spec"]["gangScheduling"] = gang;
+  return object;
+}
+
+// Everything but the workers exists, and the coordinator is ready: the plan makes the workers.
+Observed Ready() {
+  Observed o;
+  ObservedPod coordinator;
+  coordinator.name = "gang-coordinator";
+  coordinator.role = "coordinator";
+  coordinator.restart = 0;
+  coordinator.phase = "Running";
+  coordinator.ready = true;
+  coordinator.pod_ip = "10.0.0.1";
+  o.pods.push_back(coordinator);
+  o.token_secret = o.coordinator_config_map = o.coordinator_service = o.workers_service = true;
+  auto job = api::ParseCoordinatedJob(JobObject(nullptr));
+  o.network_policy = NetworkPolicy(*job, OperatorSettings{});
+  o.now = absl::FromUnixSeconds(1'800'000'000);
+  return o;
+}
+
+TEST(GangSchedulingTest, ReadsTheSpecAndRefusesWhatDoesNotFit) {
+  auto job = api::ParseCoordinatedJob(
+      JobObject({{"podGroup", "SchedulerPlugins"}, {"scheduleTimeoutSeconds", 30}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job->spec.gang_scheduling.has_value());
+  EXPECT_EQ(job->spec.gang_scheduling->pod_group, api::PodGroupKind::kSchedulerPlugins);
+  EXPECT_EQ(job->spec.gang_scheduling->schedule_timeout_seconds, 30);
+  EXPECT_FALSE(api::ParseCoordinatedJob(JobObject(nullptr))->spec.gang_scheduling.has_value());
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"podGroup", "Kube"}}, "spec.gangScheduling.podGroup"},
+      {json::object(), "spec.gangScheduling.podGroup"},
+      {{{"podGroup", "Volcano"}, {"scheduleTimeoutSeconds", 30}},
+       "spec.gangScheduling.scheduleTimeoutSeconds"},
+      {{{"podGroup", "SchedulerPlugins"}, {"queue", "q"}}, "spec.gangScheduling.queue"},
+      {{{"podGroup", "SchedulerPlugins"}, {"scheduleTimeoutSeconds", 0}},
+       "spec.gangScheduling.scheduleTimeoutSeconds"},
+      {{{"podGroup", "SchedulerPlugins"}, {"schedulerName", ""}},
+       "spec.gangScheduling.schedulerName"},
+      {"SchedulerPlugins", "spec.gangScheduling"},
+  };
+  for (const auto& [gang, field] : bad) {
+    auto parsed = api::ParseCoordinatedJob(JobObject(gang));
+    ASSERT_FALSE(parsed.ok()) << gang.dump();
+    EXPECT_TRUE(absl::IsInvalidArgument(parsed.status()));
+    EXPECT_EQ(parsed.status().message().substr(0, field.size()), field) << parsed.status();
+  }
+}
+
+TEST(GangSchedulingTest, TheGangsPodsJoinOnePodGroupOfTheWholeGang) {
+  auto job = api::ParseCoordinatedJob(
+      JobObject({{"podGroup", "SchedulerPlugins"}, {"scheduleTimeoutSeconds", 30}}));
+  Plan plan = PlanJob(*job, Ready(), OperatorSettings{});
+  ASSERT_FALSE(plan.create.empty());
+  const json& group = plan.create[0];
+  EXPECT_EQ(group["kind"], "PodGroup");
+  EXPECT_EQ(group["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ(group["metadata"]["name"], "gang");
+  EXPECT_EQ(group["metadata"]["ownerReferences"][0]["uid"], "u1");
+  EXPECT_EQ(group["spec"]["minMember"], 3) << "the workers";
+  EXPECT_EQ(group["spec"]["scheduleTimeoutSeconds"], 30);
+  int pods = 0;
+  for (const json& o : plan.create) {
+    if (o["kind"] != "Pod") continue;
+    ++pods;
+    EXPECT_EQ(o["metadata"]["labels"][kSchedulerPluginsPodGroupLabel], "gang");
+    EXPECT_EQ(o["spec"]["schedulerName"], kSchedulerPluginsScheduler);
+  }
+  EXPECT_EQ(pods, 3);
+
+  // Volcano's: an annotation, its scheduler, its queue.
+  job = api::ParseCoordinatedJob(
+      JobObject({{"podGroup", "Volcano"}, {"queue", "research"}, {"schedulerName", "vc"}}));
+  plan = PlanJob(*job, Ready(), OperatorSettings{});
+  EXPECT_EQ(plan.create[0]["apiVersion"], "scheduling.volcano.sh/v1beta1");
+  EXPECT_EQ(plan.create[0]["spec"]["queue"], "research");
+  for (const json& o : plan.create) {
+    if (o["kind"] != "Pod") continue;
+    EXPECT_EQ(o["metadata"]["annotations"][kVolcanoPodGroupAnnotation], "gang");
+    EXPECT_EQ(o["spec"]["schedulerName"], "vc");
+  }
+
+  // The coordinator is placed on its own: the first plan makes it, and no PodGroup yet.
+  Observed fresh = Ready();
+  fresh.pods.clear();
+  plan = PlanJob(*job, fresh, OperatorSettings{});
+  int made = 0;
+  for (const json& o : plan.create) {
+    EXPECT_NE(o["kind"], "PodGroup");
+    if (o["kind"] != "Pod") continue;
+    ++made;
+    EXPECT_EQ(o["metadata"]["labels"]["cohort.dev/role"], "coordinator");
+    EXPECT_FALSE(o["spec"].contains("schedulerName"));
+  }
+  EXPECT_EQ(made, 1);
+
+  // Without spec.gangScheduling, no PodGroup at all.
+  job = api::ParseCoordinatedJob(JobObject(nullptr));
+  plan = PlanJob(*job, Ready(), OperatorSettings{});
+  for (const json& o : plan.create) {
+    EXPECT_NE(o["kind"], "PodGroup");
+    if (o["kind"] == "Pod") {
+      EXPECT_FALSE(o["spec"].contains("schedulerName"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cohort::controller
