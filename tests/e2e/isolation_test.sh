@@ -275,9 +275,15 @@ else
   diagnose
 fi
 # Workers are made once the coordinator is ready; the finished workers stay for their logs.
-pods=$(k get pods -l cohort.dev/job=quickstart,cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}')
-[[ "$pods" == "quickstart-worker-0:Succeeded quickstart-worker-1:Succeeded quickstart-worker-2:Succeeded quickstart-worker-3:Succeeded " ]] &&
-  pass "its coordinator and its workers were admitted; the workers: $pods" || fail "quickstart's workers" "'$pods'"
+# The job succeeds once every workload container exited 0; a pod's phase follows once its
+# sidecar has stopped too.
+worker_phases() { k get pods -l cohort.dev/job=quickstart,cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name}:{.status.phase} {end}'; }
+workers_succeeded() { [[ "$(worker_phases)" == "quickstart-worker-0:Succeeded quickstart-worker-1:Succeeded quickstart-worker-2:Succeeded quickstart-worker-3:Succeeded " ]]; }
+if until_true 60 workers_succeeded; then
+  pass "its coordinator and its workers were admitted; the workers: $(worker_phases)"
+else
+  fail "quickstart's workers" "'$(worker_phases)'"
+fi
 sc=$(k get pod quickstart-worker-0 -o jsonpath='{.spec.initContainers[?(@.name=="cohort-sidecar")].securityContext}')
 if python3 -c '
 import json, sys
