@@ -2,6 +2,7 @@
 // runtime's (task_runtime_plan.cc). Internal to operator/plan.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,11 @@ struct Planner {
         continue;
       }
       if (coordinator_last && workload_running && p.role == "coordinator") continue;
+      // Once each: a leftover of another gang may be listed already.
+      if (std::find(plan.delete_pods.begin(), plan.delete_pods.end(), p.name) !=
+          plan.delete_pods.end()) {
+        continue;
+      }
       plan.delete_pods.push_back(p.name);
     }
   }
@@ -97,46 +103,6 @@ struct Planner {
     // once the workers' workloads have stopped.
     DeletePods(/*include_finished=*/false, /*coordinator_last=*/true);
     ScheduleTtl();
-  }
-  // Counts each restart of the current gang's coordinator once, through what the status
-  // remembers of its pod (status.coordinatorPod): a container restarted in place, or a pod
-  // lost while its state is on the claim (the plan then makes it again).
-  void CountCoordinatorRestarts(const ObservedPod* coordinator, bool gone, bool on_claim) {
-    api::CoordinatorPodStatus& seen = st().coordinator_pod;
-    if (coordinator && !gone) {
-      if (seen.uid != coordinator->uid) {  // a new pod: restarts before now were not counted
-        seen.uid = coordinator->uid;
-        seen.container_restarts = 0;
-      }
-      const int more = coordinator->restart_count - seen.container_restarts;
-      if (more <= 0) return;
-      st().coordinator_restarts += more;
-      seen.container_restarts = coordinator->restart_count;
-      seen.last_restart_time = coordinator->last_exit_at.value_or(now());
-      Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator's container restarted in place (",
-                         coordinator->restart_count, " time",
-                         coordinator->restart_count == 1 ? "" : "s", " in pod ", coordinator->name,
-                         ") and keeps its state on its ",
-                         api::StateVolumeName(job.spec.coordinator.state.volume),
-                         " volume; the gang goes on"));
-    } else if (on_claim && !seen.uid.empty()) {
-      st().coordinator_restarts += 1;
-      absl::Time at = now();
-      if (coordinator && coordinator->deletion_requested_at) {
-        at = *coordinator->deletion_requested_at;
-      } else if (coordinator && coordinator->finished_at) {
-        at = *coordinator->finished_at;
-      }
-      seen = api::CoordinatorPodStatus{};  // the next pod is a new one
-      seen.last_restart_time = at;
-      Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator pod ", CoordinatorName(job),
-                         coordinator && !coordinator->terminating ? " failed" : " was deleted",
-                         "; a new one starts on PersistentVolumeClaim ",
-                         CoordinatorStateClaimName(job),
-                         ", which holds its state; the gang goes on"));
-    }
   }
   // Starts the job over (every pod deleted, the next gang made): status.restarts counts it,
   // or, `counted` false (a failure rule's RestartGangUncounted), status.uncountedRestarts.

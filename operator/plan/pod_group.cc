@@ -1,6 +1,8 @@
-// The PodGroup of a job with spec.gangScheduling (children.h).
+// The PodGroup of a job with spec.gangScheduling (children.h), and the plan's workers joining
+// it (policies.h, PlanPodGroup).
 #include "absl/strings/str_cat.h"
 #include "operator/plan/children.h"
+#include "operator/plan/policies.h"
 
 namespace cohort::controller {
 
@@ -44,3 +46,22 @@ void JoinPodGroup(const api::CoordinatedJob& job, json* pod) {
 }
 
 }  // namespace cohort::controller
+
+namespace cohort::controller::planning {
+
+void PlanPodGroup(const api::CoordinatedJob& job, Plan* plan) {
+  std::optional<json> group = PodGroup(job);
+  if (!group) return;
+  bool workers = false;
+  for (json& object : plan->create) {
+    if (object.value("kind", "") != "Pod" ||
+        object.value("/metadata/labels/cohort.dev~1role"_json_pointer, "") != "worker") {
+      continue;
+    }
+    JoinPodGroup(job, &object);
+    workers = true;
+  }
+  if (workers) plan->create.insert(plan->create.begin(), std::move(*group));
+}
+
+}  // namespace cohort::controller::planning

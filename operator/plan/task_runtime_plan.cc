@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "operator/plan/planner.h"
+#include "operator/plan/policies.h"
 
 namespace cohort::controller::planning {
 
@@ -20,24 +20,10 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
 
   // ---- Sort pods. Workers past spec.replicas (the pool shrank) and pods of an earlier gang
   // go; a worker's SIGTERM lets it finish its task first (python -m cohort.worker).
-  const ObservedPod* coordinator = nullptr;
-  const ObservedPod* driver = nullptr;
-  std::vector<const ObservedPod*> workers(replicas, nullptr);
-  std::map<std::string, const ObservedPod*> by_name;
-  for (const auto& p : observed.pods) {
-    by_name[p.name] = &p;
-    const bool current = p.restart == gang;
-    if (current && p.role == "coordinator" && p.name == CoordinatorName(job)) {
-      coordinator = &p;
-    } else if (current && p.role == "driver" && p.name == DriverPodName(job)) {
-      driver = &p;
-    } else if (current && p.role == "worker" && p.index >= 0 && p.index < replicas &&
-               p.name == WorkerPodName(job, p.index)) {
-      workers[p.index] = &p;
-    } else if (!p.terminating) {
-      P.plan.delete_pods.push_back(p.name);
-    }
-  }
+  const JobPods pods = SortPods(P, /*with_driver=*/true);
+  const ObservedPod* coordinator = pods.coordinator;
+  const ObservedPod* driver = pods.driver;
+  const std::vector<const ObservedPod*>& workers = pods.workers;
 
   // ---- Counts: worker pods, and the scheduler's tasks.
   int running = 0, ready = 0, replaced = 0;
@@ -56,15 +42,8 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   }
 
   // ---- The coordinator: kept through restarts by its state volume, as a gang's.
-  const api::StateVolume volume = job.spec.coordinator.state.volume;
-  const bool on_claim = volume == api::StateVolume::kPersistentVolumeClaim;
-  const bool coordinator_gone = !coordinator || coordinator->terminating || Finished(*coordinator);
-  const bool claim_usable =
-      observed.coordinator_state_claim && !observed.coordinator_state_claim_terminating;
-  const bool recreate_coordinator = on_claim && (claim_usable || !coordinator_gone);
-  if (volume != api::StateVolume::kNone) {
-    P.CountCoordinatorRestarts(coordinator, coordinator_gone, recreate_coordinator);
-  }
+  const bool started = st.phase == phase::kRunning;
+  const CoordinatorFate fate = FollowCoordinator(P, coordinator, started);
 
   // ---- The driver decides.
   if (driver && driver->exit_code) {
@@ -77,7 +56,6 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
     }
     return std::move(P.plan);
   }
-  const bool started = st.phase == phase::kRunning;
   if (started && (!driver || driver->terminating)) {
     P.Finish(false, "DriverLost",
              absl::StrCat("the driver pod ", DriverPodName(job), " was deleted before it ended"));
@@ -86,19 +64,9 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
 
   // ---- A lost coordinator (without a state volume to come back on) takes everything: the
   // scheduler's state went with it.
-  const bool coordinator_exited = coordinator && coordinator->exit_code.has_value();
-  if (!recreate_coordinator &&
-      (coordinator_exited || (started && (!coordinator || coordinator->terminating)))) {
-    const std::string what =
-        coordinator_exited
-            ? absl::StrCat("the coordinator exited with code ", *coordinator->exit_code)
-            : absl::StrCat("the coordinator pod ", CoordinatorName(job), " was deleted");
-    P.plan.failure_seen = true;
-    const absl::Time first = observed.failure_first_seen.value_or(observed.now);
-    if (observed.now < first + settings.failure_settle) {
-      P.Requeue(first + settings.failure_settle - observed.now);
-      return std::move(P.plan);
-    }
+  if (fate.lost) {
+    const std::string& what = fate.loss;
+    if (FailureSettling(P, settings)) return std::move(P.plan);
     const int counted = st.restarts;
     if (counted >= job.spec.failure_policy.max_restarts) {
       P.Finish(false, "MaxRestartsExceeded",
@@ -131,14 +99,14 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   // ---- Create what is missing: the job's objects and coordinator, then (once the
   // coordinator is ready) the workers and the driver.
   const ChildrenState children =
-      PlanChildren(P, settings, coordinator, recreate_coordinator, on_claim, gang);
-  if (coordinator && coordinator->ready && !coordinator_gone) {
+      PlanChildren(P, settings, coordinator, fate.recreate, fate.on_claim, gang);
+  if (coordinator && coordinator->ready && !fate.gone) {
     for (int i = 0; i < replicas; ++i) {
-      if (!by_name.count(WorkerPodName(job, i))) {
+      if (!pods.by_name.count(WorkerPodName(job, i))) {
         P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls));
       }
     }
-    if (!by_name.count(DriverPodName(job))) {
+    if (!pods.by_name.count(DriverPodName(job))) {
       P.plan.create.push_back(DriverPod(job, gang, settings, children.tls));
     }
   }
@@ -160,16 +128,11 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
                 absl::StrCat("the driver and all ", replicas, " worker pods are ready"));
   } else {
     const std::string waiting =
-        !children.policy_in_place && !coordinator
-            ? absl::StrCat("waiting for the NetworkPolicy ", NetworkPolicyName(job))
-        : !children.certificates_ready && !coordinator
-            ? absl::StrCat("waiting for cert-manager to issue Secrets ", CoordinatorTlsName(job),
-                           " and ", ClientTlsName(job))
-        : !coordinator || !coordinator->ready
-            ? "waiting for the coordinator pod to be ready"
-            : absl::StrCat(driver_ready ? "the driver is ready; " : "the driver is not ready; ",
-                           ready, " of ", replicas, " worker pods are ready",
-                           replaced > 0 ? absl::StrCat(" (", replaced, " being replaced)") : "");
+        WaitingForCoordinator(P, settings, coordinator, children)
+            .value_or(
+                absl::StrCat(driver_ready ? "the driver is ready; " : "the driver is not ready; ",
+                             ready, " of ", replicas, " worker pods are ready",
+                             replaced > 0 ? absl::StrCat(" (", replaced, " being replaced)") : ""));
     P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
   }
   return std::move(P.plan);
