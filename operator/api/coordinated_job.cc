@@ -118,21 +118,6 @@ absl::Status CheckName(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
-                                           const std::string& field) {
-  std::vector<int> out;
-  auto it = o.find(key);
-  if (it == o.end() || it->is_null()) return out;
-  if (!it->is_array()) return Invalid(field, "must be a list of exit codes");
-  for (const auto& v : *it) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 255) {
-      return Invalid(field, absl::StrCat(v.dump(), " is not an exit code from 1 to 255"));
-    }
-    out.push_back(static_cast<int>(v.get<int64_t>()));
-  }
-  return out;
-}
-
 // A resource quantity such as 1Gi, 500M or 2.5Gi (the forms a volume size takes).
 bool IsQuantity(const std::string& text) {
   static const char* kSuffixes[] = {"",   "k",  "M",  "G",  "T",  "P", "E",
@@ -330,6 +315,52 @@ absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
   return absl::OkStatus();
 }
 
+// spec.sidecar: its image and resources, and what its GPU health check ignores and exports.
+absl::Status ParseSidecar(const json& sidecar, SidecarSpec* out) {
+  out->image = Str(sidecar, "image");
+  out->resources = sidecar.value("resources", json::object());
+  const json health = sidecar.value("gpuHealth", json::object());
+  if (health.contains("ignoredXids") && health["ignoredXids"].is_array()) {
+    std::vector<int> xids;
+    for (const auto& x : health["ignoredXids"]) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+          x.get<int64_t>() > std::numeric_limits<int>::max()) {
+        return Invalid("spec.sidecar.gpuHealth.ignoredXids", "XIDs are whole numbers");
+      }
+      xids.push_back(static_cast<int>(x.get<int64_t>()));
+    }
+    out->ignored_xids = xids;
+  }
+  out->dcgm_metrics = health.value("dcgmMetrics", false);
+  return absl::OkStatus();
+}
+
+// successPolicy, activeDeadlineSeconds, ttlSecondsAfterFinished and suspend.
+absl::Status ParseLifecycle(const json& spec, JobSpec* s) {
+  const std::string success = Str(spec, "successPolicy", "AllWorkers");
+  if (success == "AllWorkers") {
+    s->success_policy = SuccessPolicy::kAllWorkers;
+  } else if (success == "Worker0") {
+    s->success_policy = SuccessPolicy::kWorker0;
+  } else {
+    return Invalid("spec.successPolicy",
+                   absl::StrCat("\"", success, "\" is not AllWorkers or Worker0"));
+  }
+  if (spec.contains("activeDeadlineSeconds") && !spec["activeDeadlineSeconds"].is_null()) {
+    const auto seconds = Whole(spec, "activeDeadlineSeconds", 0, 1);
+    if (!seconds) return Invalid("spec.activeDeadlineSeconds", "must be a whole number above 0");
+    s->active_deadline_seconds = *seconds;
+  }
+  if (spec.contains("ttlSecondsAfterFinished") && !spec["ttlSecondsAfterFinished"].is_null()) {
+    const auto seconds =
+        Whole(spec, "ttlSecondsAfterFinished", 0, 0, std::numeric_limits<int>::max());
+    if (!seconds) return Invalid("spec.ttlSecondsAfterFinished", "must be a whole number");
+    s->ttl_seconds_after_finished = static_cast<int>(*seconds);
+  }
+  s->suspend = spec.value("suspend", false);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::optional<uint64_t> QuantityBytes(const std::string& text) {
@@ -461,18 +492,7 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     return Invalid("spec.framework",
                    absl::StrCat("\"", framework, "\" is not jax, tensorflow, pytorch or generic"));
   }
-  if (spec.contains("pytorch") && !spec["pytorch"].is_null()) {
-    if (s.framework != Framework::kPytorch) {
-      return Invalid("spec.pytorch", "is for framework: pytorch");
-    }
-    const json& pytorch = spec["pytorch"];
-    if (!pytorch.is_object()) return Invalid("spec.pytorch", "must be an object");
-    if (pytorch.contains("nprocPerNode") && !pytorch["nprocPerNode"].is_null()) {
-      const auto n = Whole(pytorch, "nprocPerNode", 1, 1, 1024);
-      if (!n) return Invalid("spec.pytorch.nprocPerNode", "must be a whole number from 1 to 1024");
-      s.pytorch.nproc_per_node = static_cast<int>(*n);
-    }
-  }
+  if (auto p = internal::ParsePytorch(spec, &s); !p.ok()) return p;
 
   s.pod_template = spec.value("template", json::object());
   if (auto t = CheckWorkloadTemplate(s.pod_template, "spec.template"); !t.ok()) return t;
@@ -482,120 +502,12 @@ absl::StatusOr<CoordinatedJob> ParseCoordinatedJobOrThrow(const json& object) {
     return c;
   }
 
-  const json sidecar = spec.value("sidecar", json::object());
-  s.sidecar.image = Str(sidecar, "image");
-  s.sidecar.resources = sidecar.value("resources", json::object());
-  const json health = sidecar.value("gpuHealth", json::object());
-  if (health.contains("ignoredXids") && health["ignoredXids"].is_array()) {
-    std::vector<int> xids;
-    for (const auto& x : health["ignoredXids"]) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
-          x.get<int64_t>() > std::numeric_limits<int>::max()) {
-        return Invalid("spec.sidecar.gpuHealth.ignoredXids", "XIDs are whole numbers");
-      }
-      xids.push_back(static_cast<int>(x.get<int64_t>()));
-    }
-    s.sidecar.ignored_xids = xids;
+  if (auto sc = ParseSidecar(spec.value("sidecar", json::object()), &s.sidecar); !sc.ok()) {
+    return sc;
   }
-  s.sidecar.dcgm_metrics = health.value("dcgmMetrics", false);
-
-  const json failure = spec.value("failurePolicy", json::object());
-  const std::optional<int64_t> max_restarts = Whole(failure, "maxRestarts", 3);
-  if (!max_restarts || *max_restarts < 0 || *max_restarts > std::numeric_limits<int>::max()) {
-    return Invalid("spec.failurePolicy.maxRestarts", max_restarts && *max_restarts < 0
-                                                         ? "must not be negative"
-                                                         : "must be a whole number");
-  }
-  s.failure_policy.max_restarts = static_cast<int>(*max_restarts);
-  auto retryable =
-      ExitCodes(failure, "retryableExitCodes", "spec.failurePolicy.retryableExitCodes");
-  if (!retryable.ok()) return retryable.status();
-  auto permanent =
-      ExitCodes(failure, "permanentExitCodes", "spec.failurePolicy.permanentExitCodes");
-  if (!permanent.ok()) return permanent.status();
-  for (int c : *retryable) {
-    if (std::find(permanent->begin(), permanent->end(), c) != permanent->end()) {
-      return Invalid("spec.failurePolicy",
-                     absl::StrCat("exit code ", c, " cannot be both retryable and permanent"));
-    }
-  }
-  s.failure_policy.retryable_exit_codes = *retryable;
-  s.failure_policy.permanent_exit_codes = *permanent;
-  if (auto r = ParseFailureRules(failure, &s.failure_policy); !r.ok()) return r;
-  for (size_t i = 0; i < s.failure_policy.rules.size(); ++i) {
-    if (s.failure_policy.rules[i].action != FailureAction::kRestartWorker) continue;
-    const std::string field = absl::StrCat("spec.failurePolicy.rules[", i, "].action");
-    if (!s.coordinator.recoverable) {
-      return Invalid(field,
-                     "RestartWorker needs spec.coordinator.recoverable: true (a worker restarted "
-                     "alone registers again with the running job, which must allow it)");
-    }
-    if (s.framework == Framework::kJax) {
-      return Invalid(field,
-                     "RestartWorker is for generic and tensorflow jobs: jaxlib's clients do not "
-                     "rejoin a running job");
-    }
-    if (spec.contains("tasks") && !spec["tasks"].is_null()) {
-      return Invalid(field,
-                     "RestartWorker is for gangs: the task runtime (spec.tasks) replaces its "
-                     "worker pods itself");
-    }
-  }
-
-  if (spec.contains("elastic") && !spec["elastic"].is_null()) {
-    if (s.framework != Framework::kPytorch) {
-      return Invalid("spec.elastic", "is for framework: pytorch (torchrun's elastic agents)");
-    }
-    const json& elastic = spec["elastic"];
-    if (!elastic.is_object()) return Invalid("spec.elastic", "must be an object");
-    ElasticSpec e;
-    const auto lo = Whole(elastic, "minReplicas", s.replicas, 1, 16384);
-    const auto hi = Whole(elastic, "maxReplicas", s.replicas, 1, 16384);
-    const auto restarts = Whole(elastic, "maxRestarts", 3, 0, 1000);
-    if (!lo) return Invalid("spec.elastic.minReplicas", "must be a whole number from 1 to 16384");
-    if (!hi) return Invalid("spec.elastic.maxReplicas", "must be a whole number from 1 to 16384");
-    if (!restarts)
-      return Invalid("spec.elastic.maxRestarts", "must be a whole number from 0 to 1000");
-    if (!(*lo <= s.replicas && s.replicas <= *hi)) {
-      return Invalid("spec.elastic",
-                     absl::StrCat("spec.replicas (", s.replicas, ") must lie from minReplicas (",
-                                  *lo, ") to maxReplicas (", *hi, ")"));
-    }
-    e.min_replicas = static_cast<int>(*lo);
-    e.max_replicas = static_cast<int>(*hi);
-    e.max_restarts = static_cast<int>(*restarts);
-    s.elastic = e;
-    // A lost worker's pod is made again alone, and the coordinator lets its sidecar register
-    // again: the implied rule comes after the job's own.
-    s.coordinator.recoverable = true;
-    FailureRule rejoin;
-    rejoin.action = FailureAction::kRestartWorker;
-    rejoin.on_reasons = {failure_reason::kPodDeleted, failure_reason::kEvicted,
-                         failure_reason::kNodeLost, failure_reason::kPreempted};
-    s.failure_policy.rules.push_back(std::move(rejoin));
-  }
-
-  const std::string success = Str(spec, "successPolicy", "AllWorkers");
-  if (success == "AllWorkers") {
-    s.success_policy = SuccessPolicy::kAllWorkers;
-  } else if (success == "Worker0") {
-    s.success_policy = SuccessPolicy::kWorker0;
-  } else {
-    return Invalid("spec.successPolicy",
-                   absl::StrCat("\"", success, "\" is not AllWorkers or Worker0"));
-  }
-  if (spec.contains("activeDeadlineSeconds") && !spec["activeDeadlineSeconds"].is_null()) {
-    const auto seconds = Whole(spec, "activeDeadlineSeconds", 0, 1);
-    if (!seconds) return Invalid("spec.activeDeadlineSeconds", "must be a whole number above 0");
-    s.active_deadline_seconds = *seconds;
-  }
-  if (spec.contains("ttlSecondsAfterFinished") && !spec["ttlSecondsAfterFinished"].is_null()) {
-    const auto seconds =
-        Whole(spec, "ttlSecondsAfterFinished", 0, 0, std::numeric_limits<int>::max());
-    if (!seconds) return Invalid("spec.ttlSecondsAfterFinished", "must be a whole number");
-    s.ttl_seconds_after_finished = static_cast<int>(*seconds);
-  }
-  s.suspend = spec.value("suspend", false);
+  if (auto f = internal::ParseFailurePolicy(spec, &s); !f.ok()) return f;
+  if (auto e = internal::ParseElastic(spec, &s); !e.ok()) return e;
+  if (auto l = ParseLifecycle(spec, &s); !l.ok()) return l;
   if (spec.contains("tasks") && !spec["tasks"].is_null()) {
     if (s.framework != Framework::kGeneric) {
       return Invalid("spec.framework", "must be generic when spec.tasks runs the task runtime");

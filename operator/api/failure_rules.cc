@@ -1,9 +1,11 @@
-// spec.failurePolicy.rules and startupDeadlineSeconds of a CoordinatedJob (coordinated_job.h).
+// spec.failurePolicy of a CoordinatedJob (coordinated_job.h): maxRestarts, the exit code
+// lists, rules and startupDeadlineSeconds.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "operator/api/coordinated_job.h"
+#include "operator/api/coordinated_job_internal.h"
 
 namespace cohort::api {
 namespace {
@@ -104,5 +106,79 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
   }
   return absl::OkStatus();
 }
+
+namespace internal {
+
+namespace {
+
+absl::StatusOr<std::vector<int>> ExitCodes(const json& o, const char* key,
+                                           const std::string& field) {
+  std::vector<int> out;
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return out;
+  if (!it->is_array()) return InvalidPolicy(field, "must be a list of exit codes");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 255) {
+      return InvalidPolicy(field, absl::StrCat(v.dump(), " is not an exit code from 1 to 255"));
+    }
+    out.push_back(static_cast<int>(v.get<int64_t>()));
+  }
+  return out;
+}
+
+// A RestartWorker rule needs a job whose coordinator lets a worker register again, and
+// clients that rejoin: not jaxlib's, not the task runtime's pool.
+absl::Status CheckRestartWorker(const json& spec, const JobSpec& s) {
+  for (size_t i = 0; i < s.failure_policy.rules.size(); ++i) {
+    if (s.failure_policy.rules[i].action != FailureAction::kRestartWorker) continue;
+    const std::string field = absl::StrCat(".rules[", i, "].action");
+    if (!s.coordinator.recoverable) {
+      return InvalidPolicy(field,
+                           "RestartWorker needs spec.coordinator.recoverable: true (a worker "
+                           "restarted alone registers again with the running job, which must "
+                           "allow it)");
+    }
+    if (s.framework == Framework::kJax) {
+      return InvalidPolicy(field,
+                           "RestartWorker is for generic and tensorflow jobs: jaxlib's clients "
+                           "do not rejoin a running job");
+    }
+    if (spec.contains("tasks") && !spec["tasks"].is_null()) {
+      return InvalidPolicy(field,
+                           "RestartWorker is for gangs: the task runtime (spec.tasks) replaces "
+                           "its worker pods itself");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseFailurePolicy(const json& spec, JobSpec* s) {
+  const json failure = spec.value("failurePolicy", json::object());
+  const std::optional<int64_t> max_restarts = Whole(failure, "maxRestarts", 3);
+  if (!max_restarts || *max_restarts < 0 || *max_restarts > std::numeric_limits<int>::max()) {
+    return InvalidPolicy(".maxRestarts", max_restarts && *max_restarts < 0
+                                             ? "must not be negative"
+                                             : "must be a whole number");
+  }
+  s->failure_policy.max_restarts = static_cast<int>(*max_restarts);
+  auto retryable = ExitCodes(failure, "retryableExitCodes", ".retryableExitCodes");
+  if (!retryable.ok()) return retryable.status();
+  auto permanent = ExitCodes(failure, "permanentExitCodes", ".permanentExitCodes");
+  if (!permanent.ok()) return permanent.status();
+  for (int c : *retryable) {
+    if (std::find(permanent->begin(), permanent->end(), c) != permanent->end()) {
+      return InvalidPolicy(
+          "", absl::StrCat("exit code ", c, " cannot be both retryable and permanent"));
+    }
+  }
+  s->failure_policy.retryable_exit_codes = *retryable;
+  s->failure_policy.permanent_exit_codes = *permanent;
+  if (auto r = ParseFailureRules(failure, &s->failure_policy); !r.ok()) return r;
+  return CheckRestartWorker(spec, *s);
+}
+
+}  // namespace internal
 
 }  // namespace cohort::api

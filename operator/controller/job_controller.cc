@@ -1,18 +1,13 @@
 #include "operator/controller/job_controller.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <future>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "operator/controller/certificates.h"
+#include "operator/controller/observe.h"
 #include "operator/kube/leader_election.h"
 #include "operator/plan/kueue.h"
 #include "operator/plan/state_volume.h"
@@ -43,18 +38,32 @@ const kube::Resource& ResourceFor(const json& object) {
   return kube::kPods;
 }
 
-// A job's token: 32 bytes from the kernel's CSPRNG, as hex text (a header value carries it
-// as is).
-absl::StatusOr<std::string> NewJobToken() {
-  char bytes[32];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
-    filled += static_cast<size_t>(n);
+// A create the API server refuses for what the object is: invalid, or a pod the namespace's
+// Pod Security level refuses. No retry will change that.
+bool IsRefusal(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) ||
+         (absl::IsPermissionDenied(status) &&
+          absl::StrContains(status.message(), "violates PodSecurity"));
+}
+
+// A failed create, saying what to install when the object's API is not served.
+absl::Status ExplainCreateError(const json& object, const absl::Status& status) {
+  if (!absl::IsNotFound(status)) return status;
+  const std::string kind = object.value("kind", "");
+  if (kind == "PodGroup") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create PodGroup ", kube::Name(object),
+        " (spec.gangScheduling): ", object.value("apiVersion", ""),
+        " is not served here; install the gang scheduler's CRDs (", status.message(), ")"));
   }
-  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
+  if (kind == "Certificate") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create Certificate ", kube::Name(object),
+                     ": cert-manager's API (cert-manager.io/v1 certificates) is not served here; "
+                     "install cert-manager or run the operator with --job-tls=operator (",
+                     status.message(), ")"));
+  }
+  return status;
 }
 
 std::string Summarize(const std::vector<std::string>& names) {
@@ -239,95 +248,13 @@ absl::Status JobController::Reconcile(const std::string& key) {
     if (choice->fresh) state_choice = std::move(*choice);
   }
 
-  Observed observed;
-  observed.now = clock_->Now();
-  if (workloads_) {
-    KueueObserved kq;
-    kq.workload = workloads_->Get(ns, kueue::WorkloadName(*job));
-    for (const auto& flavor : flavors_->All()) kq.flavors[kube::Name(flavor)] = flavor;
-    if (!kq.workload && !kueue::QueueName(*job).empty()) kq.priority = ReadPriority(*job);
-    observed.kueue = std::move(kq);
-  }
-  for (const auto& pod : pods_->ByIndex(ns, name)) observed.pods.push_back(ObservePod(pod));
-  if (auto config = config_maps_->Get(ns, CoordinatorName(*job))) {
-    observed.coordinator_config_map = true;
-    observed.coordinator_config_hash = config->value(
-        json::json_pointer("/metadata/annotations/cohort.dev~1spec-hash"), std::string());
-    observed.coordinator_config_version = kube::ResourceVersion(*config);
-  }
-  observed.coordinator_service = services_->Get(ns, CoordinatorName(*job)).has_value();
-  observed.workers_service = services_->Get(ns, WorkersServiceName(*job)).has_value();
-  observed.network_policy = network_policies_->Get(ns, NetworkPolicyName(*job));
-  // The token made when the job was first seen (or after its Secret was deleted), never
-  // another while the Secret lives: an operator restarted finds it here.
-  CoordinatorCredentials credentials;
-  credentials.server_name = CoordinatorServerName(*job);
-  if (auto secret = secrets_->Get(ns, TokenSecretName(*job))) {
-    observed.token_secret = true;
-    credentials.token = TokenOf(*secret);
-    observed.token_secret_tls = TlsModeOf(*secret);
-    if (observed.token_secret_tls == JobTls::kOperator) {
-      credentials.tls = CertificatesOf(*secret);
-    } else if (observed.token_secret_tls == JobTls::kCertManager) {
-      // cert-manager's Secrets (labelled as the job's children, so cached here). The client
-      // one is what the operator dials with; a renewal changes it, and the watcher dials again.
-      auto server = secrets_->Get(ns, CoordinatorTlsName(*job));
-      auto client = secrets_->Get(ns, ClientTlsName(*job));
-      auto issued = client ? IssuedOf(*client) : std::nullopt;
-      observed.certificates_issued = server && IssuedOf(*server) && issued;
-      if (observed.certificates_issued) {
-        JobCertificates tls;
-        tls.ca_cert = issued->ca;
-        tls.client_cert = issued->cert;
-        tls.client_key = issued->key;
-        credentials.tls = std::move(tls);
-      }
-    }
-  } else {
-    auto fresh = NewJobToken();
-    if (!fresh.ok()) return fresh.status();
-    observed.fresh_token = *fresh;
-    if (options_.settings.job_tls == "operator") {
-      CertificateRequest request;
-      request.job = absl::StrCat(ns, "/", name);
-      request.dns_names = CoordinatorDnsNames(*job);
-      request.now = observed.now;
-      auto issued = IssueJobCertificates(request);
-      if (!issued.ok()) return issued.status();
-      observed.fresh_certificates = std::move(*issued);
-    }
-  }
-  if (auto claim = claims_->Get(ns, CoordinatorStateClaimName(*job))) {
-    observed.coordinator_state_claim = true;
-    observed.coordinator_state_claim_terminating =
-        claim->contains("/metadata/deletionTimestamp"_json_pointer);
-  }
-
+  auto observation = Observe(*job, Caches(), options_.settings, clock_->Now(),
+                             [this, &job] { return ReadPriority(*job); });
+  if (!observation.ok()) return observation.status();
+  Observed& observed = observation->observed;
+  WatchCoordinator(key, *job, observation->credentials, &observed);
   const int gang = job->status.Gang();
-  const ObservedPod* coordinator = nullptr;
-  for (const auto& p : observed.pods) {
-    if (p.role == "coordinator" && p.restart == gang && !p.terminating) coordinator = &p;
-  }
-  const bool active = job->status.phase != api::phase::kSucceeded &&
-                      job->status.phase != api::phase::kFailed && !job->spec.suspend;
-  if (active && coordinator && coordinator->phase == "Running" && !coordinator->pod_ip.empty()) {
-    const std::string host = coordinator->pod_ip.find(':') == std::string::npos
-                                 ? coordinator->pod_ip
-                                 : absl::StrCat("[", coordinator->pod_ip, "]");
-    watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, credentials,
-                   job->spec.tasks.has_value());
-    observed.coordinator = watcher_.View(key, gang);
-  } else {
-    watcher_.Unwatch(key);
-  }
-  {
-    absl::MutexLock lock(&failures_mu_);
-    auto it = failure_seen_.find(key);
-    if (it != failure_seen_.end() && it->second.gang == gang) {
-      observed.failure_first_seen = it->second.first;
-      observed.failure_reasons = it->second.reasons;
-    }
-  }
+  RecallFailure(key, gang, &observed);
 
   Plan plan = PlanJob(*job, observed, options_.settings);
   plan.status.state_volume = api::StateVolumeName(job->spec.coordinator.state.volume);
@@ -336,25 +263,69 @@ absl::Status JobController::Reconcile(const std::string& key) {
     plan.events.push_back(
         {state_choice->warning ? "Warning" : "Normal", "StateVolume", state_choice->message});
   }
-
-  {
-    absl::MutexLock lock(&failures_mu_);
-    if (plan.failure_seen && plan.status.Gang() == gang) {
-      FailureSeen& seen = failure_seen_[key];
-      if (!observed.failure_first_seen) seen = FailureSeen{gang, observed.now, {}};
-      for (const std::string& r : plan.failure_reasons) {
-        if (std::find(seen.reasons.begin(), seen.reasons.end(), r) == seen.reasons.end()) {
-          seen.reasons.push_back(r);
-        }
-      }
-    } else {
-      failure_seen_.erase(key);
-    }
-  }
+  RememberFailure(key, gang, observed, plan);
   absl::Status applied = Apply(*job, plan);
   if (!applied.ok()) return applied;
   if (plan.requeue_after) queue_.AddAfter(key, *plan.requeue_after);
   return absl::OkStatus();
+}
+
+JobCaches JobController::Caches() const {
+  JobCaches caches;
+  caches.pods = pods_.get();
+  caches.services = services_.get();
+  caches.config_maps = config_maps_.get();
+  caches.claims = claims_.get();
+  caches.secrets = secrets_.get();
+  caches.network_policies = network_policies_.get();
+  caches.workloads = workloads_.get();
+  caches.flavors = flavors_.get();
+  return caches;
+}
+
+void JobController::WatchCoordinator(const std::string& key, const api::CoordinatedJob& job,
+                                     const CoordinatorCredentials& credentials,
+                                     Observed* observed) {
+  const int gang = job.status.Gang();
+  const ObservedPod* coordinator = GangCoordinator(job, observed->pods);
+  const bool active = job.status.phase != api::phase::kSucceeded &&
+                      job.status.phase != api::phase::kFailed && !job.spec.suspend;
+  if (!active || !coordinator || coordinator->terminating || coordinator->phase != "Running" ||
+      coordinator->pod_ip.empty()) {
+    watcher_.Unwatch(key);
+    return;
+  }
+  const std::string host = coordinator->pod_ip.find(':') == std::string::npos
+                               ? coordinator->pod_ip
+                               : absl::StrCat("[", coordinator->pod_ip, "]");
+  watcher_.Watch(key, absl::StrCat(host, ":", kCoordinatorGrpcPort), gang, credentials,
+                 job.spec.tasks.has_value());
+  observed->coordinator = watcher_.View(key, gang);
+}
+
+void JobController::RecallFailure(const std::string& key, int gang, Observed* observed) {
+  absl::MutexLock lock(&failures_mu_);
+  auto it = failure_seen_.find(key);
+  if (it != failure_seen_.end() && it->second.gang == gang) {
+    observed->failure_first_seen = it->second.first;
+    observed->failure_reasons = it->second.reasons;
+  }
+}
+
+void JobController::RememberFailure(const std::string& key, int gang, const Observed& observed,
+                                    const Plan& plan) {
+  absl::MutexLock lock(&failures_mu_);
+  if (!plan.failure_seen || plan.status.Gang() != gang) {
+    failure_seen_.erase(key);
+    return;
+  }
+  FailureSeen& seen = failure_seen_[key];
+  if (!observed.failure_first_seen) seen = FailureSeen{gang, observed.now, {}};
+  for (const std::string& r : plan.failure_reasons) {
+    if (std::find(seen.reasons.begin(), seen.reasons.end(), r) == seen.reasons.end()) {
+      seen.reasons.push_back(r);
+    }
+  }
 }
 
 absl::Status JobController::WriteStatus(const api::CoordinatedJob& job,
@@ -410,9 +381,35 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
   }
   for (const auto& e : plan.events) RecordEvent(job.object, e.type, e.reason, e.message);
 
-  // Deletes, then creates, each batch in parallel.
+  // Deletes, then updates, then creates; the first error is returned once all were tried.
+  absl::Status first_error = DeletePods(job, plan.delete_pods);
+  const auto keep = [&first_error](const absl::Status& s) {
+    if (!s.ok() && first_error.ok()) first_error = s;
+  };
+  keep(UpdateObjects(job, plan));
+  std::string invalid;
+  keep(CreateObjects(job, plan.create, &invalid));
+  if (!invalid.empty()) {
+    // The job's pod template cannot be run: no retry will change that.
+    auto latest = jobs_->Get(job.namespace_name, job.name);
+    return FailInvalid(latest ? *latest : job.object, invalid);
+  }
+  keep(ApplyWorkload(job, plan));
+  if (plan.delete_job) {
+    spdlog::info("CoordinatedJob {}: ttlSecondsAfterFinished passed; deleting it", key);
+    kube::DeleteOptions options;
+    options.propagation_policy = "Background";
+    options.precondition_uid = job.uid;
+    absl::Status s = client_->Delete(kube::kCoordinatedJobs, job.namespace_name, job.name, options);
+    if (!absl::IsNotFound(s)) keep(s);
+  }
+  return first_error;
+}
+
+absl::Status JobController::DeletePods(const api::CoordinatedJob& job,
+                                       const std::vector<std::string>& pods) {
   std::vector<std::future<absl::Status>> deletes;
-  for (const auto& pod : plan.delete_pods) {
+  for (const auto& pod : pods) {
     deletes.push_back(std::async(std::launch::async, [this, &job, pod] {
       kube::DeleteOptions options;
       options.propagation_policy = "Background";
@@ -425,14 +422,20 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
     absl::Status s = f.get();
     if (!s.ok() && first_error.ok()) first_error = s;
   }
-  if (!plan.delete_pods.empty()) {
-    spdlog::info("CoordinatedJob {}: deleting {} pod(s): {}", key, plan.delete_pods.size(),
-                 Summarize(plan.delete_pods));
+  if (!pods.empty()) {
+    spdlog::info("CoordinatedJob {}/{}: deleting {} pod(s): {}", job.namespace_name, job.name,
+                 pods.size(), Summarize(pods));
   }
+  return first_error;
+}
+
+absl::Status JobController::UpdateObjects(const api::CoordinatedJob& job, const Plan& plan) {
+  const std::string key = JobKey(job.namespace_name, job.name);
+  absl::Status first_error;
   if (plan.delete_network_policy) {
     absl::Status s =
         client_->Delete(kube::kNetworkPolicies, job.namespace_name, NetworkPolicyName(job));
-    if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
+    if (!s.ok() && !absl::IsNotFound(s)) first_error = s;
     if (s.ok()) {
       spdlog::info("CoordinatedJob {}: deleted NetworkPolicy {} (--network-policy=false)", key,
                    NetworkPolicyName(job));
@@ -457,13 +460,15 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
                    kube::Name(object));
     }
   }
+  return first_error;
+}
 
-  std::vector<std::string> created_pods;
-  std::string invalid;
+absl::Status JobController::CreateObjects(const api::CoordinatedJob& job,
+                                          const std::vector<json>& create, std::string* invalid) {
   constexpr size_t kParallel = 16;
   // Everything else before the pods, which may name it (a PodGroup, a Secret they mount).
   std::vector<std::vector<const json*>> waves(2);
-  for (const json& object : plan.create) {
+  for (const json& object : create) {
     waves[object.value("kind", "") == "Pod" ? 1 : 0].push_back(&object);
   }
   std::vector<std::vector<const json*>> batches;
@@ -474,6 +479,8 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
           wave.begin() + static_cast<std::ptrdiff_t>(std::min(wave.size(), begin + kParallel)));
     }
   }
+  absl::Status first_error;
+  std::vector<std::string> created_pods;
   for (const auto& objects : batches) {
     std::vector<std::pair<const json*, std::future<absl::StatusOr<json>>>> batch;
     for (const json* object : objects) {
@@ -487,76 +494,48 @@ absl::Status JobController::Apply(const api::CoordinatedJob& job, const Plan& pl
       if (result.ok()) {
         json created = *result;
         created["kind"] = object->value("kind", "");
-        const std::string kind = created["kind"];
-        if (kind == "Pod") {
-          pods_->Upsert(created);
-          created_pods.push_back(kube::Name(created));
-        } else if (kind == "Service") {
-          services_->Upsert(created);
-        } else if (kind == "PersistentVolumeClaim") {
-          claims_->Upsert(created);
-        } else if (kind == "Secret") {
-          secrets_->Upsert(created);
-        } else if (kind == "NetworkPolicy") {
-          network_policies_->Upsert(created);
-        } else if (kind == "Workload") {
-          if (workloads_) workloads_->Upsert(created);
-          spdlog::info("CoordinatedJob {}: created Workload {} (LocalQueue {})", key,
-                       kube::Name(created), kueue::QueueName(job));
-        } else if (kind == "Certificate" || kind == "PodGroup") {
-          // Not cached: cert-manager's Secret, once issued, is what the plan looks at.
-        } else {
-          config_maps_->Upsert(created);
-        }
-      } else if (absl::IsInvalidArgument(result.status()) ||
-                 // The namespace's Pod Security level refuses the pod the template makes: no
-                 // retry will change that either.
-                 (absl::IsPermissionDenied(result.status()) &&
-                  absl::StrContains(result.status().message(), "violates PodSecurity"))) {
-        if (invalid.empty()) {
-          invalid = absl::StrCat("the API server refused ", object->value("kind", ""), " ",
-                                 kube::Name(*object), ": ", result.status().message());
+        if (created["kind"] == "Pod") created_pods.push_back(kube::Name(created));
+        CacheCreated(job, std::move(created));
+      } else if (IsRefusal(result.status())) {
+        if (invalid->empty()) {
+          *invalid = absl::StrCat("the API server refused ", object->value("kind", ""), " ",
+                                  kube::Name(*object), ": ", result.status().message());
         }
       } else if (!absl::IsAlreadyExists(result.status()) && first_error.ok()) {
-        first_error = result.status();
-        if (object->value("kind", "") == "PodGroup" && absl::IsNotFound(first_error)) {
-          first_error = absl::FailedPreconditionError(
-              absl::StrCat("cannot create PodGroup ", kube::Name(*object),
-                           " (spec.gangScheduling): ", object->value("apiVersion", ""),
-                           " is not served here; install the gang scheduler's CRDs (",
-                           result.status().message(), ")"));
-        }
-        if (object->value("kind", "") == "Certificate" && absl::IsNotFound(first_error)) {
-          first_error = absl::FailedPreconditionError(absl::StrCat(
-              "cannot create Certificate ", kube::Name(*object),
-              ": cert-manager's API (cert-manager.io/v1 certificates) is not served here; "
-              "install cert-manager or run the operator with --job-tls=operator (",
-              result.status().message(), ")"));
-        }
+        first_error = ExplainCreateError(*object, result.status());
       }
     }
   }
   if (!created_pods.empty()) {
     const std::string message =
         absl::StrCat("created ", created_pods.size(), " pod(s): ", Summarize(created_pods));
-    spdlog::info("CoordinatedJob {}: {}", key, message);
+    spdlog::info("CoordinatedJob {}/{}: {}", job.namespace_name, job.name, message);
     RecordEvent(job.object, "Normal", "CreatedPods", message);
   }
-  if (!invalid.empty()) {
-    // The job's pod template cannot be run: no retry will change that.
-    auto latest = jobs_->Get(job.namespace_name, job.name);
-    return FailInvalid(latest ? *latest : job.object, invalid);
-  }
-  if (absl::Status s = ApplyWorkload(job, plan); !s.ok() && first_error.ok()) first_error = s;
-  if (plan.delete_job) {
-    spdlog::info("CoordinatedJob {}: ttlSecondsAfterFinished passed; deleting it", key);
-    kube::DeleteOptions options;
-    options.propagation_policy = "Background";
-    options.precondition_uid = job.uid;
-    absl::Status s = client_->Delete(kube::kCoordinatedJobs, job.namespace_name, job.name, options);
-    if (!s.ok() && !absl::IsNotFound(s) && first_error.ok()) first_error = s;
-  }
   return first_error;
+}
+
+void JobController::CacheCreated(const api::CoordinatedJob& job, json created) {
+  const std::string kind = created["kind"];
+  if (kind == "Pod") {
+    pods_->Upsert(created);
+  } else if (kind == "Service") {
+    services_->Upsert(created);
+  } else if (kind == "PersistentVolumeClaim") {
+    claims_->Upsert(created);
+  } else if (kind == "Secret") {
+    secrets_->Upsert(created);
+  } else if (kind == "NetworkPolicy") {
+    network_policies_->Upsert(created);
+  } else if (kind == "Workload") {
+    if (workloads_) workloads_->Upsert(created);
+    spdlog::info("CoordinatedJob {}/{}: created Workload {} (LocalQueue {})", job.namespace_name,
+                 job.name, kube::Name(created), kueue::QueueName(job));
+  } else if (kind == "Certificate" || kind == "PodGroup") {
+    // Not cached: cert-manager's Secret, once issued, is what the plan looks at.
+  } else {
+    config_maps_->Upsert(created);
+  }
 }
 
 void JobController::RecordEvent(const json& involved, const std::string& type,

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "operator/controller/coordinator_watcher.h"
+#include "operator/controller/observe.h"
 #include "operator/controller/work_queue.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/kube_client.h"
@@ -71,7 +72,25 @@ class JobController {
 
  private:
   absl::Status Reconcile(const std::string& key);
+  JobCaches Caches() const;
+  // Follows the current gang's coordinator while the job is active and its pod runs, and puts
+  // its latest view into `observed`; stops following it otherwise.
+  void WatchCoordinator(const std::string& key, const api::CoordinatedJob& job,
+                        const CoordinatorCredentials& credentials, Observed* observed);
+  // The failure being settled for `gang` (failure_seen_) into `observed`; and after the plan,
+  // what it saw of one kept (or forgotten once the plan sees none, or a new gang starts).
+  void RecallFailure(const std::string& key, int gang, Observed* observed);
+  void RememberFailure(const std::string& key, int gang, const Observed& observed,
+                       const Plan& plan);
   absl::Status Apply(const api::CoordinatedJob& job, const Plan& plan);
+  // Apply's steps, each trying everything and returning the first error: pods deleted; the
+  // NetworkPolicy deleted and objects written back; objects created (the rest before pods, 16
+  // at a time), a refused one named in `invalid`; and a created object put in its cache.
+  absl::Status DeletePods(const api::CoordinatedJob& job, const std::vector<std::string>& pods);
+  absl::Status UpdateObjects(const api::CoordinatedJob& job, const Plan& plan);
+  absl::Status CreateObjects(const api::CoordinatedJob& job, const std::vector<json>& create,
+                             std::string* invalid);
+  void CacheCreated(const api::CoordinatedJob& job, json created);
   absl::Status WriteStatus(const api::CoordinatedJob& job, const api::JobStatus& status);
   absl::Status FailInvalid(const json& object, const std::string& message);
   // Kueue: whether to work with it (Options::kueue, and the API server); the Workload's status

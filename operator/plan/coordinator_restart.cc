@@ -26,13 +26,13 @@ void CountRestarts(Planner& P, const ObservedPod* coordinator, bool gone, bool r
     P.st().coordinator_restarts += more;
     seen.container_restarts = coordinator->restart_count;
     seen.last_restart_time = coordinator->last_exit_at.value_or(P.now());
-    P.Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator's container restarted in place (",
-                         coordinator->restart_count, " time",
-                         coordinator->restart_count == 1 ? "" : "s", " in pod ", coordinator->name,
-                         ") and keeps its state on its ",
-                         api::StateVolumeName(job.spec.coordinator.state.volume),
-                         " volume; the gang goes on"));
+    P.Event(
+        "Warning", "CoordinatorRestarted",
+        absl::StrCat("the coordinator's container restarted in place (", coordinator->restart_count,
+                     " time", coordinator->restart_count == 1 ? "" : "s", " in pod ",
+                     coordinator->name, ") and keeps its state on its ",
+                     api::StateVolumeName(job.spec.coordinator.state.volume),
+                     " volume; the gang goes on"));
   } else if (recreate && !seen.uid.empty()) {
     P.st().coordinator_restarts += 1;
     absl::Time at = P.now();
@@ -43,11 +43,12 @@ void CountRestarts(Planner& P, const ObservedPod* coordinator, bool gone, bool r
     }
     seen = api::CoordinatorPodStatus{};  // the next pod is a new one
     seen.last_restart_time = at;
-    P.Event("Warning", "CoordinatorRestarted",
-            absl::StrCat("the coordinator pod ", CoordinatorName(job),
-                         coordinator && !coordinator->terminating ? " failed" : " was deleted",
-                         "; a new one starts on PersistentVolumeClaim ",
-                         CoordinatorStateClaimName(job), ", which holds its state; the gang goes on"));
+    P.Event(
+        "Warning", "CoordinatorRestarted",
+        absl::StrCat("the coordinator pod ", CoordinatorName(job),
+                     coordinator && !coordinator->terminating ? " failed" : " was deleted",
+                     "; a new one starts on PersistentVolumeClaim ", CoordinatorStateClaimName(job),
+                     ", which holds its state; the gang goes on"));
   }
 }
 
@@ -94,8 +95,8 @@ CoordinatorFate FollowCoordinator(Planner& P, const ObservedPod* coordinator, bo
   if (volume != api::StateVolume::kNone) CountRestarts(P, coordinator, fate.gone, fate.recreate);
 
   fate.exited = coordinator && coordinator->exit_code.has_value();
-  fate.lost = !fate.recreate &&
-              (fate.exited || (started && (!coordinator || coordinator->terminating)));
+  fate.lost =
+      !fate.recreate && (fate.exited || (started && (!coordinator || coordinator->terminating)));
   if (fate.lost) fate.loss = DescribeLoss(job, fate);
 
   fate.went_away = P.st().coordinator_pod.last_restart_time;

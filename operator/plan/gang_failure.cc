@@ -101,7 +101,8 @@ Verdict Judge(const Planner& P, const Signals& s, const CoordinatorFate& coordin
   v.cause = s.cause;
   std::string first_exit;
   absl::Time earliest = absl::InfiniteFuture();
-  for (const ObservedPod* w : s.exits) earliest = std::min(earliest, w->finished_at.value_or(P.now()));
+  for (const ObservedPod* w : s.exits)
+    earliest = std::min(earliest, w->finished_at.value_or(P.now()));
   for (const ObservedPod* w : s.exits) {
     if (w->finished_at.value_or(P.now()) <= earliest + absl::Seconds(1)) v.first_exits.push_back(w);
   }
@@ -145,16 +146,14 @@ Verdict Judge(const Planner& P, const Signals& s, const CoordinatorFate& coordin
     v.permanent = false;
     break;
   }
-  v.what = !infra.empty()       ? infra
-           : first_exit.empty() ? s.described.front()
-                                : first_exit;
+  v.what = !infra.empty() ? infra : first_exit.empty() ? s.described.front() : first_exit;
   return v;
 }
 
 // RestartWorker: the failed workers alone, when the coordinator is still there for the rest
 // of the gang. False when there is none to restart alone (the gang restarts, counted).
-bool RestartFailedWorkers(Planner& P, const JobPods& pods, const Signals& s,
-                          const std::string& by, const std::string& what) {
+bool RestartFailedWorkers(Planner& P, const JobPods& pods, const Signals& s, const std::string& by,
+                          const std::string& what) {
   std::vector<int> failed;
   for (int i = 0; i < P.job.spec.replicas; ++i) {
     const ObservedPod* w = pods.workers[i];
@@ -180,16 +179,18 @@ bool ApplyRules(Planner& P, const JobPods& pods, const Signals& s, FailureFacts 
   }
   const RuleMatch m = MatchFailureRule(P.job.spec.failure_policy, facts);
   if (!m.rule) return false;
-  const std::string by = absl::StrCat("failurePolicy.rules[", m.index, "] (",
-                                      api::FailureActionName(m.rule->action), " on ", m.matched, ")");
+  const std::string by =
+      absl::StrCat("failurePolicy.rules[", m.index, "] (", api::FailureActionName(m.rule->action),
+                   " on ", m.matched, ")");
   switch (m.rule->action) {
     case api::FailureAction::kFailJob:
       P.Finish(false, "FailureRule", absl::StrCat(v->what, "; ", by, " fails the job"));
       return true;
     case api::FailureAction::kRestartGangUncounted:
-      P.Restart(v->cause,
-                absl::StrCat("gang restart, not counted against maxRestarts by ", by, ": ", v->what),
-                v->what, /*counted=*/false);
+      P.Restart(
+          v->cause,
+          absl::StrCat("gang restart, not counted against maxRestarts by ", by, ": ", v->what),
+          v->what, /*counted=*/false);
       return true;
     case api::FailureAction::kRestartGang:
       v->permanent = false;
@@ -215,12 +216,13 @@ void FailOrRestart(Planner& P, const Verdict& v) {
   const int counted = st.restarts + st.worker_restarts;
   const int max_restarts = job.spec.failure_policy.max_restarts;
   if (counted >= max_restarts) {
-    P.Finish(false, "MaxRestartsExceeded",
-             absl::StrCat("the gang failed after ", counted, " restart", counted == 1 ? "" : "s",
-                          st.worker_restarts > 0
-                              ? absl::StrCat(" (", st.worker_restarts, " of single workers)")
-                              : "",
-                          " (failurePolicy.maxRestarts ", max_restarts, "); last failure: ", v.what));
+    P.Finish(
+        false, "MaxRestartsExceeded",
+        absl::StrCat("the gang failed after ", counted, " restart", counted == 1 ? "" : "s",
+                     st.worker_restarts > 0
+                         ? absl::StrCat(" (", st.worker_restarts, " of single workers)")
+                         : "",
+                     " (failurePolicy.maxRestarts ", max_restarts, "); last failure: ", v.what));
     return;
   }
   P.Restart(v.cause,

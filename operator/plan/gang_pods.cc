@@ -2,7 +2,25 @@
 // the gang's workers got.
 #include "operator/plan/policies.h"
 
-namespace cohort::controller::planning {
+namespace cohort::controller {
+
+namespace {
+
+bool IsGangCoordinator(const api::CoordinatedJob& job, int gang, const ObservedPod& p) {
+  return p.restart == gang && p.role == "coordinator" && p.name == CoordinatorName(job);
+}
+
+}  // namespace
+
+const ObservedPod* GangCoordinator(const api::CoordinatedJob& job,
+                                   const std::vector<ObservedPod>& pods) {
+  for (const ObservedPod& p : pods) {
+    if (IsGangCoordinator(job, job.status.Gang(), p)) return &p;
+  }
+  return nullptr;
+}
+
+namespace planning {
 
 JobPods SortPods(Planner& P, bool with_driver) {
   const api::CoordinatedJob& job = P.job;
@@ -13,7 +31,7 @@ JobPods SortPods(Planner& P, bool with_driver) {
   for (const ObservedPod& p : P.observed.pods) {
     pods.by_name[p.name] = &p;
     const bool current = p.restart == gang;
-    if (current && p.role == "coordinator" && p.name == CoordinatorName(job)) {
+    if (IsGangCoordinator(job, gang, p)) {
       pods.coordinator = &p;
     } else if (with_driver && current && p.role == "driver" && p.name == DriverPodName(job)) {
       pods.driver = &p;
@@ -45,4 +63,6 @@ GangCounts CountGang(Planner& P, const JobPods& pods) {
   return counts;
 }
 
-}  // namespace cohort::controller::planning
+}  // namespace planning
+
+}  // namespace cohort::controller

@@ -36,4 +36,9 @@ namespace cohort::controller {
 Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
              const OperatorSettings& settings);
 
+// The current gang's coordinator among `pods` (its role, its gang and the job's name for it),
+// or nullptr: the pod the plan takes for the coordinator, and the one the controller watches.
+const ObservedPod* GangCoordinator(const api::CoordinatedJob& job,
+                                   const std::vector<ObservedPod>& pods);
+
 }  // namespace cohort::controller

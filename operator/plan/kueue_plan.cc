@@ -41,6 +41,53 @@ void FinishWorkload(Plan* plan, const json& workload, absl::Time now) {
   if (kueue::DropFinalizer(&held)) plan->release_workload = true;
 }
 
+// The admitted Workload of a job that runs: PodsReady, for Kueue's waitForPodsReady, says
+// whether the whole gang is up (the job's Ready condition), and reclaimablePods gives back the
+// quota of workers that already exited 0.
+void FollowWorkload(Plan* plan, const json& workload, absl::Time now) {
+  const api::Condition* ready = api::FindCondition(plan->status.conditions, kConditionReady);
+  const bool up = ready && ready->status == "True";
+  // Ready once in this admission: a gang that goes down waits for recovery, not for its start.
+  const json* pods_ready = kueue::FindCondition(workload, "PodsReady");
+  const bool was = pods_ready && (pods_ready->value("status", "") == "True" ||
+                                  pods_ready->value("reason", "") == "WaitForRecovery");
+  json w = workload;
+  const bool changed =
+      up ? kueue::SetCondition(&w, "PodsReady", true, "Started", "All pods reached readiness", now)
+         : kueue::SetCondition(&w, "PodsReady", false, was ? "WaitForRecovery" : "WaitForStart",
+                               was ? "At least one pod has failed, waiting for recovery"
+                                   : "Not all pods are ready or succeeded",
+                               now);
+  // Workers whose workload already exited 0 while the rest run need their quota no more:
+  // reclaimablePods lets Kueue give it to other Workloads (it only grows within an admission).
+  bool reclaimed = false;
+  if (const int done = plan->status.tasks.succeeded; done > 0) {
+    const json want = json::array({{{"name", kueue::kWorkersPodSet}, {"count", done}}});
+    json& status = w["status"];
+    if (!status.is_object()) status = json::object();
+    if (status.value("reclaimablePods", json()) != want) {
+      status["reclaimablePods"] = want;
+      reclaimed = true;
+    }
+  }
+  if (changed || reclaimed) plan->workload_status = std::move(w);
+}
+
+// The admission's pod sets onto the plan's pods (their flavors' node labels, tolerations);
+// what cannot be applied, or "".
+std::string ApplyAdmission(const kueue::Admission& admission, Plan* plan) {
+  for (json& object : plan->create) {
+    if (object.value("kind", "") != "Pod") continue;
+    const std::string set = kueue::PodSetOf(object);
+    auto it = admission.pod_sets.find(set);
+    std::string error = it == admission.pod_sets.end()
+                            ? absl::StrCat("the admission has no pod set ", set)
+                            : kueue::ApplyPodSetInfo(it->second, &object);
+    if (!error.empty()) return error;
+  }
+  return "";
+}
+
 }  // namespace
 
 Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
@@ -120,55 +167,20 @@ Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
       PlanRun(job, observed, settings,
               Resume{"Admitted", absl::StrCat("Kueue admitted Workload ", name, " in ClusterQueue ",
                                               admission.admission->cluster_queue)});
-  for (json& object : plan.create) {
-    if (object.value("kind", "") != "Pod") continue;
-    const std::string set = kueue::PodSetOf(object);
-    auto it = admission.admission->pod_sets.find(set);
-    std::string error = it == admission.admission->pod_sets.end()
-                            ? absl::StrCat("the admission has no pod set ", set)
-                            : kueue::ApplyPodSetInfo(it->second, &object);
-    if (!error.empty()) {
-      // Kueue's own integrations end such a job too (its Workload: Finished, FailedToStart).
-      Planner F{job, observed, Plan{}};
-      F.plan.status = plan.status;
-      F.Finish(false, "AdmissionConflict",
-               absl::StrCat("the admission of Workload ", name, " cannot be applied: ", error));
-      FinishWorkload(&F.plan, *workload, observed.now);
-      return std::move(F.plan);
-    }
+  if (const std::string error = ApplyAdmission(*admission.admission, &plan); !error.empty()) {
+    // Kueue's own integrations end such a job too (its Workload: Finished, FailedToStart).
+    Planner F{job, observed, Plan{}};
+    F.plan.status = plan.status;
+    F.Finish(false, "AdmissionConflict",
+             absl::StrCat("the admission of Workload ", name, " cannot be applied: ", error));
+    FinishWorkload(&F.plan, *workload, observed.now);
+    return std::move(F.plan);
   }
   if (JobFinished(plan.status)) {
     FinishWorkload(&plan, *workload, observed.now);
     return plan;
   }
-  // PodsReady, for Kueue's waitForPodsReady: the whole gang is up (the job's Ready condition).
-  const api::Condition* ready = api::FindCondition(plan.status.conditions, kConditionReady);
-  const bool up = ready && ready->status == "True";
-  // Ready once in this admission: a gang that goes down waits for recovery, not for its start.
-  const json* pods_ready = kueue::FindCondition(*workload, "PodsReady");
-  const bool was = pods_ready && (pods_ready->value("status", "") == "True" ||
-                                  pods_ready->value("reason", "") == "WaitForRecovery");
-  json w = *workload;
-  const bool changed =
-      up ? kueue::SetCondition(&w, "PodsReady", true, "Started", "All pods reached readiness",
-                               observed.now)
-         : kueue::SetCondition(&w, "PodsReady", false, was ? "WaitForRecovery" : "WaitForStart",
-                               was ? "At least one pod has failed, waiting for recovery"
-                                   : "Not all pods are ready or succeeded",
-                               observed.now);
-  // Workers whose workload already exited 0 while the rest run need their quota no more:
-  // reclaimablePods lets Kueue give it to other Workloads (it only grows within an admission).
-  bool reclaimed = false;
-  if (const int done = plan.status.tasks.succeeded; done > 0) {
-    const json want = json::array({{{"name", kueue::kWorkersPodSet}, {"count", done}}});
-    json& status = w["status"];
-    if (!status.is_object()) status = json::object();
-    if (status.value("reclaimablePods", json()) != want) {
-      status["reclaimablePods"] = want;
-      reclaimed = true;
-    }
-  }
-  if (changed || reclaimed) plan.workload_status = std::move(w);
+  FollowWorkload(&plan, *workload, observed.now);
   return plan;
 }
 

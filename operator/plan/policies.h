@@ -34,8 +34,8 @@ bool PlanLifecycle(Planner& P, const Resume& resume);
 // (an earlier gang's, a worker index past spec.replicas, a name that is not the job's).
 struct JobPods {
   const ObservedPod* coordinator = nullptr;
-  const ObservedPod* driver = nullptr;      // task runtime jobs (`with_driver`)
-  std::vector<const ObservedPod*> workers;  // by index, spec.replicas long
+  const ObservedPod* driver = nullptr;                // task runtime jobs (`with_driver`)
+  std::vector<const ObservedPod*> workers;            // by index, spec.replicas long
   std::map<std::string, const ObservedPod*> by_name;  // every pod of the job
 };
 JobPods SortPods(Planner& P, bool with_driver);

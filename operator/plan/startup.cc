@@ -35,9 +35,10 @@ bool StartupDeadline(Planner& P, const JobPods& pods) {
       waiting.push_back(why(w, absl::StrCat("worker ", i)));
     }
   }
-  P.Finish(false, "StartupDeadlineExceeded",
-           absl::StrCat("gang ", st.Gang(), " did not start within ", *startup,
-                        " s (failurePolicy.startupDeadlineSeconds): ", absl::StrJoin(waiting, "; ")));
+  P.Finish(
+      false, "StartupDeadlineExceeded",
+      absl::StrCat("gang ", st.Gang(), " did not start within ", *startup,
+                   " s (failurePolicy.startupDeadlineSeconds): ", absl::StrJoin(waiting, "; ")));
   return true;
 }
 

@@ -11,6 +11,83 @@
 
 namespace cohort::controller::planning {
 
+namespace {
+
+// The driver decides: its exit ends the job, and a started job whose driver pod is gone fails.
+bool DriverDecides(Planner& P, const ObservedPod* driver, bool started) {
+  const api::JobStatus& st = P.st();
+  if (driver && driver->exit_code) {
+    if (*driver->exit_code == 0) {
+      P.Finish(true, "DriverSucceeded",
+               absl::StrCat("the driver exited 0 (", st.task_runtime->succeeded,
+                            " tasks succeeded, ", st.task_runtime->failed, " failed)"));
+    } else {
+      P.Finish(false, "DriverFailed", DescribeExit(*driver, "the driver"));
+    }
+    return true;
+  }
+  if (started && (!driver || driver->terminating)) {
+    P.Finish(false, "DriverLost",
+             absl::StrCat("the driver pod ", DriverPodName(P.job), " was deleted before it ended"));
+    return true;
+  }
+  return false;
+}
+
+// A lost coordinator (without a state volume to come back on) takes everything: the
+// scheduler's state went with it. The job starts again, up to maxRestarts, once the failure
+// has settled.
+void RestartForLostCoordinator(Planner& P, const OperatorSettings& settings,
+                               const std::string& what) {
+  if (FailureSettling(P, settings)) return;
+  const int counted = P.st().restarts;
+  const int max_restarts = P.job.spec.failure_policy.max_restarts;
+  if (counted >= max_restarts) {
+    P.Finish(false, "MaxRestartsExceeded",
+             absl::StrCat("the job was started again ", counted, " time", counted == 1 ? "" : "s",
+                          " (failurePolicy.maxRestarts ", max_restarts, "); last failure: ", what));
+    return;
+  }
+  P.Restart("CoordinatorLost",
+            absl::StrCat("restart ", counted + 1, " of at most ", max_restarts, ": ", what,
+                         " and the scheduler's state with it (give the coordinator a state "
+                         "volume to keep it)"),
+            what);
+}
+
+// Running once the driver runs; Ready once it and every worker pod are.
+void TaskRuntimeReadiness(Planner& P, const OperatorSettings& settings, const JobPods& pods,
+                          const ChildrenState& children, int running, int ready, int replaced) {
+  api::JobStatus& st = P.st();
+  const int replicas = P.job.spec.replicas;
+  const ObservedPod* coordinator = pods.coordinator;
+  const ObservedPod* driver = pods.driver;
+  if (driver && driver->phase == "Running" && coordinator && coordinator->phase == "Running" &&
+      st.phase != phase::kRunning) {
+    if (st.phase == phase::kRestarting) {
+      P.Condition(kConditionRestarting, false, "Recovered",
+                  absl::StrCat("restart ", st.Gang(), " is running"));
+    }
+    st.phase = phase::kRunning;
+    P.Event("Normal", "Running",
+            absl::StrCat("the driver and ", running, " of ", replicas, " worker pods run"));
+  }
+  const bool driver_ready = driver && driver->ready;
+  if (driver_ready && ready == replicas) {
+    P.Condition(kConditionReady, true, "AllWorkersReady",
+                absl::StrCat("the driver and all ", replicas, " worker pods are ready"));
+    return;
+  }
+  P.Condition(kConditionReady, false, "WaitingForWorkers",
+              WaitingForCoordinator(P, settings, coordinator, children)
+                  .value_or(absl::StrCat(
+                      driver_ready ? "the driver is ready; " : "the driver is not ready; ", ready,
+                      " of ", replicas, " worker pods are ready",
+                      replaced > 0 ? absl::StrCat(" (", replaced, " being replaced)") : "")));
+}
+
+}  // namespace
+
 Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   const api::CoordinatedJob& job = P.job;
   const Observed& observed = P.observed;
@@ -45,42 +122,10 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   const bool started = st.phase == phase::kRunning;
   const CoordinatorFate fate = FollowCoordinator(P, coordinator, started);
 
-  // ---- The driver decides.
-  if (driver && driver->exit_code) {
-    if (*driver->exit_code == 0) {
-      P.Finish(true, "DriverSucceeded",
-               absl::StrCat("the driver exited 0 (", st.task_runtime->succeeded,
-                            " tasks succeeded, ", st.task_runtime->failed, " failed)"));
-    } else {
-      P.Finish(false, "DriverFailed", DescribeExit(*driver, "the driver"));
-    }
-    return std::move(P.plan);
-  }
-  if (started && (!driver || driver->terminating)) {
-    P.Finish(false, "DriverLost",
-             absl::StrCat("the driver pod ", DriverPodName(job), " was deleted before it ended"));
-    return std::move(P.plan);
-  }
-
-  // ---- A lost coordinator (without a state volume to come back on) takes everything: the
-  // scheduler's state went with it.
+  // ---- The driver decides; a lost coordinator starts the job again.
+  if (DriverDecides(P, driver, started)) return std::move(P.plan);
   if (fate.lost) {
-    const std::string& what = fate.loss;
-    if (FailureSettling(P, settings)) return std::move(P.plan);
-    const int counted = st.restarts;
-    if (counted >= job.spec.failure_policy.max_restarts) {
-      P.Finish(false, "MaxRestartsExceeded",
-               absl::StrCat("the job was started again ", counted, " time", counted == 1 ? "" : "s",
-                            " (failurePolicy.maxRestarts ", job.spec.failure_policy.max_restarts,
-                            "); last failure: ", what));
-      return std::move(P.plan);
-    }
-    P.Restart("CoordinatorLost",
-              absl::StrCat("restart ", counted + 1, " of at most ",
-                           job.spec.failure_policy.max_restarts, ": ", what,
-                           " and the scheduler's state with it (give the coordinator a state "
-                           "volume to keep it)"),
-              what);
+    RestartForLostCoordinator(P, settings, fate.loss);
     return std::move(P.plan);
   }
 
@@ -111,30 +156,7 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
     }
   }
 
-  // ---- Phase and readiness: running once the driver runs.
-  if (driver && driver->phase == "Running" && coordinator && coordinator->phase == "Running" &&
-      st.phase != phase::kRunning) {
-    if (st.phase == phase::kRestarting) {
-      P.Condition(kConditionRestarting, false, "Recovered",
-                  absl::StrCat("restart ", gang, " is running"));
-    }
-    st.phase = phase::kRunning;
-    P.Event("Normal", "Running",
-            absl::StrCat("the driver and ", running, " of ", replicas, " worker pods run"));
-  }
-  const bool driver_ready = driver && driver->ready;
-  if (driver_ready && ready == replicas) {
-    P.Condition(kConditionReady, true, "AllWorkersReady",
-                absl::StrCat("the driver and all ", replicas, " worker pods are ready"));
-  } else {
-    const std::string waiting =
-        WaitingForCoordinator(P, settings, coordinator, children)
-            .value_or(
-                absl::StrCat(driver_ready ? "the driver is ready; " : "the driver is not ready; ",
-                             ready, " of ", replicas, " worker pods are ready",
-                             replaced > 0 ? absl::StrCat(" (", replaced, " being replaced)") : ""));
-    P.Condition(kConditionReady, false, "WaitingForWorkers", waiting);
-  }
+  TaskRuntimeReadiness(P, settings, pods, children, running, ready, replaced);
   return std::move(P.plan);
 }
 

@@ -48,46 +48,111 @@ void Claim(Observed& o, bool usable) {
 
 const auto kNoPod = [](api::CoordinatedJob&, Observed&) {};
 
+// clang-format off: a row per case, its fields in the order of the struct.
 const CoordinatorCase kCases[] = {
-    {"ARunningCoordinatorWithoutAVolumeIsNothingToCount", api::StateVolume::kNone,
-     [](api::CoordinatedJob&, Observed& o) { o.pods = {Coordinator()}; }, true, false, false, "",
-     0, {}, std::nullopt},
-    {"WithoutAVolumeAnExitIsALoss", api::StateVolume::kNone,
-     [](api::CoordinatedJob&, Observed& o) { o.pods = {Ended(Coordinator(), 1)}; }, true, false,
-     true, "the coordinator exited with code 1", 0, {}, std::nullopt},
-    {"AnExitIsALossBeforeTheJobStartedToo", api::StateVolume::kNone,
-     [](api::CoordinatedJob&, Observed& o) { o.pods = {Ended(Coordinator(), 2)}; }, false, false,
-     true, "the coordinator exited with code 2", 0, {}, std::nullopt},
-    {"AMissingPodOfAStartedJobIsALoss", api::StateVolume::kNone, kNoPod, true, false, true,
-     "the coordinator pod train-coordinator was deleted", 0, {}, std::nullopt},
-    {"AMissingPodOfAJobNotStartedIsOneToMake", api::StateVolume::kNone, kNoPod, false, false,
-     false, "", 0, {}, std::nullopt},
-    {"AContainerRestartedInPlaceIsCounted", api::StateVolume::kEmptyDir,
+    {"ARunningCoordinatorWithoutAVolumeIsNothingToCount",
+     api::StateVolume::kNone,
+     [](api::CoordinatedJob&, Observed& o) { o.pods = {Coordinator()}; },
+     true,
+     false,
+     false,
+     "",
+     0,
+     {},
+     std::nullopt},
+    {"WithoutAVolumeAnExitIsALoss",
+     api::StateVolume::kNone,
+     [](api::CoordinatedJob&, Observed& o) { o.pods = {Ended(Coordinator(), 1)}; },
+     true,
+     false,
+     true,
+     "the coordinator exited with code 1",
+     0,
+     {},
+     std::nullopt},
+    {"AnExitIsALossBeforeTheJobStartedToo",
+     api::StateVolume::kNone,
+     [](api::CoordinatedJob&, Observed& o) { o.pods = {Ended(Coordinator(), 2)}; },
+     false,
+     false,
+     true,
+     "the coordinator exited with code 2",
+     0,
+     {},
+     std::nullopt},
+    {"AMissingPodOfAStartedJobIsALoss",
+     api::StateVolume::kNone,
+     kNoPod,
+     true,
+     false,
+     true,
+     "the coordinator pod train-coordinator was deleted",
+     0,
+     {},
+     std::nullopt},
+    {"AMissingPodOfAJobNotStartedIsOneToMake",
+     api::StateVolume::kNone,
+     kNoPod,
+     false,
+     false,
+     false,
+     "",
+     0,
+     {},
+     std::nullopt},
+    {"AContainerRestartedInPlaceIsCounted",
+     api::StateVolume::kEmptyDir,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job);
        o.pods = {KnownCoordinator(2)};
      },
-     true, false, false, "", 2, {"CoordinatorRestarted"}, kNow - absl::Seconds(5)},
-    {"RestartsCountedBeforeAreNotCountedAgain", api::StateVolume::kEmptyDir,
+     true,
+     false,
+     false,
+     "",
+     2,
+     {"CoordinatorRestarted"},
+     kNow - absl::Seconds(5)},
+    {"RestartsCountedBeforeAreNotCountedAgain",
+     api::StateVolume::kEmptyDir,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job, 2);
        o.pods = {KnownCoordinator(2)};
      },
-     true, false, false, "", 0, {}, kNow - absl::Seconds(5)},
-    {"ANewPodsRestartsAreCountedFromZero", api::StateVolume::kEmptyDir,
+     true,
+     false,
+     false,
+     "",
+     0,
+     {},
+     kNow - absl::Seconds(5)},
+    {"ANewPodsRestartsAreCountedFromZero",
+     api::StateVolume::kEmptyDir,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job, 3);
        ObservedPod pod = KnownCoordinator(1);
        pod.uid = "c2";
        o.pods = {pod};
      },
-     true, false, false, "", 1, {"CoordinatorRestarted"}, kNow - absl::Seconds(5)},
-    {"AnEvictedCoordinatorInAnEmptyDirIsALoss", api::StateVolume::kEmptyDir,
+     true,
+     false,
+     false,
+     "",
+     1,
+     {"CoordinatorRestarted"},
+     kNow - absl::Seconds(5)},
+    {"AnEvictedCoordinatorInAnEmptyDirIsALoss",
+     api::StateVolume::kEmptyDir,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job);
        o.pods = {Ended(KnownCoordinator(), -1, "Evicted")};
      },
-     true, false, true, "the coordinator pod train-coordinator failed (Evicted)", 0, {},
+     true,
+     false,
+     true,
+     "the coordinator pod train-coordinator failed (Evicted)",
+     0,
+     {},
      std::nullopt},
     {"ACoordinatorDeletedWithItsStateOnAClaimIsMadeAgainAndCounted",
      api::StateVolume::kPersistentVolumeClaim,
@@ -96,24 +161,43 @@ const CoordinatorCase kCases[] = {
        Claim(o, true);
        o.pods = {Deleted(KnownCoordinator())};
      },
-     true, true, false, "", 1, {"CoordinatorRestarted"}, kNow - absl::Seconds(3)},
-    {"ARunningCoordinatorOnAClaimBeingDeletedStays", api::StateVolume::kPersistentVolumeClaim,
+     true,
+     true,
+     false,
+     "",
+     1,
+     {"CoordinatorRestarted"},
+     kNow - absl::Seconds(3)},
+    {"ARunningCoordinatorOnAClaimBeingDeletedStays",
+     api::StateVolume::kPersistentVolumeClaim,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job);
        Claim(o, false);
        o.pods = {KnownCoordinator()};
      },
-     true, true, false, "", 0, {}, std::nullopt},
-    {"ACoordinatorLostWithItsClaimIsALoss", api::StateVolume::kPersistentVolumeClaim,
+     true,
+     true,
+     false,
+     "",
+     0,
+     {},
+     std::nullopt},
+    {"ACoordinatorLostWithItsClaimIsALoss",
+     api::StateVolume::kPersistentVolumeClaim,
      [](api::CoordinatedJob& job, Observed& o) {
        job = Known(job);
        Claim(o, false);
      },
-     true, false, true,
+     true,
+     false,
+     true,
      "the coordinator pod train-coordinator was deleted and its PersistentVolumeClaim {claim} is "
      "gone",
-     0, {}, std::nullopt},
+     0,
+     {},
+     std::nullopt},
 };
+// clang-format on
 
 void PrintTo(const CoordinatorCase& c, std::ostream* os) { *os << c.name; }
 

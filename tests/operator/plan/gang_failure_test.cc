@@ -18,12 +18,12 @@ struct FailureCase {
   // failure, if any, was first seen 2 s ago.
   std::function<void(api::CoordinatedJob&, Observed&)> given;
   bool decided;
-  std::string phase;      // after
-  std::string reason;     // of the Restarting or Failed condition; "" neither
-  std::string message;    // part of that condition's message
-  int restarts;           // status.restarts after (the gang's, counted)
-  int uncounted;          // status.uncountedRestarts after
-  int worker_restarts;    // status.workerRestarts after
+  std::string phase;    // after
+  std::string reason;   // of the Restarting or Failed condition; "" neither
+  std::string message;  // part of that condition's message
+  int restarts;         // status.restarts after (the gang's, counted)
+  int uncounted;        // status.uncountedRestarts after
+  int worker_restarts;  // status.workerRestarts after
 };
 
 absl::Time Ago(double seconds) { return kNow - absl::Seconds(seconds); }
@@ -102,12 +102,12 @@ std::function<void(api::CoordinatedJob&, Observed&)> CoordinatorRestartedInPlace
 }
 const auto kNothing = [](api::CoordinatedJob&, Observed&) {};
 
+// clang-format off: a row per case, its fields in the order of the struct.
 const FailureCase kCases[] = {
     {"NoFailureDecidesNothing", kNothing, false, phase::kRunning, "", "", 0, 0, 0},
     {"AFailureWaitsToSettle",
-     Then(Pods({Exited(2, 137)}), [](api::CoordinatedJob&, Observed& o) {
-       o.failure_first_seen.reset();
-     }),
+     Then(Pods({Exited(2, 137)}),
+          [](api::CoordinatedJob&, Observed& o) { o.failure_first_seen.reset(); }),
      true, phase::kRunning, "", "", 0, 0, 0},
     {"ARetryableExitRestartsTheGang", Pods({Exited(2, 137)}), true, phase::kRestarting,
      "WorkerFailed", "gang restart 1 of at most 3: worker 2 exited with code 137 (signal 9)", 1, 0,
@@ -133,9 +133,9 @@ const FailureCase kCases[] = {
      phase::kFailed, "WorkerFailed", "worker 1 exited with code 1", 0, 0, 0},
     {"RestartsStopAtMaxRestarts", Then(Pods({Exited(2, 137)}), Restarted(3, 0)), true,
      phase::kFailed, "MaxRestartsExceeded", "the gang failed after 3 restarts", 3, 0, 0},
-    {"WorkersRestartedAloneCountTowardMaxRestarts",
-     Then(Pods({Exited(2, 137)}), Restarted(2, 1)), true, phase::kFailed, "MaxRestartsExceeded",
-     "after 3 restarts (1 of single workers)", 2, 0, 1},
+    {"WorkersRestartedAloneCountTowardMaxRestarts", Then(Pods({Exited(2, 137)}), Restarted(2, 1)),
+     true, phase::kFailed, "MaxRestartsExceeded", "after 3 restarts (1 of single workers)", 2, 0,
+     1},
     {"ALostCoordinatorRestartsTheGang", Pods({}, std::nullopt), true, phase::kRestarting,
      "CoordinatorLost", "the coordinator pod train-coordinator was deleted", 1, 0, 0},
     {"WorkersExitingAfterTheirCoordinatorExitedRestartTheGang",
@@ -145,15 +145,15 @@ const FailureCase kCases[] = {
      Pods({Exited(0, 1, Ago(30))}, CoordinatorExited(1, Ago(5))), true, phase::kFailed,
      "WorkerFailed", "worker 0 exited with code 1", 0, 0, 0},
     {"AnExitSoonAfterTheCoordinatorRestartedIsItsDoing",
-     Then(Pods({Exited(0, 1, Ago(5))}), CoordinatorRestartedInPlace(10)), true,
-     phase::kRestarting, "CoordinatorRestarted",
-     "worker 0 exited with code 1 after the coordinator restarted", 1, 0, 0},
+     Then(Pods({Exited(0, 1, Ago(5))}), CoordinatorRestartedInPlace(10)), true, phase::kRestarting,
+     "CoordinatorRestarted", "worker 0 exited with code 1 after the coordinator restarted", 1, 0,
+     0},
     {"AnExitLongAfterACoordinatorRestartIsTheWorkersOwn",
      Then(Pods({Exited(0, 1, Ago(5))}), CoordinatorRestartedInPlace(100)), true, phase::kFailed,
      "WorkerFailed", "worker 0 exited with code 1", 0, 0, 0},
     {"AFailJobRuleFailsTheJob",
-     Then(Pods({Exited(2, 137)}), Rule(api::FailureAction::kFailJob, {137})), true,
-     phase::kFailed, "FailureRule", "failurePolicy.rules[0]", 0, 0, 0},
+     Then(Pods({Exited(2, 137)}), Rule(api::FailureAction::kFailJob, {137})), true, phase::kFailed,
+     "FailureRule", "failurePolicy.rules[0]", 0, 0, 0},
     {"ARestartGangUncountedRuleRestartsWithoutCounting",
      Then(Pods({Exited(1, 3)}), Rule(api::FailureAction::kRestartGangUncounted, {3})), true,
      phase::kRestarting, "WorkerFailed", "not counted against maxRestarts", 0, 1, 0},
@@ -164,9 +164,10 @@ const FailureCase kCases[] = {
      Then(Pods({Exited(1, 3)}), Rule(api::FailureAction::kRestartWorker, {3})), true,
      phase::kRunning, "", "", 0, 0, 1},
     {"ARestartWorkerRuleRestartsTheGangWhenTheCoordinatorIsLost",
-     Then(Pods({Exited(1, 3)}, std::nullopt), Rule(api::FailureAction::kRestartWorker, {3})),
-     true, phase::kRestarting, "WorkerFailed", "worker 1 exited with code 3", 1, 0, 0},
+     Then(Pods({Exited(1, 3)}, std::nullopt), Rule(api::FailureAction::kRestartWorker, {3})), true,
+     phase::kRestarting, "WorkerFailed", "worker 1 exited with code 3", 1, 0, 0},
 };
+// clang-format on
 
 void PrintTo(const FailureCase& c, std::ostream* os) { *os << c.name; }
 
@@ -183,7 +184,8 @@ TEST_P(GangFailureTest, Decides) {
     const planning::WorkerRestarts restarts = planning::FollowWorkerRestarts(P, pods.workers);
     const planning::GangCounts counts = planning::CountGang(P, pods);
     const bool started = P.st().phase == phase::kRunning || counts.created > 0;
-    const planning::CoordinatorFate fate = planning::FollowCoordinator(P, pods.coordinator, started);
+    const planning::CoordinatorFate fate =
+        planning::FollowCoordinator(P, pods.coordinator, started);
     return planning::PlanGangFailure(P, Settings(), pods, restarts, fate);
   });
   EXPECT_EQ(out.decided, c.decided);

@@ -18,7 +18,8 @@ namespace phase = api::phase;
 
 inline const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
-inline api::CoordinatedJob Job(int replicas = 3, const std::string& status_phase = "", int restarts = 0) {
+inline api::CoordinatedJob Job(int replicas = 3, const std::string& status_phase = "",
+                               int restarts = 0) {
   json object = {
       {"apiVersion", "cohort.dev/v1alpha1"},
       {"kind", "CoordinatedJob"},
@@ -61,7 +62,8 @@ inline ObservedPod Worker(int index, int restart = 0, const std::string& pod_pha
   return p;
 }
 
-inline ObservedPod Exited(int index, int code, absl::Time at = kNow - absl::Seconds(5), int restart = 0) {
+inline ObservedPod Exited(int index, int code, absl::Time at = kNow - absl::Seconds(5),
+                          int restart = 0) {
   ObservedPod p = Worker(index, restart, code == 0 ? "Succeeded" : "Failed");
   p.ready = false;
   p.exit_code = code;

@@ -23,24 +23,32 @@ struct SpecChangeCase {
   bool restarts;
 };
 
+// clang-format off: a row per case, its fields in the order of the struct.
 const SpecChangeCase kCases[] = {
     {"PodsOfTheSpecAsItIsGoOn",
-     {Made(Coordinator(), "now"), Made(Worker(0), "now"), Made(Worker(1), "now")}, false},
+     {Made(Coordinator(), "now"), Made(Worker(0), "now"), Made(Worker(1), "now")},
+     false},
     {"PodsMadeBeforeOperatorsMarkedThemAreLeftAlone",
-     {Made(Coordinator(), ""), Made(Worker(0), ""), Made(Worker(2), "now")}, false},
+     {Made(Coordinator(), ""), Made(Worker(0), ""), Made(Worker(2), "now")},
+     false},
     {"AWorkerOfAnOlderSpecStartsANewGang",
-     {Made(Coordinator(), "now"), Made(Worker(0), "now"), Made(Worker(1), "old")}, true},
+     {Made(Coordinator(), "now"), Made(Worker(0), "now"), Made(Worker(1), "old")},
+     true},
     {"ACoordinatorOfAnOlderSpecStartsANewGang",
-     {Made(Coordinator(), "old"), Made(Worker(0), "now")}, true},
+     {Made(Coordinator(), "old"), Made(Worker(0), "now")},
+     true},
     {"AFinishedWorkerOfAnOlderSpecCountsToo",
-     {Made(Coordinator(), "now"), Made(Exited(2, 0), "old")}, true},
+     {Made(Coordinator(), "now"), Made(Exited(2, 0), "old")},
+     true},
     {"AWorkerPastTheReplicasMeansTheGangShrank",
-     {Made(Coordinator(), "now"), Made(Worker(3), "now")}, true},
+     {Made(Coordinator(), "now"), Made(Worker(3), "now")},
+     true},
     {"AnEarlierGangsPodIsALeftoverNotAChange",
      {Made(Coordinator(), "now"), Made(Worker(1, /*restart=*/-1), "old"),
       Made(Worker(4, /*restart=*/-1), "now")},
      false},
 };
+// clang-format on
 
 void PrintTo(const SpecChangeCase& c, std::ostream* os) { *os << c.name; }
 
