@@ -15,10 +15,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "agent/grpc_status.h"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/grpc_tls.h"
-#include "common/yaml_config.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 

@@ -75,11 +75,11 @@ absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_
     return absl::InvalidArgumentError(absl::StrCat("task id ", config.task_id, " is negative"));
   }
   if (config.heartbeat_interval <= absl::ZeroDuration() ||
-      config.heartbeat_timeout < config.heartbeat_interval) {
+      config.unreachable_timeout < config.heartbeat_interval) {
     return absl::InvalidArgumentError(
         absl::StrCat("the heartbeat interval (", absl::FormatDuration(config.heartbeat_interval),
                      ") must be positive and no longer than the heartbeat timeout (",
-                     absl::FormatDuration(config.heartbeat_timeout), ")"));
+                     absl::FormatDuration(config.unreachable_timeout), ")"));
   }
   absl::MutexLock lock(&mu_);
   if (state_ != AgentState::kUninitialized) {
@@ -319,7 +319,7 @@ void CoordinationAgent::HeartbeatLoop() {
       SetError(status);
       continue;
     }
-    if (absl::Now() - last_ok > config_.heartbeat_timeout) {
+    if (absl::Now() - last_ok > config_.unreachable_timeout) {
       SetError(absl::UnavailableError(absl::StrCat(
           "no heartbeat reached the coordinator at ", config_.coordinator_address, " for ",
           absl::FormatDuration(absl::Now() - last_ok), ": ", status.message())));

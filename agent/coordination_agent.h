@@ -27,11 +27,12 @@ struct AgentConfig {
   // 0 picks a random one at Initialize and at every Reset.
   uint64_t incarnation = 0;
   bool recoverable = false;
-  // Heartbeats go out every interval; after `heartbeat_timeout` without a successful one
-  // the agent gives up on the coordinator and enters ERROR. Keep the coordinator's
-  // --heartbeat-timeout at least twice the interval.
+  // Heartbeats go out every interval; after `unreachable_timeout` without a successful one
+  // the agent takes the coordinator as unreachable and enters ERROR (the sidecar's
+  // --heartbeat-timeout). Not the coordinator's --heartbeat-timeout, which is how long it waits
+  // for a task's heartbeat: keep that one at least twice the interval.
   absl::Duration heartbeat_interval = absl::Seconds(5);
-  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  absl::Duration unreachable_timeout = absl::Seconds(30);
   // How long Connect keeps trying (the register barrier included).
   absl::Duration register_timeout = absl::Minutes(5);
   // Deadline of calls that answer at once (insert, try-get, delete, ...).

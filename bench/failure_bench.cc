@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/task_client.h"
-#include "common/yaml_config.h"
+#include "common/command_line.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 

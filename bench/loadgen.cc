@@ -20,7 +20,7 @@
 #include "bench/scenarios.h"
 #include "bench/task_client.h"
 #include "bench/tcpstore_load.h"
-#include "common/yaml_config.h"
+#include "common/command_line.h"
 #include "nlohmann/json.hpp"
 
 namespace {

@@ -13,19 +13,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return value != nullptr && *value != '\0' ? value : fallback;
 }
 
-absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const std::string& text,
-                                                 bool zero_ok) {
-  absl::Duration d;
-  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " \"", text, "\" is not a duration such as 10s, 500ms or 5m"));
-  }
-  if (d == absl::ZeroDuration() && !zero_ok) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " \"", text, "\" must be more than 0"));
-  }
-  return d;
-}
-
 StopSignals::StopSignals(std::initializer_list<int> extra) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGTERM);

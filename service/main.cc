@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/grpc_tls.h"
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
   for (auto [text, out, flag] :
        {std::tuple{&sample, &options.sample_interval, "--sample-interval"},
         std::tuple{&heartbeat, &options.heartbeat_interval, "--heartbeat-interval"},
-        std::tuple{&heartbeat_timeout, &options.heartbeat_timeout, "--heartbeat-timeout"},
+        std::tuple{&heartbeat_timeout, &options.unreachable_timeout, "--heartbeat-timeout"},
         std::tuple{&reg, &options.register_timeout, "--register-timeout"},
         std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"},
         std::tuple{&outage_tolerance, &options.outage_tolerance, "--outage-tolerance"}}) {
@@ -265,7 +266,7 @@ int main(int argc, char** argv) {
     options.coordinator_credentials = *credentials;
     options.tls_server_name = tls.server_name;
   }
-  if (options.heartbeat_timeout < options.heartbeat_interval) {
+  if (options.unreachable_timeout < options.heartbeat_interval) {
     return Fail("--heartbeat-timeout must be at least --heartbeat-interval");
   }
   options.gpu.health_policy.ignored_xids.clear();

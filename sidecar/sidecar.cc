@@ -296,7 +296,7 @@ void Sidecar::Lifecycle() {
   config.task_id = options_.task_id;
   config.incarnation = PodIncarnation(options_.handoff_dir);
   config.heartbeat_interval = options_.heartbeat_interval;
-  config.heartbeat_timeout = options_.heartbeat_timeout;
+  config.unreachable_timeout = options_.unreachable_timeout;
   config.register_timeout = options_.register_timeout;
   config.on_heartbeat = [this](absl::Duration rtt, const absl::Status& status) {
     heartbeats_->WithLabels({status.ok() ? "ok" : "failed"}).Increment();

@@ -32,7 +32,8 @@ struct SidecarOptions {
   std::string handoff_dir;  // empty: no files, only GET /v1/cluster
   absl::Duration sample_interval = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(5);
-  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  // --heartbeat-timeout: the agent's unreachable_timeout (coordination_agent.h).
+  absl::Duration unreachable_timeout = absl::Seconds(30);
   absl::Duration register_timeout = absl::Minutes(10);
   bool dcgm_metrics = false;
   gpu::GpuMonitorOptions gpu;

@@ -28,10 +28,10 @@
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
 #include "agent/grpc_status.h"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "common/yaml_config.h"
 #include "spdlog/spdlog.h"
 
 namespace {

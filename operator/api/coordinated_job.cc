@@ -287,10 +287,12 @@ absl::Status ParseCoordinator(const json& coordinator, CoordinatorSpec* c) {
   c->image = Str(coordinator, "image");
   c->resources = coordinator.value("resources", json::object());
   if (auto s = ParseResources(c->resources, "spec.coordinator.resources"); !s.ok()) return s;
-  c->heartbeat_timeout = Str(coordinator, "heartbeatTimeout", "30s");
-  c->register_timeout = Str(coordinator, "registerTimeout", "10m");
-  c->shutdown_barrier_timeout = Str(coordinator, "shutdownBarrierTimeout", "5m");
-  c->outage_tolerance = Str(coordinator, "outageTolerance", "60s");
+  const CoordinatorSpec defaults;  // each default written once, in coordinated_job.h
+  c->heartbeat_timeout = Str(coordinator, "heartbeatTimeout", defaults.heartbeat_timeout);
+  c->register_timeout = Str(coordinator, "registerTimeout", defaults.register_timeout);
+  c->shutdown_barrier_timeout =
+      Str(coordinator, "shutdownBarrierTimeout", defaults.shutdown_barrier_timeout);
+  c->outage_tolerance = Str(coordinator, "outageTolerance", defaults.outage_tolerance);
   for (const auto& [field, value] :
        {std::pair{"heartbeatTimeout", &c->heartbeat_timeout},
         std::pair{"registerTimeout", &c->register_timeout},

@@ -130,7 +130,8 @@ Verdict Judge(const Planner& P, const Signals& s, const CoordinatorFate& coordin
   // rides out the outage, jaxlib does): from a second before until a heartbeat timeout after,
   // an exit that would fail the job is the coordinator's doing.
   if (v.permanent && infra.empty() && coordinator.went_away) {
-    absl::Duration heartbeat = absl::Seconds(30);
+    // A valid duration: ParseCoordinatedJob refuses any other.
+    absl::Duration heartbeat;
     (void)absl::ParseDuration(job.spec.coordinator.heartbeat_timeout, &heartbeat);
     if (earliest + absl::Seconds(1) >= *coordinator.went_away &&
         earliest <= *coordinator.went_away + heartbeat) {

@@ -6,11 +6,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "common/yaml_config.h"
 #include "runtime/objstore/object_store_server.h"
 #include "spdlog/spdlog.h"
 

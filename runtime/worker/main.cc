@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/grpc_auth.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "common/yaml_config.h"
 #include "runtime/worker/builtin_functions.h"
 #include "runtime/worker/cpp_worker.h"
 #include "spdlog/spdlog.h"

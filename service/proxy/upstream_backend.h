@@ -55,8 +55,8 @@ struct UpstreamOptions {
   absl::Duration outage_tolerance = absl::Seconds(60);
   // How often an unreachable coordinator is tried.
   absl::Duration probe_interval = absl::Milliseconds(200);
-  // Deadline of the heartbeats forwarded on the tasks' behalf.
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Deadline of each heartbeat call forwarded on the tasks' behalf.
+  absl::Duration heartbeat_deadline = absl::Seconds(10);
 };
 
 // A channel to the coordinator as UpstreamOptions say: credentials, the job's token on every

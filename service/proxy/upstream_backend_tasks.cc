@@ -100,7 +100,7 @@ void UpstreamBackend::ForwardHeartbeat(const TaskName& task, uint64_t incarnatio
   SendOptions options;
   options.fail_fast = true;
   Send<tf::HeartbeatResponse>(
-      CallContext{0, absl::Now() + options_.heartbeat_timeout}, &Async::Heartbeat,
+      CallContext{0, absl::Now() + options_.heartbeat_deadline}, &Async::Heartbeat,
       std::move(request),
       [this, task, incarnation](const absl::Status& s, const tf::HeartbeatResponse&) {
         if (s.ok() || IsOutage(s) || s.code() == absl::StatusCode::kDeadlineExceeded) return;

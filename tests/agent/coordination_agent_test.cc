@@ -135,7 +135,7 @@ class AgentTest : public ::testing::Test {
     config.job_name = job;
     config.task_id = task;
     config.heartbeat_interval = absl::Milliseconds(200);
-    config.heartbeat_timeout = absl::Seconds(2);
+    config.unreachable_timeout = absl::Seconds(2);
     config.register_timeout = absl::Seconds(20);
     config.shutdown_timeout = absl::Seconds(20);
     if (task >= 0 && task < static_cast<int>(std::size(heartbeats_))) {
@@ -204,7 +204,7 @@ TEST_F(AgentTest, InitializeRefusesBadConfigAndCallsNeedTheRightState) {
   bad = AgentFor(-1);
   EXPECT_EQ(agent.Initialize(bad).code(), absl::StatusCode::kInvalidArgument);
   bad = AgentFor(0);
-  bad.heartbeat_timeout = absl::Milliseconds(10);
+  bad.unreachable_timeout = absl::Milliseconds(10);
   EXPECT_EQ(agent.Initialize(bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(agent.IsInitialized());
   ASSERT_TRUE(agent.Initialize(AgentFor(0)).ok());

@@ -1,5 +1,7 @@
 // The command line every cohort program shares (common/yaml_config.h): help that names what
 // each option takes, --version, and one-line usage errors; and the counted nouns of messages.
+#include "common/command_line.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>

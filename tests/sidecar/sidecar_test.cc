@@ -195,7 +195,7 @@ class SidecarTest : public ::testing::Test {
     config.job_name = "worker";
     config.task_id = task;
     config.heartbeat_interval = absl::Milliseconds(500);
-    config.heartbeat_timeout = absl::Seconds(30);
+    config.unreachable_timeout = absl::Seconds(30);
     EXPECT_TRUE(agent->Initialize(config, log->Callback()).ok());
     return agent;
   }

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   config.job_name = kind;
   config.task_id = task;
   config.heartbeat_interval = absl::Seconds(2);
-  config.heartbeat_timeout = absl::Seconds(30);
+  config.unreachable_timeout = absl::Seconds(30);
   config.rpc_timeout = absl::Seconds(60);
   cohort::CoordinationAgent agent;
   std::string step = "connect";

@@ -81,7 +81,7 @@ class ProxyTest : public ::testing::Test {
     config.job_name = "worker";
     config.task_id = task;
     config.heartbeat_interval = absl::Milliseconds(200);
-    config.heartbeat_timeout = absl::Seconds(10);
+    config.unreachable_timeout = absl::Seconds(10);
     agents_.push_back(std::make_unique<CoordinationAgent>());
     EXPECT_TRUE(agents_.back()->Initialize(config, std::move(on_error)).ok());
     return agents_.back().get();

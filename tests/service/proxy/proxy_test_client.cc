@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   config.job_name = "worker";
   config.task_id = task;
   config.heartbeat_interval = absl::Milliseconds(500);
-  config.heartbeat_timeout = absl::Seconds(10);
+  config.unreachable_timeout = absl::Seconds(10);
   config.rpc_timeout = absl::Seconds(60);
   cohort::CoordinationAgent agent;
   auto on_error = [](const absl::Status& error) {
