@@ -15,64 +15,24 @@
 #   restricted Pod Security, over mutual TLS with cert-manager's certificates;
 # - a running job's coordinator serves a client with the job's client certificate, and
 #   refuses one the same issuer signed for another job (--tls-client-name) and one with none.
-# Needs the local cluster up (tools/local-cluster up). Exit status 0 only when every check
-# passed.
+# Brings the local cluster up if it is not (and down again at the end). Exit status 0 only
+# when every check passed.
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HELM="$ROOT/build/tools/bin/helm"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-export KUBECONFIG="${KUBECONFIG:-$ROOT/build/local-cluster/kubeconfig}"
+TEST="cert-manager test"
+NS="cert-manager-$$"  # the jobs: restricted Pod Security
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # The cert-manager release whose Certificate API the operator writes to.
 CERT_MANAGER_VERSION=v1.21.2
 SYS="cert-manager-sys-$$"  # the release
-NS="cert-manager-$$"       # the jobs: restricted Pod Security
-RELEASE=cohort
-DEPLOY="$RELEASE-operator"
-WORK=$(mktemp -d)
-passed=0
-failed=0
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
-k() { "$KUBECTL" -n "$NS" "$@"; }
-field() { k get cjob "$1" -o jsonpath="$2" 2>/dev/null; }
-until_true() {  # until_true SECONDS COMMAND...
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.5
-  done
-}
-diagnose() {
-  echo "--- pods"
-  k get pods -o wide 2>&1
+diagnose_more() {
   echo "--- certificates and secrets"
   k get certificates,secrets 2>&1
-  echo "--- coordinatedjobs"
-  k get cjob -o jsonpath='{range .items[*]}{.metadata.name}: {.status}{"\n"}{end}' 2>&1 | head -20
-  echo "--- operator logs"
-  "$KUBECTL" -n "$SYS" logs "deployment/$DEPLOY" --tail=60 2>&1
-}
-cleanup() {
-  "$HELM" uninstall "$RELEASE" -n "$SYS" --wait --timeout 60s >/dev/null 2>&1
-  "$KUBECTL" delete namespace "$NS" "$SYS" --wait=false >/dev/null 2>&1
-  rm -rf "$WORK"
 }
 
-for tool in "$HELM" "$KUBECTL" go openssl; do
-  command -v "$tool" >/dev/null || { echo "cert-manager test: $tool is missing"; exit 1; }
-done
-for program in cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example cohortctl; do
-  [[ -x "$ROOT/build/bin/$program" ]] ||
-    { echo "cert-manager test: build/bin/$program is missing (make build); the pods run it"; exit 1; }
-done
-if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
-  echo "cert-manager test: the local cluster is not up (tools/local-cluster up)"
-  exit 1
-fi
-trap cleanup EXIT
+require "$HELM" "$KUBECTL" go openssl
+require_built cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example cohortctl
+cluster_start
 
 # ---- cert-manager's Certificate API, from its own source.
 crds=$(cd "$WORK" && GOFLAGS=-mod=mod go mod download -json \
@@ -82,14 +42,14 @@ if "$KUBECTL" apply --server-side -f "$crds/cert-manager.io_certificates.yaml" >
   "$KUBECTL" wait --for=condition=Established crd/certificates.cert-manager.io --timeout=60s >/dev/null; then
   pass "cert-manager $CERT_MANAGER_VERSION's Certificate CRD is served"
 else
-  echo "cert-manager test: cannot install $crds/cert-manager.io_certificates.yaml"
+  echo "$TEST: cannot install $crds/cert-manager.io_certificates.yaml"
   exit 1
 fi
 
 # The issuer's CA (what a ClusterIssuer of kind CA holds).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
   -subj /CN=cohort-test-issuer -keyout "$WORK/issuer.key" -out "$WORK/issuer.crt" 2>/dev/null ||
-  { echo "cert-manager test: openssl cannot make a CA"; exit 1; }
+  { echo "$TEST: openssl cannot make a CA"; exit 1; }
 
 # sign NAME CN DNS,... USAGE,...: a P-256 key and a certificate NAME.{key,crt} from the issuer.
 sign() {
@@ -128,17 +88,14 @@ print(" ".join(f"{k}={v}" for k, v in s.get("secretTemplate", {}).get("labels", 
 }
 
 # ---- The namespace, and the chart with cert-manager's certificates.
-"$KUBECTL" create namespace "$NS" >/dev/null &&
-  "$KUBECTL" label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null ||
-  { echo "cert-manager test: cannot create namespace $NS"; exit 1; }
-if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$SYS" --create-namespace \
-  --set "watchNamespace=$NS" --set jobTls.mode=cert-manager \
-  --set jobTls.issuerRef.name=cohort-test-ca --wait --timeout 120s 2>&1); then
+add_namespace "$NS" restricted
+if chart_install "$SYS" --set "watchNamespace=$NS" --set jobTls.mode=cert-manager \
+  --set jobTls.issuerRef.name=cohort-test-ca; then
   pass "helm install with jobTls.mode=cert-manager: the operator is available"
 else
   fail "helm install" "$out"
   diagnose
-  echo "cert-manager test: $passed passed, $failed failed"
+  finish
   exit 1
 fi
 
@@ -161,8 +118,8 @@ fi
 # writes why into the Ready condition. Once that condition is there, no pod may exist (nor
 # can a later reconcile make one while the Secrets are missing).
 WAITING_FOR_CERTIFICATES="waiting for cert-manager to issue Secrets quickstart-coordinator-tls and quickstart-client-tls"
-ready_message() { field quickstart '{.status.conditions[?(@.type=="Ready")].message}'; }
-ready_reason() { field quickstart '{.status.conditions[?(@.type=="Ready")].reason}'; }
+ready_message() { field cjob/quickstart '{.status.conditions[?(@.type=="Ready")].message}'; }
+ready_reason() { field cjob/quickstart '{.status.conditions[?(@.type=="Ready")].reason}'; }
 says_waiting_for_certificates() { [[ "$(ready_message)" == "$WAITING_FOR_CERTIFICATES"* ]]; }
 if until_true 60 says_waiting_for_certificates; then
   pods=$(k get pods -l cohort.dev/job=quickstart -o name 2>/dev/null)
@@ -179,11 +136,11 @@ fi
 for certificate in quickstart-coordinator-tls quickstart-client-tls; do
   issue "$certificate" || fail "issue $certificate as cert-manager would"
 done
-succeeded() { [[ "$(field quickstart '{.status.phase}')" == Succeeded ]]; }
+succeeded() { [[ "$(field cjob/quickstart '{.status.phase}')" == Succeeded ]]; }
 if until_true 180 succeeded; then
   pass "examples/quickstart.yaml succeeds in the restricted namespace with cert-manager's certificates"
 else
-  fail "quickstart succeeds with cert-manager's certificates" "phase '$(field quickstart '{.status.phase}')': $(field quickstart '{.status.conditions}')"
+  fail "quickstart succeeds with cert-manager's certificates" "phase '$(field cjob/quickstart '{.status.phase}')': $(field cjob/quickstart '{.status.conditions}')"
   diagnose
 fi
 config=$(k get configmap quickstart-coordinator -o jsonpath='{.data.coordinator\.yaml}')
@@ -192,37 +149,20 @@ config=$(k get configmap quickstart-coordinator -o jsonpath='{.data.coordinator\
   fail "the coordinator's TLS settings" "$config"
 
 # ---- A running job: its coordinator, from this machine at the pod's IP.
-k apply -f - >/dev/null <<'YAML'
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata: {name: sleeper}
-spec:
-  replicas: 1
-  template:
-    spec:
-      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          command: [sh, -c, "while true; do sleep 1; done"]
-          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-YAML
+restricted_sleeper sleeper
 asked_sleeper() { k get certificate sleeper-coordinator-tls sleeper-client-tls >/dev/null 2>&1; }
 until_true 60 asked_sleeper &&
   issue sleeper-coordinator-tls && issue sleeper-client-tls ||
   fail "the sleeper job's certificates are asked for and issued"
-running() { [[ "$(field sleeper '{.status.phase}')" == Running ]]; }
+running() { [[ "$(field cjob/sleeper '{.status.phase}')" == Running ]]; }
 if until_true 90 running; then
-  ip=$(k get pod sleeper-coordinator -o jsonpath='{.status.podIP}')
-  k get secret sleeper-token -o jsonpath='{.data.token}' | base64 -d >"$WORK/token"
   for key in tls.crt tls.key; do
     k get secret sleeper-client-tls -o jsonpath="{.data.${key//./\\.}}" | base64 -d >"$WORK/sleeper-client.$key"
   done
-  ctl() {
-    "$ROOT/build/bin/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s --auth-token-file "$WORK/token" \
-      --tls-ca "$WORK/issuer.crt" --tls-server-name "sleeper-coordinator.$NS.svc" "$@" tasks 2>&1
+  sleeper_tasks() {  # [TLS flags...]: cohortctl tasks at the sleeper's coordinator
+    ctl sleeper --tls-ca "$WORK/issuer.crt" --tls-server-name "sleeper-coordinator.$NS.svc" "$@" tasks 2>&1
   }
-  sidecar_in() { out=$(ctl --tls-cert "$WORK/sleeper-client.tls.crt" --tls-key "$WORK/sleeper-client.tls.key") &&
+  sidecar_in() { out=$(sleeper_tasks --tls-cert "$WORK/sleeper-client.tls.crt" --tls-key "$WORK/sleeper-client.tls.key") &&
     grep -Eq 'sidecar.*CONNECTED' <<<"$out"; }
   if until_true 30 sidecar_in; then
     pass "with the job's client certificate cohortctl is served, and the sidecar registered over mutual TLS"
@@ -231,16 +171,15 @@ if until_true 90 running; then
   fi
   # The same issuer, another job's name: what any other job of the cluster holds.
   sign other-job "other.$NS.client.cohort.dev" "other.$NS.client.cohort.dev" client-auth
-  out=$(ctl --tls-cert "$WORK/other-job.crt" --tls-key "$WORK/other-job.key"); code=$?
+  out=$(sleeper_tasks --tls-cert "$WORK/other-job.crt" --tls-key "$WORK/other-job.key"); code=$?
   [[ $code == 3 ]] && pass "another job's client certificate from the same issuer is refused (exit 3)" ||
     fail "another job's certificate of the same issuer is refused" "exit $code: $out"
-  out=$(ctl); code=$?
+  out=$(sleeper_tasks); code=$?
   [[ $code == 3 ]] && pass "no client certificate: refused (exit 3)" ||
     fail "a client without a certificate is refused" "exit $code: $out"
 else
-  fail "the sleeper job runs" "phase '$(field sleeper '{.status.phase}')': $(field sleeper '{.status.conditions}')"
+  fail "the sleeper job runs" "phase '$(field cjob/sleeper '{.status.phase}')': $(field cjob/sleeper '{.status.conditions}')"
   diagnose
 fi
 
-echo "cert-manager test: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish

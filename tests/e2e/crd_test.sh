@@ -4,35 +4,12 @@
 # refused by the API server with a message that names the problem. Brings the cluster up
 # if it is not, and down again if it brought it up.
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-CRD="$ROOT/charts/cohort/crds/coordinatedjobs.cohort.dev.yaml"
+TEST="crd test"
 NS="crd-test-$$"
-passed=0
-failed=0
-started_here=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+CRD="$ROOT/charts/cohort/crds/coordinatedjobs.cohort.dev.yaml"
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
-k() { "$KUBECTL" -n "$NS" "$@"; }
-
-cleanup() {
-  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
-  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
-}
-
-# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster: not
-# asked (a slow API would look down), not brought up or down here.
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
-  started_here=1
-  line=$("$LC" up | tail -n 1) || { echo "crd test: the local cluster did not come up"; exit 1; }
-else
-  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
-fi
-export "${line?}"
-trap cleanup EXIT
+cluster_start  # the CRD's install is this test's first case
 "$KUBECTL" create namespace "$NS" >/dev/null
 
 if out=$("$KUBECTL" apply --server-side -f "$CRD" 2>&1) &&
@@ -162,5 +139,4 @@ refused "a RestartWorker rule in a job that is not recoverable" 'a RestartWorker
 refused "a RestartWorker rule in a jax job" 'a RestartWorker failure rule needs' \
   '{"spec":{"framework":"jax","coordinator":{"recoverable":true},"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
 
-echo "crd test: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

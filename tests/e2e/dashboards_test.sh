@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every PromQL expression of every Grafana dashboard in charts/cohort/dashboards, run
 # against a real Prometheus that scrapes a coordinator, sidecars on fake GPUs and the
-# operator (tests/e2e/dashboards_test.py says how). Needs `make build` and the local
-# cluster up (tools/local-cluster up), for the operator.
+# operator (tests/e2e/dashboards_test.py says how). Needs `make build`; brings the local
+# cluster up for the operator if it is not (and down again at the end).
 #   OPERATOR_METRICS=HOST:PORT   scrape this operator instead of starting build/bin/cohort-operator
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TEST="dashboards test"
+NS=""  # the Python test makes its own
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if ! command -v prometheus >/dev/null && [[ -z "${PROMETHEUS:-}" ]]; then
   echo "dashboards test: installing Debian's prometheus (its service is not started)"
@@ -22,11 +24,5 @@ if ! command -v prometheus >/dev/null && [[ -z "${PROMETHEUS:-}" ]]; then
   [[ $added_policy == 1 ]] && $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
-export KUBECONFIG="${KUBECONFIG:-$ROOT/build/local-cluster/kubeconfig}"
-# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) its cluster is up: not asked again (with
-# other tests running, a slow API would look down).
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$ROOT/tools/local-cluster" status >/dev/null 2>&1; then
-  echo "dashboards test: the local cluster is not up (tools/local-cluster up); the operator needs it"
-  exit 1
-fi
-exec python3 "$ROOT/tests/e2e/dashboards_test.py"
+cluster_start
+python3 "$ROOT/tests/e2e/dashboards_test.py"

@@ -2,67 +2,34 @@
 # A real `helm install` of charts/cohort into a fresh namespace of the local cluster: the
 # operator runs as a pod (in-cluster configuration, the chart's RBAC, leader election), and
 # examples/quickstart.yaml, applied as a user would, reaches Succeeded. Needs `make build`
-# (build/bin/cohort-operator and the programs the pods run) and the local cluster up
-# (tools/local-cluster up). Uninstalls and deletes the namespace at the end, pass or fail.
+# (build/bin/cohort-operator and the programs the pods run); brings the local cluster up if it
+# is not. Uninstalls and deletes the namespace at the end, pass or fail.
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HELM="$ROOT/build/tools/bin/helm"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-export KUBECONFIG="${KUBECONFIG:-$ROOT/build/local-cluster/kubeconfig}"
-NS="helm-install-$$"
-RELEASE=cohort
+TEST="helm install test"
+NS="helm-install-$$"  # the release's, and the job's
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DEPLOY="$RELEASE-operator"
 JOB_TIMEOUT=${JOB_TIMEOUT:-180}
-passed=0
-failed=0
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
-k() { "$KUBECTL" -n "$NS" "$@"; }
-
-diagnose() {
-  echo "--- pods"
-  k get pods -o wide 2>&1
-  echo "--- coordinatedjobs"
-  k get cjob -o yaml 2>&1 | sed -n '/^  status:/,/^- apiVersion/p' | head -60
-  echo "--- operator logs"
-  k logs "deployment/$DEPLOY" --tail=100 2>&1
-  echo "--- events"
-  k get events --sort-by=.lastTimestamp 2>&1 | tail -25
+diagnose_more() {
   if k get pod quickstart-coordinator >/dev/null 2>&1; then
     echo "--- quickstart-coordinator logs"
     k logs quickstart-coordinator --tail=40 2>&1
   fi
 }
 
-cleanup() {
-  "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 60s >/dev/null 2>&1
-  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
-}
-
-for tool in "$HELM" "$KUBECTL"; do
-  [[ -x "$tool" ]] || { echo "helm install test: $tool is missing (tools/local-cluster tools)"; exit 1; }
-done
-for program in cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example; do
-  [[ -x "$ROOT/build/bin/$program" ]] ||
-    { echo "helm install test: build/bin/$program is missing (make build); the pods run it"; exit 1; }
-done
-if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
-  echo "helm install test: the local cluster is not up (tools/local-cluster up)"
-  exit 1
-fi
-trap cleanup EXIT
+require "$HELM" "$KUBECTL"
+require_built cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example
+cluster_start
 
 # -- Install, as the README's quickstart does: the chart's defaults, so worker pods share a
 # process namespace and each sidecar watches its workload's process.
-if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$NS" --create-namespace \
-  --wait --timeout 120s 2>&1); then
+if chart_install "$NS"; then
   pass "helm install: the operator Deployment is available"
 else
   fail "helm install" "$out"
   diagnose
-  echo "helm install test: $passed passed, $failed failed"
+  finish
   exit 1
 fi
 [[ "$out" == *"examples/quickstart.yaml"* ]] && pass "helm install prints NOTES with next steps" ||
@@ -173,5 +140,4 @@ else
 fi
 
 [[ $failed -eq 0 ]] || diagnose
-echo "helm install test: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

@@ -14,74 +14,22 @@
 # - the chart's ValidatingAdmissionPolicy: every privilege the values do not allow is refused
 #   with the policy's message, what they allow is admitted, and namespaces outside its
 #   namespaceSelector are not checked.
-# Needs `make build` and the local cluster up (tools/local-cluster up). Uninstalls and deletes
-# its namespaces at the end, pass or fail.
+# Needs `make build`; brings the local cluster up if it is not. Uninstalls and deletes its
+# namespaces at the end, pass or fail.
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HELM="$ROOT/build/tools/bin/helm"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-export KUBECONFIG="${KUBECONFIG:-$ROOT/build/local-cluster/kubeconfig}"
-SYS="isolation-sys-$$"  # the release
+TEST="isolation test"
 NS="isolation-$$"       # the jobs: restricted Pod Security, the admission policy's selector
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+SYS="isolation-sys-$$"  # the release
 MON="isolation-mon-$$"  # networkPolicy.metricsNamespace (need not exist)
-RELEASE=cohort
-DEPLOY="$RELEASE-operator"
-WORK=$(mktemp -d)
-passed=0
-failed=0
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
-k() { "$KUBECTL" -n "$NS" "$@"; }
-field() { k get cjob "$1" -o jsonpath="$2" 2>/dev/null; }
-until_true() {  # until_true SECONDS COMMAND...
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.5
-  done
-}
-
-diagnose() {
-  echo "--- pods"
-  k get pods -o wide 2>&1
-  echo "--- coordinatedjobs"
-  k get cjob -o jsonpath='{range .items[*]}{.metadata.name}: {.status}{"\n"}{end}' 2>&1 | head -20
-  echo "--- operator logs"
-  "$KUBECTL" -n "$SYS" logs "deployment/$DEPLOY" --tail=60 2>&1
-  echo "--- events"
-  k get events --sort-by=.lastTimestamp 2>&1 | tail -20
-}
-
-cleanup() {
-  "$HELM" uninstall "$RELEASE" -n "$SYS" --wait --timeout 60s >/dev/null 2>&1
-  "$KUBECTL" delete namespace "$NS" "$SYS" --wait=false >/dev/null 2>&1
-  rm -rf "$WORK"
-}
-
-for tool in "$HELM" "$KUBECTL"; do
-  [[ -x "$tool" ]] || { echo "isolation test: $tool is missing (tools/local-cluster tools)"; exit 1; }
-done
-for program in cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example; do
-  [[ -x "$ROOT/build/bin/$program" ]] ||
-    { echo "isolation test: build/bin/$program is missing (make build); the pods run it"; exit 1; }
-done
-if ! "$KUBECTL" get --raw /readyz >/dev/null 2>&1; then
-  echo "isolation test: the local cluster is not up (tools/local-cluster up)"
-  exit 1
-fi
-trap cleanup EXIT
+require "$HELM" "$KUBECTL"
+require_built cohort-operator cohort-coordinator cohort-sidecar cohort-agent-example
+cluster_start
 
 # The jobs' namespace: restricted Pod Security, enforced, and the label the admission policy's
 # binding selects.
-if ! { "$KUBECTL" create namespace "$NS" >/dev/null &&
-  "$KUBECTL" label namespace "$NS" pod-security.kubernetes.io/enforce=restricted \
-    "cohort-isolation-test=$$" >/dev/null; }; then
-  echo "isolation test: cannot create namespace $NS"
-  exit 1
-fi
+add_namespace "$NS" restricted "cohort-isolation-test=$$"
 
 # ---- Pod Security admission is enforced here: a privileged pod is refused.
 out=$(k apply -f - 2>&1 <<'YAML'
@@ -104,23 +52,21 @@ fi
 
 # ---- Install the chart: the operator watches $NS, job NetworkPolicies on (the default) with
 # $MON as the metrics namespace, the admission policy on for namespaces labelled like $NS.
-if out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$SYS" --create-namespace \
-  --set "watchNamespace=$NS" --set "networkPolicy.metricsNamespace=$MON" \
+if chart_install "$SYS" --set "watchNamespace=$NS" --set "networkPolicy.metricsNamespace=$MON" \
   --set admissionPolicy.enabled=true \
   --set-string "admissionPolicy.namespaceSelector.matchLabels.cohort-isolation-test=$$" \
   --set 'admissionPolicy.allowedCapabilities={NET_BIND_SERVICE}' \
-  --set 'admissionPolicy.allowedServiceAccounts={trainer}' \
-  --wait --timeout 120s 2>&1); then
+  --set 'admissionPolicy.allowedServiceAccounts={trainer}'; then
   pass "helm install with admissionPolicy.enabled=true: the operator is available"
 else
   fail "helm install" "$out"
   diagnose
-  echo "isolation test: $passed passed, $failed failed"
+  finish
   exit 1
 fi
 operator_pod=$("$KUBECTL" -n "$SYS" get pods -l app.kubernetes.io/component=operator \
   -o jsonpath='{.items[0].metadata.name}')
-policy_name="$SYS-$DEPLOY"
+policy_name="$SYS-$RELEASE-operator"
 if "$KUBECTL" get validatingadmissionpolicy "$policy_name" >/dev/null 2>&1 &&
   "$KUBECTL" get validatingadmissionpolicybinding "$policy_name" >/dev/null 2>&1; then
   pass "the chart made ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding $policy_name"
@@ -267,11 +213,11 @@ if out=$(k apply -f "$ROOT/examples/quickstart.yaml" 2>&1); then
 else
   fail "kubectl apply -f examples/quickstart.yaml" "$out"
 fi
-succeeded() { [[ "$(field quickstart '{.status.phase}')" == Succeeded ]]; }
+succeeded() { [[ "$(field cjob/quickstart '{.status.phase}')" == Succeeded ]]; }
 if until_true 180 succeeded; then
   pass "examples/quickstart.yaml reaches Succeeded in the restricted namespace"
 else
-  fail "quickstart succeeds in the restricted namespace" "phase '$(field quickstart '{.status.phase}')': $(field quickstart '{.status.conditions}')"
+  fail "quickstart succeeds in the restricted namespace" "phase '$(field cjob/quickstart '{.status.phase}')': $(field cjob/quickstart '{.status.conditions}')"
   diagnose
 fi
 # Workers are made once the coordinator is ready; the finished workers stay for their logs.
@@ -326,7 +272,7 @@ else
   fail "NetworkPolicy quickstart-isolation's spec" "got $(policy_spec quickstart), want $(expected_policy quickstart)"
 fi
 owner=$(k get networkpolicy quickstart-isolation -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].uid}/{.metadata.ownerReferences[0].controller}')
-[[ "$owner" == "CoordinatedJob/quickstart/$(field quickstart '{.metadata.uid}')/true" ]] &&
+[[ "$owner" == "CoordinatedJob/quickstart/$(field cjob/quickstart '{.metadata.uid}')/true" ]] &&
   pass "it is owned by its CoordinatedJob (controller reference)" || fail "the policy's owner" "$owner"
 ops=$("$KUBECTL" -n "$SYS" get pods -l app.kubernetes.io/component=operator,app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/name=cohort \
   -o jsonpath='{.items[*].metadata.name}')
@@ -351,34 +297,20 @@ spec:
         - name: worker
           image: ghcr.io/cohort/cohort-agent-example:0.1.0
 YAML
-failed_job() { [[ "$(field unrestricted '{.status.phase}')" == Failed ]]; }
+failed_job() { [[ "$(field cjob/unrestricted '{.status.phase}')" == Failed ]]; }
 if until_true 60 failed_job; then
-  got=$(field unrestricted '{.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+  got=$(field cjob/unrestricted '{.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
   [[ "$got" == "InvalidSpec: the API server refused Pod unrestricted-worker-0:"*'violates PodSecurity "restricted:latest"'* ]] &&
     pass "a template that breaks restricted Pod Security fails the job: ${got:0:160}..." ||
     fail "the unrestricted job's reason" "$got"
 else
-  fail "a job whose template breaks restricted Pod Security fails" "phase '$(field unrestricted '{.status.phase}')'"
+  fail "a job whose template breaks restricted Pod Security fails" "phase '$(field cjob/unrestricted '{.status.phase}')'"
 fi
 
 # ---- Repair, while a job runs: an edited policy is written back, a deleted one made again;
 # the policy goes with its job.
-k apply -f - >/dev/null <<'YAML'
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata: {name: sleeper}
-spec:
-  replicas: 1
-  template:
-    spec:
-      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          command: [sh, -c, "while true; do sleep 1; done"]
-          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-YAML
-running() { [[ "$(field sleeper '{.status.phase}')" == Running ]]; }
+restricted_sleeper sleeper
+running() { [[ "$(field cjob/sleeper '{.status.phase}')" == Running ]]; }
 if until_true 60 running && policy_is sleeper; then
   selected=$(k get pods -l app.kubernetes.io/managed-by=cohort-operator,cohort.dev/job=sleeper -o name | sort | xargs)
   [[ "$selected" == "pod/sleeper-coordinator pod/sleeper-worker-0" ]] &&
@@ -400,30 +332,27 @@ if until_true 60 running && policy_is sleeper; then
     done
   done
   ip=$(k get pod sleeper-coordinator -o jsonpath='{.status.podIP}')
-  ctl() {  # ctl CERTS-OF-JOB [TLS flags...] -- cohortctl with sleeper's token at its coordinator
-    local certs=$1
-    shift
-    "$ROOT/build/bin/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s \
-      --auth-token-file "$WORK/sleeper/token" --tls-server-name "sleeper-coordinator.$NS.svc" "$@" 2>&1
+  sleeper_ctl() {  # [TLS flags...] ARGS: cohortctl with sleeper's token at its coordinator
+    ctl sleeper --tls-server-name "sleeper-coordinator.$NS.svc" "$@" 2>&1
   }
   mine=(--tls-ca "$WORK/sleeper/ca.crt" --tls-cert "$WORK/sleeper/client.crt" --tls-key "$WORK/sleeper/client.key")
-  sidecar_in() { out=$(ctl sleeper "${mine[@]}" tasks) && grep -Eq 'sidecar.*CONNECTED' <<<"$out"; }
+  sidecar_in() { out=$(sleeper_ctl "${mine[@]}" tasks) && grep -Eq 'sidecar.*CONNECTED' <<<"$out"; }
   if until_true 30 sidecar_in; then
     pass "with the job's client certificate cohortctl is served, and the sidecar registered over mutual TLS"
   else
     fail "cohortctl with the job's certificate sees the sidecar" "$out"
   fi
-  out=$(ctl sleeper --tls-ca "$WORK/sleeper/ca.crt" tasks); code=$?
+  out=$(sleeper_ctl --tls-ca "$WORK/sleeper/ca.crt" tasks); code=$?
   [[ $code == 3 ]] && pass "without a client certificate the token alone is refused (exit 3)" ||
     fail "a client without a certificate is refused" "exit $code: $out"
-  out=$(ctl quickstart --tls-ca "$WORK/sleeper/ca.crt" --tls-cert "$WORK/quickstart/client.crt" \
+  out=$(sleeper_ctl --tls-ca "$WORK/sleeper/ca.crt" --tls-cert "$WORK/quickstart/client.crt" \
     --tls-key "$WORK/quickstart/client.key" tasks); code=$?
   [[ $code == 3 ]] && pass "another job's client certificate is refused (exit 3): ${out:0:200}" ||
     fail "another job's certificate is refused" "exit $code: $out"
   out=$("$ROOT/build/bin/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s \
     --auth-token-file "$WORK/sleeper/token" tasks 2>&1); code=$?
   [[ $code == 3 ]] && pass "plain gRPC is refused (exit 3)" || fail "plain gRPC is refused" "exit $code: $out"
-  out=$(ctl sleeper --tls-ca "$WORK/quickstart/ca.crt" --tls-cert "$WORK/sleeper/client.crt" \
+  out=$(sleeper_ctl --tls-ca "$WORK/quickstart/ca.crt" --tls-cert "$WORK/sleeper/client.crt" \
     --tls-key "$WORK/sleeper/client.key" tasks); code=$?
   [[ $code == 3 ]] && pass "a client that trusts another job's CA does not talk to this coordinator (exit 3)" ||
     fail "the coordinator is verified against the job's CA" "exit $code: $out"
@@ -451,11 +380,11 @@ if until_true 60 running && policy_is sleeper; then
   until_true 60 gone && pass "the policy goes with its job (garbage collection)" ||
     fail "the policy goes with its job" "$(k get networkpolicy sleeper-isolation -o yaml 2>&1 | head -20)"
 else
-  fail "sleeper runs with its policy" "phase '$(field sleeper '{.status.phase}')', policy $(policy_spec sleeper)"
+  fail "sleeper runs with its policy" "phase '$(field cjob/sleeper '{.status.phase}')', policy $(policy_spec sleeper)"
 fi
 
 # ---- The chart's RBAC covered the operator's calls (networkpolicies included).
-if ! oplog=$("$KUBECTL" -n "$SYS" logs "deployment/$DEPLOY" 2>&1); then
+if ! oplog=$("$KUBECTL" -n "$SYS" logs "deployment/$RELEASE-operator" 2>&1); then
   fail "read the operator's log" "${oplog:0:300}"
 elif ! grep -q 'caches synced:.* network policies' <<<"$oplog"; then
   fail "the operator's log shows its network policy cache synced" "$(grep -m3 caches <<<"$oplog")"
@@ -466,5 +395,4 @@ else
 fi
 
 [[ $failed -eq 0 ]] || diagnose
-echo "isolation test: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

@@ -11,98 +11,21 @@
 # from the compat suite's venv (.venv, made by tests/compat/run.sh, which make test runs
 # first).
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-BIN="$ROOT/build/bin"
+TEST="jax restart test"
+NS=""  # a namespace per case (add_namespace)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PYTHON="$ROOT/.venv/bin/python3"
-WORK=$(mktemp -d)
-passed=0
-failed=0
-started_here=0
-NAMESPACES=()
 OPERATOR_PID=""
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1${2:+: $2}"
-}
-# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
-until_true() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-
-cleanup() {
-  [[ -n "$OPERATOR_PID" ]] && kill -KILL "$OPERATOR_PID" 2>/dev/null
-  wait 2>/dev/null
-  for ns in "${NAMESPACES[@]}"; do "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1; done
-  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
-  if [[ $failed -gt 0 ]]; then
-    for f in "$WORK"/*.log; do
-      echo "---- $(basename "$f") (last 60 lines)"
-      tail -n 60 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-
-if ! "$PYTHON" -c 'import jax' 2>/dev/null; then
-  echo "jax restart test: $PYTHON cannot import jax; run tests/compat/run.sh (make compat-test) first"
-  exit 1
-fi
-# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster: not
-# asked (a slow API would look down), not brought up or down here.
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
-  started_here=1
-  line=$("$LC" up | tail -n 1) || { echo "jax restart test: the local cluster did not come up"; exit 1; }
-else
-  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
-fi
-export "${line?}"
-trap cleanup EXIT
-"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
-  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
-  { echo "jax restart test: the CRD does not install"; exit 1; }
+require_python "$PYTHON" jax "run tests/compat/run.sh (make compat-test) first"
+cluster_up
 
 # The example as a user applies it, but run by the venv's Python: the local cluster has no
 # images, and runs the command a container names.
 sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
   "$ROOT/examples/jax-cpu.yaml" >"$WORK/jax-cpu.yaml"
-grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "jax restart test: the example's command changed"; exit 1; }
+grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "$TEST: the example's command changed"; exit 1; }
 
-# start_operator NS / stop_operator: cohort-operator for one case's namespace only, so that
-# other tests' operators can run beside it on the same cluster (tests/e2e/run.sh's lanes).
-start_operator() {
-  "$BIN/cohort-operator" --namespace "$1" --leader-elect=false --http-listen 127.0.0.1:0 \
-    --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator-$1.log" 2>&1 &
-  OPERATOR_PID=$!
-}
-stop_operator() {
-  [[ -n "$OPERATOR_PID" ]] && kill -TERM "$OPERATOR_PID" 2>/dev/null && wait "$OPERATOR_PID" 2>/dev/null
-  OPERATOR_PID=""
-}
-
-# The coordinator's process: the child of its container's init, whose PID the pod runner
-# keeps in the container's directory.
-coordinator_pid() {
-  local uid init child
-  uid=$("$KUBECTL" -n "$1" get pod jax-cpu-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null)
-  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
-  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
-    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
-      echo "$child"
-      return 0
-    fi
-  done
-  return 1
-}
 # Every worker has logged its step 10: well into the run, well before its end (step 39).
 mid_run() {
   local i
@@ -133,10 +56,11 @@ save_logs() {
 # coordinator mid-run by HOW (kill or delete).
 run_case() {
   local ns="jax-restart-$1-$$" how=$2 before after pid old got i
-  NAMESPACES+=("$ns")
-  "$KUBECTL" create namespace "$ns" >/dev/null
-  "$KUBECTL" label namespace "$ns" pod-security.kubernetes.io/enforce=restricted >/dev/null
-  start_operator "$ns"
+  add_namespace "$ns" restricted
+  # An operator for this case's namespace only, so that other tests' operators can run beside
+  # it on the same cluster (tests/e2e/run.sh's lanes).
+  operator_for "$ns" "operator-$ns" --job-tls operator
+  OPERATOR_PID=$STARTED
   "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
   if ! until_true 300 mid_run "$ns"; then
     fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
@@ -154,7 +78,7 @@ run_case() {
     fail "$how: the job's certificates and its sidecar's TLS" "$("$KUBECTL" -n "$ns" logs jax-cpu-worker-0 -c cohort-sidecar | grep TLS)"
   fi
   if [[ $how == kill ]]; then
-    pid=$(coordinator_pid "$ns")
+    pid=$(coordinator_pid jax-cpu "$ns")
     if [[ -z "$pid" ]] || ! kill -KILL "$pid"; then
       fail "$how: found the coordinator's process" "pid '$pid'"
       save_logs "$ns" "$how"
@@ -194,9 +118,7 @@ run_case() {
 }
 
 run_case kill kill
-stop_operator
+stop_operator "$OPERATOR_PID"
 run_case delete delete
-stop_operator
-
-echo "jax restart test: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+stop_operator "$OPERATOR_PID"
+finish

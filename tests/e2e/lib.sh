@@ -1,29 +1,54 @@
-# Helpers the end-to-end tests share; sourced (not run) by a test after it sets NS (its
-# namespace) and, optionally, TEST (its name in messages). Newer tests use it; the older ones
-# still carry copies of these and move over as they are touched.
+# Helpers the end-to-end tests share; sourced (not run) by every test after it sets NS (its
+# namespace; empty for a test whose cases each have one, made with add_namespace) and,
+# optionally, TEST (its name in messages).
 #
 #   pass MESSAGE / fail MESSAGE [DETAIL]   count and print a result
 #   k ARGS...                              kubectl in the test's namespace
 #   field KIND/NAME JSONPATH               a field of an object in the namespace ("" if none)
 #   wait_for KIND/NAME JSONPATH VALUE SECS polls until the field equals VALUE (prints it if not)
-#   until_true SECS 'SHELL CODE'           evaluates the code every 0.2 s until it succeeds;
-#                                          single-quoted, so that what it reads is read anew
-#   start_operator NAME [FLAGS...]         cohort-operator on the host for the namespace; its
-#                                          PID in $STARTED, its log in $WORK/NAME.log
-#   cluster_up [ADDONS]                    the local cluster (with addons), KUBECONFIG exported;
-#                                          down again at the end if it was not up before;
-#                                          under run.sh, its cluster as it is
+#   until_true SECS COMMAND [ARGS...]      runs the command every 0.2 s until it succeeds; one
+#                                          argument is shell code, evaluated each time: quote it
+#                                          singly, so that what it reads is read anew
+#   require TOOL... / require_built PROG...  exits unless each tool is on the PATH (or a path that
+#                                          runs) / each program is in build/bin
+#   require_python PYTHON MODULE HINT      exits unless PYTHON imports MODULE (HINT: how to get it)
+#   cluster_up [ADDONS]                    the local cluster (with addons), KUBECONFIG exported, the
+#                                          CRD installed, NS made; down again at the end if it was
+#                                          not up before; under run.sh, its cluster as it is
+#   cluster_start [ADDONS] / crd_install   its first two steps, for a test that makes the rest
+#   add_namespace NS [LEVEL] [LABEL=V...]  a namespace (enforcing Pod Security LEVEL, with the
+#                                          labels), deleted at the end
+#   operator_for NS NAME [FLAGS...]        cohort-operator on the host watching NS only, with
+#                                          OPERATOR_FLAGS (no leader election, /metrics on a free
+#                                          port, a second's failure settling, 200 ms coordinator
+#                                          polls; a test may set its own) and FLAGS; its PID in
+#                                          $STARTED, its log in $WORK/NAME.log
+#   start_operator NAME [FLAGS...]         the same for NS, with --workload-liveness none
+#   stop_operator PID                      SIGTERM, and waits for it to end
+#   token_file JOB                         JOB's token (Secret JOB-token) in a file; prints its path
+#   chart_install NS [HELM ARGS...]        the chart as release $RELEASE in NS (made), waited for;
+#                                          helm's output in $out; uninstalled at the end
+#   diagnose                               the namespace's pods, jobs and Events, and the chart's
+#                                          operator's log; then diagnose_more, if the test has one
+#   restricted_sleeper NAME                applies a job of one worker whose workload sleeps, its
+#                                          pods within restricted Pod Security
 #   ctl JOB ARGS...                        cohortctl against JOB's coordinator (its pod's IP),
-#                                          with the job's token (Secret JOB-token)
+#                                          with the job's token; dial timeout CTL_DIAL_TIMEOUT (3s)
+#   coordinator_ready JOB                  JOB's coordinator pod is Ready
+#   event_message OBJECT REASON            the message of the first Event of that reason
+#   coordinator_pid JOB [NS]               the process of JOB's coordinator (in NS, default the
+#                                          test's), the child of its container's init
 #   pod_logs PREFIX                        the last lines of every container log of the
 #                                          namespace's pods named PREFIX*
 #   finish                                 the summary line; exits 1 if anything failed
-# cleanup (on EXIT) stops the operators, deletes the namespace, and prints the operators' logs
-# when something failed.
+# cleanup (on EXIT) stops the operators, deletes the namespaces, and prints the last lines of
+# every $WORK/*.log when something failed (a test saves what it wants shown there).
 
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 LC="$ROOT/tools/local-cluster"
 KUBECTL="$ROOT/build/tools/bin/kubectl"
+HELM="$ROOT/build/tools/bin/helm"
+RELEASE=${RELEASE:-cohort}
 BIN="$ROOT/build/bin"
 TEST=${TEST:-$(basename "$0" .sh)}
 WORK=$(mktemp -d)
@@ -31,6 +56,11 @@ passed=0
 failed=0
 started_here=0
 OPERATOR_PIDS=()
+OPERATOR_FLAGS=(--leader-elect=false --http-listen 127.0.0.1:0 --failure-settle 1s --coordinator-poll 200ms)
+NAMESPACES=()
+RELEASES=()  # namespaces holding release $RELEASE
+OPERATOR_NS=""  # the chart's operator's namespace
+trap cleanup EXIT  # set again by cluster_up; here so that an early exit cleans up too
 
 pass() {
   passed=$((passed + 1))
@@ -50,41 +80,163 @@ wait_for() {
     [[ "$got" == "$3" ]] && return 0
     sleep 0.2
   done
-  echo "  $1 $2 is '$got', wanted '$3'"
+  echo "  $1 $2 is '$got', wanted '$3' (status: $(field "$1" '{.status}'))"
   return 1
 }
 
 until_true() {
   local deadline=$((SECONDS + $1))
   shift
-  until eval "$*"; do
+  (($# == 1)) && set -- eval "$1"
+  until "$@"; do
     ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
 }
 
+require() {
+  local tool
+  for tool; do
+    command -v "$tool" >/dev/null || {
+      echo "$TEST: $tool is missing"
+      exit 1
+    }
+  done
+}
+
+require_built() {
+  local program
+  for program; do
+    [[ -x "$BIN/$program" ]] || {
+      echo "$TEST: build/bin/$program is missing (make build); the pods run it"
+      exit 1
+    }
+  done
+}
+
+chart_install() {
+  local ns=$1
+  shift
+  RELEASES+=("$ns")
+  NAMESPACES+=("$ns")
+  OPERATOR_NS=$ns
+  out=$("$HELM" install "$RELEASE" "$ROOT/charts/cohort" -n "$ns" --create-namespace "$@" \
+    --wait --timeout 120s 2>&1)
+}
+
+diagnose() {
+  echo "--- pods"
+  k get pods -o wide 2>&1
+  echo "--- coordinatedjobs"
+  k get cjob -o jsonpath='{range .items[*]}{.metadata.name}: {.status}{"\n"}{end}' 2>&1 | head -20
+  if [[ -n "$OPERATOR_NS" ]]; then
+    echo "--- operator logs"
+    "$KUBECTL" -n "$OPERATOR_NS" logs "deployment/$RELEASE-operator" --tail=60 2>&1
+  fi
+  echo "--- events"
+  k get events --sort-by=.lastTimestamp 2>&1 | tail -n 20
+  if declare -F diagnose_more >/dev/null; then diagnose_more; fi
+}
+
+require_python() {
+  "$1" -c "import $2" 2>/dev/null && return 0
+  echo "$TEST: $1 cannot import $2; $3"
+  exit 1
+}
+
+restricted_sleeper() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata: {name: $1}
+spec:
+  replicas: 1
+  template:
+    spec:
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          command: [sh, -c, "while true; do sleep 1; done"]
+          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+YAML
+}
+
+token_file() {
+  k get secret "$1-token" -o jsonpath='{.data.token}' | base64 -d >"$WORK/$1.token" &&
+    [[ -s "$WORK/$1.token" ]] && echo "$WORK/$1.token"
+}
+
 ctl() {
-  local ip
-  ip=$(field "pod/$1-coordinator" '{.status.podIP}')
-  k get secret "$1-token" -o jsonpath='{.data.token}' | base64 -d >"$WORK/$1.token" || return 1
-  "$BIN/cohortctl" --coordinator "$ip:8476" --dial-timeout 3s --auth-token-file "$WORK/$1.token" "${@:2}"
+  local token
+  token=$(token_file "$1") || return 1
+  "$BIN/cohortctl" --coordinator "$(field "pod/$1-coordinator" '{.status.podIP}'):8476" \
+    --dial-timeout "${CTL_DIAL_TIMEOUT:-3s}" --auth-token-file "$token" "${@:2}"
+}
+
+coordinator_ready() {
+  [[ "$(field "pod/$1-coordinator" '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
+event_message() {
+  k get events --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}' 2>/dev/null
+}
+
+operator_for() {
+  local ns=$1 name=$2
+  shift 2
+  "$BIN/cohort-operator" --namespace "$ns" "${OPERATOR_FLAGS[@]}" "$@" >"$WORK/$name.log" 2>&1 &
+  STARTED=$!
+  OPERATOR_PIDS+=("$STARTED")
+}
+
+coordinator_pid() {
+  local uid init child
+  uid=$("$KUBECTL" -n "${2:-$NS}" get pod "$1-coordinator" -o jsonpath='{.metadata.uid}' 2>/dev/null)
+  # The pod runner keeps the PID of each container's init in the container's directory.
+  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
+  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
+    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
+      echo "$child"
+      return 0
+    fi
+  done
+  return 1
 }
 
 start_operator() {
   local name=$1
   shift
-  "$BIN/cohort-operator" --namespace "$NS" --leader-elect=false --http-listen 127.0.0.1:0 \
-    --workload-liveness none --failure-settle 1s --coordinator-poll 200ms "$@" \
-    >"$WORK/$name.log" 2>&1 &
-  STARTED=$!
-  OPERATOR_PIDS+=("$STARTED")
+  operator_for "$NS" "$name" --workload-liveness none "$@"
+}
+
+stop_operator() {
+  [[ -n "${1:-}" ]] || return 0
+  kill -TERM "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+
+add_namespace() {
+  local ns=$1 labels=("${@:3}")
+  [[ -z "${2:-}" ]] || labels+=("pod-security.kubernetes.io/enforce=$2")
+  NAMESPACES+=("$ns")
+  if ! "$KUBECTL" create namespace "$ns" >/dev/null ||
+    { ((${#labels[@]} > 0)) && ! "$KUBECTL" label namespace "$ns" "${labels[@]}" >/dev/null; }; then
+    echo "$TEST: cannot create namespace $ns"
+    exit 1
+  fi
 }
 
 cleanup() {
-  local pid f
+  local pid f ns
   for pid in "${OPERATOR_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${OPERATOR_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+  for ns in "${RELEASES[@]}"; do
+    "$HELM" uninstall "$RELEASE" -n "$ns" --wait --timeout 60s >/dev/null 2>&1
+  done
+  for ns in ${NS:+"$NS"} "${NAMESPACES[@]}"; do
+    "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1
+  done
   [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
   if ((failed > 0)); then
     for f in "$WORK"/*.log; do
@@ -96,7 +248,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 
-cluster_up() {
+cluster_start() {
   local line args=()
   [[ -n "${1:-}" ]] && args=(--addons "$1")
   # Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster, up with
@@ -111,13 +263,21 @@ cluster_up() {
     export "${line?}"
   fi
   trap cleanup EXIT
+}
+
+crd_install() {
   "$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
     "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
     {
       echo "$TEST: the CRD does not install"
       exit 1
     }
-  "$KUBECTL" create namespace "$NS" >/dev/null
+}
+
+cluster_up() {
+  cluster_start "${1:-}"
+  crd_install
+  [[ -z "${NS:-}" ]] || "$KUBECTL" create namespace "$NS" >/dev/null
 }
 
 pod_logs() {

@@ -6,50 +6,43 @@
 #
 # If the cluster was already up, it is left up and only this test's namespace goes.
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
+TEST="local-cluster smoke"
 NS="lc-smoke-$$"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TIMEOUT=${SMOKE_TIMEOUT:-90}
-passed=0
-failed=0
-started_here=0
 
-note() { echo "local-cluster smoke: $*"; }
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
-k() { "$KUBECTL" -n "$NS" "$@"; }
+note() { echo "$TEST: $*"; }
 
+# Its own cleanup: `up` and `down` are what this test checks, so it brings the cluster up and
+# down itself (lib.sh's cluster_up is not used), and does neither twice.
 cleanup() {
   set +e
   if [[ -n "${KUBECONFIG:-}" && ${down_done:-0} == 0 ]]; then
     "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
   fi
   if [[ $started_here == 1 && ${down_done:-0} == 0 ]]; then "$LC" down >/dev/null 2>&1; fi
+  rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# wait_for DESCRIPTION COMMAND...: retries COMMAND until it succeeds or TIMEOUT seconds pass.
-wait_for() {
-  local what=$1 deadline=$((SECONDS + TIMEOUT))
+# wait_until DESCRIPTION COMMAND...: retries COMMAND (its output dropped) until it succeeds or
+# TIMEOUT seconds pass.
+quietly() { "$@" >/dev/null 2>&1; }
+wait_until() {
+  local what=$1
   shift
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS > deadline)); then
-      note "timed out waiting for $what"
-      return 1
-    fi
-    sleep 0.5
-  done
+  until_true "$TIMEOUT" quietly "$@" || {
+    note "timed out waiting for $what"
+    return 1
+  }
 }
 
-jsonpath() { k get "$1" -o "jsonpath=$2" 2>/dev/null; }
-phase_is() { [[ "$(jsonpath "pod/$1" '{.status.phase}')" == "$2" ]]; }
+phase_is() { [[ "$(field "pod/$1" '{.status.phase}')" == "$2" ]]; }
 gone() { ! k get "$1" >/dev/null 2>&1; }
-sidecar_stopped() { [[ -n "$(jsonpath "pod/$1" '{.status.initContainerStatuses[0].state.terminated.finishedAt}')" ]]; }
+sidecar_stopped() { [[ -n "$(field "pod/$1" '{.status.initContainerStatuses[0].state.terminated.finishedAt}')" ]]; }
 restarted() {
   local n
-  n=$(jsonpath "pod/$1" '{.status.containerStatuses[0].restartCount}')
+  n=$(field "pod/$1" '{.status.containerStatuses[0].restartCount}')
   ((${n:-0} >= 1))
 }
 
@@ -58,7 +51,7 @@ restarted() {
 if ! out=$("$LC" up); then
   echo "$out"
   fail "up"
-  echo "local-cluster smoke: $passed passed, $failed failed"
+  finish
   exit 1
 fi
 export KUBECONFIG=${out##*KUBECONFIG=}
@@ -70,7 +63,7 @@ else
 fi
 "$KUBECTL" create namespace "$NS" >/dev/null
 # The namespace's service account appears shortly after the namespace.
-wait_for "service account" k get serviceaccount default
+wait_until "service account" k get serviceaccount default
 
 # --- two servers on one port, a Service and a headless Service -------------------------
 for i in 0 1; do
@@ -90,8 +83,8 @@ spec:
     readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
 ---
 YAML
-done >"/tmp/$NS-web.yaml"
-cat >>"/tmp/$NS-web.yaml" <<'YAML'
+done >"$WORK/web.yaml"
+cat >>"$WORK/web.yaml" <<'YAML'
 apiVersion: v1
 kind: Service
 metadata: {name: web}
@@ -102,8 +95,8 @@ kind: Service
 metadata: {name: web-hl}
 spec: {clusterIP: None, selector: {app: web}, ports: [{port: 8080}]}
 YAML
-k apply -f "/tmp/$NS-web.yaml" >/dev/null
-rm -f "/tmp/$NS-web.yaml"
+k apply -f "$WORK/web.yaml" >/dev/null
+rm -f "$WORK/web.yaml"
 if k wait --for=condition=Ready pod/web-0 pod/web-1 --timeout="${TIMEOUT}s" >/dev/null &&
   phase_is web-0 Running && phase_is web-1 Running; then
   pass "two pods listening on the same port are Running and Ready"
@@ -111,8 +104,8 @@ else
   fail "two pods listening on the same port are Running and Ready"
 fi
 
-ip0=$(jsonpath pod/web-0 '{.status.podIP}')
-ip1=$(jsonpath pod/web-1 '{.status.podIP}')
+ip0=$(field pod/web-0 '{.status.podIP}')
+ip1=$(field pod/web-1 '{.status.podIP}')
 if [[ -n "$ip0" && -n "$ip1" && "$ip0" != "$ip1" ]] && [[ "$(curl -s --max-time 5 "http://$ip1:8080/")" == web-1 ]]; then
   pass "pods have distinct addresses ($ip0, $ip1), reachable from the host"
 else
@@ -145,11 +138,11 @@ spec:
       curl -sf --max-time 5 --cacert \$sa/ca.crt -H "Authorization: Bearer \$(cat \$sa/token)" \
         https://kubernetes.default.svc/version >/dev/null || exit 16
 YAML
-if wait_for "client to finish" phase_is client Succeeded; then
+if wait_until "client to finish" phase_is client Succeeded; then
   pass "a pod reaches both by service name and hostname.subdomain, and the API with its token"
 else
   fail "a pod reaches both by service name and hostname.subdomain, and the API with its token" \
-    "exit $(jsonpath pod/client '{.status.containerStatuses[0].state.terminated.exitCode}')"
+    "exit $(field pod/client '{.status.containerStatuses[0].state.terminated.exitCode}')"
 fi
 
 # --- native sidecar hands a file to the workload through an emptyDir -------------------
@@ -172,12 +165,12 @@ spec:
     command: [sh, -c, 'while [ ! -f /handoff/rank ]; do sleep 0.1; done; cat /handoff/rank']
     volumeMounts: [{name: handoff, mountPath: /handoff}]
 YAML
-if wait_for "handoff to finish" phase_is handoff Succeeded &&
-  wait_for "sidecar to stop" sidecar_stopped handoff &&
+if wait_until "handoff to finish" phase_is handoff Succeeded &&
+  wait_until "sidecar to stop" sidecar_stopped handoff &&
   [[ "$(k logs handoff -c main)" == rank=7 ]]; then
   pass "native sidecar + emptyDir hand-off: pod Succeeded, sidecar stopped, kubectl logs works"
 else
-  fail "native sidecar + emptyDir hand-off" "phase $(jsonpath pod/handoff '{.status.phase}')"
+  fail "native sidecar + emptyDir hand-off" "phase $(field pod/handoff '{.status.phase}')"
 fi
 
 # --- shareProcessNamespace: one PID namespace for the pod's containers ------------------
@@ -202,12 +195,12 @@ spec:
     env: [{name: NS, value: "$NS"}]
     command: [sh, -c, 'for i in \$(seq 100); do cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" >procs; if [ "\$(grep -cx -- "lc-smoke-shared-\$NS" procs)" = 2 ]; then tr "\0" " " </proc/1/cmdline; exit 0; fi; sleep 0.1; done; exit 1']
 YAML
-if wait_for "shared-pid to finish" phase_is shared-pid Succeeded &&
-  wait_for "its sidecar to stop" sidecar_stopped shared-pid &&
+if wait_until "shared-pid to finish" phase_is shared-pid Succeeded &&
+  wait_until "its sidecar to stop" sidecar_stopped shared-pid &&
   [[ "$(k logs shared-pid -c main)" == "/pause " ]] && ! pgrep -f "$shared_marker" >/dev/null; then
   pass "shareProcessNamespace: containers see each other's processes, /pause is PID 1, none is left"
 else
-  fail "shareProcessNamespace" "phase $(jsonpath pod/shared-pid '{.status.phase}'), main's log '$(k logs shared-pid -c main 2>&1 | head -3)', left: $(pgrep -f "$shared_marker" | tr '\n' ' ')"
+  fail "shareProcessNamespace" "phase $(field pod/shared-pid '{.status.phase}'), main's log '$(k logs shared-pid -c main 2>&1 | head -3)', left: $(pgrep -f "$shared_marker" | tr '\n' ' ')"
 fi
 
 # --- exit codes ------------------------------------------------------------------------
@@ -219,8 +212,8 @@ spec:
   restartPolicy: Never
   containers: [{name: main, image: busybox, command: [sh, -c, 'exit 3']}]
 YAML
-if wait_for "exit3 to fail" phase_is exit3 Failed &&
-  [[ "$(jsonpath pod/exit3 '{.status.containerStatuses[0].state.terminated.exitCode}')" == 3 ]]; then
+if wait_until "exit3 to fail" phase_is exit3 Failed &&
+  [[ "$(field pod/exit3 '{.status.containerStatuses[0].state.terminated.exitCode}')" == 3 ]]; then
   pass "a container exiting 3 under restartPolicy Never: pod Failed, exitCode 3"
 else
   fail "a container exiting 3 under restartPolicy Never: pod Failed, exitCode 3"
@@ -238,7 +231,7 @@ spec:
     command: [sh, -c, 'touch healthy; sleep 2; rm healthy; sleep 3600']
     livenessProbe: {exec: {command: [test, -f, healthy]}, periodSeconds: 1, failureThreshold: 1}
 YAML
-if wait_for "a restart" restarted unhealthy; then
+if wait_until "a restart" restarted unhealthy; then
   pass "a failing liveness probe restarts the container"
 else
   fail "a failing liveness probe restarts the container"
@@ -257,7 +250,7 @@ spec:
     image: busybox
     command: [sh, -c, 'sleep 3600 & exec python3 -c "import time; time.sleep(3600)" $marker']
 YAML
-if wait_for "doomed to run" phase_is doomed Running && wait_for "its process" pgrep -f "$marker" &&
+if wait_until "doomed to run" phase_is doomed Running && wait_until "its process" pgrep -f "$marker" &&
   k delete pod doomed --timeout="${TIMEOUT}s" >/dev/null && ! pgrep -f "$marker" >/dev/null &&
   gone pod/doomed; then
   pass "deleting a pod stops its processes and removes the pod"
@@ -275,7 +268,7 @@ else
 fi
 
 k create configmap owner >/dev/null
-owner_uid=$(jsonpath configmap/owner '{.metadata.uid}')
+owner_uid=$(field configmap/owner '{.metadata.uid}')
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: ConfigMap
@@ -284,7 +277,7 @@ metadata:
   ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: owner, uid: "$owner_uid"}]
 YAML
 k delete configmap owner >/dev/null
-if wait_for "dependent to be collected" gone configmap/dependent; then
+if wait_until "dependent to be collected" gone configmap/dependent; then
   pass "an owner-referenced ConfigMap is garbage-collected with its owner"
 else
   fail "an owner-referenced ConfigMap is garbage-collected with its owner"
@@ -302,20 +295,20 @@ spec:
   - {name: c, image: busybox, command: [sleep, "600"], resources: {limits: {nvidia.com/gpu: $2}}}
 YAML
 }
-unschedulable() { [[ "$(jsonpath "pod/$1" '{.status.conditions[?(@.type=="PodScheduled")].reason}')" == Unschedulable ]]; }
+unschedulable() { [[ "$(field "pod/$1" '{.status.conditions[?(@.type=="PodScheduled")].reason}')" == Unschedulable ]]; }
 gpu_pod gpus-3 3
 gpu_pod gpus-2 2
-if wait_for "the 3-GPU pod to run" phase_is gpus-3 Running && wait_for "the 2-GPU pod to wait" unschedulable gpus-2 &&
-  [[ "$(jsonpath pod/gpus-3 '{.spec.nodeName}')" == local &&
-    "$(jsonpath pod/gpus-2 '{.status.conditions[?(@.type=="PodScheduled")].message}')" == *"Insufficient nvidia.com/gpu"* ]]; then
+if wait_until "the 3-GPU pod to run" phase_is gpus-3 Running && wait_until "the 2-GPU pod to wait" unschedulable gpus-2 &&
+  [[ "$(field pod/gpus-3 '{.spec.nodeName}')" == local &&
+    "$(field pod/gpus-2 '{.status.conditions[?(@.type=="PodScheduled")].message}')" == *"Insufficient nvidia.com/gpu"* ]]; then
   k delete pod gpus-3 --wait=false >/dev/null
-  if wait_for "the 2-GPU pod to run once 3 GPUs are free" phase_is gpus-2 Running; then
+  if wait_until "the 2-GPU pod to run once 3 GPUs are free" phase_is gpus-2 Running; then
     pass "kube-scheduler places pods by the node's GPUs: 3 of 4 taken, a 2-GPU pod waits until they are free"
   else
     fail "a waiting GPU pod is placed once GPUs are free"
   fi
 else
-  fail "kube-scheduler counts GPUs" "$(k get pods -o wide 2>&1; jsonpath pod/gpus-2 '{.status.conditions}')"
+  fail "kube-scheduler counts GPUs" "$(k get pods -o wide 2>&1; field pod/gpus-2 '{.status.conditions}')"
 fi
 k delete pod gpus-2 gpus-3 --wait=false >/dev/null 2>&1
 
@@ -336,5 +329,4 @@ else
   note "the cluster was already up; leaving it up"
 fi
 
-echo "local-cluster smoke: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish

@@ -11,37 +11,13 @@
 # own calls carry it, after a restart too.
 # Brings the cluster up if it is not (and down again at the end if it did).
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-BIN="$ROOT/build/bin"
+TEST="operator e2e"
 NS="operator-test-$$"
-WORK=$(mktemp -d)
-passed=0
-failed=0
-started_here=0
-OPERATOR_PIDS=()
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Leader election and the metrics port are each case's (start_operator's FLAGS).
+OPERATOR_FLAGS=(--failure-settle 1s --coordinator-poll 200ms)
+CTL_DIAL_TIMEOUT=10s
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1${2:+: $2}"
-}
-k() { "$KUBECTL" -n "$NS" "$@"; }
-field() { k get cjob "$1" -o jsonpath="$2" 2>/dev/null; }
-
-# start_operator NAME [flags...]: runs one in the background, logging to $WORK/NAME.log; its
-# PID is in $STARTED and in OPERATOR_PIDS (so cleanup stops it whatever happens). Not for
-# $(...): a subshell would keep the PID to itself.
-start_operator() {
-  local name=$1
-  shift
-  "$BIN/cohort-operator" --namespace "$NS" --workload-liveness none --failure-settle 1s \
-    --coordinator-poll 200ms "$@" >"$WORK/$name.log" 2>&1 &
-  STARTED=$!
-  OPERATOR_PIDS+=("$STARTED")
-}
 # metric PORT NAME: the value of an unlabelled sample on an operator's /metrics, or nothing.
 metric() { curl -s --max-time 2 "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
 # http_port PID: the port an operator started with --http-listen 127.0.0.1:0 serves /metrics on,
@@ -56,43 +32,6 @@ http_port() {
   done
   echo "$port"
 }
-# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
-until_true() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-stop_pid() { kill -TERM "$1" 2>/dev/null && wait "$1" 2>/dev/null; }
-
-cleanup() {
-  for pid in "${OPERATOR_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
-  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
-  if [[ $failed -gt 0 ]]; then
-    for f in "$WORK"/*.log; do
-      echo "---- $(basename "$f") (last 40 lines)"
-      tail -n 40 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-
-# wait_for JOB JSONPATH VALUE SECONDS: polls the job's field until it equals VALUE.
-wait_for() {
-  local deadline=$((SECONDS + $4)) got
-  while ((SECONDS < deadline)); do
-    got=$(field "$1" "$2")
-    [[ "$got" == "$3" ]] && return 0
-    sleep 0.2
-  done
-  echo "  $1 $2 is '$got', wanted '$3' (status: $(field "$1" '{.status}'))"
-  return 1
-}
-
 # The host process of a pod's workload container (the pod runner runs containers as
 # processes; the agent example is the workload in these jobs).
 workload_pid() {
@@ -128,39 +67,9 @@ $extra
 YAML
 }
 
-# token_file JOB: the job's token, from its Secret, in a file for cohortctl --auth-token-file.
-token_file() {
-  k get secret "$1-token" -o jsonpath='{.data.token}' | base64 -d >"$WORK/$1.token" &&
-    [[ -s "$WORK/$1.token" ]] && echo "$WORK/$1.token"
-}
-
-# job_logs JOB: the last lines each container of the job's pods wrote, every gang's (the
-# pod runner keeps the logs of deleted pods), to tell why a job did what it did.
-job_logs() {
-  local f
-  for f in "$ROOT/build/local-cluster/logs/pods/${NS}_$1-"*/*/*.log; do
-    [[ -f "$f" ]] || continue
-    echo "  ---- ${f#"$ROOT/build/local-cluster/logs/pods/"} (last 15 lines)"
-    tail -n 15 "$f" | sed 's/^/  /'
-  done
-}
-
 pod_uids() { k get pods -l "cohort.dev/job=$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
 
-# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster: not
-# asked (a slow API would look down), not brought up or down here.
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
-  started_here=1
-  line=$("$LC" up | tail -n 1) || { echo "operator test: the local cluster did not come up"; exit 1; }
-else
-  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
-fi
-export "${line?}"
-trap cleanup EXIT
-"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
-  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
-  { echo "operator test: the CRD does not install"; exit 1; }
-"$KUBECTL" create namespace "$NS" >/dev/null
+cluster_up
 
 # ---- 0. The client library itself against this API server: CRUD with its error codes,
 # paged lists, a watch from a list's version, 410 for a version too old, the informer's
@@ -176,8 +85,8 @@ OP=$STARTED
 
 # ---- 1. The quickstart job succeeds.
 k apply -f "$ROOT/examples/quickstart.yaml" >/dev/null
-if wait_for quickstart '{.status.phase}' Succeeded 90; then
-  got=$(field quickstart '{.status.restarts} {.status.tasks.succeeded}/{.status.tasks.total} {.status.conditions[?(@.type=="Succeeded")].reason}')
+if wait_for cjob/quickstart '{.status.phase}' Succeeded 90; then
+  got=$(field cjob/quickstart '{.status.restarts} {.status.tasks.succeeded}/{.status.tasks.total} {.status.conditions[?(@.type=="Succeeded")].reason}')
   if [[ "$got" == "0 4/4 AllWorkersSucceeded" ]]; then
     pass "examples/quickstart.yaml: four workers succeed (restarts 0, 4/4 succeeded)"
   else
@@ -201,18 +110,18 @@ fi
 
 # ---- 2. A worker killed mid-run: gang restart, then success with restarts=1.
 job kill 4 16
-if wait_for kill '{.status.phase}' Running 60 && wait_for kill '{.status.tasks.registered}' 4 30; then
+if wait_for cjob/kill '{.status.phase}' Running 60 && wait_for cjob/kill '{.status.tasks.registered}' 4 30; then
   before=$(pod_uids kill)
   pid=$(workload_pid kill-worker-2)
   if [[ -n "$pid" ]] && kill -KILL "$pid"; then
-    if wait_for kill '{.status.phase}' Succeeded 90; then
-      got=$(field kill '{.status.restarts} {.status.conditions[?(@.type=="Restarting")].message}')
+    if wait_for cjob/kill '{.status.phase}' Succeeded 90; then
+      got=$(field cjob/kill '{.status.restarts} {.status.conditions[?(@.type=="Restarting")].message}')
       after=$(pod_uids kill)
       if [[ "${got%% *}" == 1 && "$before" != "$after" ]]; then
         pass "a worker SIGKILLed mid-run restarts the gang, which succeeds (restarts 1)"
       else
         fail "kill: restarts" "$got"
-        job_logs kill
+        pod_logs kill-
       fi
       reason=$(k get events --field-selector involvedObject.name=kill,reason=GangRestart -o jsonpath='{.items[0].message}')
       if [[ "$reason" == *"worker 2 exited with code 137 (signal 9)"* ]]; then
@@ -222,7 +131,7 @@ if wait_for kill '{.status.phase}' Running 60 && wait_for kill '{.status.tasks.r
       fi
     else
       fail "kill: the job succeeds after the restart"
-      job_logs kill
+      pod_logs kill-
     fi
   else
     fail "kill: found the workload process of kill-worker-2"
@@ -250,8 +159,8 @@ spec:
               if [ "$COHORT_TASK_ID" = 1 ]; then sleep 2; echo "bad input"; exit 3; fi
               exec cohort-agent-example --steps 40 --step-seconds 0.5
 YAML
-if wait_for permanent '{.status.phase}' Failed 60; then
-  got=$(field permanent '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+if wait_for cjob/permanent '{.status.phase}' Failed 60; then
+  got=$(field cjob/permanent '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
   if [[ "$got" == "0 WorkerFailed: worker 1 exited with code 3, which failurePolicy counts as permanent" ]]; then
     pass "a permanent exit (code 3) fails the job without a restart: $got"
   else
@@ -278,8 +187,8 @@ fi
 # ---- 4. Restarts stop at maxRestarts.
 job crashy 2 5 "  failurePolicy: {maxRestarts: 1}"
 k patch cjob crashy --type merge -p '{"spec":{"template":{"spec":{"containers":[{"name":"worker","image":"ghcr.io/cohort/cohort-agent-example:0.1.0","args":["--steps","5","--step-seconds","0.3","--exit-at-step","1","--exit-code","137"]}]}}}}' >/dev/null
-if wait_for crashy '{.status.phase}' Failed 90; then
-  got=$(field crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')
+if wait_for cjob/crashy '{.status.phase}' Failed 90; then
+  got=$(field cjob/crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')
   if [[ "$got" == "1 MaxRestartsExceeded" ]]; then
     pass "a gang failing again after maxRestarts (1) ends Failed, reason MaxRestartsExceeded"
   else
@@ -295,7 +204,7 @@ fi
 # operator learns it from the coordinator, so its calls carry the token too. (The workers
 # registering at all, through their sidecars, is the sidecars' token at work.)
 job taskerror 2 30
-if wait_for taskerror '{.status.phase}' Running 60 && wait_for taskerror '{.status.tasks.registered}' 2 30; then
+if wait_for cjob/taskerror '{.status.phase}' Running 60 && wait_for cjob/taskerror '{.status.tasks.registered}' 2 30; then
   ip=$(k get pod taskerror-coordinator -o jsonpath='{.status.podIP}')
   token=$(token_file taskerror) || fail "taskerror: the Secret taskerror-token holds a token"
   "$BIN/cohortctl" --coordinator "$ip:8476" tasks >/dev/null 2>"$WORK/anonymous.err"
@@ -311,8 +220,8 @@ if wait_for taskerror '{.status.phase}' Running 60 && wait_for taskerror '{.stat
     fail "taskerror: a call with the token" "$out"
   fi
   if out=$("$BIN/cohortctl" --coordinator "$ip:8476" --auth-token-file "$token" report-error --task sidecar/1 "injected: GPU 0 fell off the bus" 2>&1); then
-    if wait_for taskerror '{.status.restarts}' 1 30; then
-      msg=$(field taskerror '{.status.conditions[?(@.type=="Restarting")].reason}: {.status.conditions[?(@.type=="Restarting")].message}')
+    if wait_for cjob/taskerror '{.status.restarts}' 1 30; then
+      msg=$(field cjob/taskerror '{.status.conditions[?(@.type=="Restarting")].reason}: {.status.conditions[?(@.type=="Restarting")].message}')
       if [[ "$msg" == TaskError:*"GPU 0 fell off the bus"* ]]; then
         pass "a task in error at the coordinator restarts the gang ($msg)"
       else
@@ -331,10 +240,10 @@ fi
 
 # ---- 6. The coordinator pod deleted mid-run: gang restart, then success.
 job coordloss 2 14
-if wait_for coordloss '{.status.phase}' Running 60 && wait_for coordloss '{.status.tasks.registered}' 2 30; then
+if wait_for cjob/coordloss '{.status.phase}' Running 60 && wait_for cjob/coordloss '{.status.tasks.registered}' 2 30; then
   k delete pod coordloss-coordinator --wait=false >/dev/null
-  if wait_for coordloss '{.status.phase}' Succeeded 90; then
-    got=$(field coordloss '{.status.restarts}')
+  if wait_for cjob/coordloss '{.status.phase}' Succeeded 90; then
+    got=$(field cjob/coordloss '{.status.restarts}')
     reason=$(k get events --field-selector involvedObject.name=coordloss,reason=GangRestart -o jsonpath='{.items[0].message}')
     if [[ "$got" == 1 && "$reason" == *"coordinator"* ]]; then
       pass "the coordinator pod deleted mid-run restarts the gang, which succeeds ($reason)"
@@ -351,7 +260,7 @@ fi
 # ---- 7. The operator restarted mid-job: no duplicate pods, status stays right, the job's
 # token stays (the same Secret) and the new operator's calls to the coordinator carry it.
 job survive 3 30
-if wait_for survive '{.status.phase}' Running 60 && wait_for survive '{.status.tasks.registered}' 3 30; then
+if wait_for cjob/survive '{.status.phase}' Running 60 && wait_for cjob/survive '{.status.tasks.registered}' 3 30; then
   before=$(pod_uids survive)
   secret_before=$(k get secret survive-token -o jsonpath='{.metadata.uid} {.data.token}')
   kill -KILL "$OP"
@@ -381,12 +290,12 @@ if wait_for survive '{.status.phase}' Running 60 && wait_for survive '{.status.t
     fail "survive: the token Secret changed"
   fi
   # Without the token its snapshots would be refused and registered would stay 0.
-  if wait_for survive '{.status.tasks.registered}' 3 15; then
+  if wait_for cjob/survive '{.status.tasks.registered}' 3 15; then
     pass "the restarted operator reads the coordinator with the token from the Secret (3 registered)"
   else
     fail "survive: the restarted operator sees the coordinator's tasks"
   fi
-  if wait_for survive '{.status.phase}' Succeeded 90 && [[ "$(field survive '{.status.restarts}')" == 0 ]]; then
+  if wait_for cjob/survive '{.status.phase}' Succeeded 90 && [[ "$(field cjob/survive '{.status.restarts}')" == 0 ]]; then
     pass "the job still succeeds with restarts 0"
   else
     fail "survive: the job succeeds with restarts 0"
@@ -397,10 +306,10 @@ fi
 
 # ---- 8. Suspend and resume; the deadline.
 job pause 2 4 "  suspend: true"
-if wait_for pause '{.status.phase}' Suspended 30; then
+if wait_for cjob/pause '{.status.phase}' Suspended 30; then
   n=$(k get pods -l cohort.dev/job=pause --no-headers 2>/dev/null | wc -l)
   k patch cjob pause --type merge -p '{"spec":{"suspend":false}}' >/dev/null
-  if [[ $n == 0 ]] && wait_for pause '{.status.phase}' Succeeded 60; then
+  if [[ $n == 0 ]] && wait_for cjob/pause '{.status.phase}' Succeeded 60; then
     pass "a suspended job has no pods and runs to success once resumed"
   else
     fail "pause: resume" "$n pods while suspended"
@@ -409,8 +318,8 @@ else
   fail "pause: the job is Suspended"
 fi
 job slow 2 100 "  activeDeadlineSeconds: 4"
-if wait_for slow '{.status.phase}' Failed 40; then
-  got=$(field slow '{.status.conditions[?(@.type=="Failed")].reason}')
+if wait_for cjob/slow '{.status.phase}' Failed 40; then
+  got=$(field cjob/slow '{.status.conditions[?(@.type=="Failed")].reason}')
   [[ "$got" == DeadlineExceeded ]] && pass "activeDeadlineSeconds fails the job (DeadlineExceeded)" ||
     fail "slow: reason" "$got"
 else
@@ -458,32 +367,12 @@ $extra
           command: [sh, -c, "while true; do sleep 1; done"]
 YAML
 }
-coordinator_field() { k get pod "$1-coordinator" -o jsonpath="$2" 2>/dev/null; }
-coordinator_ready() { [[ "$(coordinator_field "$1" '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
-ctl() {
-  "$BIN/cohortctl" --coordinator "$(coordinator_field "$1" '{.status.podIP}'):8476" \
-    --auth-token-file "$(token_file "$1")" "${@:2}"
-}
-# coordinator_pid JOB: the coordinator's process, the child of its container's init, whose
-# PID the pod runner keeps in the container's directory.
-coordinator_pid() {
-  local uid init child
-  uid=$(coordinator_field "$1" '{.metadata.uid}')
-  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
-  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
-    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
-      echo "$child"
-      return 0
-    fi
-  done
-  return 1
-}
+coordinator_field() { field "pod/$1-coordinator" "$2"; }
 worker_uids() { k get pods -l "cohort.dev/job=$1,cohort.dev/role=worker" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
-event_message() { k get events --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}' 2>/dev/null; }
 
 sleeper durable
 durable_workers=""
-if wait_for durable '{.status.phase}' Running 60 && until_true 30 coordinator_ready durable; then
+if wait_for cjob/durable '{.status.phase}' Running 60 && until_true 30 coordinator_ready durable; then
   durable_workers=$(worker_uids durable)
   qos=$(coordinator_field durable '{.status.qosClass} {.spec.restartPolicy}')
   [[ "$qos" == "Guaranteed Always" ]] && pass "the coordinator pod is Guaranteed and restarts in place ($qos)" ||
@@ -491,8 +380,8 @@ if wait_for durable '{.status.phase}' Running 60 && until_true 30 coordinator_re
   put=$(ctl durable kv put state/key before-the-kill 2>&1)
   pid=$(coordinator_pid durable)
   if [[ -n "$pid" ]] && kill -KILL "$pid"; then
-    if wait_for durable '{.status.coordinatorRestarts}' 1 60; then
-      got=$(field durable '{.status.restarts} {.status.phase}')/$(coordinator_field durable '{.status.containerStatuses[0].restartCount}')
+    if wait_for cjob/durable '{.status.coordinatorRestarts}' 1 60; then
+      got=$(field cjob/durable '{.status.restarts} {.status.phase}')/$(coordinator_field durable '{.status.containerStatuses[0].restartCount}')
       [[ "$got" == "0 Running/1" ]] &&
         pass "a coordinator SIGKILLed restarts in place: coordinatorRestarts 1, restarts 0, restartCount 1" ||
         fail "durable: after the kill" "restarts phase/restartCount: $got"
@@ -521,7 +410,7 @@ fi
 sleeper onclaim "  coordinator:
     state: {volume: PersistentVolumeClaim, size: 64Mi}"
 claim_bound() { [[ "$(k get pvc onclaim-coordinator-state -o jsonpath='{.status.phase}' 2>/dev/null)" == Bound ]]; }
-if wait_for onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_ready onclaim && until_true 30 claim_bound; then
+if wait_for cjob/onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_ready onclaim && until_true 30 claim_bound; then
   pv=$(k get pvc onclaim-coordinator-state -o jsonpath='{.spec.volumeName}')
   got=$(k get pvc onclaim-coordinator-state -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {.spec.accessModes[0]} {.spec.resources.requests.storage}')
   path=$("$KUBECTL" get pv "$pv" -o jsonpath='{.spec.hostPath.path}')
@@ -539,7 +428,7 @@ if wait_for onclaim '{.status.phase}' Running 60 && until_true 30 coordinator_re
   k delete pod onclaim-coordinator --wait=false >/dev/null
   replaced() { local uid; uid=$(coordinator_field onclaim '{.metadata.uid}'); [[ -n "$uid" && "$uid" != "$old" ]]; }
   if until_true 60 replaced && until_true 60 coordinator_ready onclaim; then
-    got=$(field onclaim '{.status.coordinatorRestarts} {.status.restarts}')/$(coordinator_field onclaim '{.spec.volumes[?(@.name=="state")].persistentVolumeClaim.claimName} {.metadata.labels.cohort\.dev/restart}')
+    got=$(field cjob/onclaim '{.status.coordinatorRestarts} {.status.restarts}')/$(coordinator_field onclaim '{.spec.volumes[?(@.name=="state")].persistentVolumeClaim.claimName} {.metadata.labels.cohort\.dev/restart}')
     [[ "$got" == "1 0/onclaim-coordinator-state 0" ]] &&
       pass "a deleted coordinator pod is made again on the same claim: coordinatorRestarts 1, restarts 0" ||
       fail "onclaim: after the deletion" "coordinatorRestarts restarts/claim gang: $got"
@@ -565,24 +454,24 @@ else
 fi
 # By now any gang restart the kill had caused would have happened.
 if [[ -n "$durable_workers" && "$(worker_uids durable)" == "$durable_workers" &&
-  "$(field durable '{.status.restarts} {.status.phase}')" == "0 Running" ]]; then
+  "$(field cjob/durable '{.status.restarts} {.status.phase}')" == "0 Running" ]]; then
   pass "the killed coordinator's job kept its gang (same worker pods, restarts 0)"
 else
-  fail "durable: the gang" "before '$durable_workers' after '$(worker_uids durable)', $(field durable '{.status.restarts} {.status.phase}')"
+  fail "durable: the gang" "before '$durable_workers' after '$(worker_uids durable)', $(field cjob/durable '{.status.restarts} {.status.phase}')"
 fi
 k delete cjob onclaim --wait=false >/dev/null
 
 # volume Auto on a cluster without a default StorageClass (with one: state_volume_test.sh, run
 # alone since such a class changes every job made meanwhile).
 message=$(event_message durable StateVolume)
-[[ "$(field durable '{.status.coordinatorStateVolume}')" == EmptyDir &&
+[[ "$(field cjob/durable '{.status.coordinatorStateVolume}')" == EmptyDir &&
   "$message" == *"the cluster has no default StorageClass"* ]] &&
   pass "without a default StorageClass, volume Auto is an emptyDir, and a Warning says why: $message" ||
-  fail "durable: the state volume chosen" "$(field durable '{.status.coordinatorStateVolume}'): $message"
+  fail "durable: the state volume chosen" "$(field cjob/durable '{.status.coordinatorStateVolume}'): $message"
 k delete cjob durable --wait=false >/dev/null
 
 # ---- 11. Two operators: one leader; the standby takes over when it stops.
-stop_pid "$OP"
+stop_operator "$OP"
 start_operator leader-a --leader-elect=true --leader-election-namespace "$NS" --lease-duration 4s --renew-deadline 3s --retry-period 500ms --http-listen 127.0.0.1:0
 A=$STARTED
 A_PORT=$(http_port "$A")
@@ -607,7 +496,7 @@ kill -KILL "$A"  # no release: the standby must wait out the lease
 wait "$A" 2>/dev/null
 start=$SECONDS
 job failover 2 2
-if wait_for failover '{.status.phase}' Succeeded 60; then
+if wait_for cjob/failover '{.status.phase}' Succeeded 60; then
   holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}')
   if [[ "$holder" == *"_$B" && "$(leader_of "$B_PORT")" == 1 ]]; then
     pass "the standby took the lease after the leader died and ran a job ($((SECONDS - start)) s)"
@@ -617,7 +506,6 @@ if wait_for failover '{.status.phase}' Succeeded 60; then
 else
   fail "failover: the standby runs the job"
 fi
-stop_pid "$B"
+stop_operator "$B"
 
-echo "operator e2e: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish

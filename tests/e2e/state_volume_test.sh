@@ -34,8 +34,6 @@ ${2:-}
           command: [sh, -c, "while true; do sleep 1; done"]
 YAML
 }
-coordinator_ready() { [[ "$(field "pod/$1-coordinator" '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
-event_message() { k get events --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}' 2>/dev/null; }
 remove_class() { "$KUBECTL" delete storageclass "$CLASS" --ignore-not-found --wait=false >/dev/null 2>&1; }
 trap 'remove_class; cleanup' EXIT
 

@@ -12,92 +12,38 @@
 # on; an invalid task runtime job is refused by the API server, naming the field. Python comes from .venv/runtime (tests/python/run.sh, which make
 # test runs first).
 set -uo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LC="$ROOT/tools/local-cluster"
-KUBECTL="$ROOT/build/tools/bin/kubectl"
-BIN="$ROOT/build/bin"
+TEST="tasks test"
+NS=""  # a namespace per case (new_namespace)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PYTHON="$ROOT/.venv/runtime/bin/python"
-WORK=$(mktemp -d)
-passed=0
-failed=0
-started_here=0
-NAMESPACES=()
 OPERATOR_PID=""
 
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1${2:+: $2}"
-}
-# until_true SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails at the deadline.
-until_true() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-
-cleanup() {
-  [[ -n "$OPERATOR_PID" ]] && kill -KILL "$OPERATOR_PID" 2>/dev/null
-  wait 2>/dev/null
-  for ns in "${NAMESPACES[@]}"; do "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1; done
-  [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
-  if [[ $failed -gt 0 ]]; then
-    for f in "$WORK"/*.log; do
-      echo "---- $(basename "$f") (last 40 lines)"
-      tail -n 40 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-
-if ! "$PYTHON" -c 'import cohort' 2>/dev/null; then
-  echo "tasks test: $PYTHON cannot import cohort; run tests/python/run.sh (make python-test) first"
-  exit 1
-fi
-# Under tests/e2e/run.sh (COHORT_E2E_SHARED_CLUSTER) other tests share its cluster: not
-# asked (a slow API would look down), not brought up or down here.
-if [[ -z ${COHORT_E2E_SHARED_CLUSTER:-} ]] && ! "$LC" status >/dev/null 2>&1; then
-  started_here=1
-  line=$("$LC" up | tail -n 1) || { echo "tasks test: the local cluster did not come up"; exit 1; }
-else
-  line="KUBECONFIG=$ROOT/build/local-cluster/kubeconfig"
-fi
-export "${line?}"
-trap cleanup EXIT
-"$KUBECTL" apply --server-side -f "$ROOT/charts/cohort/crds/" >/dev/null &&
-  "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null ||
-  { echo "tasks test: the CRD does not install"; exit 1; }
+require_python "$PYTHON" cohort "run tests/python/run.sh (make python-test) first"
+cluster_up
 
 # The example as a user applies it, run by the venv's Python: the local cluster has no
 # images, and runs the command a container names.
 sed -e "s|command: \[python3, /app/driver.py\]|command: [$PYTHON, /app/driver.py]|" \
   -e "s|command: \[python3, -m, cohort.worker\]|command: [$PYTHON, -m, cohort.worker]|" \
   "$ROOT/examples/tasks-python.yaml" >"$WORK/example.yaml"
-[[ $(grep -c "$PYTHON" "$WORK/example.yaml") == 2 ]] || { echo "tasks test: the example's commands changed"; exit 1; }
+[[ $(grep -c "$PYTHON" "$WORK/example.yaml") == 2 ]] || { echo "$TEST: the example's commands changed"; exit 1; }
 # The same, slower (60 ms a map task: about 30 s on four workers), to act on it mid-run.
 sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.06"}|' \
   "$WORK/example.yaml" >"$WORK/slow.yaml"
-grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "tasks test: the example's driver env changed"; exit 1; }
+grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "$TEST: the example's driver env changed"; exit 1; }
 
 # new_namespace NS: the next case's namespace, and a cohort-operator for it alone (the last
 # case's stops), so that other tests' operators can run beside it on the same cluster
 # (tests/e2e/run.sh's lanes).
 new_namespace() {
-  NAMESPACES+=("$1")
-  "$KUBECTL" create namespace "$1" >/dev/null
-  "$KUBECTL" label namespace "$1" pod-security.kubernetes.io/enforce=restricted >/dev/null
-  [[ -n "$OPERATOR_PID" ]] && kill -TERM "$OPERATOR_PID" 2>/dev/null && wait "$OPERATOR_PID" 2>/dev/null
-  "$BIN/cohort-operator" --namespace "$1" --leader-elect=false --http-listen 127.0.0.1:0 \
-    --failure-settle 1s --coordinator-poll 200ms --job-tls operator >"$WORK/operator-$1.log" 2>&1 &
-  OPERATOR_PID=$!
+  add_namespace "$1" restricted
+  stop_operator "$OPERATOR_PID"
+  operator_for "$1" "operator-$1" --job-tls operator
+  OPERATOR_PID=$STARTED
 }
-field() { "$KUBECTL" -n "$1" get cjob tasks-python -o jsonpath="$2" 2>/dev/null; }
-done_phase() { [[ "$(field "$1" '{.status.phase}')" == Succeeded || "$(field "$1" '{.status.phase}')" == Failed ]]; }
-tasks_done_at_least() { (($(field "$1" '{.status.taskRuntime.succeeded}' || echo 0) >= $2)); }
+job_field() { "$KUBECTL" -n "$1" get cjob tasks-python -o jsonpath="$2" 2>/dev/null; }
+done_phase() { [[ "$(job_field "$1" '{.status.phase}')" == Succeeded || "$(job_field "$1" '{.status.phase}')" == Failed ]]; }
+tasks_done_at_least() { (($(job_field "$1" '{.status.taskRuntime.succeeded}' || echo 0) >= $2)); }
 pod_uid() { "$KUBECTL" -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
 pod_running_anew() {  # NS POD OLD_UID: a pod of that name, another than OLD_UID, running
   local uid
@@ -120,8 +66,8 @@ new_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/example.yaml" >/dev/null
 if until_true 300 done_phase "$ns"; then
   save_logs "$ns" example
-  got=$(field "$ns" '{.status.phase} restarts={.status.restarts}')
-  done_count=$(field "$ns" '{.status.taskRuntime.succeeded}')
+  got=$(job_field "$ns" '{.status.phase} restarts={.status.restarts}')
+  done_count=$(job_field "$ns" '{.status.taskRuntime.succeeded}')
   if [[ "$got" == "Succeeded restarts=0" ]] && right_result example && ((done_count >= 2000)); then
     pass "examples/tasks-python.yaml succeeds with the right sum ($done_count tasks done)"
   else
@@ -141,7 +87,7 @@ if until_true 300 done_phase "$ns"; then
   fi
 else
   save_logs "$ns" example
-  fail "examples/tasks-python.yaml ends" "phase $(field "$ns" '{.status.phase}')"
+  fail "examples/tasks-python.yaml ends" "phase $(job_field "$ns" '{.status.phase}')"
 fi
 
 # ---- Mid-run: a worker pod deleted, then the pool grown to three and shrunk to one.
@@ -165,17 +111,17 @@ if until_true 180 tasks_done_at_least "$ns" 100; then
   fi
   "$KUBECTL" -n "$ns" patch cjob tasks-python --type merge -p '{"spec":{"replicas":1}}' >/dev/null
   if until_true 60 pod_gone "$ns" tasks-python-worker-2 && until_true 60 pod_gone "$ns" tasks-python-worker-1 &&
-    [[ "$(field "$ns" '{.status.phase}')" == Running ]]; then
+    [[ "$(job_field "$ns" '{.status.phase}')" == Running ]]; then
     pass "replicas 3 -> 1 mid-run: worker pods 1 and 2 leave while the job runs on"
   else
     fail "replicas 3 -> 1 mid-run" "$("$KUBECTL" -n "$ns" get pods 2>&1)"
   fi
 else
-  fail "the slow job gets going" "phase $(field "$ns" '{.status.phase}'), $(field "$ns" '{.status.taskRuntime}')"
+  fail "the slow job gets going" "phase $(job_field "$ns" '{.status.phase}'), $(job_field "$ns" '{.status.taskRuntime}')"
 fi
 if until_true 300 done_phase "$ns"; then
   save_logs "$ns" churn
-  got=$(field "$ns" '{.status.phase} restarts={.status.restarts}')
+  got=$(job_field "$ns" '{.status.phase} restarts={.status.restarts}')
   if [[ "$got" == "Succeeded restarts=0" ]] && right_result churn; then
     pass "through the lost pod and the scaling, the job succeeds with the right sum and no restart"
   else
@@ -183,33 +129,21 @@ if until_true 300 done_phase "$ns"; then
   fi
 else
   save_logs "$ns" churn
-  fail "the slow job ends" "phase $(field "$ns" '{.status.phase}')"
+  fail "the slow job ends" "phase $(job_field "$ns" '{.status.phase}')"
 fi
 
 # ---- The coordinator's process killed mid-run: it restarts in its pod on its state volume
 # with the scheduler's state, and the job goes on with the same driver.
-coordinator_pid() {  # NS: the coordinator's process, the child of its container's init
-  local uid init child
-  uid=$("$KUBECTL" -n "$1" get pod tasks-python-coordinator -o jsonpath='{.metadata.uid}' 2>/dev/null)
-  init=$(cat "$ROOT/build/local-cluster/pods/$uid/containers/coordinator/pid" 2>/dev/null) || return 1
-  for child in $(cat /proc/"$init"/task/*/children 2>/dev/null); do
-    if [[ "$(readlink /proc/"$child"/exe 2>/dev/null)" == "$BIN/cohort-coordinator" ]]; then
-      echo "$child"
-      return 0
-    fi
-  done
-  return 1
-}
 ns="tasks-coordinator-$$"
 new_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
 if until_true 180 tasks_done_at_least "$ns" 200; then
   driver_uid=$(pod_uid "$ns" tasks-python-driver)
-  pid=$(coordinator_pid "$ns")
+  pid=$(coordinator_pid tasks-python "$ns")
   if [[ -n "$pid" ]] && kill -KILL "$pid"; then
     if until_true 300 done_phase "$ns"; then
       save_logs "$ns" coordinator
-      got=$(field "$ns" '{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
+      got=$(job_field "$ns" '{.status.phase} restarts={.status.restarts} coordinatorRestarts={.status.coordinatorRestarts}')
       if [[ "$got" == "Succeeded restarts=0 coordinatorRestarts=1" ]] && right_result coordinator; then
         pass "the coordinator killed mid-run: the job goes on and succeeds with the right sum ($got)"
       else
@@ -223,13 +157,13 @@ if until_true 180 tasks_done_at_least "$ns" 200; then
       fi
     else
       save_logs "$ns" coordinator
-      fail "the job whose coordinator was killed ends" "phase $(field "$ns" '{.status.phase}')"
+      fail "the job whose coordinator was killed ends" "phase $(job_field "$ns" '{.status.phase}')"
     fi
   else
     fail "found the coordinator's process" "pid '$pid'"
   fi
 else
-  fail "the job gets going (coordinator case)" "phase $(field "$ns" '{.status.phase}')"
+  fail "the job gets going (coordinator case)" "phase $(job_field "$ns" '{.status.phase}')"
 fi
 
 # ---- A stranger's pod calls every port of a running job: each listening socket of each of
@@ -277,8 +211,7 @@ ns="tasks-ports-$$"
 new_namespace "$ns"
 sed 's|value: "0.06"|value: "1"|' "$WORK/slow.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
 stranger="tasks-stranger-$$"
-NAMESPACES+=("$stranger")
-"$KUBECTL" create namespace "$stranger" >/dev/null
+add_namespace "$stranger"
 "$KUBECTL" -n "$stranger" create configmap probe --from-file="$ROOT/tests/e2e/stranger_probe.py" >/dev/null
 if until_true 180 tasks_done_at_least "$ns" 4 && until_true 60 ports_up "$ns"; then
   # The targets as arguments of the stranger's one container, a YAML flow list.
@@ -324,7 +257,7 @@ YAML
     fail "the kinds of ports found" "$got"
   fi
 else
-  fail "the job's pods listen (ports case)" "phase $(field "$ns" '{.status.phase}'); $(cat "$WORK/targets" 2>/dev/null | tr '\n' ' ')"
+  fail "the job's pods listen (ports case)" "phase $(job_field "$ns" '{.status.phase}'); $(cat "$WORK/targets" 2>/dev/null | tr '\n' ' ')"
 fi
 "$KUBECTL" -n "$ns" delete cjob tasks-python --wait=false >/dev/null 2>&1
 
@@ -334,14 +267,14 @@ new_namespace "$ns"
 sed "s|command: \[$PYTHON, /app/driver.py\]|command: [$PYTHON, -c, 'import sys; sys.exit(3)']|" \
   "$WORK/example.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
 if until_true 120 done_phase "$ns"; then
-  got=$(field "$ns" '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
+  got=$(job_field "$ns" '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
   if [[ "$got" == "Failed DriverFailed: the driver exited with code 3" ]]; then
     pass "a driver that exits 3 fails the job: $got"
   else
     fail "a failing driver" "$got"
   fi
 else
-  fail "the failing driver's job ends" "phase $(field "$ns" '{.status.phase}')"
+  fail "the failing driver's job ends" "phase $(job_field "$ns" '{.status.phase}')"
 fi
 
 # ---- Invalid task runtime jobs: refused by the API server, naming the field.
@@ -361,5 +294,4 @@ refused "spec.tasks without a driver" "spec.tasks.driver" '/^    driver:/,/confi
 refused "spec.tasks.objectStoreMemory lots" "spec.tasks.objectStoreMemory" \
   's|# objectStoreMemory: 2Gi|objectStoreMemory: lots|'
 
-echo "tasks test: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish
