@@ -16,25 +16,7 @@ cluster_up coscheduling
 start_operator operator
 
 # job NAME: three workers of one GPU each, gang-scheduled.
-job() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $1
-spec:
-  replicas: 3
-  gangScheduling:
-    podGroup: SchedulerPlugins
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "16", --step-seconds, "0.5"]
-          resources: {limits: {nvidia.com/gpu: 1}}
-YAML
-}
+job() { steps_job "$1" 3 16 1 "  gangScheduling: {podGroup: SchedulerPlugins}"; }
 # placed: "LEFT RIGHT", how many workers of each job hold a place on the node (bound by a
 # scheduler and not finished: a finished pod's GPU is free again), from one list, so that both
 # counts are of the same moment.

@@ -25,24 +25,9 @@ start_operator operator
 
 # job NAME STEPS [failurePolicy lines] [GPUs per worker] [more worker args]
 job() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $1
-spec:
-  replicas: 2
-  failurePolicy:
+  steps_job "$1" 2 "$2" "${4:-}" "  failurePolicy:
     maxRestarts: 0
-${3:-}
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "$2", --step-seconds, "0.5"${5:-}]
-          ${4:+resources: {limits: {nvidia.com/gpu: $4\}\}}
-YAML
+${3:-}" "" "${5:-}"
 }
 # evict POD: the eviction API, as kubectl drain uses it.
 evict() {

@@ -96,21 +96,7 @@ else
 fi
 
 # ---- 2. The device plugin: a sidecar that cannot see its pod's GPU says so.
-k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: plugin
-spec:
-  replicas: 1
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "4", --step-seconds, "0.5"]
-          resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+steps_job plugin 1 4 1
 if wait_for cjob/plugin '{.status.phase}' Succeeded 90; then
   expected=$(field pod/plugin-worker-0 '{.spec.initContainers[?(@.name=="cohort-sidecar")].env[?(@.name=="COHORT_EXPECTED_GPUS")].value}')
   log=$(k logs plugin-worker-0 -c cohort-sidecar 2>&1)

@@ -93,7 +93,12 @@ fi
 
 # The chart's default workload liveness (process): every worker pod shares its process
 # namespace, and its sidecar found the workload's process and saw it exit (after the task
-# shut down, so not as a failure; a failure would have shown as a restart above).
+# shut down, so not as a failure; a failure would have shown as a restart above). The job
+# succeeds on its workloads' exits, which a sidecar may log a moment later: waited for.
+saw_exit() {
+  k logs "$1" -c cohort-sidecar 2>/dev/null |
+    grep -E 'workload process [0-9]+ \(.*cohort-agent-example.*\) exited; its task is' >/dev/null
+}
 for i in 0 1 2 3; do
   worker="quickstart-worker-$i"
   shared=$(k get pod "$worker" -o jsonpath='{.spec.shareProcessNamespace}' 2>&1)
@@ -105,7 +110,8 @@ for i in 0 1 2 3; do
     fail "$worker has shareProcessNamespace" "'$shared'"
   elif ! grep -Eq 'workload process [0-9]+ (now runs )?\(.*cohort-agent-example' <<<"$log"; then
     fail "$worker's sidecar watched the workload's process" "$(grep -i workload <<<"$log" | head -5)"
-  elif ! grep -Eq 'workload process [0-9]+ \(.*cohort-agent-example.*\) exited; its task is' <<<"$log"; then
+  elif ! until_true 30 saw_exit "$worker"; then
+    log=$(k logs "$worker" -c cohort-sidecar 2>&1)
     fail "$worker's sidecar saw the workload exit" "$(grep -i workload <<<"$log" | head -5)"
   else
     pass "$worker: shared process namespace; the sidecar watched the workload's process and saw it exit"

@@ -57,22 +57,8 @@ trap 'cleanup; "$KUBECTL" delete resourceflavor,clusterqueue,workloadprioritycla
 # job NAME STEPS [PRIORITY-CLASS]: two workers of 2 GPUs each (all of the node's 4), queued in
 # LocalQueue gpus.
 job() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $1
-  labels: {kueue.x-k8s.io/queue-name: gpus${3:+, kueue.x-k8s.io/priority-class: $3}}
-spec:
-  replicas: 2
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "$2", --step-seconds, "0.5"]
-          resources: {limits: {nvidia.com/gpu: 2}}
-YAML
+  steps_job "$1" 2 "$2" 2 "" \
+    "  labels: {kueue.x-k8s.io/queue-name: gpus${3:+, kueue.x-k8s.io/priority-class: $3}}"
 }
 workload_of() { k get workloads -l "cohort.dev/job=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
 pods_of() { k get pods -l "cohort.dev/job=$1" -o name 2>/dev/null | wc -l; }

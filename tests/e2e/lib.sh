@@ -30,6 +30,14 @@
 #                                          helm's output in $out; uninstalled at the end
 #   diagnose                               the namespace's pods, jobs and Events, and the chart's
 #                                          operator's log; then diagnose_more, if the test has one
+#   steps_job NAME REPLICAS STEPS [GPUS] [SPEC] [META] [ARGS]
+#                                          applies a job of REPLICAS workers, each the agent
+#                                          example doing STEPS half-second steps (with GPUS GPUs);
+#                                          SPEC and META: more lines of its spec and metadata,
+#                                          indented as they go ("  suspend: true"); ARGS: more
+#                                          of the worker's arguments (", --hold-key, demo/go")
+#   sleeper NAME [SPEC]                    applies a job of two workers that sleep, never talking
+#                                          to the coordinator
 #   restricted_sleeper NAME                applies a job of one worker whose workload sleeps, its
 #                                          pods within restricted Pod Security
 #   ctl JOB ARGS...                        cohortctl against JOB's coordinator (its pod's IP),
@@ -142,6 +150,44 @@ require_python() {
   "$1" -c "import $2" 2>/dev/null && return 0
   echo "$TEST: $1 cannot import $2; $3"
   exit 1
+}
+
+steps_job() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $1
+${6:-}
+spec:
+  replicas: $2
+${5:-}
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          args: [--steps, "$3", --step-seconds, "0.5"${7:-}]
+          ${4:+resources: {limits: {nvidia.com/gpu: $4\}\}}
+YAML
+}
+
+sleeper() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: cohort.dev/v1alpha1
+kind: CoordinatedJob
+metadata:
+  name: $1
+spec:
+  replicas: 2
+${2:-}
+  template:
+    spec:
+      containers:
+        - name: worker
+          image: ghcr.io/cohort/cohort-agent-example:0.1.0
+          command: [sh, -c, "while true; do sleep 1; done"]
+YAML
 }
 
 restricted_sleeper() {

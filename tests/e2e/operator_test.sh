@@ -48,25 +48,6 @@ workload_pid() {
   return 1
 }
 
-job() {  # job NAME REPLICAS STEPS [extra spec yaml lines]: applies a CoordinatedJob
-  local name=$1 replicas=$2 steps=$3 extra=${4:-}
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $name
-spec:
-  replicas: $replicas
-$extra
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          args: [--steps, "$steps", --step-seconds, "0.5"]
-YAML
-}
-
 pod_uids() { k get pods -l "cohort.dev/job=$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
 
 cluster_up
@@ -109,7 +90,7 @@ else
 fi
 
 # ---- 2. A worker killed mid-run: gang restart, then success with restarts=1.
-job kill 4 16
+steps_job kill 4 16
 if wait_for cjob/kill '{.status.phase}' Running 60 && wait_for cjob/kill '{.status.tasks.registered}' 4 30; then
   before=$(pod_uids kill)
   pid=$(workload_pid kill-worker-2)
@@ -185,7 +166,7 @@ else
 fi
 
 # ---- 4. Restarts stop at maxRestarts.
-job crashy 2 5 "  failurePolicy: {maxRestarts: 1}"
+steps_job crashy 2 5 "" "  failurePolicy: {maxRestarts: 1}"
 k patch cjob crashy --type merge -p '{"spec":{"template":{"spec":{"containers":[{"name":"worker","image":"ghcr.io/cohort/cohort-agent-example:0.1.0","args":["--steps","5","--step-seconds","0.3","--exit-at-step","1","--exit-code","137"]}]}}}}' >/dev/null
 if wait_for cjob/crashy '{.status.phase}' Failed 90; then
   got=$(field cjob/crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')
@@ -203,7 +184,7 @@ fi
 # reported through cohortctl, as a sidecar reports a GPU fault) restarts the gang; the
 # operator learns it from the coordinator, so its calls carry the token too. (The workers
 # registering at all, through their sidecars, is the sidecars' token at work.)
-job taskerror 2 30
+steps_job taskerror 2 30
 if wait_for cjob/taskerror '{.status.phase}' Running 60 && wait_for cjob/taskerror '{.status.tasks.registered}' 2 30; then
   ip=$(k get pod taskerror-coordinator -o jsonpath='{.status.podIP}')
   token=$(token_file taskerror) || fail "taskerror: the Secret taskerror-token holds a token"
@@ -239,7 +220,7 @@ else
 fi
 
 # ---- 6. The coordinator pod deleted mid-run: gang restart, then success.
-job coordloss 2 14
+steps_job coordloss 2 14
 if wait_for cjob/coordloss '{.status.phase}' Running 60 && wait_for cjob/coordloss '{.status.tasks.registered}' 2 30; then
   k delete pod coordloss-coordinator --wait=false >/dev/null
   if wait_for cjob/coordloss '{.status.phase}' Succeeded 90; then
@@ -259,7 +240,7 @@ fi
 
 # ---- 7. The operator restarted mid-job: no duplicate pods, status stays right, the job's
 # token stays (the same Secret) and the new operator's calls to the coordinator carry it.
-job survive 3 30
+steps_job survive 3 30
 if wait_for cjob/survive '{.status.phase}' Running 60 && wait_for cjob/survive '{.status.tasks.registered}' 3 30; then
   before=$(pod_uids survive)
   secret_before=$(k get secret survive-token -o jsonpath='{.metadata.uid} {.data.token}')
@@ -305,7 +286,7 @@ else
 fi
 
 # ---- 8. Suspend and resume; the deadline.
-job pause 2 4 "  suspend: true"
+steps_job pause 2 4 "" "  suspend: true"
 if wait_for cjob/pause '{.status.phase}' Suspended 30; then
   n=$(k get pods -l cohort.dev/job=pause --no-headers 2>/dev/null | wc -l)
   k patch cjob pause --type merge -p '{"spec":{"suspend":false}}' >/dev/null
@@ -317,7 +298,7 @@ if wait_for cjob/pause '{.status.phase}' Suspended 30; then
 else
   fail "pause: the job is Suspended"
 fi
-job slow 2 100 "  activeDeadlineSeconds: 4"
+steps_job slow 2 100 "" "  activeDeadlineSeconds: 4"
 if wait_for cjob/slow '{.status.phase}' Failed 40; then
   got=$(field cjob/slow '{.status.conditions[?(@.type=="Failed")].reason}')
   [[ "$got" == DeadlineExceeded ]] && pass "activeDeadlineSeconds fails the job (DeadlineExceeded)" ||
@@ -349,24 +330,6 @@ fi
 # PersistentVolumeClaim even its pod may be deleted. Neither restarts the gang. The workload
 # is a sleep loop that never talks to the coordinator, so the restarts tested here are the
 # coordinator's own.
-sleeper() {  # sleeper NAME [extra spec yaml lines]
-  local name=$1 extra=${2:-}
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $name
-spec:
-  replicas: 2
-$extra
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          command: [sh, -c, "while true; do sleep 1; done"]
-YAML
-}
 coordinator_field() { field "pod/$1-coordinator" "$2"; }
 worker_uids() { k get pods -l "cohort.dev/job=$1,cohort.dev/role=worker" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
 
@@ -495,7 +458,7 @@ fi
 kill -KILL "$A"  # no release: the standby must wait out the lease
 wait "$A" 2>/dev/null
 start=$SECONDS
-job failover 2 2
+steps_job failover 2 2
 if wait_for cjob/failover '{.status.phase}' Succeeded 60; then
   holder=$(k get lease cohort-operator -o jsonpath='{.spec.holderIdentity}')
   if [[ "$holder" == *"_$B" && "$(leader_of "$B_PORT")" == 1 ]]; then

@@ -15,25 +15,6 @@ cluster_up
 start_operator operator
 CLASS="cohort-e2e-default-$$"
 
-# sleeper NAME [extra spec yaml lines]: two workers that sleep, never talking to the
-# coordinator, so that the coordinator's restarts are its own.
-sleeper() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: cohort.dev/v1alpha1
-kind: CoordinatedJob
-metadata:
-  name: $1
-spec:
-  replicas: 2
-${2:-}
-  template:
-    spec:
-      containers:
-        - name: worker
-          image: ghcr.io/cohort/cohort-agent-example:0.1.0
-          command: [sh, -c, "while true; do sleep 1; done"]
-YAML
-}
 remove_class() { "$KUBECTL" delete storageclass "$CLASS" --ignore-not-found --wait=false >/dev/null 2>&1; }
 trap 'remove_class; cleanup' EXIT
 
