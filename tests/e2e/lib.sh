@@ -49,8 +49,9 @@
 #   pod_logs PREFIX                        the last lines of every container log of the
 #                                          namespace's pods named PREFIX*
 #   finish                                 the summary line; exits 1 if anything failed
-# cleanup (on EXIT) stops the operators, deletes the namespaces, and prints the last lines of
-# every $WORK/*.log when something failed (a test saves what it wants shown there).
+# cleanup (on EXIT) stops the operators, uninstalls the Helm releases, deletes the namespaces,
+# brings down a cluster it brought up, and prints the last lines of every $WORK/*.log when
+# something failed (a test saves what it wants shown there).
 
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 LC="$ROOT/tools/local-cluster"
