@@ -2,7 +2,7 @@
 // runtime's (task_runtime_plan.cc). Internal to operator/plan.
 #pragma once
 
-#include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +72,7 @@ struct Planner {
         workload_running = true;
       }
     }
+    std::set<std::string> listed(plan.delete_pods.begin(), plan.delete_pods.end());
     for (const auto& p : observed.pods) {
       if (p.terminating) continue;
       // A worker whose workload exited is done even while its sidecar is still stopping.
@@ -81,10 +82,7 @@ struct Planner {
       }
       if (coordinator_last && workload_running && p.role == "coordinator") continue;
       // Once each: a leftover of another gang may be listed already.
-      if (std::find(plan.delete_pods.begin(), plan.delete_pods.end(), p.name) !=
-          plan.delete_pods.end()) {
-        continue;
-      }
+      if (!listed.insert(p.name).second) continue;
       plan.delete_pods.push_back(p.name);
     }
   }
