@@ -239,8 +239,28 @@ int FakeClient::ActiveWatches() const {
   return static_cast<int>(watches_.size());
 }
 
-absl::StatusOr<json> FakeClient::Get(const Resource& r, const std::string& ns,
-                                     const std::string& name) {
+absl::StatusOr<json> FakeClient::Send(const Call& call) {
+  switch (call.verb) {
+    case Call::Verb::kGet:
+      return GetObject(call);
+    case Call::Verb::kList:
+      return ListObjects(call);
+    case Call::Verb::kCreate:
+      return CreateObject(call);
+    case Call::Verb::kReplace:
+      return ReplaceObject(call);
+    case Call::Verb::kPatch:
+      return PatchObject(call);
+    case Call::Verb::kDelete:
+      return DeleteObject(call);
+  }
+  return absl::InternalError("unknown verb");
+}
+
+absl::StatusOr<json> FakeClient::GetObject(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
+  const std::string& name = call.name;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("get", r, ns, name); !s.ok()) return s;
   auto it = objects_.find(ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name));
@@ -250,15 +270,16 @@ absl::StatusOr<json> FakeClient::Get(const Resource& r, const std::string& ns,
   return it->second;
 }
 
-absl::StatusOr<json> FakeClient::List(const Resource& r, const std::string& ns,
-                                      const ListOptions& options) {
+absl::StatusOr<json> FakeClient::ListObjects(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("list", r, ns, ""); !s.ok()) return s;
   json items = json::array();
   const std::string prefix = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", "");
   for (const auto& [key, object] : objects_) {
     if (key.rfind(ns.empty() || !r.namespaced ? ResourceKey(r) + "|" : prefix, 0) != 0) continue;
-    auto match = MatchesSelectors(object, options);
+    auto match = MatchesSelectors(object, call.list_options);
     if (!match.ok()) return match.status();
     if (*match) items.push_back(object);
   }
@@ -268,8 +289,10 @@ absl::StatusOr<json> FakeClient::List(const Resource& r, const std::string& ns,
               {"items", items}};
 }
 
-absl::StatusOr<json> FakeClient::Create(const Resource& r, const std::string& ns,
-                                        const json& object) {
+absl::StatusOr<json> FakeClient::CreateObject(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
+  const json& object = *call.body;
   absl::MutexLock lock(&mu_);
   std::string name = Name(object);
   if (absl::Status s = BeginLocked("create", r, ns, name); !s.ok()) return s;
@@ -329,9 +352,12 @@ json FakeClient::CommitLocked(const Resource& r, const std::string& key, const j
   return updated;
 }
 
-absl::StatusOr<json> FakeClient::Replace(const Resource& r, const std::string& ns,
-                                         const std::string& name, const json& object,
-                                         const std::string& subresource) {
+absl::StatusOr<json> FakeClient::ReplaceObject(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
+  const std::string& name = call.name;
+  const std::string& subresource = call.subresource;
+  const json& object = *call.body;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("update", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
@@ -360,9 +386,12 @@ absl::StatusOr<json> FakeClient::Replace(const Resource& r, const std::string& n
   return CommitLocked(r, key, it->second, std::move(updated));
 }
 
-absl::StatusOr<json> FakeClient::Patch(const Resource& r, const std::string& ns,
-                                       const std::string& name, PatchType type, const json& patch,
-                                       const std::string& subresource) {
+absl::StatusOr<json> FakeClient::PatchObject(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
+  const std::string& name = call.name;
+  const std::string& subresource = call.subresource;
+  const json& patch = *call.body;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("patch", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
@@ -372,7 +401,7 @@ absl::StatusOr<json> FakeClient::Patch(const Resource& r, const std::string& ns,
   }
   json updated = it->second;
   try {
-    if (type == PatchType::kJsonPatch) {
+    if (call.patch_type == PatchType::kJsonPatch) {
       updated = updated.patch(patch);
     } else {
       // A strategic merge patch of the fields the operator patches merges as a JSON merge
@@ -397,8 +426,11 @@ absl::StatusOr<json> FakeClient::Patch(const Resource& r, const std::string& ns,
   return CommitLocked(r, key, it->second, std::move(updated));
 }
 
-absl::Status FakeClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
-                                const DeleteOptions& options) {
+absl::StatusOr<json> FakeClient::DeleteObject(const Call& call) {
+  const Resource& r = call.resource;
+  const std::string& ns = call.ns;
+  const std::string& name = call.name;
+  const DeleteOptions& options = call.delete_options;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = BeginLocked("delete", r, ns, name); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
@@ -418,13 +450,13 @@ absl::Status FakeClient::Delete(const Resource& r, const std::string& ns, const 
       it->second["metadata"]["resourceVersion"] = absl::StrCat(++version_);
       RecordLocked(r, "MODIFIED", it->second);
     }
-    return absl::OkStatus();
+    return json::object();
   }
   json gone = it->second;
   objects_.erase(it);
   gone["metadata"]["resourceVersion"] = absl::StrCat(++version_);
   RecordLocked(r, "DELETED", gone);
-  return absl::OkStatus();
+  return json::object();
 }
 
 absl::Status FakeClient::Watch(const Resource& r, const std::string& ns, const ListOptions& options,

@@ -57,22 +57,7 @@ class FakeClient : public Client {
   bool WaitForWatches(size_t watches, absl::Duration timeout = absl::Seconds(10));
   int ActiveWatches() const;
 
-  using Client::Delete;
-  using Client::Patch;
-  using Client::Replace;
-  absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
-                           const std::string& name) override;
-  absl::StatusOr<json> List(const Resource& r, const std::string& ns,
-                            const ListOptions& options) override;
-  absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
-                              const json& object) override;
-  absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
-                               const json& object, const std::string& subresource) override;
-  absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
-                             PatchType type, const json& patch,
-                             const std::string& subresource) override;
-  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                      const DeleteOptions& options) override;
+  absl::StatusOr<json> Send(const Call& call) override;
   // Delivers the changes after `resource_version` that match, then the new ones as they are
   // made, until Shutdown() (Cancelled). `timeout_seconds` is not enforced: a fake watch ends only
   // when the client shuts down.
@@ -95,6 +80,13 @@ class FakeClient : public Client {
   };
 
   static std::string ResourceKey(const Resource& r) { return r.api_path + "/" + r.plural; }
+  // Send's verbs, each as the API server does it.
+  absl::StatusOr<json> GetObject(const Call& call);
+  absl::StatusOr<json> ListObjects(const Call& call);
+  absl::StatusOr<json> CreateObject(const Call& call);
+  absl::StatusOr<json> ReplaceObject(const Call& call);
+  absl::StatusOr<json> PatchObject(const Call& call);
+  absl::StatusOr<json> DeleteObject(const Call& call);
   // Records the call and returns the failure it must give, if any.
   absl::Status BeginLocked(const std::string& verb, const Resource& r, const std::string& ns,
                            const std::string& name, const std::string& subresource = "");

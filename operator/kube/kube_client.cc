@@ -180,17 +180,48 @@ absl::StatusOr<json> KubeClient::Request(const std::string& method,
   }
 }
 
-absl::StatusOr<json> KubeClient::Get(const Resource& r, const std::string& ns,
-                                     const std::string& name) {
-  return Request("GET", Path(r, ns, name), "", "");
+absl::StatusOr<json> KubeClient::Send(const Call& call) {
+  const Resource& r = call.resource;
+  switch (call.verb) {
+    case Call::Verb::kGet:
+      return Request("GET", Path(r, call.ns, call.name), "", "");
+    case Call::Verb::kList:
+      return ListAll(call);
+    case Call::Verb::kCreate:
+      return Request("POST", Path(r, call.ns), "application/json", call.body->dump());
+    case Call::Verb::kReplace:
+      return Request("PUT", Path(r, call.ns, call.name, call.subresource), "application/json",
+                     call.body->dump());
+    case Call::Verb::kPatch: {
+      const char* content_type =
+          call.patch_type == PatchType::kMerge            ? "application/merge-patch+json"
+          : call.patch_type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
+                                                          : "application/json-patch+json";
+      return Request("PATCH", Path(r, call.ns, call.name, call.subresource), content_type,
+                     call.body->dump());
+    }
+    case Call::Verb::kDelete: {
+      const DeleteOptions& options = call.delete_options;
+      json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
+      if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
+      if (!options.propagation_policy.empty()) {
+        body["propagationPolicy"] = options.propagation_policy;
+      }
+      if (!options.precondition_uid.empty()) {
+        body["preconditions"] = {{"uid", options.precondition_uid}};
+      }
+      return Request("DELETE", Path(r, call.ns, call.name), "application/json", body.dump());
+    }
+  }
+  return absl::InternalError("unknown verb");
 }
 
-absl::StatusOr<json> KubeClient::List(const Resource& r, const std::string& ns,
-                                      const ListOptions& options) {
+absl::StatusOr<json> KubeClient::ListAll(const Call& call) {
+  const ListOptions& options = call.list_options;
   ListOptions page = options;
   json all;
   while (true) {
-    auto list = Request("GET", Path(r, ns) + Query(page), "", "");
+    auto list = Request("GET", Path(call.resource, call.ns) + Query(page), "", "");
     if (!list.ok()) return list.status();
     const std::string next = list->value("/metadata/continue"_json_pointer, std::string());
     if (all.is_null()) {
@@ -206,38 +237,6 @@ absl::StatusOr<json> KubeClient::List(const Resource& r, const std::string& ns,
   // from, and the merged list has no continuation.
   if (all["metadata"].is_object()) all["metadata"].erase("continue");
   return all;
-}
-
-absl::StatusOr<json> KubeClient::Create(const Resource& r, const std::string& ns,
-                                        const json& object) {
-  return Request("POST", Path(r, ns), "application/json", object.dump());
-}
-
-absl::StatusOr<json> KubeClient::Replace(const Resource& r, const std::string& ns,
-                                         const std::string& name, const json& object,
-                                         const std::string& subresource) {
-  return Request("PUT", Path(r, ns, name, subresource), "application/json", object.dump());
-}
-
-absl::StatusOr<json> KubeClient::Patch(const Resource& r, const std::string& ns,
-                                       const std::string& name, PatchType type, const json& patch,
-                                       const std::string& subresource) {
-  const char* content_type = type == PatchType::kMerge ? "application/merge-patch+json"
-                             : type == PatchType::kStrategicMerge
-                                 ? "application/strategic-merge-patch+json"
-                                 : "application/json-patch+json";
-  return Request("PATCH", Path(r, ns, name, subresource), content_type, patch.dump());
-}
-
-absl::Status KubeClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
-                                const DeleteOptions& options) {
-  json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
-  if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
-  if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
-  if (!options.precondition_uid.empty()) {
-    body["preconditions"] = {{"uid", options.precondition_uid}};
-  }
-  return Request("DELETE", Path(r, ns, name), "application/json", body.dump()).status();
 }
 
 absl::Status KubeClient::Watch(const Resource& r, const std::string& ns, const ListOptions& options,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -82,42 +83,72 @@ struct WatchEvent {
   json object;
 };
 
+// One call of a verb other than watch, as a Client implementation receives it.
+struct Call {
+  enum class Verb { kGet, kList, kCreate, kReplace, kPatch, kDelete };
+  Call(Verb verb, const Resource& resource, std::string ns, std::string name)
+      : verb(verb), resource(resource), ns(std::move(ns)), name(std::move(name)) {}
+
+  Verb verb;
+  const Resource& resource;
+  std::string ns;
+  std::string name;
+  std::string subresource;     // replace, patch: "status", or "" for the object
+  const json* body = nullptr;  // create, replace: the object; patch: the patch
+  PatchType patch_type = PatchType::kMerge;
+  ListOptions list_options;
+  DeleteOptions delete_options;
+};
+
 // The verbs cohort-operator uses, on any resource. KubeClient speaks them to an API server;
 // FakeClient (fake_client.h) keeps objects in memory and records every call, so informers,
-// leader election and the reconcile loop are tested without a cluster.
+// leader election and the reconcile loop are tested without a cluster. Both implement Send (every
+// verb but watch, as one Call), Watch and Shutdown; the verbs below only build the Call.
 class Client {
  public:
   virtual ~Client() = default;
 
-  virtual absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
-                                   const std::string& name) = 0;
+  absl::StatusOr<json> Get(const Resource& r, const std::string& ns, const std::string& name) {
+    return Send(Call(Call::Verb::kGet, r, ns, name));
+  }
   // A whole list (following `continue` when options.limit pages it); the returned object's
   // metadata.resourceVersion is the one to watch from.
-  virtual absl::StatusOr<json> List(const Resource& r, const std::string& ns,
-                                    const ListOptions& options) = 0;
-  virtual absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
-                                      const json& object) = 0;
+  absl::StatusOr<json> List(const Resource& r, const std::string& ns, const ListOptions& options) {
+    Call call(Call::Verb::kList, r, ns, "");
+    call.list_options = options;
+    return Send(call);
+  }
+  absl::StatusOr<json> Create(const Resource& r, const std::string& ns, const json& object) {
+    Call call(Call::Verb::kCreate, r, ns, "");
+    call.body = &object;
+    return Send(call);
+  }
   // PUT of the whole object (or of its `subresource`, e.g. "status"; "" for the object); the
   // object's metadata.resourceVersion makes it conditional.
-  virtual absl::StatusOr<json> Replace(const Resource& r, const std::string& ns,
-                                       const std::string& name, const json& object,
-                                       const std::string& subresource) = 0;
   absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
-                               const json& object) {
-    return Replace(r, ns, name, object, "");
+                               const json& object, const std::string& subresource = "") {
+    Call call(Call::Verb::kReplace, r, ns, name);
+    call.body = &object;
+    call.subresource = subresource;
+    return Send(call);
   }
-  virtual absl::StatusOr<json> Patch(const Resource& r, const std::string& ns,
-                                     const std::string& name, PatchType type, const json& patch,
-                                     const std::string& subresource) = 0;
   absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
-                             PatchType type, const json& patch) {
-    return Patch(r, ns, name, type, patch, "");
+                             PatchType type, const json& patch,
+                             const std::string& subresource = "") {
+    Call call(Call::Verb::kPatch, r, ns, name);
+    call.body = &patch;
+    call.patch_type = type;
+    call.subresource = subresource;
+    return Send(call);
   }
-  virtual absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                              const DeleteOptions& options) = 0;
-  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name) {
-    return Delete(r, ns, name, DeleteOptions{});
+  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                      const DeleteOptions& options = {}) {
+    Call call(Call::Verb::kDelete, r, ns, name);
+    call.delete_options = options;
+    return Send(call).status();
   }
+  // The verbs' work: the object the server answers with (for a delete, whatever it sent).
+  virtual absl::StatusOr<json> Send(const Call& call) = 0;
   // Streams changes after `resource_version` to `on_event` until the server ends the watch
   // (OK), an error (OutOfRange when the version is too old: list again), or Shutdown()
   // (Cancelled). Bookmarks are asked for and delivered as BOOKMARK events.
@@ -143,22 +174,7 @@ class KubeClient : public Client {
 
   const KubeConfig& config() const { return config_; }
 
-  using Client::Delete;
-  using Client::Patch;
-  using Client::Replace;
-  absl::StatusOr<json> Get(const Resource& r, const std::string& ns,
-                           const std::string& name) override;
-  absl::StatusOr<json> List(const Resource& r, const std::string& ns,
-                            const ListOptions& options) override;
-  absl::StatusOr<json> Create(const Resource& r, const std::string& ns,
-                              const json& object) override;
-  absl::StatusOr<json> Replace(const Resource& r, const std::string& ns, const std::string& name,
-                               const json& object, const std::string& subresource) override;
-  absl::StatusOr<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
-                             PatchType type, const json& patch,
-                             const std::string& subresource) override;
-  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                      const DeleteOptions& options) override;
+  absl::StatusOr<json> Send(const Call& call) override;
   absl::Status Watch(const Resource& r, const std::string& ns, const ListOptions& options,
                      const std::string& resource_version, int timeout_seconds,
                      const std::function<void(const WatchEvent&)>& on_event) override;
@@ -170,6 +186,8 @@ class KubeClient : public Client {
 
  private:
   struct Impl;
+  // Every page of a list, merged.
+  absl::StatusOr<json> ListAll(const Call& call);
   absl::StatusOr<json> Request(const std::string& method, const std::string& path_and_query,
                                const std::string& content_type, const std::string& body);
 
