@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -477,6 +480,157 @@ TEST(KueuePlanTest, WithoutKueueTheLabelIsIgnoredAndSaidSo) {
   Plan plain = PlanJob(Job(JobObject(2, "")), With({}, std::nullopt), OperatorSettings{});
   EXPECT_FALSE(Pods(plain).empty());
 }
+
+// The Kueue policy (PlanQueued) as a table: the job's phase, its pods and its Workload as Kueue
+// left it -> what the plan makes, deletes and writes back, and the condition that says why.
+enum class Wl {
+  kNone,
+  kCreated,
+  kDeleting,
+  kOldSpec,
+  kAdmitted,
+  kPreempted,
+  kTimedOut,
+  kReadmitted
+};
+enum class Gangs { kNone, kRunning, kWorkersSucceeded };
+
+struct KueueCase {
+  const char* name;
+  // The job, its pods and its Workload.
+  const char* job_phase;  // "": a new job
+  Gangs pods;
+  Wl workload;
+  bool flavors;    // the admission's ResourceFlavor a100 exists
+  bool h100_pods;  // the job's pods ask for another GPU model than the flavor's
+  // What the plan does.
+  const char* phase;
+  const char* condition;  // the condition that explains it, and its reason
+  const char* reason;
+  bool makes_workload;
+  bool makes_pods;
+  size_t deletes_pods;
+  bool writes_workload_status;
+  bool releases_workload;
+  bool deletes_workload;
+  bool requeues;
+};
+
+// clang-format off: a row per case, its fields in the order of the struct.
+const KueueCase kCases[] = {
+    {"ANewJobGetsItsWorkloadAndWaits", "", Gangs::kNone, Wl::kNone, true, false, phase::kSuspended,
+     kConditionSuspended, "Queued", true, false, 0, false, false, false, false},
+    {"AWorkloadNotAdmittedYetKeepsTheJobQueued", phase::kSuspended, Gangs::kNone, Wl::kCreated,
+     true, false, phase::kSuspended, kConditionSuspended, "Queued", false, false, 0, false, false,
+     false, false},
+    {"AWorkloadBeingDeletedIsWaitedOutAndReleased", phase::kSuspended, Gangs::kNone, Wl::kDeleting,
+     true, false, phase::kSuspended, kConditionSuspended, "WorkloadDeleted", false, false, 0, false,
+     true, false, false},
+    {"AnAdmissionWhoseFlavorIsMissingWaitsForIt", phase::kSuspended, Gangs::kNone, Wl::kAdmitted,
+     false, false, phase::kSuspended, kConditionSuspended, "AdmissionUnusable", false, false, 0,
+     false, false, false, true},
+    {"AnAdmittedJobStartsItsCoordinatorAndSaysPodsAreNotReady", phase::kSuspended, Gangs::kNone,
+     Wl::kAdmitted, true, false, phase::kPending, kConditionSuspended, "Admitted", false, true, 0,
+     true, false, false, false},
+    {"AnAdmissionThatContradictsThePodsFailsTheJobAndFinishesTheWorkload", phase::kSuspended,
+     Gangs::kNone, Wl::kAdmitted, true, true, phase::kFailed, kConditionFailed, "AdmissionConflict",
+     false, false, 0, true, true, false, false},
+    {"ARunningGangTellsKueueItsPodsAreReady", phase::kRunning, Gangs::kRunning, Wl::kAdmitted, true,
+     false, phase::kRunning, kConditionReady, "AllWorkersReady", false, false, 0, true, false,
+     false, false},
+    {"AFinishedGangStopsItsCoordinatorAndFinishesAndReleasesItsWorkload", phase::kRunning,
+     Gangs::kWorkersSucceeded, Wl::kAdmitted, true, false, phase::kSucceeded, kConditionSucceeded,
+     "AllWorkersSucceeded", false, false, 1, true, true, false, false},
+    {"AnEvictedGangIsStoppedWithoutARestart", phase::kRunning, Gangs::kRunning, Wl::kPreempted,
+     true, false, phase::kSuspended, kConditionSuspended, "Evicted", false, false, 3, false, false,
+     false, false},
+    {"AnEvictedJobWithoutPodsGivesItsQuotaBack", phase::kSuspended, Gangs::kNone, Wl::kPreempted,
+     true, false, phase::kSuspended, kConditionSuspended, "Evicted", false, false, 0, true, false,
+     false, false},
+    {"AJobEvictedForItsOwnTimeoutGivesItsQuotaBackToo", phase::kSuspended, Gangs::kNone,
+     Wl::kTimedOut, true, false, phase::kSuspended, kConditionSuspended, "Evicted", false, false, 0,
+     true, false, false, false},
+    {"AJobAdmittedAgainStartsANewGang", phase::kSuspended, Gangs::kNone, Wl::kReadmitted, true,
+     false, phase::kPending, kConditionSuspended, "Admitted", false, true, 0, true, false, false,
+     false},
+    {"AChangedJobStopsItsGangBeforeItsWorkloadIsReplaced", phase::kRunning, Gangs::kRunning,
+     Wl::kOldSpec, true, false, phase::kSuspended, kConditionSuspended, "WorkloadReplaced", false,
+     false, 3, false, false, false, false},
+    {"AChangedJobWithoutPodsDeletesItsOldWorkload", phase::kSuspended, Gangs::kNone, Wl::kOldSpec,
+     true, false, phase::kSuspended, kConditionSuspended, "WorkloadReplaced", false, false, 0,
+     false, true, true, false},
+};
+// clang-format on
+
+void PrintTo(const KueueCase& c, std::ostream* os) { *os << c.name; }
+
+std::optional<json> WorkloadFor(const KueueCase& c, const api::CoordinatedJob& job) {
+  json back;
+  switch (c.workload) {
+    case Wl::kNone:
+      return std::nullopt;
+    case Wl::kCreated:
+      return Created(job);
+    case Wl::kDeleting:
+      back = Created(job);
+      back["metadata"]["deletionTimestamp"] = "2026-11-25T00:00:00Z";
+      return back;
+    case Wl::kOldSpec:
+      return Admitted(Created(Job(JobObject(/*replicas=*/1))));
+    case Wl::kAdmitted:
+      return Admitted(Created(job));
+    case Wl::kPreempted:
+      return Evicted(Admitted(Created(job)), "Preempted");
+    case Wl::kTimedOut:
+      return Evicted(Admitted(Created(job)), "PodsReadyTimeout");
+    case Wl::kReadmitted:
+      back = Admitted(Created(job));
+      back["status"]["conditions"].push_back(Condition("Evicted", "False", "QuotaReserved"));
+      return back;
+  }
+  return std::nullopt;
+}
+
+class KueuePolicyTest : public ::testing::TestWithParam<KueueCase> {};
+
+TEST_P(KueuePolicyTest, Decides) {
+  const KueueCase& c = GetParam();
+  json object = JobObject();
+  if (c.h100_pods) {
+    object["spec"]["template"]["spec"]["nodeSelector"] = {{"gpu.example.com/model", "h100"}};
+  }
+  const api::CoordinatedJob job =
+      std::string(c.job_phase).empty() ? Job(object) : WithStatus(object, c.job_phase);
+  std::vector<ObservedPod> pods;
+  if (c.pods != Gangs::kNone) pods = Gang();
+  if (c.pods == Gangs::kWorkersSucceeded) {
+    for (size_t i = 1; i < pods.size(); ++i) {
+      pods[i].phase = "Succeeded";
+      pods[i].exit_code = 0;
+      pods[i].finished_at = kNow - absl::Seconds(1);
+    }
+  }
+  const Plan plan = PlanJob(
+      job, With(pods, WorkloadFor(c, job), c.flavors ? A100() : std::map<std::string, json>{}),
+      OperatorSettings{});
+
+  EXPECT_EQ(plan.status.phase, c.phase);
+  const api::Condition* why = Find(plan, c.condition);
+  ASSERT_NE(why, nullptr) << c.condition;
+  EXPECT_EQ(why->reason, c.reason);
+  const bool makes_workload = std::any_of(plan.create.begin(), plan.create.end(),
+                                          [](const json& o) { return o["kind"] == "Workload"; });
+  EXPECT_EQ(makes_workload, c.makes_workload);
+  EXPECT_EQ(!Pods(plan).empty(), c.makes_pods);
+  EXPECT_EQ(plan.delete_pods.size(), c.deletes_pods);
+  EXPECT_EQ(plan.workload_status.has_value(), c.writes_workload_status);
+  EXPECT_EQ(plan.release_workload, c.releases_workload);
+  EXPECT_EQ(plan.delete_workload, c.deletes_workload);
+  EXPECT_EQ(plan.requeue_after.has_value(), c.requeues);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, KueuePolicyTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kueue_plan_test

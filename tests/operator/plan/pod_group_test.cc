@@ -1,12 +1,14 @@
 // spec.gangScheduling: the spec as read, and the PodGroup and pods PlanJob makes for it.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "operator/plan/job_plan.h"
 
-namespace cohort::controller {
+// Its own namespace: the unity builds compile this file with others of its test.
+namespace cohort::controller::pod_group_test {
 namespace {
 
 using json = nlohmann::json;
@@ -129,5 +131,124 @@ TEST(GangSchedulingTest, TheGangsPodsJoinOnePodGroupOfTheWholeGang) {
   }
 }
 
+// The PodGroup policy as a table: spec.gangScheduling and how far the job got -> the PodGroup
+// the plan makes and how the workers it makes join it.
+struct PodGroupCase {
+  const char* name;
+  json gang;               // spec.gangScheduling (null: none)
+  bool coordinator_ready;  // false: a new job, nothing made yet
+  // The PodGroup made first ("" apiVersion: none), and its spec.
+  const char* api_version;
+  json group_spec;
+  // The pods made: how many, the scheduler the workers name ("": none), and where they say
+  // which group they join (a label or an annotation).
+  int pods;
+  const char* scheduler;
+  const char* label;
+  const char* annotation;
+};
+
+// clang-format off: a row per case, its fields in the order of the struct.
+const PodGroupCase kCases[] = {
+    {"SchedulerPluginsWorkersJoinOneGroupOfTheWholeGang",
+     {{"podGroup", "SchedulerPlugins"}, {"scheduleTimeoutSeconds", 30}},
+     true,
+     "scheduling.x-k8s.io/v1alpha1",
+     {{"minMember", 3}, {"scheduleTimeoutSeconds", 30}},
+     3,
+     kSchedulerPluginsScheduler,
+     kSchedulerPluginsPodGroupLabel,
+     ""},
+    {"SchedulerPluginsWithoutATimeoutLeavesItToTheScheduler",
+     {{"podGroup", "SchedulerPlugins"}},
+     true,
+     "scheduling.x-k8s.io/v1alpha1",
+     {{"minMember", 3}},
+     3,
+     kSchedulerPluginsScheduler,
+     kSchedulerPluginsPodGroupLabel,
+     ""},
+    {"VolcanoWorkersNameTheGroupInAnAnnotationWithTheirQueue",
+     {{"podGroup", "Volcano"}, {"queue", "research"}},
+     true,
+     "scheduling.volcano.sh/v1beta1",
+     {{"minMember", 3}, {"queue", "research"}},
+     3,
+     kVolcanoScheduler,
+     "",
+     kVolcanoPodGroupAnnotation},
+    {"ASchedulerNameOverridesTheDefault",
+     {{"podGroup", "Volcano"}, {"schedulerName", "vc"}},
+     true,
+     "scheduling.volcano.sh/v1beta1",
+     {{"minMember", 3}},
+     3,
+     "vc",
+     "",
+     kVolcanoPodGroupAnnotation},
+    {"TheCoordinatorIsPlacedAloneBeforeAnyGroup",
+     {{"podGroup", "SchedulerPlugins"}},
+     false,
+     "",
+     nullptr,
+     1,
+     "",
+     "",
+     ""},
+    {"WithoutGangSchedulingThereIsNoGroup", nullptr, true, "", nullptr, 3, "", "", ""},
+};
+// clang-format on
+
+void PrintTo(const PodGroupCase& c, std::ostream* os) { *os << c.name; }
+
+class PodGroupPolicyTest : public ::testing::TestWithParam<PodGroupCase> {};
+
+TEST_P(PodGroupPolicyTest, Decides) {
+  const PodGroupCase& c = GetParam();
+  auto job = api::ParseCoordinatedJob(JobObject(c.gang));
+  ASSERT_TRUE(job.ok()) << job.status();
+  Observed observed = Ready();
+  if (!c.coordinator_ready) observed.pods.clear();
+  const Plan plan = PlanJob(*job, observed, OperatorSettings{});
+
+  ASSERT_FALSE(plan.create.empty());
+  const json& first = plan.create[0];
+  if (std::string(c.api_version).empty()) {
+    for (const json& o : plan.create) EXPECT_NE(o["kind"], "PodGroup");
+  } else {
+    EXPECT_EQ(first["kind"], "PodGroup");
+    EXPECT_EQ(first["apiVersion"], c.api_version);
+    EXPECT_EQ(first["metadata"]["name"], "gang");
+    EXPECT_EQ(first["metadata"]["ownerReferences"][0]["uid"], "u1");
+    EXPECT_EQ(first["spec"], c.group_spec);
+  }
+  int pods = 0;
+  for (const json& o : plan.create) {
+    if (o["kind"] != "Pod") continue;
+    ++pods;
+    const json& metadata = o["metadata"];
+    const bool worker = metadata["labels"]["cohort.dev/role"] == "worker";
+    // Only workers join: the coordinator is placed on its own, by the default scheduler.
+    const std::string scheduler = worker ? c.scheduler : "";
+    EXPECT_EQ(o["spec"].value("schedulerName", ""), scheduler) << metadata["name"];
+    const std::string label = worker ? c.label : "";
+    const std::string annotation = worker ? c.annotation : "";
+    EXPECT_EQ(metadata["labels"].contains(kSchedulerPluginsPodGroupLabel), !label.empty());
+    if (!label.empty()) {
+      EXPECT_EQ(metadata["labels"][label], "gang");
+    }
+    EXPECT_EQ(metadata.contains("annotations") &&
+                  metadata["annotations"].contains(kVolcanoPodGroupAnnotation),
+              !annotation.empty());
+    if (!annotation.empty()) {
+      EXPECT_EQ(metadata["annotations"][annotation], "gang");
+    }
+  }
+  EXPECT_EQ(pods, c.pods);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, PodGroupPolicyTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 }  // namespace
-}  // namespace cohort::controller
+}  // namespace cohort::controller::pod_group_test

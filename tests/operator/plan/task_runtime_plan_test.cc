@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -374,6 +375,166 @@ TEST(TaskRuntimePlanTest, ALostCoordinatorWithoutStateStartsTheJobAgain) {
   std::sort(deleted.begin(), deleted.end());
   EXPECT_EQ(deleted, (std::vector<std::string>{"mr-driver", "mr-worker-0", "mr-worker-1"}));
 }
+
+// The task runtime's policy (PlanTaskRuntime) as a table: the pool's size, the job's phase and
+// its pods -> what the plan makes and deletes, the phase, and the condition that says why.
+ObservedPod NotReady(ObservedPod p) {
+  p.ready = false;
+  return p;
+}
+
+struct TaskRuntimeCase {
+  const char* name;
+  int replicas;
+  const char* job_phase;
+  std::vector<ObservedPod> pods;
+  // What the plan does.
+  const char* phase;
+  std::vector<std::string> creates;  // "Kind/name", in order
+  std::vector<std::string> deletes;  // pod names, sorted
+  int restarts;
+  const char* condition;  // a condition it must set ("": none asked), and its reason
+  const char* reason;
+};
+
+// clang-format off: a row per case, its fields in the order of the struct.
+const TaskRuntimeCase kCases[] = {
+    {"NothingStartsBeforeTheCoordinatorIsReady",
+     2,
+     phase::kPending,
+     {NotReady(Coordinator())},
+     phase::kPending,
+     {},
+     {},
+     0,
+     "",
+     ""},
+    {"TheWorkersThenTheDriverStartOnceItIs",
+     2,
+     phase::kPending,
+     {Coordinator()},
+     phase::kPending,
+     {"Pod/mr-worker-0", "Pod/mr-worker-1", "Pod/mr-driver"},
+     {},
+     0,
+     "",
+     ""},
+    {"RunningOnceTheDriverRuns",
+     2,
+     phase::kPending,
+     {Coordinator(), Worker(0), Worker(1), Driver()},
+     phase::kRunning,
+     {},
+     {},
+     0,
+     "",
+     ""},
+    {"AWorkerPodThatEndsIsDeletedAloneWithoutARestart",
+     2,
+     phase::kRunning,
+     {Coordinator(), Ended(Worker(0), 137), Worker(1), Driver()},
+     phase::kRunning,
+     {},
+     {"mr-worker-0"},
+     0,
+     "",
+     ""},
+    {"AMissingWorkerPodIsMadeAgain",
+     2,
+     phase::kRunning,
+     {Coordinator(), Worker(1), Driver()},
+     phase::kRunning,
+     {"Pod/mr-worker-0"},
+     {},
+     0,
+     "",
+     ""},
+    {"ThePoolGrowsWithSpecReplicas",
+     4,
+     phase::kRunning,
+     {Coordinator(), Worker(0), Worker(1), Driver()},
+     phase::kRunning,
+     {"Pod/mr-worker-2", "Pod/mr-worker-3"},
+     {},
+     0,
+     "",
+     ""},
+    {"ThePoolShrinksWithSpecReplicas",
+     1,
+     phase::kRunning,
+     {Coordinator(), Worker(0), Worker(1), Worker(2), Driver()},
+     phase::kRunning,
+     {},
+     {"mr-worker-1", "mr-worker-2"},
+     0,
+     "",
+     ""},
+    {"WorkerExitsNeverFailTheJob",
+     2,
+     phase::kRunning,
+     {Coordinator(), Ended(Worker(0), 1), Ended(Worker(1), 1), Driver()},
+     phase::kRunning,
+     {},
+     {"mr-worker-0", "mr-worker-1"},
+     0,
+     "",
+     ""},
+    {"TheDriverExitingZeroSucceedsAndStopsTheWorkers",
+     2,
+     phase::kRunning,
+     {Coordinator(), Worker(0), Worker(1), Ended(Driver(), 0)},
+     phase::kSucceeded,
+     {},
+     {"mr-worker-0", "mr-worker-1"},
+     0,
+     kConditionSucceeded,
+     "DriverSucceeded"},
+    {"TheDriverFailingFailsTheJob",
+     2,
+     phase::kRunning,
+     {Coordinator(), Worker(0), Worker(1), Ended(Driver(), 3)},
+     phase::kFailed,
+     {},
+     {"mr-worker-0", "mr-worker-1"},
+     0,
+     kConditionFailed,
+     "DriverFailed"},
+    {"TheDriverGoneFailsTheJob",
+     2,
+     phase::kRunning,
+     {Coordinator(), Worker(0), Worker(1)},
+     phase::kFailed,
+     {},
+     {"mr-worker-0", "mr-worker-1"},
+     0,
+     kConditionFailed,
+     "DriverLost"},
+};
+// clang-format on
+
+void PrintTo(const TaskRuntimeCase& c, std::ostream* os) { *os << c.name; }
+
+class TaskRuntimePolicyTest : public ::testing::TestWithParam<TaskRuntimeCase> {};
+
+TEST_P(TaskRuntimePolicyTest, Decides) {
+  const TaskRuntimeCase& c = GetParam();
+  const Plan plan =
+      PlanJob(TasksJob(c.replicas, c.job_phase), Everything(c.pods), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, c.phase);
+  EXPECT_EQ(Names(plan.create), c.creates);
+  std::vector<std::string> deleted = plan.delete_pods;
+  std::sort(deleted.begin(), deleted.end());
+  EXPECT_EQ(deleted, c.deletes);
+  EXPECT_EQ(plan.status.restarts, c.restarts);
+  if (!std::string(c.condition).empty()) {
+    const api::Condition* why = api::FindCondition(plan.status.conditions, c.condition);
+    ASSERT_NE(why, nullptr) << c.condition;
+    EXPECT_EQ(why->reason, c.reason);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, TaskRuntimePolicyTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace task_runtime_plan_test
