@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
 #include "operator/plan/job_tls.h"
+#include "operator/plan/placement.h"
 
 namespace cohort::controller {
 
@@ -212,13 +213,15 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart);
 // restarts in place (restartPolicy Always) and keeps its state in CoordinatorStateSubPath.
 // `tls`: where the job's certificates are (the token Secret, or cert-manager's Secrets
 // projected next to the token), which the coordinator and the sidecars mount and use.
+// `placement` (placement.h) is applied last, to each of the three builders' pods.
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings, JobTls tls = JobTls::kNone);
+                    const OperatorSettings& settings, JobTls tls = JobTls::kNone,
+                    const Placement& placement = Placement{});
 // Task runtime jobs: the driver's pod, "<job>-driver", from spec.tasks.driver.template, with
 // the same sidecar and env as a worker pod.
 std::string DriverPodName(const api::CoordinatedJob& job);
 json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings,
-               JobTls tls);
+               JobTls tls, const Placement& placement = Placement{});
 // Makes a worker or driver pod a task runtime pod: the sidecar hosts the pod's object store
 // (--task-runtime --objstore-*), a memory-backed volume sized by api::ObjectStoreBytes is
 // shared at /dev/shm, and the workload's containers get COHORT_SCHEDULER (the sidecar's
@@ -227,7 +230,8 @@ json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettin
 void AddTaskRuntime(const api::CoordinatedJob& job, json* pod);
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings, JobTls tls = JobTls::kNone);
+               const OperatorSettings& settings, JobTls tls = JobTls::kNone,
+               const Placement& placement = Placement{});
 
 // spec.gangScheduling: the job's PodGroup, named as the job, for scheduler-plugins' coscheduling
 // plugin (scheduling.x-k8s.io/v1alpha1) or Volcano (scheduling.volcano.sh/v1beta1); none

@@ -66,7 +66,7 @@ std::string CoordinatorStateSubPath(absl::Time started, int restart) {
 }
 
 json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time started,
-                    const OperatorSettings& settings, JobTls tls) {
+                    const OperatorSettings& settings, JobTls tls, const Placement& placement) {
   const auto& state = job.spec.coordinator.state;
   const bool keeps_state = state.volume != api::StateVolume::kNone;
   const json& own = job.spec.coordinator.pod_template;
@@ -156,6 +156,7 @@ json CoordinatorPod(const api::CoordinatedJob& job, int restart, absl::Time star
   }
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
   StampSpecHash(SpecHash(job), &pod);
+  Place(job, placement, &pod);
   return pod;
 }
 

@@ -73,7 +73,8 @@ ChildrenState PlanChildren(Planner& P, const OperatorSettings& settings,
   }
   if (!coordinator_pod_exists && !observed.coordinator_state_claim_terminating && policy_in_place &&
       certificates_ready) {
-    P.plan.create.push_back(CoordinatorPod(job, gang, *P.st().start_time, settings, tls));
+    P.plan.create.push_back(
+        CoordinatorPod(job, gang, *P.st().start_time, settings, tls, P.placement));
   }
   return {tls, policy_in_place, certificates_ready};
 }

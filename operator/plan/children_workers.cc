@@ -278,7 +278,7 @@ json WorkersService(const api::CoordinatedJob& job) {
 }
 
 json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
-               const OperatorSettings& settings, JobTls tls) {
+               const OperatorSettings& settings, JobTls tls, const Placement& placement) {
   const json& tmpl = job.spec.pod_template;
   json metadata = tmpl.value("metadata", json::object());
   json labels = metadata.value("labels", json::object());
@@ -321,6 +321,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_metadata}, {"spec", spec}};
   if (job.spec.tasks) AddTaskRuntime(job, &pod);
   StampSpecHash(SpecHash(job), &pod);
+  Place(job, placement, &pod);
   return pod;
 }
 

@@ -26,8 +26,9 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
 namespace planning {
 
 Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
-             const OperatorSettings& settings, const Resume& resume) {
-  Planner P{job, observed, Plan{}};
+             const OperatorSettings& settings, const Resume& resume,
+             const std::map<std::string, kueue::PodSetInfo>* pod_sets) {
+  Planner P{job, observed, Plan{}, PlacementOf(job, pod_sets)};
   P.plan.status = job.status;
   if (PlanLifecycle(P, resume)) return std::move(P.plan);
   if (job.spec.tasks) return PlanTaskRuntime(P, settings);

@@ -120,12 +120,12 @@ void AddTolerations(std::vector<json>* into, const json& from) {
   }
 }
 
-// Into the pod's string map at `field` (metadata.labels, spec.nodeSelector...).
-std::string ApplyMap(json* object, const char* field, const std::map<std::string, std::string>& add,
-                     const std::string& what) {
-  if (add.empty()) return "";
-  json& target = (*object)[field];
-  if (target.is_null()) target = json::object();
+// A key of the pod's string map at `field` (metadata.labels, spec.nodeSelector...) that `add`
+// gives another value, or a field that is no map: what, or "".
+std::string MapConflict(const json& object, const char* field,
+                        const std::map<std::string, std::string>& add, const std::string& what) {
+  const json& target = Get(object, field);
+  if (add.empty() || target.is_null()) return "";
   if (!target.is_object()) return absl::StrCat(what, " is not a map");
   for (const auto& [k, v] : add) {
     auto it = target.find(k);
@@ -133,9 +133,25 @@ std::string ApplyMap(json* object, const char* field, const std::map<std::string
       return absl::StrCat(what, " ", k, " is \"", Str(*it), "\" in the pod and \"", v,
                           "\" in the admission");
     }
-    target[k] = v;
   }
   return "";
+}
+
+void AddToMap(json* object, const char* field, const std::map<std::string, std::string>& add) {
+  if (add.empty()) return;
+  json& target = (*object)[field];
+  if (!target.is_object()) target = json::object();
+  for (const auto& [k, v] : add) target[k] = v;
+}
+
+// Adds what the pod's list at `field` lacks of `add`.
+void AddToList(json* object, const char* field, const std::vector<json>& add) {
+  if (add.empty()) return;
+  json& list = (*object)[field];
+  if (!list.is_array()) list = json::array();
+  for (const json& item : add) {
+    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+  }
 }
 
 }  // namespace
@@ -310,35 +326,52 @@ AdmissionOrError ReadAdmission(const json& workload, const std::map<std::string,
   return out;
 }
 
-std::string ApplyPodSetInfo(const PodSetInfo& info, json* pod) {
+std::string PodSetConflict(const PodSetInfo& info, const json& pod) {
+  const json& metadata = Get(pod, "metadata");
+  const json& spec = Get(pod, "spec");
+  for (const std::string& e :
+       {MapConflict(metadata, "labels", info.labels, "label"),
+        MapConflict(metadata, "annotations", info.annotations, "annotation"),
+        MapConflict(spec, "nodeSelector", info.node_selector, "node selector")}) {
+    if (!e.empty()) return e;
+  }
+  const json& gates = Get(spec, "schedulingGates");
+  if (info.topology_gate && !gates.is_null() && !gates.is_array()) {
+    return "schedulingGates is not a list";
+  }
+  const json& tolerations = Get(spec, "tolerations");
+  if (!info.tolerations.empty() && !tolerations.is_null() && !tolerations.is_array()) {
+    return "tolerations is not a list";
+  }
+  return "";
+}
+
+void ApplyPodSetInfo(const PodSetInfo& info, json* pod) {
   json& metadata = (*pod)["metadata"];
-  if (std::string e = ApplyMap(&metadata, "labels", info.labels, "label"); !e.empty()) return e;
-  if (std::string e = ApplyMap(&metadata, "annotations", info.annotations, "annotation");
-      !e.empty()) {
-    return e;
-  }
+  AddToMap(&metadata, "labels", info.labels);
+  AddToMap(&metadata, "annotations", info.annotations);
   json& spec = (*pod)["spec"];
-  if (std::string e = ApplyMap(&spec, "nodeSelector", info.node_selector, "node selector");
-      !e.empty()) {
-    return e;
-  }
-  if (info.topology_gate) {
-    // Kueue's TopologyUngater takes the gate off once it has given the pod its domain.
-    json& gates = spec["schedulingGates"];
-    if (gates.is_null()) gates = json::array();
-    if (!gates.is_array()) return "schedulingGates is not a list";
-    const json gate = {{"name", kTopologyGate}};
-    if (std::find(gates.begin(), gates.end(), gate) == gates.end()) gates.push_back(gate);
-  }
-  if (!info.tolerations.empty()) {
-    json& tolerations = spec["tolerations"];
-    if (tolerations.is_null()) tolerations = json::array();
-    if (!tolerations.is_array()) return "tolerations is not a list";
-    for (const json& t : info.tolerations) {
-      if (std::find(tolerations.begin(), tolerations.end(), t) == tolerations.end()) {
-        tolerations.push_back(t);
+  AddToMap(&spec, "nodeSelector", info.node_selector);
+  // Kueue's TopologyUngater takes the gate off once it has given the pod its domain.
+  if (info.topology_gate) AddToList(&spec, "schedulingGates", {json{{"name", kTopologyGate}}});
+  AddToList(&spec, "tolerations", info.tolerations);
+}
+
+std::string CheckAdmission(const api::CoordinatedJob& job, const OperatorSettings& settings,
+                           const Admission& admission) {
+  std::vector<json> pods = {CoordinatorPod(job, 0, absl::UnixEpoch(), settings),
+                            WorkerPod(job, 0, 0, settings)};
+  if (job.spec.tasks) pods.push_back(DriverPod(job, 0, settings, JobTls::kNone));
+  for (const json& pod : pods) {
+    const std::string set = PodSetOf(pod);
+    auto it = admission.pod_sets.find(set);
+    if (it == admission.pod_sets.end()) return absl::StrCat("the admission has no pod set ", set);
+    for (const char* ours : {kJobLabel, kRoleLabel, kRestartLabel, kIndexLabel}) {
+      if (it->second.labels.count(ours)) {
+        return absl::StrCat("pod set ", set, ": label ", ours, " is the operator's");
       }
     }
+    if (std::string e = PodSetConflict(it->second, pod); !e.empty()) return e;
   }
   return "";
 }

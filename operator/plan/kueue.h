@@ -80,15 +80,6 @@ KueueObserved::Priority PriorityFrom(const PriorityClassSource& source,
 // live Workload holds may have been defaulted by the API server.
 bool Equivalent(const json& workload, const json& desired);
 
-// What a pod of an admitted pod set gets (Kueue's PodSetInfo).
-struct PodSetInfo {
-  bool topology_gate = false;  // the admission assigns the pod set a topology (TAS)
-  std::map<std::string, std::string> labels;
-  std::map<std::string, std::string> annotations;
-  std::map<std::string, std::string> node_selector;
-  std::vector<json> tolerations;
-};
-
 // The admission of `workload` as PodSetInfo per pod set name: each assigned flavor's node
 // labels and tolerations, each admission check's pod set updates, and the podset label and
 // workload annotation. An error (a flavor that does not exist, two values for one key) is
@@ -103,9 +94,17 @@ struct AdmissionOrError {
 };
 AdmissionOrError ReadAdmission(const json& workload, const std::map<std::string, json>& flavors);
 
-// Merges the info into a pod; a key the pod already has with another value is an error (the
-// message names it).
-std::string ApplyPodSetInfo(const PodSetInfo& info, json* pod);
+// What in `info` contradicts `pod`: a key it has with another value, a field that should be a
+// map or a list and is not (the message names it); "" when it applies.
+std::string PodSetConflict(const PodSetInfo& info, const json& pod);
+// Merges the info into a pod (placement.h's Place), one PodSetConflict found nothing in.
+void ApplyPodSetInfo(const PodSetInfo& info, json* pod);
+// Whether the admission applies to every pod the job will have (each role's pod as the plan
+// makes it), before the plan makes any: what cannot be applied, or "". Keys the operator sets
+// itself and varies from pod to pod (the job, role, restart and index labels) are the
+// operator's: an admission that sets them cannot be applied.
+std::string CheckAdmission(const api::CoordinatedJob& job, const OperatorSettings& settings,
+                           const Admission& admission);
 
 // A condition of the Workload (nullptr when it has none of that type).
 const json* FindCondition(const json& workload, const std::string& type);

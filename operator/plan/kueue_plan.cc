@@ -73,21 +73,6 @@ void FollowWorkload(Plan* plan, const json& workload, absl::Time now) {
   if (changed || reclaimed) plan->workload_status = std::move(w);
 }
 
-// The admission's pod sets onto the plan's pods (their flavors' node labels, tolerations);
-// what cannot be applied, or "".
-std::string ApplyAdmission(const kueue::Admission& admission, Plan* plan) {
-  for (json& object : plan->create) {
-    if (object.value("kind", "") != "Pod") continue;
-    const std::string set = kueue::PodSetOf(object);
-    auto it = admission.pod_sets.find(set);
-    std::string error = it == admission.pod_sets.end()
-                            ? absl::StrCat("the admission has no pod set ", set)
-                            : kueue::ApplyPodSetInfo(it->second, &object);
-    if (!error.empty()) return error;
-  }
-  return "";
-}
-
 }  // namespace
 
 Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
@@ -163,19 +148,20 @@ Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,
     return std::move(P.plan);
   }
 
+  if (const std::string error = kueue::CheckAdmission(job, settings, *admission.admission);
+      !error.empty()) {
+    // Kueue's own integrations end such a job too (its Workload: Finished, FailedToStart).
+    P.Finish(false, "AdmissionConflict",
+             absl::StrCat("the admission of Workload ", name, " cannot be applied: ", error));
+    FinishWorkload(&P.plan, *workload, observed.now);
+    return std::move(P.plan);
+  }
+
   Plan plan =
       PlanRun(job, observed, settings,
               Resume{"Admitted", absl::StrCat("Kueue admitted Workload ", name, " in ClusterQueue ",
-                                              admission.admission->cluster_queue)});
-  if (const std::string error = ApplyAdmission(*admission.admission, &plan); !error.empty()) {
-    // Kueue's own integrations end such a job too (its Workload: Finished, FailedToStart).
-    Planner F{job, observed, Plan{}};
-    F.plan.status = plan.status;
-    F.Finish(false, "AdmissionConflict",
-             absl::StrCat("the admission of Workload ", name, " cannot be applied: ", error));
-    FinishWorkload(&F.plan, *workload, observed.now);
-    return std::move(F.plan);
-  }
+                                              admission.admission->cluster_queue)},
+              &admission.admission->pod_sets);
   if (JobFinished(plan.status)) {
     FinishWorkload(&plan, *workload, observed.now);
     return plan;

@@ -2,6 +2,7 @@
 // runtime's (task_runtime_plan.cc). Internal to operator/plan.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -45,6 +46,8 @@ struct Planner {
   const api::CoordinatedJob& job;
   const Observed& observed;
   Plan plan;
+  // Where the pods the plan makes are placed (placement.h).
+  Placement placement = Placement{};
 
   api::JobStatus& st() { return plan.status; }
   absl::Time now() const { return observed.now; }
@@ -136,9 +139,10 @@ struct Resume {
 };
 
 // The plan of a job that may run now: PlanJob for a job that is not queued, and for a queued
-// one Kueue has admitted (`resume` then says so).
+// one Kueue has admitted (`resume` then says so, and `pod_sets` is its checked admission).
 Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
-             const OperatorSettings& settings, const Resume& resume = Resume{});
+             const OperatorSettings& settings, const Resume& resume = Resume{},
+             const std::map<std::string, kueue::PodSetInfo>* pod_sets = nullptr);
 
 // The plan of a job queued by Kueue (kueue_plan.cc).
 Plan PlanQueued(const api::CoordinatedJob& job, const Observed& observed,

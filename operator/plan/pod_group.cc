@@ -1,5 +1,6 @@
-// The PodGroup of a job with spec.gangScheduling (children.h), and the plan's workers joining
-// it (policies.h, PlanPodGroup).
+// The PodGroup of a job with spec.gangScheduling (children.h): what makes a worker pod a member
+// (JoinPodGroup, applied by placement.h's Place), and the group made with the first workers
+// (policies.h, PlanPodGroup).
 #include "absl/strings/str_cat.h"
 #include "operator/plan/children.h"
 #include "operator/plan/policies.h"
@@ -52,16 +53,14 @@ namespace cohort::controller::planning {
 void PlanPodGroup(const api::CoordinatedJob& job, Plan* plan) {
   std::optional<json> group = PodGroup(job);
   if (!group) return;
-  bool workers = false;
-  for (json& object : plan->create) {
-    if (object.value("kind", "") != "Pod" ||
-        object.value("/metadata/labels/cohort.dev~1role"_json_pointer, "") != "worker") {
-      continue;
+  // The workers were made members as they were built (placement.h); the group comes first.
+  for (const json& object : plan->create) {
+    if (object.value("kind", "") == "Pod" &&
+        object.value("/metadata/labels/cohort.dev~1role"_json_pointer, "") == "worker") {
+      plan->create.insert(plan->create.begin(), std::move(*group));
+      return;
     }
-    JoinPodGroup(job, &object);
-    workers = true;
   }
-  if (workers) plan->create.insert(plan->create.begin(), std::move(*group));
 }
 
 }  // namespace cohort::controller::planning

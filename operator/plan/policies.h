@@ -100,9 +100,9 @@ std::optional<std::string> WaitingForCoordinator(const Planner& P, const Operato
                                                  const ObservedPod* coordinator,
                                                  const ChildrenState& children);
 
-// spec.gangScheduling (pod_group.cc): the workers the plan makes join the job's PodGroup,
-// which is made (again: creating one that exists changes nothing) whenever they are. Applied
-// to every plan, queued or running.
+// spec.gangScheduling (pod_group.cc): the job's PodGroup, made before the workers the plan
+// makes (again: creating one that exists changes nothing), which their builders made members
+// (the plan's Placement). Applied to every plan, queued or running.
 void PlanPodGroup(const api::CoordinatedJob& job, Plan* plan);
 
 // A failure's settling time (OperatorSettings::failure_settle): marks the plan as seeing a

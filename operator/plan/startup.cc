@@ -70,7 +70,7 @@ void PlanStartup(Planner& P, const OperatorSettings& settings, const JobPods& po
   if (coordinator && coordinator->ready) {
     for (int i = 0; i < replicas; ++i) {
       if (!pods.by_name.count(WorkerPodName(job, i))) {
-        P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls));
+        P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls, P.placement));
       }
     }
   }

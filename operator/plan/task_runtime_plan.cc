@@ -148,11 +148,11 @@ Plan PlanTaskRuntime(Planner& P, const OperatorSettings& settings) {
   if (coordinator && coordinator->ready && !fate.gone) {
     for (int i = 0; i < replicas; ++i) {
       if (!pods.by_name.count(WorkerPodName(job, i))) {
-        P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls));
+        P.plan.create.push_back(WorkerPod(job, i, gang, settings, children.tls, P.placement));
       }
     }
     if (!pods.by_name.count(DriverPodName(job))) {
-      P.plan.create.push_back(DriverPod(job, gang, settings, children.tls));
+      P.plan.create.push_back(DriverPod(job, gang, settings, children.tls, P.placement));
     }
   }
 

@@ -82,7 +82,7 @@ void AddTaskRuntime(const api::CoordinatedJob& job, json* pod) {
 }
 
 json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettings& settings,
-               JobTls tls) {
+               JobTls tls, const Placement& placement) {
   api::CoordinatedJob driver = job;
   driver.spec.pod_template = job.spec.tasks->driver_template;
   json pod = WorkerPod(driver, 0, restart, settings, tls);
@@ -92,6 +92,7 @@ json DriverPod(const api::CoordinatedJob& job, int restart, const OperatorSettin
   labels[kRoleLabel] = "driver";
   labels.erase(kIndexLabel);
   pod["spec"]["hostname"] = name;
+  Place(job, placement, &pod);  // as a driver: the worker's pod above is not placed
   return pod;
 }
 

@@ -467,6 +467,23 @@ TEST(KueuePlanTest, AnAdmissionThatContradictsThePodsFailsTheJob) {
   EXPECT_TRUE(kueue::IsTrue(*plan.workload_status, "Finished"));
 }
 
+TEST(KueuePlanTest, AnAdmissionThatSetsTheOperatorsOwnLabelsFailsTheJobBeforeAnyPod) {
+  api::CoordinatedJob job = WithStatus(JobObject(), phase::kSuspended);
+  json workload = Admitted(Created(job));
+  workload["status"]["admissionChecks"] = json::array(
+      {{{"name", "prov"},
+        {"state", "Ready"},
+        {"podSetUpdates",
+         json::array({{{"name", "workers"}, {"labels", {{"cohort.dev/task-index", "0"}}}}})}}});
+  Plan plan = PlanJob(job, With({}, workload, A100()), OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(Find(plan, kConditionFailed)->message,
+            "the admission of Workload " + kueue::WorkloadName(job) +
+                " cannot be applied: pod set workers: label cohort.dev/task-index is the "
+                "operator's");
+  EXPECT_TRUE(plan.create.empty());
+}
+
 TEST(KueuePlanTest, WithoutKueueTheLabelIsIgnoredAndSaidSo) {
   api::CoordinatedJob job = Job(JobObject());
   Observed observed = With({}, std::nullopt);
