@@ -136,13 +136,8 @@ fi
 for certificate in quickstart-coordinator-tls quickstart-client-tls; do
   issue "$certificate" || fail "issue $certificate as cert-manager would"
 done
-succeeded() { [[ "$(field cjob/quickstart '{.status.phase}')" == Succeeded ]]; }
-if until_true 180 succeeded; then
-  pass "examples/quickstart.yaml succeeds in the restricted namespace with cert-manager's certificates"
-else
-  fail "quickstart succeeds with cert-manager's certificates" "phase '$(field cjob/quickstart '{.status.phase}')': $(field cjob/quickstart '{.status.conditions}')"
-  diagnose
-fi
+expect_success quickstart 180 \
+  "examples/quickstart.yaml succeeds in the restricted namespace with cert-manager's certificates"
 config=$(k get configmap quickstart-coordinator -o jsonpath='{.data.coordinator\.yaml}')
 [[ "$config" == *"tls-client-ca: /var/run/secrets/cohort/ca.crt"*"tls-client-name: quickstart.$NS.client.cohort.dev"* ]] &&
   pass "its coordinator requires client certificates of the issuer carrying the job's name" ||

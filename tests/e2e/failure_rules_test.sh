@@ -60,13 +60,8 @@ else
   fail "the evicted job restarts and succeeds" "$(field cjob/spot '{.status}')"
   pod_logs spot
 fi
-if wait_for cjob/plain '{.status.phase}' Failed 60; then
-  reason=$(field cjob/plain '{.status.conditions[?(@.type=="Failed")].reason}')
-  [[ "$reason" == MaxRestartsExceeded ]] && pass "without the rule the same eviction counts, and maxRestarts 0 fails the job" ||
-    fail "eviction without the rule" "$reason"
-else
-  fail "the job without the rule fails"
-fi
+expect_failure plain MaxRestartsExceeded 60 \
+  "without the rule the same eviction counts, and maxRestarts 0 fails the job"
 
 # ---- 2. A gang that cannot be placed fails at its startup deadline.
 job huge 4 '    startupDeadlineSeconds: 8' 5

@@ -213,13 +213,7 @@ if out=$(k apply -f "$ROOT/examples/quickstart.yaml" 2>&1); then
 else
   fail "kubectl apply -f examples/quickstart.yaml" "$out"
 fi
-succeeded() { [[ "$(field cjob/quickstart '{.status.phase}')" == Succeeded ]]; }
-if until_true 180 succeeded; then
-  pass "examples/quickstart.yaml reaches Succeeded in the restricted namespace"
-else
-  fail "quickstart succeeds in the restricted namespace" "phase '$(field cjob/quickstart '{.status.phase}')': $(field cjob/quickstart '{.status.conditions}')"
-  diagnose
-fi
+expect_success quickstart 180 "examples/quickstart.yaml reaches Succeeded in the restricted namespace"
 # Workers are made once the coordinator is ready; the finished workers stay for their logs.
 # The job succeeds once every workload container exited 0; a pod's phase follows once its
 # sidecar has stopped too.

@@ -93,6 +93,35 @@ wait_for() {
   return 1
 }
 
+# Passes NAME when GOT is WANT; else fails it, saying what it got.
+expect() {  # NAME GOT WANT
+  if [[ "$2" == "$3" ]]; then
+    pass "$1 ($2)"
+  else
+    fail "$1" "got '$2', wanted '$3'"
+  fi
+}
+
+# Waits up to SECONDS for cjob/JOB to fail, then expects REASON of its Failed condition.
+expect_failure() {  # JOB REASON SECONDS NAME
+  if wait_for "cjob/$1" '{.status.phase}' Failed "$3"; then
+    expect "$4" "$(field "cjob/$1" '{.status.conditions[?(@.type=="Failed")].reason}')" "$2"
+  else
+    fail "$4" "cjob/$1 did not fail within $3 s"
+  fi
+}
+
+# Waits up to SECONDS for cjob/JOB to succeed; else fails NAME with its phase and conditions,
+# and diagnoses.
+expect_success() {  # JOB SECONDS NAME
+  if wait_for "cjob/$1" '{.status.phase}' Succeeded "$2"; then
+    pass "$3"
+  else
+    fail "$3" "phase '$(field "cjob/$1" '{.status.phase}')': $(field "cjob/$1" '{.status.conditions}')"
+    diagnose
+  fi
+}
+
 until_true() {
   local deadline=$((SECONDS + $1))
   shift

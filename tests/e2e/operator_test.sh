@@ -169,12 +169,9 @@ fi
 steps_job crashy 2 5 "" "  failurePolicy: {maxRestarts: 1}"
 k patch cjob crashy --type merge -p '{"spec":{"template":{"spec":{"containers":[{"name":"worker","image":"ghcr.io/cohort/cohort-agent-example:0.1.0","args":["--steps","5","--step-seconds","0.3","--exit-at-step","1","--exit-code","137"]}]}}}}' >/dev/null
 if wait_for cjob/crashy '{.status.phase}' Failed 90; then
-  got=$(field cjob/crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')
-  if [[ "$got" == "1 MaxRestartsExceeded" ]]; then
-    pass "a gang failing again after maxRestarts (1) ends Failed, reason MaxRestartsExceeded"
-  else
-    fail "crashy: status" "$got"
-  fi
+  expect "a gang failing again after maxRestarts (1) ends Failed: restarts and reason" \
+    "$(field cjob/crashy '{.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}')" \
+    "1 MaxRestartsExceeded"
 else
   fail "crashy: the job fails"
 fi
@@ -299,13 +296,7 @@ else
   fail "pause: the job is Suspended"
 fi
 steps_job slow 2 100 "" "  activeDeadlineSeconds: 4"
-if wait_for cjob/slow '{.status.phase}' Failed 40; then
-  got=$(field cjob/slow '{.status.conditions[?(@.type=="Failed")].reason}')
-  [[ "$got" == DeadlineExceeded ]] && pass "activeDeadlineSeconds fails the job (DeadlineExceeded)" ||
-    fail "slow: reason" "$got"
-else
-  fail "slow: the deadline fails the job"
-fi
+expect_failure slow DeadlineExceeded 40 "activeDeadlineSeconds fails the job"
 
 # ---- 9. An invalid job is refused by the API server with a clear message.
 out=$(k apply -f - 2>&1 <<'YAML'

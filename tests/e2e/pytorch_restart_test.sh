@@ -162,11 +162,7 @@ PY
     k delete pod "$job-worker-1" --wait=false >/dev/null
     if until_true 300 rejoin_done; then
       got=$(field "cjob/$job" '{.status.phase} restarts={.status.restarts} workerRestarts={.status.workerRestarts}')
-      if [[ "$got" == "Succeeded restarts=0 workerRestarts=1" ]]; then
-        pass "$mode: worker 1's pod deleted mid-training: $got"
-      else
-        fail "$mode: worker 1's pod deleted: the job's status" "$got"
-      fi
+      expect "$mode: worker 1's pod deleted mid-training" "$got" "Succeeded restarts=0 workerRestarts=1"
     else
       fail "$mode: worker 1's pod deleted: the job ends" "phase $(field "cjob/$job" '{.status.phase}')"
     fi

@@ -268,11 +268,7 @@ sed "s|command: \[$PYTHON, /app/driver.py\]|command: [$PYTHON, -c, 'import sys; 
   "$WORK/example.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
 if until_true 120 done_phase "$ns"; then
   got=$(job_field "$ns" '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}: {.status.conditions[?(@.type=="Failed")].message}')
-  if [[ "$got" == "Failed DriverFailed: the driver exited with code 3" ]]; then
-    pass "a driver that exits 3 fails the job: $got"
-  else
-    fail "a failing driver" "$got"
-  fi
+  expect "a driver that exits 3 fails the job" "$got" "Failed DriverFailed: the driver exited with code 3"
 else
   fail "the failing driver's job ends" "phase $(job_field "$ns" '{.status.phase}')"
 fi
