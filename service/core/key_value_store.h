@@ -2,20 +2,21 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "service/core/durable_state.h"
+#include "service/core/key_change_log.h"
+#include "service/core/key_table.h"
+#include "service/core/key_waiters.h"
 #include "service/core/key_watch.h"
 #include "service/core/parked_call.h"
 #include "service/core/timer_queue.h"
@@ -116,7 +117,7 @@ class KeyValueStore {
                    ReachedDone done, ParkKind kind = ParkKind::kKeyValueGet);
 
  private:
-  struct Effects;  // what a change does once the lock is released (below)
+  using Effects = KeyTable::Effects;  // what a change does once the lock is released
 
  public:
   // Several changes made as one: Atomically runs `body` under one hold of the store's lock,
@@ -177,108 +178,27 @@ class KeyValueStore {
 
  private:
   absl::Status CheckKey(absl::string_view normalized, absl::string_view original) const;
-  using GetCall = Parked<absl::StatusOr<std::string>>;
-  using ReachedCall = Parked<absl::Status>;
-  struct CountWaiter {
-    int64_t threshold = 0;
-    std::shared_ptr<ReachedCall> call;
-  };
-  struct Effects {
-    struct Woken {
-      std::vector<std::shared_ptr<GetCall>> calls;  // parked gets of a key that was set
-      std::string value;
-    };
-    std::vector<Woken> woken;
-    std::vector<std::shared_ptr<ReachedCall>> reached;
-    std::vector<std::shared_ptr<KeyWatch>> notified;
-    std::vector<std::pair<std::shared_ptr<KeyWatch>, int64_t>> overflowed;  // resume revision
-    std::vector<std::string> pushed_queues;  // each push wakes one of its WaitQueue calls
-  };
-  absl::Status PutLocked(const std::string& key, std::string value, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The calls' work under the lock, on a normalised and checked key.
-  absl::Status InsertLocked(const std::string& k, std::string value, bool allow_overwrite,
-                            Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int64_t> IncrementLocked(const std::string& k, int64_t delta, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<std::string>> CompareAndSetLocked(const std::string& k,
-                                                                 absl::string_view expected,
-                                                                 std::string desired, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AppendLocked(const std::string& k, absl::string_view data, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<bool> EraseKeyLocked(const std::string& k, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status QueuePushLocked(const std::string& d, std::string value, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  using GetCall = KeyWaiters::GetCall;
+  using ReachedCall = KeyWaiters::ReachedCall;
   absl::StatusOr<Popped> QueuePopLocked(const std::string& d, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tells the journal of a change at revision_ (a put's `value`), or keeps a copy of it for the
-  // batch's one record; nothing is copied without a journal.
-  void JournalLocked(bool deleted, const std::string& key, const std::string& value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void JournalOne(const KeyJournalChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordLocked(KeyChange event, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the lock: finishes the calls the changes answered and tells the watches.
   void Apply(Effects& fx);
-  void RemoveWatch(WaiterId id);
   // Calls f(key, value) for every entry under "dir/", in key order, under the read lock.
   template <typename F>
   void ForEachUnder(absl::string_view dir, F&& f) const ABSL_LOCKS_EXCLUDED(mu_);
-  void RemoveWaiter(const std::string& key, WaiterId id);
-  void RemoveCountWaiter(const std::string& key, WaiterId id);
-  void RemoveQueueWaiter(const std::string& dir, WaiterId id);
-  // A WaitKeyOrQueue call from both of its lists (it is in both until it is answered).
-  void RemoveKeyOrQueueWaiter(const std::string& key, const std::string& dir, WaiterId id);
-  void RemoveKeyOrQueueWaiterLocked(const std::string& key, WaiterId id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes the longest-parked WaitQueue call on `dir` that is still parked, if any.
   void WakeOneQueueWaiter(const std::string& dir);
-  // The removal of one key with nothing under it (Erase, QueuePop).
-  void EraseLocked(std::map<std::string, std::string>::iterator it, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deadline timers of parked calls, by waiter.
-  void ScheduleDeadline(WaiterId waiter, absl::Time deadline, std::string what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const KeyValueLimits limits_;
   ParkedCallRegistry* const parked_;
   TimerQueue* const timers_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::string> entries_ ABSL_GUARDED_BY(mu_);
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
-  // Deadline timers of timed gets and WaitAtLeast calls, cancelled when the call is answered
-  // first.
-  absl::flat_hash_map<WaiterId, TimerQueue::TimerId> timed_gets_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GetCall>>> waiters_
-      ABSL_GUARDED_BY(mu_);
-  // WaitAtLeast's calls, by key.
-  absl::flat_hash_map<std::string, std::vector<CountWaiter>> count_waiters_ ABSL_GUARDED_BY(mu_);
-  // The calls a push into a queue may end (WaitQueue's, WaitKeyOrQueue's), by queue, in the
-  // order their ids were made (the order they parked, for one caller's calls; a cancel removes
-  // one in log time: thousands wait on one name). `key`: a WaitKeyOrQueue call's key (a write
-  // of it ends the call too), empty for WaitQueue's.
-  struct QueueWaiter {
-    std::shared_ptr<ReachedCall> call;
-    std::string key;
-  };
-  absl::flat_hash_map<std::string, std::map<WaiterId, QueueWaiter>> queue_waiters_
-      ABSL_GUARDED_BY(mu_);
-  // WaitKeyOrQueue's calls by key, each with its queue.
-  struct KeyOrQueueWaiter {
-    std::string dir;
-    std::shared_ptr<ReachedCall> call;
-  };
-  absl::flat_hash_map<std::string, std::vector<KeyOrQueueWaiter>> key_or_queue_waiters_
-      ABSL_GUARDED_BY(mu_);
-  // Whether "prefix" (a queue's "dir/") holds an item.
-  bool HasQueueItemLocked(const std::string& prefix) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  KeyEventHistory history_ ABSL_GUARDED_BY(mu_);
-  StateJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // While Atomically runs: the changes its one record will hold.
-  std::vector<KeyJournalChange>* batch_changes_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::vector<std::shared_ptr<KeyWatch>> watches_ ABSL_GUARDED_BY(mu_);
+  KeyWaiters waiters_ ABSL_GUARDED_BY(mu_);
+  KeyChangeLog log_ ABSL_GUARDED_BY(mu_);
+  // Tells log_ of every change and waiters_ of every write.
+  KeyTable keys_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort
