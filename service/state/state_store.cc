@@ -1,15 +1,10 @@
 // The running store: the log, its snapshots and compaction, the journal, and the metrics.
 #include "service/state/state_store.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -20,8 +15,10 @@
 #include "cohort/state/v1/state.pb.h"
 #include "common/metrics.h"
 #include "runtime/scheduler/task_scheduler.h"
+#include "service/state/generation_files.h"
 #include "service/state/scheduler_records.h"
 #include "service/state/state_store_internal.h"
+#include "service/state/state_volume.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -31,19 +28,13 @@ using state_store_internal::AppendFrame;
 using state_store_internal::DeviceGroupRecord;
 using state_store_internal::Errno;
 using state_store_internal::FirstErrorRecord;
-using state_store_internal::Generation;
-using state_store_internal::JobsToProto;
 using state_store_internal::KeyPutRecord;
-using state_store_internal::kFormat;
 using state_store_internal::kMaxFrame;
-using state_store_internal::SyncDir;
 using state_store_internal::TaskChangeRecord;
 using state_store_internal::ToProto;
 using state_store_internal::WaitingRecord;
 using state_store_internal::WholeBarrierRecord;
-using state_store_internal::WriteAll;
 
-constexpr char kReserve[] = "reserve";
 // Group commit: the turns (a sync or a release) a thread that gave an answer takes at most
 // before it goes back to its own work, leaving what is left to the next caller.
 constexpr int kLeaderRounds = 64;
@@ -69,118 +60,16 @@ namespace {
 
 // ---- Writing -------------------------------------------------------------------------------
 
-absl::Status StateStore::WriteSnapshot(int64_t generation, const DurableState& state,
-                                       const runtime::SchedulerChanges* scheduler) {
-  std::string data;
-  pb::Header header;
-  header.set_format(kFormat);
-  header.set_kind(pb::Header::SNAPSHOT);
-  header.set_generation(static_cast<uint64_t>(generation));
-  header.set_service_incarnation(service_incarnation_);
-  JobsToProto(config_, header.mutable_jobs());
-  header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  AppendFrame(header, &data);
-
-  for (const DurableTask& task : state.tasks) AppendFrame(TaskChangeRecord(task), &data);
-  for (auto [kind, barrier] : {std::pair{WholeBarrierKind::kRegister, &state.register_barrier},
-                               std::pair{WholeBarrierKind::kShutdown, &state.shutdown_barrier}}) {
-    AppendFrame(WholeBarrierRecord(kind, *barrier), &data);
-    for (const TaskName& task : barrier->waiting) {
-      AppendFrame(WaitingRecord(kind, task, /*waiting=*/true), &data);
-    }
-  }
-  AppendFrame(FirstErrorRecord(state.first_error), &data);
-  for (const DurableDeviceGroup& group : state.device_groups) {
-    AppendFrame(DeviceGroupRecord(group.members, &group), &data);
-  }
-  // Revision 0: the snapshot's KeyRevision record carries it.
-  for (const DurableKey& key : state.keys) AppendFrame(KeyPutRecord(key.key, key.value, 0), &data);
-  pb::Record record;
-  record.mutable_key_revision()->set_revision(state.key_revision);
-  AppendFrame(record, &data);
-  for (const DurableBarrier& barrier : state.barriers) {
-    record.Clear();
-    pb::BarrierInstance* r = record.mutable_barrier();
-    ToProto(barrier, r->mutable_start());
-    for (const TaskName& t : barrier.arrived) ToProto(t, r->add_arrived());
-    r->set_done(barrier.done);
-    ToProto(barrier.result, r->mutable_result());
-    AppendFrame(record, &data);
-  }
-  if (scheduler != nullptr) {
-    SplitSchedulerState(*scheduler, size_t{16} << 20, [&data](const pb::SchedulerChanges& part) {
-      pb::Record r;
-      *r.mutable_scheduler() = part;
-      AppendFrame(r, &data);
-    });
-  }
-
-  const std::string path = absl::StrCat(options_.dir, "/snapshot-", generation);
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(Errno("cannot create", tmp));
-  bool ok = WriteAll(fd, data) && ::fdatasync(fd) == 0;
-  const bool no_space = !ok && errno == ENOSPC;
-  std::string error = ok ? "" : Errno("cannot write", tmp);
-  ::close(fd);
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return no_space ? absl::ResourceExhaustedError(error) : absl::InternalError(error);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(Errno("cannot rename", tmp));
-  }
-  if (auto s = SyncDir(options_.dir); !s.ok()) return s;
+absl::Status StateStore::WriteSnapshot(int64_t generation) {
+  std::optional<runtime::SchedulerChanges> tasks;
+  if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
+  auto bytes = files_->WriteSnapshot(generation, service_incarnation_, service_->CaptureState(),
+                                     tasks ? &*tasks : nullptr);
+  if (!bytes.ok()) return bytes.status();
   absl::MutexLock lock(&mu_);
-  snapshot_bytes_ = static_cast<int64_t>(data.size());
+  snapshot_bytes_ = *bytes;
   ++snapshots_;
   return absl::OkStatus();
-}
-
-absl::StatusOr<StateStore::NewLog> StateStore::OpenLog(int64_t generation) {
-  const std::string path = absl::StrCat(options_.dir, "/log-", generation);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(Errno("cannot create", path));
-  pb::Header header;
-  header.set_format(kFormat);
-  header.set_kind(pb::Header::LOG);
-  header.set_generation(static_cast<uint64_t>(generation));
-  header.set_service_incarnation(service_incarnation_);
-  header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  header.set_boot_id(state_store_internal::BootId(options_));
-  header.set_answers_before_sync(options_.sync_interval > absl::ZeroDuration());
-  std::string data;
-  AppendFrame(header, &data);
-  NewLog log;
-  log.fd = fd;
-  log.end = static_cast<int64_t>(data.size());
-  bool ok = WriteLog(fd, 0, data, /*may_wait=*/false);
-  if (ok) {
-    log.room = WriteRoom(fd, log.end, log.end + room_bytes_);
-    ok = ::fdatasync(fd) == 0;
-  }
-  if (!ok) {
-    std::string error = Errno("cannot write", path);
-    ::close(fd);
-    ::unlink(path.c_str());
-    return absl::InternalError(error);
-  }
-  if (auto s = SyncDir(options_.dir); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
-  return log;
-}
-
-void StateStore::RemoveBefore(int64_t generation) {
-  DIR* d = ::opendir(options_.dir.c_str());
-  if (!d) return;
-  while (dirent* e = ::readdir(d)) {
-    auto g = Generation(e->d_name, "snapshot-");
-    if (!g) g = Generation(e->d_name, "log-");
-    if (g && *g < generation) ::unlink(absl::StrCat(options_.dir, "/", e->d_name).c_str());
-  }
-  ::closedir(d);
 }
 
 absl::Status StateStore::Start(CoordinationService* service, runtime::TaskScheduler* scheduler) {
@@ -190,15 +79,9 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
   const int64_t generation = first_generation_;
   // The reserve of the last run makes room for this snapshot when the volume is full; it is
   // allocated again below once the older files are gone.
-  const std::string reserve = absl::StrCat(options_.dir, "/", kReserve);
-  if (::unlink(reserve.c_str()) != 0 && errno != ENOENT) {
-    return absl::FailedPreconditionError(Errno("cannot remove", reserve));
-  }
-  std::optional<runtime::SchedulerChanges> tasks;
-  if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
+  if (auto s = volume_->RemoveLastReserve(); !s.ok()) return s;
   bool snapshot_written = true;
-  if (auto s = WriteSnapshot(generation, service->CaptureState(), tasks ? &*tasks : nullptr);
-      !s.ok()) {
+  if (auto s = WriteSnapshot(generation); !s.ok()) {
     // The volume is full. The saved files still hold the restored state: carry on with a
     // new log after them (a few bytes), and write the snapshot once space returns. Not when
     // this start changed the service incarnation (the logs would not match the snapshot).
@@ -212,7 +95,7 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
         options_.dir, std::string(s.message()));
     snapshot_written = false;
   }
-  auto log = OpenLog(generation);
+  auto log = files_->OpenLog(generation, service_incarnation_);
   if (!log.ok()) return log.status();
   {
     absl::MutexLock lock(&mu_);
@@ -222,16 +105,22 @@ absl::Status StateStore::Start(CoordinationService* service, runtime::TaskSchedu
     buffered_ = options_.sync_interval == absl::ZeroDuration();
     snapshot_owed_ = !snapshot_written;
   }
-  if (snapshot_written) RemoveBefore(generation);
+  if (snapshot_written) files_->RemoveBefore(generation);
   spdlog::info("durable state in {} (generation {}, service incarnation {:#x})", options_.dir,
                generation, service_incarnation_);
-  CheckSpace();
-  if (!snapshot_written && !volume_full_.load()) {
+  volume_->CheckSpace();
+  if (!snapshot_written && !volume_->full()) {
     absl::MutexLock lock(&mu_);
     compact_wanted_ = true;  // the reserve's room was enough after all
   }
   background_ = std::thread([this] { Background(); });
-  watcher_ = std::thread([this] { Watcher(); });
+  watcher_ = std::thread([this] {
+    volume_->Watch([this] {
+      // A start on the full volume could not write its snapshot: now it can.
+      absl::MutexLock lock(&mu_);
+      if (snapshot_owed_) compact_wanted_ = true;
+    });
+  });
   if (options_.sync_interval == absl::ZeroDuration()) {
     syncer_ = std::thread([this] { Syncer(); });
   }
@@ -270,7 +159,7 @@ void StateStore::Stop() {
 
 StateStore::Stats StateStore::GetStats() const {
   absl::MutexLock lock(&mu_);
-  absl::MutexLock space(&space_mu_);
+  const StateVolume::Stats volume = volume_->GetStats();
   return {generation_,
           log_bytes_,
           records_,
@@ -279,8 +168,8 @@ StateStore::Stats StateStore::GetStats() const {
           syncs_,
           log_header_bytes_ + std::max<int64_t>(0, synced_ - log_start_),
           log_end_,
-          volume_full_.load(),
-          free_bytes_};
+          volume.full,
+          volume.free_bytes};
 }
 
 void StateStore::Append(const pb::Record& record) {
@@ -305,7 +194,7 @@ void StateStore::Append(const pb::Record& record) {
   if (log_bytes_ > std::max(compact_bytes_, 2 * snapshot_bytes_)) compact_wanted_ = true;
 }
 
-void StateStore::StartedLogLocked(const NewLog& log) {
+void StateStore::StartedLogLocked(const NewLogFile& log) {
   log_fd_ = log.fd;
   log_header_bytes_ = log.end;
   log_end_ = log.end;
@@ -314,9 +203,11 @@ void StateStore::StartedLogLocked(const NewLog& log) {
 }
 
 bool StateStore::WriteAtEndLocked(absl::string_view data, bool may_wait) {
-  if (!WriteLog(log_fd_, log_end_, data, may_wait)) return false;
+  if (!volume_->WriteLog(log_fd_, log_end_, data, may_wait)) return false;
   log_end_ += static_cast<int64_t>(data.size());
-  if (log_end_ > log_room_) log_room_ = WriteRoom(log_fd_, log_end_, log_end_ + room_bytes_);
+  if (log_end_ > log_room_) {
+    log_room_ = StateVolume::WriteRoom(log_fd_, log_end_, log_end_ + room_bytes_);
+  }
   return true;
 }
 
@@ -350,6 +241,11 @@ void StateStore::Background() {
   }
 }
 
+bool StateStore::StoppedWithin(absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+}
+
 void StateStore::Compact() {
   absl::MutexLock files(&files_mu_);
   int64_t generation = 0;
@@ -357,7 +253,7 @@ void StateStore::Compact() {
     absl::MutexLock lock(&mu_);
     generation = generation_ + 1;
   }
-  auto log = OpenLog(generation);
+  auto log = files_->OpenLog(generation, service_incarnation_);
   if (!log.ok()) {
     // Nothing changed: the log goes on, and grows on to the next try.
     spdlog::error("cannot start a new state log for a compaction: {}",
@@ -388,15 +284,12 @@ void StateStore::Compact() {
     spdlog::warn("{}", Errno("cannot cut the replaced state log to its end in", options_.dir));
   }
   ::close(old_fd);
-  std::optional<runtime::SchedulerChanges> tasks;
-  if (scheduler_ != nullptr) tasks = scheduler_->CaptureState();
-  if (auto s = WriteSnapshot(generation, service_->CaptureState(), tasks ? &*tasks : nullptr);
-      !s.ok()) {
+  if (auto s = WriteSnapshot(generation); !s.ok()) {
     // The older snapshot and both logs still hold everything; try again later.
     spdlog::error("cannot write a snapshot of the durable state: {}", std::string(s.message()));
     return;
   }
-  RemoveBefore(generation);
+  files_->RemoveBefore(generation);
   {
     absl::MutexLock lock(&mu_);
     snapshot_owed_ = false;
@@ -477,10 +370,11 @@ void StateStore::SyncLocked() {
   mu_.Unlock();
   if (options_.before_group_sync) options_.before_group_sync();
   // Waits for space rather than exit once even the reserve is spent: the answers wait.
-  if (!WriteLog(fd, offset, data, /*may_wait=*/true)) {
+  if (!volume_->WriteLog(fd, offset, data, /*may_wait=*/true)) {
     Fatal(Errno("cannot write the state log in", options_.dir));
   }
-  const int64_t room = more_room ? WriteRoom(fd, room_from, room_from + room_bytes_) : 0;
+  const int64_t room =
+      more_room ? StateVolume::WriteRoom(fd, room_from, room_from + room_bytes_) : 0;
   if (::fdatasync(fd) != 0) Fatal(Errno("cannot sync the state log in", options_.dir));
   mu_.Lock();
   if (more_room) log_room_ = room;
@@ -535,136 +429,7 @@ void StateStore::Syncer() {
   syncer_ended_ = true;
 }
 
-// ---- The volume ----------------------------------------------------------------------------
-
-bool StateStore::WriteLog(int fd, int64_t offset, absl::string_view data, bool may_wait) {
-  bool waited = false;
-  while (!data.empty()) {
-    ssize_t n = ::pwrite(fd, data.data(), data.size(), offset);
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-      offset += n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0 || errno != ENOSPC) return false;
-    // A partial write left its part in the file: the rest follows it.
-    if (ReleaseReserve("a write to the state log found no space")) continue;
-    if (!may_wait) {
-      errno = ENOSPC;
-      return false;
-    }
-    if (!waited) {
-      spdlog::error(
-          "the volume of --state-dir {} is full and its reserve spent: {} bytes of "
-          "changes wait for space, and their answers with them",
-          options_.dir, data.size());
-      waited = true;
-    }
-    absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.space_check_interval)) {
-      errno = ENOSPC;
-      return false;
-    }
-  }
-  if (waited) spdlog::info("the volume of --state-dir {} has room again", options_.dir);
-  return true;
-}
-
-int64_t StateStore::WriteRoom(int fd, int64_t from, int64_t to) {
-  static const std::string* const kZeros = new std::string(size_t{64} << 10, '\0');
-  while (from < to) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(to - from, kZeros->size()));
-    const ssize_t wrote = ::pwrite(fd, kZeros->data(), n, from);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) break;
-    from += wrote;
-  }
-  return from;
-}
-
-void StateStore::BecameFullLocked(const std::string& why) {
-  full_why_ = why;
-  volume_full_ = true;
-  spdlog::error(
-      "the volume of --state-dir {} is full ({}): key-value writes are refused with "
-      "RESOURCE_EXHAUSTED until space returns; reads, barriers and task state go on",
-      options_.dir, why);
-}
-
-bool StateStore::ReleaseReserve(const std::string& why) {
-  absl::MutexLock lock(&space_mu_);
-  if (!volume_full_.load()) BecameFullLocked(why);
-  if (!reserve_held_) return false;
-  reserve_held_ = false;
-  ::unlink(absl::StrCat(options_.dir, "/", kReserve).c_str());
-  spdlog::warn("--state-dir {}: its reserve of {} bytes freed for the changes already made",
-               options_.dir, reserve_bytes_);
-  return true;
-}
-
-bool StateStore::MakeReserve() {
-  const std::string path = absl::StrCat(options_.dir, "/", kReserve);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  // Blocks allocated, nothing written: the file holds the room until it is removed.
-  int error = ::posix_fallocate(fd, 0, reserve_bytes_);
-  ::close(fd);
-  if (error != 0) ::unlink(path.c_str());
-  return error == 0;
-}
-
-bool StateStore::CheckSpace() {
-  struct statvfs vs {};
-  if (::statvfs(options_.dir.c_str(), &vs) != 0) return false;
-  int64_t free = static_cast<int64_t>(vs.f_bavail) * static_cast<int64_t>(vs.f_frsize);
-  absl::MutexLock lock(&space_mu_);
-  free_bytes_ = free;
-  if (!volume_full_.load()) {
-    if (!reserve_held_ && MakeReserve()) {
-      reserve_held_ = true;
-      free_bytes_ = free = std::max<int64_t>(0, free - reserve_bytes_);
-    }
-    if (reserve_held_ && free >= reserve_bytes_ / 2) return false;
-    BecameFullLocked(reserve_held_ ? absl::StrCat(free, " bytes free") : "no room for its reserve");
-    return false;
-  }
-  // Full: back once the reserve is whole again with as much free beside it.
-  if (free < (reserve_held_ ? reserve_bytes_ : 2 * reserve_bytes_)) return false;
-  if (!reserve_held_ && !MakeReserve()) return false;
-  reserve_held_ = true;
-  volume_full_ = false;
-  spdlog::info(
-      "the volume of --state-dir {} has room again ({} bytes free): key-value writes "
-      "are accepted",
-      options_.dir, free);
-  return true;
-}
-
-void StateStore::Watcher() {
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.space_check_interval)) {
-        return;
-      }
-    }
-    if (CheckSpace()) {
-      // A start on the full volume could not write its snapshot: now it can.
-      absl::MutexLock lock(&mu_);
-      if (snapshot_owed_) compact_wanted_ = true;
-    }
-  }
-}
-
-absl::Status StateStore::RoomForValues() const {
-  if (!volume_full_.load(std::memory_order_relaxed)) return absl::OkStatus();
-  absl::MutexLock lock(&space_mu_);
-  return absl::ResourceExhaustedError(
-      absl::StrCat("the coordinator's state volume is full (", full_why_,
-                   "): new key-value data is refused until space returns; reads, barriers and task "
-                   "state go on"));
-}
+absl::Status StateStore::RoomForValues() const { return volume_->RoomForValues(); }
 
 // ---- Journal -------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@
 // first frame that is zeros to the end of the file; a log that is closed (Stop) or replaced
 // (compaction) is cut to its end.
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -57,6 +56,9 @@ class Record;
 namespace runtime {
 class TaskScheduler;
 }
+class GenerationFiles;
+class StateVolume;
+struct NewLogFile;
 
 struct StateStoreOptions {
   std::string dir;
@@ -182,24 +184,17 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   StateStore(StateStoreOptions options, const ServiceConfig& config, int lock_fd);
 
   void Append(const state::v1::Record& record);
-  absl::Status WriteSnapshot(int64_t generation, const DurableState& state,
-                             const runtime::SchedulerChanges* scheduler);
-  // A new log: its header written, its first room after it, both synced.
-  struct NewLog {
-    int fd = -1;
-    int64_t end = 0;   // the header's length: where the first change goes
-    int64_t room = 0;  // the file's length
-  };
-  absl::StatusOr<NewLog> OpenLog(int64_t generation);
-  void RemoveBefore(int64_t generation);
+  // The state of service_ and scheduler_ as the snapshot of `generation`.
+  absl::Status WriteSnapshot(int64_t generation);
   void Background();
   void Compact();
+  bool StoppedWithin(absl::Duration wait);  // waits at most `wait` for Stop (true: it came)
   // Waits until no thread is writing or syncing log_fd_.
   void AwaitNoSyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes pending_ to log_fd_ (no sync under way).
   void WritePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `log` becomes log_fd_ (only its header in it).
-  void StartedLogLocked(const NewLog& log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartedLogLocked(const NewLogFile& log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `data` at the log's end (log_end_, which it moves on), and more room after it
   // when it reaches past log_room_. The caller is the only writer of log_fd_.
   bool WriteAtEndLocked(absl::string_view data, bool may_wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -222,21 +217,6 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   // waits for after a while, and at Stop finishes what is left.
   void Syncer();
 
-  // The volume. Writes `data` to the log at `offset`, freeing the reserve when the volume is
-  // full; with `may_wait`, waits for space once the reserve is spent too (false: stopping, or
-  // another error, with errno set).
-  bool WriteLog(int fd, int64_t offset, absl::string_view data, bool may_wait);
-  // Writes zeros from `from` to `to` (room for the log); returns how far it got: the room
-  // never takes the reserve, and a full volume leaves the log to grow as it is written.
-  int64_t WriteRoom(int fd, int64_t from, int64_t to);
-  // Frees the reserve (false: none held) and refuses key-value writes from now on.
-  bool ReleaseReserve(const std::string& why);
-  // The volume is full from now on, for `why` (said in the log and to refused writers).
-  void BecameFullLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(space_mu_);
-  bool MakeReserve();  // allocates the reserve (false: no room)
-  bool CheckSpace();   // true: the volume has room again
-  void Watcher();      // CheckSpace every options_.space_check_interval
-
   const StateStoreOptions options_;
   int64_t compact_bytes_ = 0;  // options_.compact_bytes, or AutoCompactBytes of the volume
   const ServiceConfig config_;
@@ -246,6 +226,9 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   int64_t first_generation_ = 1;    // of the next Start
   CoordinationService* service_ = nullptr;
   runtime::TaskScheduler* scheduler_ = nullptr;
+  // Made by Open, once the sizes are known. The volume's lock is taken after mu_.
+  std::unique_ptr<StateVolume> volume_;
+  std::unique_ptr<GenerationFiles> files_;
 
   // Held while a compaction writes its snapshot and removes the files it replaces.
   absl::Mutex files_mu_;
@@ -284,15 +267,7 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   // Answers on disk, to run in order by whichever thread releases next.
   std::vector<absl::AnyInvocable<void() &&>> releasable_ ABSL_GUARDED_BY(mu_);
   std::thread syncer_;
-
-  // The volume (after mu_ in lock order).
-  int64_t reserve_bytes_ = 0;
-  std::atomic<bool> volume_full_{false};
-  mutable absl::Mutex space_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  bool reserve_held_ ABSL_GUARDED_BY(space_mu_) = false;
-  int64_t free_bytes_ ABSL_GUARDED_BY(space_mu_) = -1;
-  std::string full_why_ ABSL_GUARDED_BY(space_mu_);
-  std::thread watcher_;
+  std::thread watcher_;  // StateVolume::Watch
 };
 
 class MetricsRegistry;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <utility>
@@ -20,9 +21,11 @@
 #include "absl/strings/string_view.h"
 #include "cohort/state/v1/state.pb.h"
 #include "runtime/scheduler/task_scheduler.h"
+#include "service/state/generation_files.h"
 #include "service/state/scheduler_records.h"
 #include "service/state/state_store.h"
 #include "service/state/state_store_internal.h"
+#include "service/state/state_volume.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
@@ -317,13 +320,17 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     spdlog::info("--state-dir {}: its volume holds {} MiB; compacting the log at {} MiB", dir,
                  volume >> 20, store->compact_bytes_ >> 20);
   }
-  store->reserve_bytes_ = ReserveBytes(store->compact_bytes_);
   if (options.log_room_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the log's room must not be negative, not ", options.log_room_bytes));
   }
   store->room_bytes_ =
       options.log_room_bytes > 0 ? options.log_room_bytes : LogRoomBytes(store->compact_bytes_);
+  store->volume_ = std::make_unique<StateVolume>(
+      dir, ReserveBytes(store->compact_bytes_), options.space_check_interval,
+      [self = store.get()](absl::Duration wait) { return self->StoppedWithin(wait); });
+  store->files_ = std::make_unique<GenerationFiles>(store->options_, store->config_,
+                                                    store->room_bytes_, store->volume_.get());
 
   // What is there.
   std::vector<int64_t> snapshots, logs;
