@@ -10,93 +10,28 @@
 
 namespace cohort::runtime {
 
-namespace {
-
-std::string HostOf(const std::string& address) {
-  // "host:port", "[v6]:port".
-  size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
-absl::Status CheckAddress(const std::string& what, const std::string& address) {
-  size_t colon = address.rfind(':');
-  if (address.empty() || colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " '", address, "' is not HOST:PORT"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status TaskScheduler::Fits(size_t have, size_t more, size_t limit, const char* what,
-                                 const char* flag) {
-  if (more <= limit && have <= limit - more) return absl::OkStatus();
-  if (have == 0) {  // a limit on one call
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the scheduler takes at most ", limit, " ", what, " (this call has ", more,
-                     "); the coordinator's ", flag, " raises the limit"));
-  }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the scheduler keeps at most ", limit, " ", what, " (", have, " now, this call adds ", more,
-      "); the coordinator's ", flag, " raises the limit"));
-}
-
-size_t TaskScheduler::ExportedBytes() const {
-  size_t bytes = 0;
-  for (const std::string& f : exported_functions_) bytes += f.size();
-  for (const std::string& v : exported_variables_) bytes += v.size();
-  return bytes;
-}
-
 TaskScheduler::TaskScheduler(const Clock& clock, SchedulerOptions options)
-    : clock_(clock), options_(std::move(options)), next_port_(options_.first_assigned_port) {}
-
-absl::Status TaskScheduler::CheckWorker(WorkerId worker) const {
-  auto it = workers_.find(worker);
-  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker));
-  if (it->second.state == WorkerState::kDead) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker, " was lost or told to die; register again"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status TaskScheduler::CheckStore(StoreId store) const {
-  auto it = stores_.find(store);
-  if (it == stores_.end()) return absl::NotFoundError(absl::StrCat("no object store ", store));
-  if (!it->second.alive) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "object store ", store, " (", it->second.address, ") was lost; register again"));
-  }
-  return absl::OkStatus();
-}
+    : clock_(clock),
+      options_(std::move(options)),
+      members_(clock_, options_.limits, options_.first_assigned_port),
+      functions_(options_.limits) {}
 
 void TaskScheduler::Emit(Effect effect) { effects_.push_back(std::move(effect)); }
 
 absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& address) {
-  if (absl::Status s = CheckAddress("object store address", address); !s.ok()) return s;
-  Mutation lock(this);
-  const size_t alive = static_cast<size_t>(std::count_if(
-      stores_.begin(), stores_.end(), [](const auto& entry) { return entry.second.alive; }));
-  if (absl::Status s =
-          Fits(alive, 1, options_.limits.max_stores, "object stores", "--max-object-stores");
-      !s.ok()) {
+  if (absl::Status s = MemberTable::CheckAddress("object store address", address); !s.ok()) {
     return s;
   }
-  for (auto& [id, store] : stores_) {
+  Mutation lock(this);
+  if (absl::Status s = members_.StoreFits(); !s.ok()) return s;
+  for (auto& [id, store] : members_.stores()) {
     // A store starts empty: one registering again at a known address restarted, and what
     // the old one held is gone.
     if (store.alive && store.address == address) {
       LoseStore(store, absl::StrCat("a store registered again at ", address));
     }
   }
-  StoreId id = next_store_++;
-  stores_[id] = Store{id, address, true, clock_.Now()};
-  changed_stores_.insert(id);
+  StoreId id = members_.AddStore(address);
   Schedule();
   return id;
 }
@@ -105,57 +40,20 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
     const std::string& node_ip, const std::string& objstore_address, bool is_driver,
     const std::string& worker_address) {
   Mutation lock(this);
-  const size_t alive =
-      static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), [](const auto& entry) {
-        return entry.second.state != WorkerState::kDead;
-      }));
-  if (absl::Status s =
-          Fits(alive, 1, options_.limits.max_workers, "workers and drivers", "--max-task-workers");
-      !s.ok()) {
-    return s;
-  }
-  const Store* store = nullptr;
-  for (const auto& [id, s] : stores_) {
-    if (!s.alive) continue;
-    if (!objstore_address.empty() ? s.address == objstore_address
-                                  : !node_ip.empty() && HostOf(s.address) == node_ip) {
-      store = &s;
-      break;
-    }
-  }
-  if (store == nullptr) {
-    return absl::NotFoundError(
-        objstore_address.empty()
-            ? absl::StrCat("no object store registered on node '", node_ip, "'")
-            : absl::StrCat("no object store registered at ", objstore_address));
-  }
-  std::string address = worker_address;
-  if (!address.empty()) {
-    if (absl::Status s = CheckAddress("worker address", address); !s.ok()) return s;
-  } else if (!is_driver) {
-    if (node_ip.empty()) {
-      return absl::InvalidArgumentError(
-          "a worker registers with its own address or a node IP to be given one on");
-    }
-    address = absl::StrCat(node_ip.find(':') != std::string::npos ? "[" + node_ip + "]" : node_ip,
-                           ":", next_port_++);
-    port_changed_ = true;
-  }
+  if (absl::Status s = members_.WorkerFits(); !s.ok()) return s;
+  absl::StatusOr<StoreId> store = members_.StoreFor(node_ip, objstore_address);
+  if (!store.ok()) return store.status();
+  absl::StatusOr<std::string> address = members_.AddressFor(node_ip, is_driver, worker_address);
+  if (!address.ok()) return address.status();
   if (!is_driver) {
-    for (auto& [id, w] : workers_) {
-      if (w.state != WorkerState::kDead && !w.is_driver && w.address == address) {
-        LoseWorker(w, absl::StrCat("a worker registered again at ", address));
+    for (auto& [id, w] : members_.workers()) {
+      if (w.state != WorkerState::kDead && !w.is_driver && w.address == *address) {
+        LoseWorker(w, absl::StrCat("a worker registered again at ", *address));
       }
     }
   }
-  WorkerId id = next_worker_++;
-  Worker& worker = WorkerMut(id);
-  worker.id = id;
-  worker.store = store->id;
-  worker.address = address;
-  worker.is_driver = is_driver;
-  worker.last_seen = clock_.Now();
-  WorkerRegistration registration{id, store->id, address, store->address};
+  const Worker& worker = members_.AddWorker(*store, *address, is_driver);
+  WorkerRegistration registration{worker.id, *store, *address, members_.store(*store).address};
   Schedule();
   return registration;
 }
@@ -164,54 +62,28 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
                                              uint64_t num_return_vals) {
   if (name.empty()) return absl::InvalidArgumentError("a function needs a name");
   Mutation lock(this);
-  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
-  Worker& w = workers_[worker];
-  if (w.is_driver) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker, " is a driver; drivers never run tasks"));
-  }
-  w.last_seen = clock_.Now();
-  auto it = functions_.find(name);
-  if (it == functions_.end()) {
-    if (absl::Status s = Fits(functions_.size(), 1, options_.limits.max_functions, "functions",
-                              "--max-functions");
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (it != functions_.end() && it->second.num_return_vals != num_return_vals) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "function '", name, "' returns ", it->second.num_return_vals,
-        " values where other workers registered it; worker ", worker, " says ", num_return_vals));
-  }
-  changed_functions_.insert(name);
-  Function& function = functions_[name];
-  function.num_return_vals = num_return_vals;
-  function.workers.insert(worker);
+  if (absl::Status s = members_.CheckRunsTasks(worker); !s.ok()) return s;
+  members_.WorkerSeen(worker);
+  if (absl::Status s = functions_.Register(name, worker, num_return_vals); !s.ok()) return s;
   Schedule();
   return absl::OkStatus();
 }
 
 absl::Status TaskScheduler::ExportFunction(std::string implementation) {
-  return Export(&exported_functions_, std::move(implementation), "the function");
+  return Export(FunctionTable::ExportKind::kFunction, std::move(implementation), "the function");
 }
 
 absl::Status TaskScheduler::ExportReusableVariable(std::string reusable_variable) {
-  return Export(&exported_variables_, std::move(reusable_variable), "the reusable variable");
+  return Export(FunctionTable::ExportKind::kReusableVariable, std::move(reusable_variable),
+                "the reusable variable");
 }
 
-absl::Status TaskScheduler::Export(std::vector<std::string>* exports, std::string item,
+absl::Status TaskScheduler::Export(FunctionTable::ExportKind kind, std::string item,
                                    const char* what) {
   if (item.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   Mutation lock(this);
-  if (absl::Status s =
-          Fits(ExportedBytes(), item.size(), options_.limits.max_export_bytes,
-               "bytes of exported functions and reusable variables", "--max-export-bytes");
-      !s.ok()) {
-    return s;
-  }
-  exports->push_back(std::move(item));
-  for (auto& [id, w] : workers_) {
+  if (absl::Status s = functions_.Export(kind, std::move(item)); !s.ok()) return s;
+  for (auto& [id, w] : members_.workers()) {
     if (!w.is_driver && w.state != WorkerState::kDead && w.state != WorkerState::kRegistered) {
       SendExports(w);
     }
@@ -221,14 +93,7 @@ absl::Status TaskScheduler::Export(std::vector<std::string>* exports, std::strin
 
 void TaskScheduler::SendExports(Worker& worker) {
   Changed(worker);
-  for (; worker.functions_sent < exported_functions_.size(); ++worker.functions_sent) {
-    Emit(ImportFunctionEffect{worker.id, worker.address,
-                              exported_functions_[worker.functions_sent]});
-  }
-  for (; worker.variables_sent < exported_variables_.size(); ++worker.variables_sent) {
-    Emit(ImportReusableVariableEffect{worker.id, worker.address,
-                                      exported_variables_[worker.variables_sent]});
-  }
+  functions_.SendExports(worker, &effects_);
 }
 
 absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec task,
@@ -243,7 +108,7 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
     if (!repeated->status.ok()) return repeated->status;
     return SubmitResult{repeated->function_registered, repeated->ids};
   }
-  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
   if (absl::Status s = Fits(0, task.args.size(), options_.limits.max_ids_per_call,
                             "arguments in one task", "--max-ids-per-call");
       !s.ok()) {
@@ -267,16 +132,16 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
       }
     }
   }
-  Worker& submitter = workers_[worker];
+  Worker& submitter = members_.worker(worker);
   submitter.last_seen = clock_.Now();
-  auto fn = functions_.find(task.function_name);
-  if (fn == functions_.end()) {
+  const Function* fn = functions_.Find(task.function_name);
+  if (fn == nullptr) {
     Remember(call, CallOutcome{absl::OkStatus(), false, {}});
     return SubmitResult{false, {}};
   }
 
-  if (absl::Status s = Fits(objects_.size(), fn->second.num_return_vals,
-                            options_.limits.max_objects, "object ids", "--max-objects");
+  if (absl::Status s = Fits(objects_.size(), fn->num_return_vals, options_.limits.max_objects,
+                            "object ids", "--max-objects");
       !s.ok()) {
     return s;
   }
@@ -285,7 +150,7 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
   op.id = id;
   op.creator = submitter.is_driver ? 0 : submitter.current;
   op.submitter = worker;
-  for (uint64_t i = 0; i < fn->second.num_return_vals; ++i) {
+  for (uint64_t i = 0; i < fn->num_return_vals; ++i) {
     task.results.push_back(objects_.Create(id, 0));
   }
   op.task = std::move(task);
@@ -310,11 +175,7 @@ void TaskScheduler::Enqueue(Operation& op) {
 }
 
 void TaskScheduler::Schedule() {
-  auto any_idle = [this] {
-    return std::any_of(workers_.begin(), workers_.end(),
-                       [](const auto& entry) { return entry.second.state == WorkerState::kIdle; });
-  };
-  if (queue_.empty() || !any_idle()) return;
+  if (queue_.empty() || !members_.AnyIdle()) return;
   std::deque<OperationId> waiting;
   while (!queue_.empty()) {
     OperationId id = queue_.front();
@@ -330,8 +191,8 @@ void TaskScheduler::Schedule() {
       waiting.push_back(id);
       continue;
     }
-    Assign(op, workers_[worker]);
-    if (!any_idle()) break;
+    Assign(op, members_.worker(worker));
+    if (!members_.AnyIdle()) break;
   }
   // What was not looked at keeps its place behind what waited.
   waiting.insert(waiting.end(), queue_.begin(), queue_.end());
@@ -354,13 +215,13 @@ bool TaskScheduler::ArgumentsReady(Operation& op) {
 }
 
 WorkerId TaskScheduler::PickWorker(const Operation& op) {
-  auto fn = functions_.find(op.task.function_name);
-  if (fn == functions_.end()) return 0;
+  const Function* fn = functions_.Find(op.task.function_name);
+  if (fn == nullptr) return 0;
   // The idle worker whose store already holds the most arguments: fewest transfers.
   WorkerId best = 0;
   int best_local = -1;
-  for (WorkerId id : fn->second.workers) {
-    const Worker& w = workers_[id];
+  for (WorkerId id : fn->workers) {
+    const Worker& w = members_.worker(id);
     if (w.state != WorkerState::kIdle) continue;
     int local = 0;
     for (const TaskArg& arg : op.task.args) {
@@ -395,7 +256,7 @@ void TaskScheduler::Assign(Operation& op, Worker& worker) {
 
 void TaskScheduler::DispatchIfLocal(Operation& op) {
   if (op.state != OpState::kAssigned) return;
-  Worker& worker = workers_[op.worker];
+  Worker& worker = members_.worker(op.worker);
   TaskSpec task = op.task;
   for (TaskArg& arg : task.args) {
     if (arg.id == 0) continue;
@@ -413,7 +274,7 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
   op.state = succeeded ? OpState::kSucceeded : OpState::kFailed;
   op.error = succeeded ? "" : error;
   std::string worker_address;
-  if (op.worker != 0) worker_address = workers_[op.worker].address;
+  if (op.worker != 0) worker_address = members_.worker(op.worker).address;
   for (size_t i = 0; i < op.task.results.size(); ++i) {
     ObjectId result = op.task.results[i];
     const ObjectRecord* record = objects_.Find(result);
@@ -501,12 +362,8 @@ void TaskScheduler::ForgetIfIdle(ObjectId id) {
 absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<FinishedTask> previous,
                                             bool leaving) {
   Mutation lock(this);
-  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
-  Worker& w = workers_[worker];
-  if (w.is_driver) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker, " is a driver; drivers never run tasks"));
-  }
+  if (absl::Status s = members_.CheckRunsTasks(worker); !s.ok()) return s;
+  Worker& w = members_.worker(worker);
   w.last_seen = clock_.Now();
   if (previous.has_value() && previous->operation != 0 && previous->operation != w.current) {
     // Sent again after a restart of the coordinator, which had taken it already.
@@ -547,9 +404,7 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
 void TaskScheduler::Leave(Worker& worker) {
   Changed(worker);
   worker.state = WorkerState::kDead;
-  for (auto& [name, function] : functions_) {
-    if (function.workers.erase(worker.id) > 0) changed_functions_.insert(name);
-  }
+  functions_.DropWorker(worker.id);
   if (worker.current != 0) {
     Operation& op = OpMut(worker.current);
     if (op.state == OpState::kAssigned || op.state == OpState::kRunning) Enqueue(op);
@@ -565,26 +420,20 @@ bool TaskScheduler::KillWorkers() {
       return false;
     }
   }
-  for (auto& [id, w] : workers_) {
+  for (auto& [id, w] : members_.workers()) {
     if (w.is_driver || w.state == WorkerState::kDead) continue;
     Emit(DieEffect{id, w.address});
     w.state = WorkerState::kDead;
     Changed(w);
   }
-  for (const auto& [name, function] : functions_) changed_functions_.insert(name);
-  functions_.clear();
-  exported_functions_.clear();
-  exported_variables_.clear();
-  exports_cleared_ = true;
-  journaled_functions_ = 0;
-  journaled_variables_ = 0;
+  functions_.Clear();
   return true;
 }
 
 void TaskScheduler::WorkerLost(WorkerId worker, const std::string& reason) {
   Mutation lock(this);
-  auto it = workers_.find(worker);
-  if (it == workers_.end() || it->second.state == WorkerState::kDead) return;
+  auto it = members_.workers().find(worker);
+  if (it == members_.workers().end() || it->second.state == WorkerState::kDead) return;
   LoseWorker(it->second, reason);
   Schedule();
 }
@@ -593,9 +442,7 @@ void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
   worker.state = WorkerState::kDead;
   Changed(worker);
   ++counters_.workers_lost;
-  for (auto& [name, function] : functions_) {
-    if (function.workers.erase(worker.id) > 0) changed_functions_.insert(name);
-  }
+  functions_.DropWorker(worker.id);
   if (worker.current == 0) return;
   Operation& op = OpMut(worker.current);
   worker.current = 0;
@@ -613,14 +460,12 @@ void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
 
 void TaskScheduler::WorkerSeen(WorkerId worker) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(worker);
-  if (it != workers_.end()) it->second.last_seen = clock_.Now();
+  members_.WorkerSeen(worker);
 }
 
 void TaskScheduler::StoreSeen(StoreId store) {
   absl::MutexLock lock(&mu_);
-  auto it = stores_.find(store);
-  if (it != stores_.end()) it->second.last_seen = clock_.Now();
+  members_.StoreSeen(store);
 }
 
 void TaskScheduler::CheckLiveness() {
@@ -629,31 +474,19 @@ void TaskScheduler::CheckLiveness() {
   absl::Time now = clock_.Now();
   std::string silent =
       absl::StrCat("not heard from for ", absl::FormatDuration(options_.liveness_timeout));
-  for (auto& [id, store] : stores_) {
-    if (store.alive && now - store.last_seen > options_.liveness_timeout) {
-      LoseStore(store, silent);
-    }
+  for (StoreId id : members_.SilentStores(now, options_.liveness_timeout)) {
+    LoseStore(members_.store(id), silent);
   }
-  for (auto& [id, w] : workers_) {
-    // Drivers serve nothing the scheduler could ask; they are lost only when reported.
-    if (!w.is_driver && w.state != WorkerState::kDead &&
-        now - w.last_seen > options_.liveness_timeout) {
-      LoseWorker(w, silent);
-    }
+  // After the stores: their workers were lost with them.
+  for (WorkerId id : members_.SilentWorkers(now, options_.liveness_timeout)) {
+    LoseWorker(members_.worker(id), silent);
   }
   Schedule();
 }
 
 std::vector<LivenessTarget> TaskScheduler::LivenessTargets() const {
   absl::MutexLock lock(&mu_);
-  std::vector<LivenessTarget> targets;
-  for (const auto& [id, store] : stores_) {
-    if (store.alive) targets.push_back({true, id, store.address});
-  }
-  for (const auto& [id, w] : workers_) {
-    if (!w.is_driver && w.state != WorkerState::kDead) targets.push_back({false, id, w.address});
-  }
-  return targets;
+  return members_.LivenessTargets();
 }
 
 TaskInfoView TaskScheduler::TaskInfo() const {
@@ -662,7 +495,7 @@ TaskInfoView TaskScheduler::TaskInfo() const {
   for (const auto& [id, op] : operations_) {
     if (op.put_object != 0) continue;
     std::string address;
-    if (op.worker != 0) address = workers_.at(op.worker).address;
+    if (op.worker != 0) address = members_.workers().at(op.worker).address;
     if (op.state == OpState::kFailed) {
       view.failed.push_back({id, op.task.function_name, address, op.error});
     } else if (op.state == OpState::kAssigned || op.state == OpState::kRunning) {
@@ -677,11 +510,11 @@ SchedulerInfoView TaskScheduler::SchedulerInfo() const {
   absl::MutexLock lock(&mu_);
   SchedulerInfoView view;
   view.queued.assign(queue_.begin(), queue_.end());
-  for (const auto& [name, function] : functions_) {
+  for (const auto& [name, function] : functions_.functions()) {
     view.functions[name] = {std::vector<WorkerId>(function.workers.begin(), function.workers.end()),
                             function.num_return_vals};
   }
-  for (const auto& [id, w] : workers_) {
+  for (const auto& [id, w] : members_.workers()) {
     if (w.state == WorkerState::kIdle) view.idle_workers.push_back(id);
   }
   // Indexed by object id, as in the original (entry 0 stands for no object).
@@ -710,11 +543,11 @@ SchedulerStats TaskScheduler::Stats() const {
     if (op.state == OpState::kQueued) ++stats.tasks_queued;
     if (op.state == OpState::kAssigned || op.state == OpState::kRunning) ++stats.tasks_running;
   }
-  for (const auto& [id, w] : workers_) {
+  for (const auto& [id, w] : members_.workers()) {
     if (!w.is_driver && w.state != WorkerState::kDead) ++stats.workers_alive;
   }
   absl::flat_hash_map<StoreId, size_t> index;
-  for (const auto& [id, store] : stores_) {
+  for (const auto& [id, store] : members_.stores()) {
     index[id] = stats.stores.size();
     stats.stores.push_back({id, store.address, store.alive, 0, 0});
   }

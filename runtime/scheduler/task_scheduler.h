@@ -20,36 +20,14 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "runtime/scheduler/effects.h"
+#include "runtime/scheduler/function_table.h"
 #include "runtime/scheduler/ids.h"
+#include "runtime/scheduler/member_table.h"
 #include "runtime/scheduler/object_table.h"
+#include "runtime/scheduler/scheduler_limits.h"
 #include "runtime/scheduler/scheduler_state.h"
 
 namespace cohort::runtime {
-
-// What a caller with the job's token can make the scheduler keep. A call past a limit is refused
-// RESOURCE_EXHAUSTED, naming the limit and the coordinator's flag that raises it, and changes
-// nothing.
-struct SchedulerLimits {
-  // Tasks and puts kept (--max-tasks): those not finished, and the finished ones of the history.
-  size_t max_tasks = 1'000'000;
-  // Finished tasks and puts kept, the newest (--task-history): the lineage a lost object is
-  // computed again from. Past it the oldest is forgotten, with the records of its results that
-  // were let go. Keep it below max_tasks, or finished tasks can fill that.
-  size_t task_history = 100'000;
-  // Object ids kept (--max-objects): task results and puts, and the ids they contain.
-  size_t max_objects = 4'000'000;
-  // Workers and drivers registered and not lost (--max-task-workers).
-  size_t max_workers = 10'000;
-  // Object stores registered and not lost (--max-object-stores).
-  size_t max_stores = 10'000;
-  // Names in the function table (--max-functions).
-  size_t max_functions = 100'000;
-  // Bytes of exported functions and reusable variables, in all (--max-export-bytes).
-  size_t max_export_bytes = size_t{1} << 30;
-  // Object ids one call names (--max-ids-per-call): reference counts, contained ids, a task's
-  // arguments.
-  size_t max_ids_per_call = 100'000;
-};
 
 struct SchedulerOptions {
   SchedulerLimits limits;
@@ -71,13 +49,6 @@ struct WorkerRegistration {
   StoreId store = 0;
   std::string worker_address;
   std::string store_address;
-};
-
-// A worker or store the transport probes for liveness.
-struct LivenessTarget {
-  bool is_store = false;
-  uint64_t id = 0;
-  std::string address;
 };
 
 // A call that must not take effect twice: the client's worker id and the call's number, unique
@@ -166,7 +137,8 @@ struct SchedulerStats {
 // machine with no transport: every call changes state and may record effects (calls to
 // workers and stores) that the transport drains with TakeEffects and carries out, reporting
 // back what it learns (ObjReady, ReadyForNewTask, DeliveryFailed, WorkerLost, StoreLost).
-// Thread-safe; one lock.
+// Thread-safe; one lock. Who is registered is kept in a MemberTable, the functions and exports
+// in a FunctionTable, the objects in an ObjectTable; what happens to tasks is decided here.
 //
 // Beyond the original: a lost worker's task runs again elsewhere (up to max_task_retries),
 // and an object whose every copy was lost is rebuilt by running the task that computed it
@@ -278,12 +250,8 @@ class TaskScheduler {
     changed_operations_.insert(id);
     return operations_[id];
   }
-  Worker& WorkerMut(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_workers_.insert(id);
-    return workers_[id];
-  }
   void Changed(const Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_workers_.insert(worker.id);
+    members_.Changed(worker);
   }
   void Changed(const Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     changed_operations_.insert(op.id);
@@ -295,12 +263,6 @@ class TaskScheduler {
     changed_deliveries_.insert(key);
   }
 
-  absl::Status CheckWorker(WorkerId worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED unless `more` new ones fit beside `have` under `limit` (SchedulerLimits).
-  static absl::Status Fits(size_t have, size_t more, size_t limit, const char* what,
-                           const char* flag);
-  size_t ExportedBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckStore(StoreId store) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Effect effect) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether every object argument is ready; fails the task if one failed.
@@ -334,20 +296,17 @@ class TaskScheduler {
   void ForgetOperation(OperationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets `id`'s record if it was let go and nothing under way names it.
   void ForgetIfIdle(ObjectId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds `item` (a function or reusable variable, `what` in errors) to `exports` within
+  // Exports `item` (a function or reusable variable, `what` in errors) within
   // --max-export-bytes, and sends it to every worker that runs tasks.
-  absl::Status Export(std::vector<std::string>* exports, std::string item, const char* what)
+  absl::Status Export(FunctionTable::ExportKind kind, std::string item, const char* what)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const Clock& clock_;
   const SchedulerOptions options_;
   mutable absl::Mutex mu_;
   ObjectTable objects_ ABSL_GUARDED_BY(mu_);
-  absl::btree_map<StoreId, Store> stores_ ABSL_GUARDED_BY(mu_);
-  absl::btree_map<WorkerId, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Function> functions_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> exported_functions_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> exported_variables_ ABSL_GUARDED_BY(mu_);
+  MemberTable members_ ABSL_GUARDED_BY(mu_);
+  FunctionTable functions_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<OperationId, Operation> operations_ ABSL_GUARDED_BY(mu_);
   std::deque<OperationId> queue_ ABSL_GUARDED_BY(mu_);
   // Finished operations, oldest first, as (finished_seq, id); an entry whose operation's
@@ -368,24 +327,14 @@ class TaskScheduler {
   // Repeated calls: (worker, number) -> outcome, and each worker's numbers oldest first.
   absl::flat_hash_map<std::pair<WorkerId, uint64_t>, CallOutcome> calls_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WorkerId, std::deque<uint64_t>> call_order_ ABSL_GUARDED_BY(mu_);
-  // What changed since the last journal entry.
-  absl::btree_set<StoreId> changed_stores_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<WorkerId> changed_workers_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<std::string> changed_functions_ ABSL_GUARDED_BY(mu_);
-  bool exports_cleared_ ABSL_GUARDED_BY(mu_) = false;
-  size_t journaled_functions_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t journaled_variables_ ABSL_GUARDED_BY(mu_) = 0;
+  // What changed since the last journal entry (the tables keep their own).
   absl::btree_set<OperationId> changed_operations_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<ObjectId> changed_wanted_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<std::pair<StoreId, ObjectId>> changed_deliveries_ ABSL_GUARDED_BY(mu_);
   std::vector<RememberedCall> new_calls_ ABSL_GUARDED_BY(mu_);
-  bool port_changed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> journaled_counters_ ABSL_GUARDED_BY(mu_);
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // the cumulative fields only
   OperationId next_operation_ ABSL_GUARDED_BY(mu_) = 1;
-  StoreId next_store_ ABSL_GUARDED_BY(mu_) = 1;
-  WorkerId next_worker_ ABSL_GUARDED_BY(mu_) = 1;
-  int next_port_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::runtime

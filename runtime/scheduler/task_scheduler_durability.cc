@@ -35,22 +35,12 @@ void TaskScheduler::JournalLocked() {
   TrimHistory();
   std::vector<ObjectId> objects = objects_.TakeChanged();
   std::vector<ObjectId> forgotten_objects = objects_.TakeForgotten();
+  SchedulerChanges changes;
+  // The tables forget what changed even when there is no journal to tell.
+  SchedulerChanges* told = journal_ != nullptr ? &changes : nullptr;
+  members_.TakeChanges(told);
+  functions_.TakeChanges(told);
   if (journal_ != nullptr) {
-    SchedulerChanges changes;
-    for (StoreId id : changed_stores_) changes.stores.push_back(stores_.at(id));
-    for (WorkerId id : changed_workers_) changes.workers.push_back(workers_.at(id));
-    for (const std::string& name : changed_functions_) {
-      auto it = functions_.find(name);
-      changes.functions.emplace_back(
-          name, it == functions_.end() ? std::nullopt : std::optional<Function>(it->second));
-    }
-    changes.exports_cleared = exports_cleared_;
-    for (size_t i = journaled_functions_; i < exported_functions_.size(); ++i) {
-      changes.exported_functions.emplace_back(i, exported_functions_[i]);
-    }
-    for (size_t i = journaled_variables_; i < exported_variables_.size(); ++i) {
-      changes.exported_variables.emplace_back(i, exported_variables_[i]);
-    }
     for (OperationId id : changed_operations_) changes.operations.push_back(operations_.at(id));
     std::sort(objects.begin(), objects.end());
     for (ObjectId id : objects) changes.objects.emplace_back(id, *objects_.Find(id));
@@ -65,7 +55,6 @@ void TaskScheduler::JournalLocked() {
           key, it == deliveries_.end() ? std::nullopt : std::optional<Delivery>(it->second));
     }
     changes.calls = std::move(new_calls_);
-    if (port_changed_) changes.next_port = next_port_;
     std::vector<uint64_t> counters = CountersOf(counters_);
     if (counters != journaled_counters_) {
       changes.counters = counters;
@@ -76,17 +65,10 @@ void TaskScheduler::JournalLocked() {
     if (!changes.empty()) journal_->SchedulerChanged(changes);
   }
   forgotten_operations_.clear();
-  changed_stores_.clear();
-  changed_workers_.clear();
-  changed_functions_.clear();
   changed_operations_.clear();
   changed_wanted_.clear();
   changed_deliveries_.clear();
   new_calls_.clear();
-  exports_cleared_ = false;
-  port_changed_ = false;
-  journaled_functions_ = exported_functions_.size();
-  journaled_variables_ = exported_variables_.size();
 }
 
 const CallOutcome* TaskScheduler::Repeated(const CallId& call) const {
@@ -110,35 +92,8 @@ void TaskScheduler::Remember(const CallId& call, CallOutcome outcome) {
 
 void TaskScheduler::ApplyLocked(const SchedulerChanges& changes) {
   const absl::Time now = clock_.Now();
-  for (Store store : changes.stores) {
-    store.last_seen = now;
-    next_store_ = std::max(next_store_, store.id + 1);
-    stores_[store.id] = std::move(store);
-  }
-  for (Worker worker : changes.workers) {
-    worker.last_seen = now;
-    next_worker_ = std::max(next_worker_, worker.id + 1);
-    workers_[worker.id] = std::move(worker);
-  }
-  for (const auto& [name, function] : changes.functions) {
-    if (function.has_value()) {
-      functions_[name] = *function;
-    } else {
-      functions_.erase(name);
-    }
-  }
-  if (changes.exports_cleared) {
-    exported_functions_.clear();
-    exported_variables_.clear();
-  }
-  for (const auto& [index, implementation] : changes.exported_functions) {
-    if (exported_functions_.size() <= index) exported_functions_.resize(index + 1);
-    exported_functions_[index] = implementation;
-  }
-  for (const auto& [index, variable] : changes.exported_variables) {
-    if (exported_variables_.size() <= index) exported_variables_.resize(index + 1);
-    exported_variables_[index] = variable;
-  }
+  members_.Apply(changes, now);
+  functions_.Apply(changes);
   for (Operation op : changes.operations) {
     op.queued_at = now;
     op.finished_seq = 0;
@@ -176,7 +131,6 @@ void TaskScheduler::ApplyLocked(const SchedulerChanges& changes) {
   for (const RememberedCall& call : changes.calls) {
     Remember({call.worker, call.call}, call.outcome);
   }
-  if (changes.next_port.has_value()) next_port_ = *changes.next_port;
   if (changes.counters.has_value()) SetCounters(*changes.counters, &counters_);
 }
 
@@ -196,8 +150,10 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
   // An id handed out, whose record may have been forgotten since (the history): what an
   // alias to announce, or a finished task's argument, may name.
   auto handed_out = [next_id](ObjectId id) { return id != 0 && id < next_id; };
-  for (const auto& [id, w] : workers_) {
-    if (!stores_.contains(w.store)) return bad("worker ", id, " names store ", w.store);
+  const auto& workers = members_.workers();
+  const auto& stores = members_.stores();
+  for (const auto& [id, w] : workers) {
+    if (!stores.contains(w.store)) return bad("worker ", id, " names store ", w.store);
     if (w.current != 0 && !operations_.contains(w.current)) {
       return bad("worker ", id, " names operation ", w.current);
     }
@@ -209,16 +165,18 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
       }
     }
   }
-  for (const auto& [name, f] : functions_) {
+  for (const auto& [name, f] : functions_.functions()) {
     for (WorkerId w : f.workers) {
-      if (!workers_.contains(w)) return bad("function ", name, " names worker ", w);
+      if (!workers.contains(w)) return bad("function ", name, " names worker ", w);
     }
   }
-  for (size_t i = 0; i < exported_functions_.size(); ++i) {
-    if (exported_functions_[i].empty()) return bad("exported function ", i, " is missing");
+  const std::vector<std::string>& exported_functions = functions_.exported_functions();
+  for (size_t i = 0; i < exported_functions.size(); ++i) {
+    if (exported_functions[i].empty()) return bad("exported function ", i, " is missing");
   }
-  for (size_t i = 0; i < exported_variables_.size(); ++i) {
-    if (exported_variables_[i].empty()) return bad("reusable variable ", i, " is missing");
+  const std::vector<std::string>& exported_variables = functions_.exported_variables();
+  for (size_t i = 0; i < exported_variables.size(); ++i) {
+    if (exported_variables[i].empty()) return bad("reusable variable ", i, " is missing");
   }
   // Objects before operations: the checks of operations follow alias chains, known by then
   // to end.
@@ -246,7 +204,7 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
       return;
     }
     for (StoreId s : r.locations) {
-      if (!stores_.contains(s)) damage = bad("object ", id, " is at store ", s);
+      if (!stores.contains(s)) damage = bad("object ", id, " is at store ", s);
     }
     if (r.producer >= next_operation_) {  // one below it may have left the history
       damage = bad("object ", id, " names operation ", r.producer);
@@ -272,12 +230,12 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
     if (op.put_object != 0 && !object(op.put_object)) {
       return bad("operation ", id, " names object ", op.put_object);
     }
-    if (op.worker != 0 && !workers_.contains(op.worker)) {
+    if (op.worker != 0 && !workers.contains(op.worker)) {
       return bad("operation ", id, " names worker ", op.worker);
     }
     if (op.state == OpState::kAssigned || op.state == OpState::kRunning) {
-      auto w = workers_.find(op.worker);
-      if (w == workers_.end() || w->second.current != id || w->second.state != WorkerState::kBusy) {
+      auto w = workers.find(op.worker);
+      if (w == workers.end() || w->second.current != id || w->second.state != WorkerState::kBusy) {
         return bad("operation ", id, " runs on worker ", op.worker, ", which does not run it");
       }
     }
@@ -285,14 +243,14 @@ absl::Status TaskScheduler::CheckRestoredLocked() const {
   for (const auto& [canonical, waiting] : wanted_) {
     if (!object(canonical)) return bad("a store waits for object ", canonical);
     for (const auto& [store, requested] : waiting) {
-      if (!stores_.contains(store) || !handed_out(requested)) {
+      if (!stores.contains(store) || !handed_out(requested)) {
         return bad("store ", store, " waits for object ", requested);
       }
     }
   }
   for (const auto& [key, delivery] : deliveries_) {
-    if (!stores_.contains(key.first) || !object(key.second) ||
-        (delivery.from != 0 && !stores_.contains(delivery.from))) {
+    if (!stores.contains(key.first) || !object(key.second) ||
+        (delivery.from != 0 && !stores.contains(delivery.from))) {
       return bad("a delivery of object ", key.second, " to store ", key.first);
     }
     for (ObjectId a : delivery.aliases) {
@@ -322,8 +280,8 @@ absl::Status TaskScheduler::FinishRestore() {
     if (op.state == OpState::kAssigned) {
       DispatchIfLocal(op);
     } else if (op.state == OpState::kRunning) {
-      auto found = workers_.find(op.worker);
-      if (found == workers_.end()) continue;
+      auto found = members_.workers().find(op.worker);
+      if (found == members_.workers().end()) continue;
       const Worker& worker = found->second;
       TaskSpec task = op.task;
       for (TaskArg& arg : task.args) {
@@ -345,11 +303,11 @@ absl::Status TaskScheduler::FinishRestore() {
     if (record.alias_of == 0 || record.released) return;
     ObjectId canonical = objects_.Canonical(id);
     for (StoreId store : objects_.Find(canonical)->locations) {
-      const Store& s = stores_.at(store);
+      const Store& s = members_.stores().at(store);
       if (s.alive) Emit(NotifyAliasEffect{store, s.address, id, canonical});
     }
   });
-  for (auto& [id, w] : workers_) {
+  for (auto& [id, w] : members_.workers()) {
     if (w.is_driver || w.state == WorkerState::kDead || w.state == WorkerState::kRegistered) {
       continue;
     }
@@ -370,16 +328,8 @@ void TaskScheduler::SetJournal(SchedulerJournal* journal) {
 SchedulerChanges TaskScheduler::CaptureState() const {
   absl::MutexLock lock(&mu_);
   SchedulerChanges state;
-  for (const auto& [id, store] : stores_) state.stores.push_back(store);
-  for (const auto& [id, worker] : workers_) state.workers.push_back(worker);
-  for (const auto& [name, function] : functions_) state.functions.emplace_back(name, function);
-  state.exports_cleared = true;
-  for (size_t i = 0; i < exported_functions_.size(); ++i) {
-    state.exported_functions.emplace_back(i, exported_functions_[i]);
-  }
-  for (size_t i = 0; i < exported_variables_.size(); ++i) {
-    state.exported_variables.emplace_back(i, exported_variables_[i]);
-  }
+  members_.Capture(&state);
+  functions_.Capture(&state);
   for (const auto& [id, op] : operations_) state.operations.push_back(op);
   objects_.ForEach(
       [&](ObjectId id, const ObjectRecord& record) { state.objects.emplace_back(id, record); });
@@ -400,7 +350,6 @@ SchedulerChanges TaskScheduler::CaptureState() const {
       state.calls.push_back({worker, number, calls_.at({worker, number})});
     }
   }
-  state.next_port = next_port_;
   state.counters = CountersOf(counters_);
   state.next_operation = next_operation_;
   state.next_object = objects_.next_id();

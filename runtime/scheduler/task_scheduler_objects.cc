@@ -13,7 +13,7 @@ absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
     if (!repeated->status.ok()) return repeated->status;
     return repeated->ids.at(0);
   }
-  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
   if (absl::Status s =
           Fits(operations_.size(), 1, options_.limits.max_tasks, "tasks and puts", "--max-tasks");
       !s.ok()) {
@@ -24,7 +24,7 @@ absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
       !s.ok()) {
     return s;
   }
-  Worker& w = workers_[worker];
+  Worker& w = members_.worker(worker);
   w.last_seen = clock_.Now();
   ObjectId object = objects_.Create(0, worker);
   OperationId id = next_operation_++;
@@ -42,11 +42,11 @@ absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
 
 absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t size) {
   Mutation lock(this);
-  if (absl::Status s = CheckStore(store); !s.ok()) return s;
+  if (absl::Status s = members_.CheckStore(store); !s.ok()) return s;
   ObjectRecord* record = objects_.FindMutable(object);
   if (record == nullptr && object != 0 && object <= objects_.last_id()) {
     // Let go and forgotten (the history) before this copy landed: the store drops it.
-    const Store& s = stores_[store];
+    const Store& s = members_.store(store);
     Emit(DeallocateEffect{store, s.address, object});
     return absl::OkStatus();
   }
@@ -55,7 +55,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
     return absl::FailedPreconditionError(absl::StrCat(
         "object ", object, " is an alias of ", record->alias_of, "; a store holds canonical ids"));
   }
-  Store& s = stores_[store];
+  Store& s = members_.store(store);
   s.last_seen = clock_.Now();
   Delivery delivery;
   if (auto it = deliveries_.find({store, object}); it != deliveries_.end()) {
@@ -82,7 +82,7 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
     WantedChanged(object);
     for (const auto& [to, requested] : waiting) WantAt(to, requested, object);
   }
-  for (auto& [id, w] : workers_) {
+  for (auto& [id, w] : members_.workers()) {
     if (w.state == WorkerState::kBusy && w.store == store) DispatchIfLocal(operations_[w.current]);
   }
   Schedule();
@@ -91,16 +91,16 @@ absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t si
 
 absl::Status TaskScheduler::RequestObj(WorkerId worker, ObjectId object) {
   Mutation lock(this);
-  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
   if (absl::Status s = objects_.CheckLive(object); !s.ok()) return s;
-  Worker& w = workers_[worker];
+  Worker& w = members_.worker(worker);
   w.last_seen = clock_.Now();
   WantAt(w.store, object, objects_.Canonical(object));
   return absl::OkStatus();
 }
 
 void TaskScheduler::WantAt(StoreId store, ObjectId requested, ObjectId canonical) {
-  const Store& s = stores_[store];
+  const Store& s = members_.store(store);
   if (!s.alive) return;
   const ObjectRecord* record = objects_.Find(canonical);
   if (record->locations.contains(store)) {
@@ -139,7 +139,8 @@ void TaskScheduler::Deliver(StoreId to, ObjectId canonical) {
   StoreId from = sources[delivery.attempt % sources.size()];
   delivery.from = from;
   ++counters_.deliveries;
-  Emit(DeliverEffect{to, stores_[to].address, stores_[from].address, canonical, delivery.attempt});
+  Emit(DeliverEffect{to, members_.store(to).address, members_.store(from).address, canonical,
+                     delivery.attempt});
 }
 
 void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::string& reason) {
@@ -147,7 +148,7 @@ void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::st
   auto it = deliveries_.find({to, canonical});
   if (it == deliveries_.end()) return;
   DeliveryChanged({to, canonical});
-  if (!stores_[to].alive) {
+  if (!members_.store(to).alive) {
     deliveries_.erase(it);
     return;
   }
@@ -238,7 +239,7 @@ absl::Status TaskScheduler::AddContainedObjectIDs(ObjectId object,
 void TaskScheduler::Deallocate(const std::vector<Deallocation>& freed) {
   for (const Deallocation& d : freed) {
     for (StoreId store : d.stores) {
-      const Store& s = stores_[store];
+      const Store& s = members_.store(store);
       if (s.alive) Emit(DeallocateEffect{store, s.address, d.canonical});
     }
     if (wanted_.erase(d.canonical) > 0) WantedChanged(d.canonical);
@@ -259,19 +260,19 @@ void TaskScheduler::FailObject(ObjectId canonical, const std::string& error) {
 
 void TaskScheduler::StoreLost(StoreId store, const std::string& reason) {
   Mutation lock(this);
-  auto it = stores_.find(store);
-  if (it == stores_.end() || !it->second.alive) return;
+  auto it = members_.stores().find(store);
+  if (it == members_.stores().end() || !it->second.alive) return;
   LoseStore(it->second, reason);
   Schedule();
 }
 
 void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
   store.alive = false;
-  changed_stores_.insert(store.id);
+  members_.Changed(store);
   ++counters_.stores_lost;
   std::string why =
       absl::StrCat("object store ", store.id, " at ", store.address, " was lost: ", reason);
-  for (auto& [id, w] : workers_) {
+  for (auto& [id, w] : members_.workers()) {
     if (w.store == store.id && w.state != WorkerState::kDead) LoseWorker(w, why);
   }
   // Deliveries to it are moot; those from it start again from another copy, or wait.
