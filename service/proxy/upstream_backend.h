@@ -37,7 +37,9 @@
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
+#include "service/proxy/local_task_table.h"
 #include "service/proxy/upstream_key_watch.h"
+#include "service/proxy/upstream_link.h"
 #include "service/proxy/upstream_messages.h"
 #include "service/proxy/upstream_park.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
@@ -86,7 +88,7 @@ struct UpstreamSendOptions {
 
 class UpstreamBackend final : public CoordinationBackend {
  public:
-  enum class Link { kNotYetConnected, kConnected, kDown, kFailed, kStopped };
+  using Link = UpstreamLink::State;
   static const char* LinkName(Link link);
 
   explicit UpstreamBackend(UpstreamOptions options);
@@ -166,7 +168,6 @@ class UpstreamBackend final : public CoordinationBackend {
  private:
   using Async = tensorflow::CoordinationService::StubInterface::async_interface;
   struct Forward;
-  struct LocalTask;
   using Subscriber = std::function<void(const absl::Status&, const google::protobuf::Message&)>;
 
   using SendOptions = UpstreamSendOptions;
@@ -193,11 +194,9 @@ class UpstreamBackend final : public CoordinationBackend {
   bool Reestablish(const v1::ClusterSnapshot& snapshot);
   // A watch whose stream broke for want of the coordinator: resumed once it is back.
   void HoldWatch(const std::shared_ptr<UpstreamKeyWatch>& watch);
-  void MarkDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every held call and every local task's polls with `status`; forgets the tasks.
   void FailAll(const absl::Status& status);
   void ExpireHeld();
-  absl::Status OutageError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Local tasks.
   void OnRegistered(const TaskName& task, uint64_t incarnation);
@@ -212,10 +211,9 @@ class UpstreamBackend final : public CoordinationBackend {
   std::unique_ptr<v1::Coordinator::Stub> cohort_stub_;
 
   mutable absl::Mutex mu_;
-  Link link_ ABSL_GUARDED_BY(mu_) = Link::kNotYetConnected;
-  absl::Time down_since_ ABSL_GUARDED_BY(mu_);
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // in kFailed and kStopped
-  uint64_t service_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Under the same lock as the calls and tasks it decides about: whether a call goes out,
+  // is held or fails is read and acted on in one step.
+  UpstreamLink link_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const KnownJobs> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   // Calls waiting for the coordinator to come back.
@@ -223,28 +221,18 @@ class UpstreamBackend final : public CoordinationBackend {
   std::vector<std::shared_ptr<UpstreamKeyWatch>> held_watches_ ABSL_GUARDED_BY(mu_);
   // Who to tell when a caller goes away.
   absl::flat_hash_map<WaiterId, std::shared_ptr<Forward>> forwards_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<WaiterId, TaskName> local_polls_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, std::shared_ptr<UpstreamKeyWatch>> watches_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<Forward>> shared_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<TaskName, std::unique_ptr<LocalTask>> tasks_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status propagated_ ABSL_GUARDED_BY(mu_);
+  LocalTaskTable tasks_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::shared_ptr<Forward>> live_ ABSL_GUARDED_BY(mu_);  // attempts out
   grpc::ClientContext* probe_context_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // The coordinator's last refusal of a probe (a wrong or missing token); OK otherwise.
-  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
-  // The park stream of the link's current connection; null before the first, or when the
-  // coordinator has no Park (then every call goes unary).
-  std::shared_ptr<UpstreamPark> park_ ABSL_GUARDED_BY(mu_);
-  bool park_unsupported_ ABSL_GUARDED_BY(mu_) = false;
   int64_t reissued_ ABSL_GUARDED_BY(mu_) = 0;
   // Request ids: this proxy's session (random), the next number, and the numbers of the
   // calls not yet answered (the lowest is every request's low mark).
   const std::string session_;
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
   std::set<uint64_t> open_requests_ ABSL_GUARDED_BY(mu_);
-  int64_t outages_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread link_thread_;
 };

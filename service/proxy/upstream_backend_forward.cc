@@ -1,13 +1,12 @@
 // UpstreamBackend: one call forwarded upstream, held across outages, shared and cancelled.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/str_cat.h"
 #include "service/proxy/upstream_backend.h"
 #include "service/proxy/upstream_forward.h"
 #include "service/rpc/status_translation.h"
-#include "spdlog/spdlog.h"
 
 namespace cohort {
 
@@ -24,19 +23,12 @@ void UpstreamBackend::Submit(const std::shared_ptr<Forward>& op, WaiterId waiter
       if (auto it = shared_.find(key); it != shared_.end()) target = it->second;
     }
     if (target == op) {
-      if (link_ == Link::kFailed || link_ == Link::kStopped) {
-        refused = failure_;
-      } else if (link_ == Link::kConnected || op->options.bypass_link) {
+      if (link_.ended()) {
+        refused = link_.failure();
+      } else if (link_.connected() || op->options.bypass_link) {
         issue = true;
       } else if (op->options.fail_fast) {
-        refused =
-            link_ == Link::kDown
-                ? OutageError()
-                : absl::UnavailableError(absl::StrCat(
-                      "the coordinator at ", options_.address, " has not been reached yet",
-                      refusal_.ok()
-                          ? ""
-                          : absl::StrCat(" (it refuses the proxy: ", refusal_.ToString(), ")")));
+        refused = link_.UnreachableError();
       } else {
         held_.push_back(op);
       }
@@ -64,20 +56,15 @@ void UpstreamBackend::Issue(const std::shared_ptr<Forward>& op) {
   {
     absl::MutexLock lock(&mu_);
     if (op->abandoned || op->finished) return;
-    if (link_ == Link::kStopped) {
-      refused = failure_;
+    if (link_.state() == Link::kStopped) {
+      refused = link_.failure();
     } else {
       if (++op->attempts > 1) ++reissued_;
       ++in_flight_;
       live_.insert(op);
       op->parked_on.reset();
-      if (op->park && park_ && park_->ended() && !park_->refused() && link_ == Link::kConnected) {
-        // The stream ended while the coordinator stayed reachable (a reset stream, a proxy
-        // in between): a new one, rather than an outage.
-        park_ = UpstreamPark::Open(cohort_stub_.get());
-      }
-      if (op->park && park_) {
-        park = park_;
+      if (op->park) park = link_.ParkStream(cohort_stub_.get());
+      if (park) {
         park_id = park->NextId();
         op->parked_on = park;
         op->park_id = park_id;
@@ -129,21 +116,13 @@ void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const gr
     live_.erase(op);
     if (op->abandoned) return;
     if (op->parked_on && op->parked_on->refused()) {
-      // A coordinator that will not take a park stream (none, or a policy refuses it): this
-      // call and every later one go unary until the next reconnection tries again. The
+      // This call and every later one go unary until the next reconnection tries again. The
       // attempt does not count as sent: it never reached the service.
-      if (!park_unsupported_) {
-        spdlog::warn(
-            "proxy: the coordinator at {} refuses the park stream ({} {}); waiting "
-            "calls go as a gRPC call each",
-            options_.address, static_cast<int>(wire.error_code()), wire.error_message());
-      }
-      park_unsupported_ = true;
-      if (park_ == op->parked_on) park_.reset();
+      link_.ParkRefused(op->parked_on, wire);
       --op->attempts;
       again = true;
-    } else if (op->parked_on && op->parked_on != park_ && IsOutage(status) &&
-               link_ == Link::kConnected) {
+    } else if (op->parked_on && op->parked_on != link_.park() && IsOutage(status) &&
+               link_.connected()) {
       // Its stream was replaced while the coordinator stayed reachable: send it again on the
       // current one, no outage.
       --op->attempts;
@@ -154,10 +133,10 @@ void UpstreamBackend::OnAttemptDone(const std::shared_ptr<Forward>& op, const gr
   {
     absl::MutexLock lock(&mu_);
     if (IsOutage(status)) {
-      if (link_ == Link::kFailed || link_ == Link::kStopped) {
-        status = failure_;
+      if (link_.ended()) {
+        status = link_.failure();
       } else {
-        MarkDownLocked();
+        link_.MarkDown();
         if (!op->options.fail_fast && !op->options.bypass_link) {
           held_.push_back(op);
           return;
@@ -229,17 +208,8 @@ void UpstreamBackend::Cancel(WaiterId waiter, const absl::Status& status) {
           }
         }
       }
-    } else if (auto p = local_polls_.find(waiter); p != local_polls_.end()) {
-      if (auto t = tasks_.find(p->second); t != tasks_.end()) {
-        auto& polls = t->second->polls;
-        for (auto q = polls.begin(); q != polls.end(); ++q) {
-          if (q->first != waiter) continue;
-          poll = std::move(q->second);
-          polls.erase(q);
-          break;
-        }
-      }
-      local_polls_.erase(p);
+    } else if (std::optional<StatusDone> local = tasks_.TakePoll(waiter)) {
+      poll = std::move(*local);
     } else if (auto w = watches_.find(waiter); w != watches_.end()) {
       watch = w->second;
       watches_.erase(w);

@@ -175,11 +175,11 @@ void UpstreamBackend::WatchKeys(const CallContext& call, std::string key, int64_
   bool begin = false;
   {
     absl::MutexLock lock(&mu_);
-    if (link_ == Link::kFailed || link_ == Link::kStopped) {
-      refused = failure_;
+    if (link_.ended()) {
+      refused = link_.failure();
     } else {
       watches_[call.waiter] = watch;
-      if (link_ == Link::kConnected) {
+      if (link_.connected()) {
         begin = true;
       } else {
         held_watches_.push_back(watch);

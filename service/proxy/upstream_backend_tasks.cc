@@ -1,12 +1,12 @@
 // UpstreamBackend: the tasks registered through the proxy (registration, heartbeats answered
 // here, the one error poll per task) and the other task calls.
+#include <optional>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "service/core/errors.h"
 #include "service/proxy/upstream_backend.h"
 #include "service/proxy/upstream_forward.h"
 #include "service/rpc/status_translation.h"
-#include "spdlog/spdlog.h"
 
 namespace cohort {
 
@@ -18,26 +18,12 @@ void UpstreamBackend::OnRegistered(const TaskName& as_called, uint64_t incarnati
   // resolved, so it is kept under its resolved name: else it is not found among the tasks
   // registered here, and its heartbeats are held through an outage instead of answered.
   const TaskName task = ResolveTask(as_called.job, as_called.id).value_or(as_called);
-  uint64_t generation = 0;
+  std::optional<uint64_t> generation;
   {
     absl::MutexLock lock(&mu_);
-    auto& record = tasks_[task];
-    if (!record) record = std::make_unique<LocalTask>();
-    if (record->incarnation != incarnation || record->left) {
-      record->incarnation = incarnation;
-      record->left = false;
-      record->heartbeat_error = absl::OkStatus();
-      record->poll_result.reset();
-      // A poll of the earlier incarnation may still be out (a recoverable task came back):
-      // its answer is dropped by generation, and the new incarnation gets a poll of its own.
-      record->poll_running = false;
-      record->generation = ++next_generation_;
-    }
-    if (record->poll_running || record->poll_result) return;
-    record->poll_running = true;
-    generation = record->generation;
+    generation = tasks_.Register(task, incarnation);
   }
-  StartTaskPoll(task, generation);
+  if (generation) StartTaskPoll(task, *generation);
 }
 
 void UpstreamBackend::StartTaskPoll(const TaskName& task, uint64_t generation) {
@@ -57,39 +43,25 @@ void UpstreamBackend::StartTaskPoll(const TaskName& task, uint64_t generation) {
 
 void UpstreamBackend::OnTaskPollDone(const TaskName& task, uint64_t generation,
                                      const absl::Status& status) {
-  std::vector<std::pair<WaiterId, StatusDone>> polls;
+  std::vector<LocalTaskTable::Poll> polls;
   {
     absl::MutexLock lock(&mu_);
-    auto it = tasks_.find(task);
-    if (it == tasks_.end() || it->second->generation != generation) return;
-    LocalTask& record = *it->second;
-    record.poll_running = false;
-    record.poll_result = status;
-    polls.swap(record.polls);
-    for (const auto& [waiter, poll] : polls) local_polls_.erase(waiter);
-    auto source = GetServiceError(status);
-    if (!status.ok() && propagated_.ok() && source && source->source) propagated_ = status;
-    if (record.left) tasks_.erase(it);
+    polls = tasks_.PollDone(task, generation, status);
   }
   for (auto& [waiter, poll] : polls) poll(status);
 }
 
 void UpstreamBackend::Forget(const TaskName& as_called, const absl::Status& why) {
   const TaskName task = ResolveTask(as_called.job, as_called.id).value_or(as_called);
-  std::vector<std::pair<WaiterId, StatusDone>> polls;
+  std::vector<LocalTaskTable::Poll> polls;
   {
     absl::MutexLock lock(&mu_);
-    auto it = tasks_.find(task);
-    if (it == tasks_.end()) return;
-    it->second->left = true;
-    // The task's clients' polls end now with `why`, as the coordinator ends the task's own
-    // (the same words): waiting for the proxy's poll to be answered is waiting for nothing
-    // when that poll reached the coordinator only after the shutdown (it is parked there,
-    // for a task that has left).
-    polls.swap(it->second->polls);
-    for (const auto& [waiter, poll] : polls) local_polls_.erase(waiter);
-    if (!it->second->poll_running) tasks_.erase(it);
+    polls = tasks_.Leave(task);
   }
+  // The task's clients' polls end now with `why`, as the coordinator ends the task's own
+  // (the same words): waiting for the proxy's poll to be answered is waiting for nothing
+  // when that poll reached the coordinator only after the shutdown (it is parked there,
+  // for a task that has left).
   for (auto& [waiter, poll] : polls) poll(why);
 }
 
@@ -105,10 +77,7 @@ void UpstreamBackend::ForwardHeartbeat(const TaskName& task, uint64_t incarnatio
       [this, task, incarnation](const absl::Status& s, const tf::HeartbeatResponse&) {
         if (s.ok() || IsOutage(s) || s.code() == absl::StatusCode::kDeadlineExceeded) return;
         absl::MutexLock lock(&mu_);
-        auto it = tasks_.find(task);
-        if (it != tasks_.end() && it->second->incarnation == incarnation) {
-          it->second->heartbeat_error = s;
-        }
+        tasks_.SetHeartbeatError(task, incarnation, s);
       },
       std::move(options));
 }
@@ -127,7 +96,7 @@ void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task
         if (s.ok()) {
           {
             absl::MutexLock lock(&mu_);
-            service_incarnation_ = r.leader_incarnation();
+            link_.set_service_incarnation(r.leader_incarnation());
           }
           OnRegistered(task, incarnation);
         }
@@ -143,17 +112,15 @@ void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,
   bool local = false, forward = false;
   {
     absl::MutexLock lock(&mu_);
-    if (link_ == Link::kFailed || link_ == Link::kStopped) {
-      answer = failure_;
+    if (link_.ended()) {
+      answer = link_.failure();
       local = true;
-    } else if (auto it = tasks_.find(task);
-               it != tasks_.end() && !it->second->left &&
-               (!incarnation || *incarnation == it->second->incarnation)) {
+    } else if (auto here = tasks_.AnswerHeartbeat(task, incarnation)) {
       // Answered here: the coordinator may be away for a while, and the task is alive.
       local = true;
-      answer = it->second->heartbeat_error;
-      registered = it->second->incarnation;
-      forward = answer.ok() && link_ == Link::kConnected;
+      answer = here->status;
+      registered = here->incarnation;
+      forward = answer.ok() && link_.connected();
     }
   }
   if (local) {
@@ -180,13 +147,7 @@ void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,
 
 absl::Status UpstreamBackend::CheckIncarnation(const TaskName& task, uint64_t incarnation) const {
   absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(task);
-  if (it == tasks_.end() || it->second->left || it->second->incarnation == incarnation) {
-    return absl::OkStatus();
-  }
-  return ServiceError(absl::AbortedError(
-      absl::StrCat("request from ", task.ToString(), " carries incarnation ", incarnation,
-                   " but the task is registered with incarnation ", it->second->incarnation)));
+  return tasks_.CheckIncarnation(task, incarnation);
 }
 
 void UpstreamBackend::ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) {
@@ -246,23 +207,19 @@ void UpstreamBackend::ReportError(const CallContext& call, const TaskName& sourc
 }
 
 void UpstreamBackend::PollForError(const CallContext& call, const TaskName& task, StatusDone done) {
-  std::vector<std::pair<WaiterId, StatusDone>> replaced;
+  std::vector<LocalTaskTable::Poll> replaced;
   absl::Status refused;
   bool forward = false;
   StatusDone answer;  // when not parked here
   {
     absl::MutexLock lock(&mu_);
-    auto it = tasks_.find(task);
-    if (link_ == Link::kFailed || link_ == Link::kStopped) {
-      refused = failure_;
+    if (link_.ended()) {
+      refused = link_.failure();
       answer = std::move(done);
-    } else if (it != tasks_.end() && !it->second->left && !it->second->poll_result) {
+    } else if (tasks_.WaitsHere(task)) {
       // Waits here for the proxy's own poll of the task. One poll per task, as in the
       // core: a newer one replaces the older.
-      replaced.swap(it->second->polls);
-      for (const auto& [waiter, poll] : replaced) local_polls_.erase(waiter);
-      it->second->polls.emplace_back(call.waiter, std::move(done));
-      local_polls_[call.waiter] = task;
+      replaced = tasks_.AddPoll(task, call.waiter, std::move(done));
     } else {
       // Not registered here, or its poll already ended: the coordinator answers.
       forward = true;
@@ -293,7 +250,7 @@ void UpstreamBackend::PropagatedError(const CallContext&, StatusDone done) {
   absl::Status answer;
   {
     absl::MutexLock lock(&mu_);
-    answer = link_ == Link::kFailed || link_ == Link::kStopped ? failure_ : propagated_;
+    answer = link_.ended() ? link_.failure() : tasks_.propagated();
   }
   done(answer);
 }

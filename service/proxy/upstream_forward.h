@@ -1,7 +1,6 @@
 #pragma once
 // What the files of UpstreamBackend share and nobody else sees: a call to the
-// coordinator (Forward), a task registered through the proxy (LocalTask), and Send, which
-// turns a typed request into a Forward.
+// coordinator (Forward), and Send, which turns a typed request into a Forward.
 
 #include <algorithm>
 #include <memory>
@@ -38,17 +37,6 @@ struct UpstreamBackend::Forward {
   uint64_t request = 0;    // its request id's number (SendOptions::once); 0: none
   bool abandoned = false;  // every subscriber went away
   bool finished = false;
-};
-
-// A task registered through this proxy.
-struct UpstreamBackend::LocalTask {
-  uint64_t incarnation = 0;
-  uint64_t generation = 0;
-  bool left = false;  // shut down or reset: not registered again on reconnect
-  bool poll_running = false;
-  absl::Status heartbeat_error;  // the service's answer to a forwarded heartbeat
-  std::optional<absl::Status> poll_result;
-  std::vector<std::pair<WaiterId, StatusDone>> polls;  // local callers' polls
 };
 
 // The calls that can go on the park stream, and how their messages go into and out of it.
