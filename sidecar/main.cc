@@ -48,36 +48,36 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(40);
   cohort::AddYamlConfigOption(app);
   cohort::SidecarOptions options;
-  options.coordinator_address = cohort::EnvOr("COHORT_COORDINATOR_ADDRESS");
-  options.workload_job = cohort::EnvOr("COHORT_JOB_NAME", "worker");
+  options.coordinator.address = cohort::EnvOr("COHORT_COORDINATOR_ADDRESS");
+  options.task.workload_job = cohort::EnvOr("COHORT_JOB_NAME", "worker");
   std::string task = cohort::EnvOr("COHORT_TASK_ID", "0"),
               num_tasks = cohort::EnvOr("COHORT_NUM_TASKS", "1");
-  options.pod.pod = cohort::EnvOr("POD_NAME", cohort::EnvOr("HOSTNAME"));
-  options.pod.namespace_name = cohort::EnvOr("POD_NAMESPACE");
-  options.pod_ip = cohort::EnvOr("POD_IP");
+  options.task.pod.pod = cohort::EnvOr("POD_NAME", cohort::EnvOr("HOSTNAME"));
+  options.task.pod.namespace_name = cohort::EnvOr("POD_NAMESPACE");
+  options.task.pod_ip = cohort::EnvOr("POD_IP");
   std::string sample = "5s", heartbeat = "5s", heartbeat_timeout = "30s", reg = "10m";
   std::string liveness = "none", stale = "10s", ignore_xids = "13,31,43,45,68,109";
   std::string log_format = "text", log_level = "info", outage_tolerance = "60s";
 
-  app.add_option("--coordinator", options.coordinator_address,
+  app.add_option("--coordinator", options.coordinator.address,
                  "coordinator gRPC address ($COHORT_COORDINATOR_ADDRESS)");
-  app.add_option("--job", options.workload_job, "the workload's job ($COHORT_JOB_NAME)")
+  app.add_option("--job", options.task.workload_job, "the workload's job ($COHORT_JOB_NAME)")
       ->capture_default_str();
   app.add_option("--task", task, "this pod's worker index ($COHORT_TASK_ID)")
       ->capture_default_str();
   app.add_option("--num-tasks", num_tasks, "workers in the job ($COHORT_NUM_TASKS)")
       ->capture_default_str();
-  app.add_option("--sidecar-job", options.sidecar_job,
+  app.add_option("--sidecar-job", options.registration.sidecar_job,
                  "auxiliary job the sidecars register in (the coordinator's --auxiliary-job)")
       ->capture_default_str();
-  app.add_option("--pod", options.pod.pod, "pod name for metric labels ($POD_NAME)");
-  app.add_option("--namespace", options.pod.namespace_name,
+  app.add_option("--pod", options.task.pod.pod, "pod name for metric labels ($POD_NAME)");
+  app.add_option("--namespace", options.task.pod.namespace_name,
                  "namespace for metric labels ($POD_NAMESPACE)");
-  app.add_option("--pod-ip", options.pod_ip, "this pod's address, told to peers ($POD_IP)");
-  app.add_option("--http-listen", options.http_listen,
+  app.add_option("--pod-ip", options.task.pod_ip, "this pod's address, told to peers ($POD_IP)");
+  app.add_option("--http-listen", options.http.listen,
                  "address of /metrics /healthz /readyz /v1/cluster /v1/alive")
       ->capture_default_str();
-  app.add_option("--handoff-dir", options.handoff_dir,
+  app.add_option("--handoff-dir", options.registration.handoff_dir,
                  "shared volume for cluster.json and cluster.env (empty: HTTP only)");
   app.add_option("--sample-interval", sample, "how often GPUs are sampled")->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat, "heartbeat period")->capture_default_str();
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--register-timeout", reg, "how long one registration attempt may take")
       ->capture_default_str();
-  app.add_option("--nvml-library", options.gpu.library_path,
+  app.add_option("--nvml-library", options.gpus.monitor.library_path,
                  "libnvidia-ml.so.1 to load ($COHORT_NVML_LIBRARY, else the loader's search)");
   app.add_option("--ignore-xids", ignore_xids,
                  "XIDs that leave a GPU healthy (application errors), comma-separated")
@@ -96,12 +96,12 @@ int main(int argc, char** argv) {
                  "GPUs the pod's workload asks for (its nvidia.com/gpu limits; "
                  "$COHORT_EXPECTED_GPUS): fewer seen is an error in the log and in "
                  "cohort_sidecar_gpus_missing; empty: unknown");
-  options.pod_resources_socket = cohort::EnvOr("COHORT_POD_RESOURCES_SOCKET");
-  app.add_option("--pod-resources-socket", options.pod_resources_socket,
+  options.gpus.pod_resources_socket = cohort::EnvOr("COHORT_POD_RESOURCES_SOCKET");
+  app.add_option("--pod-resources-socket", options.gpus.pod_resources_socket,
                  "the kubelet's PodResources socket ($COHORT_POD_RESOURCES_SOCKET): when NVML "
                  "shows the node's GPUs, watch only those the kubelet gave the pod's other "
                  "containers; empty: every GPU NVML shows is the pod's");
-  app.add_option("--gpu-resource", options.pod_gpu_resources,
+  app.add_option("--gpu-resource", options.gpus.pod_gpu_resources,
                  "extended resources whose devices are the pod's GPUs (a name, or a prefix "
                  "before '-': nvidia.com/mig), with --pod-resources-socket; repeatable")
       ->capture_default_str();
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-uuids", gpu_uuids,
                  "the pod's GPUs, comma-separated UUIDs (GPU-...): watch only these of the GPUs "
                  "NVML shows");
-  app.add_flag("--dcgm-metrics", options.dcgm_metrics,
+  app.add_flag("--dcgm-metrics", options.gpus.dcgm_metrics,
                "also export DCGM exporter's metric names (DCGM_FI_DEV_*)");
   app.add_option("--workload-liveness", liveness,
                  "how to notice the workload exiting: process (shared process namespace), "
@@ -121,11 +121,11 @@ int main(int argc, char** argv) {
                  "file: the file the workload touches");
   app.add_option("--liveness-timeout", stale, "file, http: stale after this long")
       ->capture_default_str();
-  app.add_option("--proxy-listen", options.proxy_listen,
+  app.add_option("--proxy-listen", options.proxy.listen,
                  "serve the workload's coordinator endpoint here (in a pod 127.0.0.1:8476): "
                  "every coordinator protocol, forwarded to --coordinator, riding out its "
                  "restarts; empty: no proxy");
-  app.add_option("--torch-store-proxy-listen", options.torch_store_proxy_listen,
+  app.add_option("--torch-store-proxy-listen", options.proxy.torch_store_listen,
                  "with --proxy-listen, also serve PyTorch's TCPStore protocol here (loopback; in "
                  "a pod 127.0.0.1:29500, where MASTER_ADDR/MASTER_PORT point): the pod's "
                  "torch.distributed stores, forwarded to the coordinator's, riding out its "
@@ -171,60 +171,62 @@ int main(int argc, char** argv) {
     return Fail(std::string(s.message()));
   }
 
-  if (options.coordinator_address.empty()) {
+  if (options.coordinator.address.empty()) {
     return Fail("no coordinator: set --coordinator or COHORT_COORDINATOR_ADDRESS");
   }
-  if (!absl::SimpleAtoi(task, &options.task_id) || options.task_id < 0) {
+  if (!absl::SimpleAtoi(task, &options.task.task_id) || options.task.task_id < 0) {
     return Fail(absl::StrCat("task \"", task, "\" is not a worker index (0, 1, ...)"));
   }
-  if (!absl::SimpleAtoi(num_tasks, &options.num_tasks) || options.num_tasks <= options.task_id) {
+  if (!absl::SimpleAtoi(num_tasks, &options.task.num_tasks) ||
+      options.task.num_tasks <= options.task.task_id) {
     return Fail(absl::StrCat("--num-tasks \"", num_tasks, "\" must be a count above task ",
-                             options.task_id));
+                             options.task.task_id));
   }
-  if (!expected_gpus.empty() &&
-      (!absl::SimpleAtoi(expected_gpus, &options.expected_gpus) || options.expected_gpus < 0)) {
+  if (!expected_gpus.empty() && (!absl::SimpleAtoi(expected_gpus, &options.gpus.expected_gpus) ||
+                                 options.gpus.expected_gpus < 0)) {
     return Fail(
         absl::StrCat("--expected-gpus \"", expected_gpus, "\" is not a count of GPUs (0, 1, ...)"));
   }
   for (absl::string_view uuid : absl::StrSplit(gpu_uuids, ',', absl::SkipWhitespace())) {
-    options.gpu_uuids.emplace_back(absl::StripAsciiWhitespace(uuid));
+    options.gpus.gpu_uuids.emplace_back(absl::StripAsciiWhitespace(uuid));
   }
-  if (!options.gpu_uuids.empty() && !options.pod_resources_socket.empty()) {
+  if (!options.gpus.gpu_uuids.empty() && !options.gpus.pod_resources_socket.empty()) {
     return Fail(
         "--gpu-uuids and --pod-resources-socket both say which GPUs are the pod's: "
         "give one");
   }
-  options.pod.job = options.workload_job;
-  options.pod.task = absl::StrCat(options.task_id);
+  options.task.pod.job = options.task.workload_job;
+  options.task.pod.task = absl::StrCat(options.task.task_id);
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  options.pod.hostname = host;
+  options.task.pod.hostname = host;
   for (auto [text, out, flag] :
-       {std::tuple{&sample, &options.sample_interval, "--sample-interval"},
-        std::tuple{&heartbeat, &options.heartbeat_interval, "--heartbeat-interval"},
-        std::tuple{&heartbeat_timeout, &options.unreachable_timeout, "--heartbeat-timeout"},
-        std::tuple{&reg, &options.register_timeout, "--register-timeout"},
+       {std::tuple{&sample, &options.gpus.sample_interval, "--sample-interval"},
+        std::tuple{&heartbeat, &options.registration.heartbeat_interval, "--heartbeat-interval"},
+        std::tuple{&heartbeat_timeout, &options.registration.unreachable_timeout,
+                   "--heartbeat-timeout"},
+        std::tuple{&reg, &options.registration.register_timeout, "--register-timeout"},
         std::tuple{&stale, &options.workload.stale_after, "--liveness-timeout"},
-        std::tuple{&outage_tolerance, &options.outage_tolerance, "--outage-tolerance"}}) {
+        std::tuple{&outage_tolerance, &options.proxy.outage_tolerance, "--outage-tolerance"}}) {
     auto d = cohort::ParseDurationFlag(flag, *text, /*zero_ok=*/false);
     if (!d.ok()) return Fail(std::string(d.status().message()));
     *out = *d;
   }
-  if (!options.proxy_listen.empty()) {
-    if (auto s = cohort::ValidateListenAddress(options.proxy_listen); !s.ok()) {
+  if (!options.proxy.listen.empty()) {
+    if (auto s = cohort::ValidateListenAddress(options.proxy.listen); !s.ok()) {
       return Fail(absl::StrCat("--proxy-listen: ", s.message()));
     }
   }
-  if (!options.torch_store_proxy_listen.empty()) {
-    if (options.proxy_listen.empty()) {
+  if (!options.proxy.torch_store_listen.empty()) {
+    if (options.proxy.listen.empty()) {
       return Fail("--torch-store-proxy-listen needs --proxy-listen (its way to the coordinator)");
     }
-    if (auto s = cohort::ValidateListenAddress(options.torch_store_proxy_listen); !s.ok()) {
+    if (auto s = cohort::ValidateListenAddress(options.proxy.torch_store_listen); !s.ok()) {
       return Fail(absl::StrCat("--torch-store-proxy-listen: ", s.message()));
     }
-    if (!cohort::IsLoopbackListenAddress(options.torch_store_proxy_listen)) {
+    if (!cohort::IsLoopbackListenAddress(options.proxy.torch_store_listen)) {
       return Fail(absl::StrCat(
-          "--torch-store-proxy-listen ", options.torch_store_proxy_listen,
+          "--torch-store-proxy-listen ", options.proxy.torch_store_listen,
           ": loopback only (127.0.0.1 or [::1]): torch's protocol carries no credentials, and "
           "the proxy would lend anyone who reaches it the job's token"));
     }
@@ -235,17 +237,17 @@ int main(int argc, char** argv) {
     }
     if (objstore_capacity == 0) return Fail("--objstore-capacity must be above 0");
     objstore.capacity_bytes = objstore_capacity;
-    if (objstore.advertise.empty() && !options.pod_ip.empty()) {
+    if (objstore.advertise.empty() && !options.task.pod_ip.empty()) {
       std::string port = objstore.listen.substr(objstore.listen.rfind(':') + 1);
       if (port == "0") return Fail("--objstore-listen with port 0 needs --objstore-advertise");
-      objstore.advertise =
-          absl::StrCat(options.pod_ip.find(':') != std::string::npos ? "[" + options.pod_ip + "]"
-                                                                     : options.pod_ip,
-                       ":", port);
+      objstore.advertise = absl::StrCat(options.task.pod_ip.find(':') != std::string::npos
+                                            ? "[" + options.task.pod_ip + "]"
+                                            : options.task.pod_ip,
+                                        ":", port);
     }
     options.objstore = objstore;
   }
-  if (options.task_runtime && (!options.objstore || options.proxy_listen.empty())) {
+  if (options.task_runtime && (!options.objstore || options.proxy.listen.empty())) {
     return Fail(
         "--task-runtime needs --objstore-listen (the pod's object store) and "
         "--proxy-listen (the workers' way to the scheduler)");
@@ -253,7 +255,7 @@ int main(int argc, char** argv) {
   if (!auth_token_file.empty()) {
     auto token = cohort::ReadAuthTokenFile(auth_token_file, "--auth-token-file");
     if (!token.ok()) return Fail(std::string(token.status().message()));
-    options.auth_token = *token;
+    options.coordinator.auth_token = *token;
   }
   // Signals are taken by Wait below. Blocked before the first gRPC call, which starts gRPC's
   // own threads: every thread inherits the mask, so none dies of Kubernetes' SIGTERM.
@@ -263,19 +265,19 @@ int main(int argc, char** argv) {
   auto credentials = cohort::ClientCredentials(tls, &unused);
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   if (tls.enabled()) {
-    options.coordinator_credentials = *credentials;
-    options.tls_server_name = tls.server_name;
+    options.coordinator.credentials = *credentials;
+    options.coordinator.tls_server_name = tls.server_name;
   }
-  if (options.unreachable_timeout < options.heartbeat_interval) {
+  if (options.registration.unreachable_timeout < options.registration.heartbeat_interval) {
     return Fail("--heartbeat-timeout must be at least --heartbeat-interval");
   }
-  options.gpu.health_policy.ignored_xids.clear();
+  options.gpus.monitor.health_policy.ignored_xids.clear();
   for (absl::string_view part : absl::StrSplit(ignore_xids, ',', absl::SkipWhitespace())) {
     uint64_t xid = 0;
     if (!absl::SimpleAtoi(part, &xid)) {
       return Fail(absl::StrCat("--ignore-xids: \"", part, "\" is not an XID number"));
     }
-    options.gpu.health_policy.ignored_xids.insert(xid);
+    options.gpus.monitor.health_policy.ignored_xids.insert(xid);
   }
   if (!cohort::WorkloadWatch::ParseMode(liveness, &options.workload.mode)) {
     return Fail(absl::StrCat("--workload-liveness \"", liveness,

@@ -1,0 +1,49 @@
+// FailureReporter: tells the coordinator at once that this pod failed (a GPU turned unhealthy,
+// the workload exited without shutting down), so the whole gang learns in milliseconds rather
+// than after a heartbeat timeout.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/coordination_agent.h"
+#include "common/metrics.h"
+#include "sidecar/gpu/gpu_health.h"
+#include "sidecar/task_identity.h"
+
+namespace cohort {
+
+// Reports through the sidecar's agent; a failure found before it connected goes once it does.
+class FailureReporter {
+ public:
+  FailureReporter(TaskIdentity task, CoordinationAgent* agent, MetricsRegistry* registry);
+
+  // cohort_sidecar_errors_reported_total and the last error found.
+  void RegisterMetrics();
+  void OnGpuProblem(const gpu::HealthEvent& event);
+  void OnWorkloadExit(const std::string& what);
+  // Once the agent connected: the failure found before, if any.
+  void SendPending();
+
+ private:
+  void Report(const std::string& reason, const absl::Status& error);
+  std::vector<CollectedFamily> CollectMetrics() const;
+
+  const TaskIdentity task_;
+  CoordinationAgent* const agent_;
+  MetricsRegistry* const registry_;
+  Family<Counter>* reported_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  std::optional<std::pair<std::string, absl::Status>> pending_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_reason_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_error_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace cohort
