@@ -156,6 +156,32 @@ absl::Status FakeClient::BeginLocked(const std::string& verb, const Resource& r,
   return absl::OkStatus();
 }
 
+absl::Status FakeClient::BeginLocked(const Call& call) {
+  // The verbs as the API server's audit log names them; a create by its object's name.
+  const char* verb = "get";
+  switch (call.verb) {
+    case Call::Verb::kGet:
+      break;
+    case Call::Verb::kList:
+      verb = "list";
+      break;
+    case Call::Verb::kCreate:
+      verb = "create";
+      break;
+    case Call::Verb::kReplace:
+      verb = "update";
+      break;
+    case Call::Verb::kPatch:
+      verb = "patch";
+      break;
+    case Call::Verb::kDelete:
+      verb = "delete";
+      break;
+  }
+  const std::string name = call.verb == Call::Verb::kCreate ? Name(*call.body) : call.name;
+  return BeginLocked(verb, call.resource, call.ns, name, call.subresource);
+}
+
 json FakeClient::StampLocked(const Resource& r, json object, const std::string& ns) {
   json& meta = object["metadata"];
   if (!meta.is_object()) meta = json::object();
@@ -240,29 +266,29 @@ int FakeClient::ActiveWatches() const {
 }
 
 absl::StatusOr<json> FakeClient::Send(const Call& call) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = BeginLocked(call); !s.ok()) return s;
   switch (call.verb) {
     case Call::Verb::kGet:
-      return GetObject(call);
+      return GetLocked(call);
     case Call::Verb::kList:
-      return ListObjects(call);
+      return ListLocked(call);
     case Call::Verb::kCreate:
-      return CreateObject(call);
+      return CreateLocked(call);
     case Call::Verb::kReplace:
-      return ReplaceObject(call);
+      return ReplaceLocked(call);
     case Call::Verb::kPatch:
-      return PatchObject(call);
+      return PatchLocked(call);
     case Call::Verb::kDelete:
-      return DeleteObject(call);
+      return DeleteLocked(call);
   }
   return absl::InternalError("unknown verb");
 }
 
-absl::StatusOr<json> FakeClient::GetObject(const Call& call) {
+absl::StatusOr<json> FakeClient::GetLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
   const std::string& name = call.name;
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = BeginLocked("get", r, ns, name); !s.ok()) return s;
   auto it = objects_.find(ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name));
   if (it == objects_.end()) {
     return absl::NotFoundError(absl::StrCat(r.plural, " \"", name, "\" not found"));
@@ -270,11 +296,9 @@ absl::StatusOr<json> FakeClient::GetObject(const Call& call) {
   return it->second;
 }
 
-absl::StatusOr<json> FakeClient::ListObjects(const Call& call) {
+absl::StatusOr<json> FakeClient::ListLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = BeginLocked("list", r, ns, ""); !s.ok()) return s;
   json items = json::array();
   const std::string prefix = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", "");
   for (const auto& [key, object] : objects_) {
@@ -289,13 +313,11 @@ absl::StatusOr<json> FakeClient::ListObjects(const Call& call) {
               {"items", items}};
 }
 
-absl::StatusOr<json> FakeClient::CreateObject(const Call& call) {
+absl::StatusOr<json> FakeClient::CreateLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
   const json& object = *call.body;
-  absl::MutexLock lock(&mu_);
   std::string name = Name(object);
-  if (absl::Status s = BeginLocked("create", r, ns, name); !s.ok()) return s;
   if (!object.is_object()) return absl::InvalidArgumentError("the object is not a JSON object");
   json created = object;
   if (name.empty()) {
@@ -352,14 +374,12 @@ json FakeClient::CommitLocked(const Resource& r, const std::string& key, const j
   return updated;
 }
 
-absl::StatusOr<json> FakeClient::ReplaceObject(const Call& call) {
+absl::StatusOr<json> FakeClient::ReplaceLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
   const std::string& name = call.name;
   const std::string& subresource = call.subresource;
   const json& object = *call.body;
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = BeginLocked("update", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
   if (it == objects_.end()) {
@@ -386,14 +406,12 @@ absl::StatusOr<json> FakeClient::ReplaceObject(const Call& call) {
   return CommitLocked(r, key, it->second, std::move(updated));
 }
 
-absl::StatusOr<json> FakeClient::PatchObject(const Call& call) {
+absl::StatusOr<json> FakeClient::PatchLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
   const std::string& name = call.name;
   const std::string& subresource = call.subresource;
   const json& patch = *call.body;
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = BeginLocked("patch", r, ns, name, subresource); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
   if (it == objects_.end()) {
@@ -426,13 +444,11 @@ absl::StatusOr<json> FakeClient::PatchObject(const Call& call) {
   return CommitLocked(r, key, it->second, std::move(updated));
 }
 
-absl::StatusOr<json> FakeClient::DeleteObject(const Call& call) {
+absl::StatusOr<json> FakeClient::DeleteLocked(const Call& call) {
   const Resource& r = call.resource;
   const std::string& ns = call.ns;
   const std::string& name = call.name;
   const DeleteOptions& options = call.delete_options;
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = BeginLocked("delete", r, ns, name); !s.ok()) return s;
   const std::string key = ObjectKey(ResourceKey(r), r.namespaced ? ns : "", name);
   auto it = objects_.find(key);
   if (it == objects_.end()) {

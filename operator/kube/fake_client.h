@@ -80,13 +80,15 @@ class FakeClient : public Client {
   };
 
   static std::string ResourceKey(const Resource& r) { return r.api_path + "/" + r.plural; }
-  // Send's verbs, each as the API server does it.
-  absl::StatusOr<json> GetObject(const Call& call);
-  absl::StatusOr<json> ListObjects(const Call& call);
-  absl::StatusOr<json> CreateObject(const Call& call);
-  absl::StatusOr<json> ReplaceObject(const Call& call);
-  absl::StatusOr<json> PatchObject(const Call& call);
-  absl::StatusOr<json> DeleteObject(const Call& call);
+  // Send's verbs, each as the API server does it, under mu_ once the call is recorded.
+  absl::StatusOr<json> GetLocked(const Call& call);
+  absl::StatusOr<json> ListLocked(const Call& call);
+  absl::StatusOr<json> CreateLocked(const Call& call);
+  absl::StatusOr<json> ReplaceLocked(const Call& call);
+  absl::StatusOr<json> PatchLocked(const Call& call);
+  absl::StatusOr<json> DeleteLocked(const Call& call);
+  // Records the call (as BeginLocked below).
+  absl::Status BeginLocked(const Call& call);
   // Records the call and returns the failure it must give, if any.
   absl::Status BeginLocked(const std::string& verb, const Resource& r, const std::string& ns,
                            const std::string& name, const std::string& subresource = "");
