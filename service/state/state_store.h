@@ -188,7 +188,8 @@ class StateStore final : public StateJournal, public runtime::SchedulerJournal {
   absl::Status WriteSnapshot(int64_t generation);
   void Background();
   void Compact();
-  bool StoppedWithin(absl::Duration wait);  // waits at most `wait` for Stop (true: it came)
+  // Waits at most `wait` for Stop (true: it came). Takes mu_: StateVolume's waits call it.
+  bool StoppedWithin(absl::Duration wait) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until no thread is writing or syncing log_fd_.
   void AwaitNoSyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes pending_ to log_fd_ (no sync under way).

@@ -31,7 +31,8 @@ class StateVolume {
 
   // Writes `data` to the log at `offset`, freeing the reserve when the volume is full; with
   // `may_wait`, waits for space once the reserve is spent too (false: stopping, or another
-  // error, with errno set).
+  // error, with errno set). A wait takes the store's lock (StoppedWithin): never with
+  // `may_wait` while holding it.
   bool WriteLog(int fd, int64_t offset, absl::string_view data, bool may_wait);
   // Writes zeros from `from` to `to` (room for the log); returns how far it got: the room
   // never takes the reserve, and a full volume leaves the log to grow as it is written.
