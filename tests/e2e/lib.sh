@@ -290,6 +290,10 @@ stop_operator() {
   [[ -n "${1:-}" ]] || return 0
   kill -TERM "$1" 2>/dev/null
   wait "$1" 2>/dev/null
+  # Reaped: cleanup must not signal the number again (another process may have it by then).
+  local pid kept=()
+  for pid in "${OPERATOR_PIDS[@]}"; do [[ "$pid" == "$1" ]] || kept+=("$pid"); done
+  OPERATOR_PIDS=("${kept[@]}")
 }
 
 add_namespace() {
