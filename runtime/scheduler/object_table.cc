@@ -1,8 +1,10 @@
 #include "runtime/scheduler/object_table.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/scheduler/scheduler_state.h"
 
 namespace cohort::runtime {
 
@@ -38,6 +40,22 @@ absl::Status ObjectTable::CheckLive(ObjectId id) const {
   if (record->released) {
     return absl::FailedPreconditionError(
         absl::StrCat("object ", id, " was deallocated (its reference count reached zero)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ObjectTable::CheckArguments(const std::vector<TaskArg>& args) const {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const TaskArg& arg = args[i];
+    if (arg.id == 0 && arg.value.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument ", i, " has neither an object id nor a value"));
+    }
+    if (arg.id != 0) {
+      if (absl::Status s = CheckLive(arg.id); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("argument ", i, ": ", s.message()));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -177,6 +195,28 @@ std::vector<ObjectId> ObjectTable::TakeChanged() {
   std::vector<ObjectId> changed(dirty_.begin(), dirty_.end());
   dirty_.clear();
   return changed;
+}
+
+void ObjectTable::TakeChanges(SchedulerChanges* changes) {
+  std::vector<ObjectId> changed = TakeChanged();
+  std::vector<ObjectId> forgotten = TakeForgotten();
+  if (changes == nullptr) return;
+  std::sort(changed.begin(), changed.end());
+  for (ObjectId id : changed) changes->objects.emplace_back(id, *Find(id));
+  changes->forgotten_objects = std::move(forgotten);
+}
+
+void ObjectTable::Apply(const SchedulerChanges& changes) {
+  for (const auto& [id, record] : changes.objects) Restore(id, record);
+  for (ObjectId id : changes.forgotten_objects) RestoreForgotten(id);
+  if (changes.next_object.has_value()) RestoreNextId(*changes.next_object);
+}
+
+void ObjectTable::Capture(SchedulerChanges* state) const {
+  for (const auto& [id, record] : objects_) state->objects.emplace_back(id, record);
+  std::sort(state->objects.begin(), state->objects.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  state->next_object = next_id_;
 }
 
 }  // namespace cohort::runtime

@@ -15,6 +15,8 @@
 
 namespace cohort::runtime {
 
+struct SchedulerChanges;  // scheduler_state.h, which includes this
+
 // One object id. A canonical object has a value (somewhere, some day); an alias reads as its
 // target. A record stays after the object is released, as part of the lineage a lost object is
 // rebuilt from, until the task that made it leaves the scheduler's history of finished tasks
@@ -58,6 +60,9 @@ class ObjectTable {
   // NOT_FOUND for an id never handed out, FAILED_PRECONDITION for one already let go (its
   // record kept or forgotten).
   absl::Status CheckLive(ObjectId id) const;
+  // INVALID_ARGUMENT for a task argument with neither an id nor a value; CheckLive's error, naming
+  // the argument, for one whose id is not live.
+  absl::Status CheckArguments(const std::vector<TaskArg>& args) const;
   // Whether Hold(id) finds every record it needs: the id's and those of its alias chain.
   bool Holdable(ObjectId id) const;
   // The end of the id's alias chain.
@@ -94,6 +99,13 @@ class ObjectTable {
   std::vector<ObjectId> TakeChanged();
   std::vector<ObjectId> TakeForgotten() { return std::exchange(forgotten_, {}); }
   std::vector<ObjectId> TakeReleased() { return std::exchange(released_, {}); }
+
+  // Durability (SchedulerChanges). TakeChanges adds to `changes` (null: there is no journal) the
+  // records changed, by id, and the ids forgotten since it was last called, and forgets that.
+  // Apply forgets what `changes` says was forgotten after restoring the records it holds.
+  void TakeChanges(SchedulerChanges* changes);
+  void Apply(const SchedulerChanges& changes);
+  void Capture(SchedulerChanges* state) const;
 
   size_t size() const { return objects_.size(); }
   ObjectId last_id() const { return next_id_ - 1; }

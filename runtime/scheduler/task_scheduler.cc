@@ -1,12 +1,12 @@
-// Registration, tasks and workers. Objects, deliveries and rebuilds: task_scheduler_objects.cc.
+// The task scheduler's decisions: registration, tasks from submission to their end, objects
+// from their puts to their loss and rebuilding, and durability as a delegation to its tables.
 #include "runtime/scheduler/task_scheduler.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "runtime/scheduler/restore_check.h"
 
 namespace cohort::runtime {
 
@@ -14,7 +14,15 @@ TaskScheduler::TaskScheduler(const Clock& clock, SchedulerOptions options)
     : clock_(clock),
       options_(std::move(options)),
       members_(clock_, options_.limits, options_.first_assigned_port),
-      functions_(options_.limits) {}
+      functions_(options_.limits),
+      calls_(kRememberedCalls),
+      directory_(members_, objects_, operations_, effects_, counters_),
+      dispatcher_(clock_, options_.on_dispatch, members_, operations_, functions_, objects_,
+                  directory_, effects_,
+                  [this](Operation& op, const std::string& error)
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { FinishTask(op, false, error); }),
+      rebuilder_(clock_, options_.limits, options_.max_task_retries, objects_, operations_,
+                 history_, directory_, counters_) {}
 
 void TaskScheduler::Emit(Effect effect) { effects_.push_back(std::move(effect)); }
 
@@ -32,7 +40,7 @@ absl::StatusOr<StoreId> TaskScheduler::RegisterObjStore(const std::string& addre
     }
   }
   StoreId id = members_.AddStore(address);
-  Schedule();
+  dispatcher_.Schedule();
   return id;
 }
 
@@ -54,7 +62,7 @@ absl::StatusOr<WorkerRegistration> TaskScheduler::RegisterWorker(
   }
   const Worker& worker = members_.AddWorker(*store, *address, is_driver);
   WorkerRegistration registration{worker.id, *store, *address, members_.store(*store).address};
-  Schedule();
+  dispatcher_.Schedule();
   return registration;
 }
 
@@ -65,7 +73,7 @@ absl::Status TaskScheduler::RegisterFunction(WorkerId worker, const std::string&
   if (absl::Status s = members_.CheckRunsTasks(worker); !s.ok()) return s;
   members_.WorkerSeen(worker);
   if (absl::Status s = functions_.Register(name, worker, num_return_vals); !s.ok()) return s;
-  Schedule();
+  dispatcher_.Schedule();
   return absl::OkStatus();
 }
 
@@ -104,39 +112,24 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
         "a submitted task names no results: the scheduler gives them their ids");
   }
   Mutation lock(this);
-  if (const CallOutcome* repeated = Repeated(call)) {
+  if (const CallOutcome* repeated = calls_.Repeated(call)) {
     if (!repeated->status.ok()) return repeated->status;
     return SubmitResult{repeated->function_registered, repeated->ids};
   }
   if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
-  if (absl::Status s = Fits(0, task.args.size(), options_.limits.max_ids_per_call,
-                            "arguments in one task", "--max-ids-per-call");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = IdsFit(task.args.size(), "arguments in one task"); !s.ok()) return s;
   if (absl::Status s =
           Fits(operations_.size(), 1, options_.limits.max_tasks,
                "tasks and puts (those not finished, and the history's)", "--max-tasks");
       !s.ok()) {
     return s;
   }
-  for (size_t i = 0; i < task.args.size(); ++i) {
-    const TaskArg& arg = task.args[i];
-    if (arg.id == 0 && arg.value.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("argument ", i, " has neither an object id nor a value"));
-    }
-    if (arg.id != 0) {
-      if (absl::Status s = objects_.CheckLive(arg.id); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("argument ", i, ": ", s.message()));
-      }
-    }
-  }
+  if (absl::Status s = objects_.CheckArguments(task.args); !s.ok()) return s;
   Worker& submitter = members_.worker(worker);
   submitter.last_seen = clock_.Now();
   const Function* fn = functions_.Find(task.function_name);
   if (fn == nullptr) {
-    Remember(call, CallOutcome{absl::OkStatus(), false, {}});
+    calls_.Remember(call, CallOutcome{absl::OkStatus(), false, {}});
     return SubmitResult{false, {}};
   }
 
@@ -145,13 +138,11 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
       !s.ok()) {
     return s;
   }
-  OperationId id = next_operation_++;
-  Operation& op = OpMut(id);
-  op.id = id;
+  Operation& op = operations_.Add();
   op.creator = submitter.is_driver ? 0 : submitter.current;
   op.submitter = worker;
   for (uint64_t i = 0; i < fn->num_return_vals; ++i) {
-    task.results.push_back(objects_.Create(id, 0));
+    task.results.push_back(objects_.Create(op.id, 0));
   }
   op.task = std::move(task);
   for (const TaskArg& arg : op.task.args) {
@@ -159,114 +150,15 @@ absl::StatusOr<SubmitResult> TaskScheduler::SubmitTask(WorkerId worker, TaskSpec
   }
   op.holds_args = true;
   ++counters_.tasks_submitted;
-  Enqueue(op);
+  operations_.Enqueue(op, clock_.Now());
   SubmitResult result{true, op.task.results};
-  Remember(call, CallOutcome{absl::OkStatus(), true, op.task.results});
-  Schedule();
+  calls_.Remember(call, CallOutcome{absl::OkStatus(), true, op.task.results});
+  dispatcher_.Schedule();
   return result;
 }
 
-void TaskScheduler::Enqueue(Operation& op) {
-  Changed(op);
-  op.state = OpState::kQueued;
-  op.worker = 0;
-  op.queued_at = clock_.Now();
-  queue_.push_back(op.id);
-}
-
-void TaskScheduler::Schedule() {
-  if (queue_.empty() || !members_.AnyIdle()) return;
-  std::deque<OperationId> waiting;
-  while (!queue_.empty()) {
-    OperationId id = queue_.front();
-    queue_.pop_front();
-    Operation& op = operations_[id];
-    if (op.state != OpState::kQueued) continue;
-    if (!ArgumentsReady(op)) {
-      if (op.state == OpState::kQueued) waiting.push_back(id);
-      continue;
-    }
-    WorkerId worker = PickWorker(op);
-    if (worker == 0) {
-      waiting.push_back(id);
-      continue;
-    }
-    Assign(op, members_.worker(worker));
-    if (!members_.AnyIdle()) break;
-  }
-  // What was not looked at keeps its place behind what waited.
-  waiting.insert(waiting.end(), queue_.begin(), queue_.end());
-  queue_ = std::move(waiting);
-}
-
-bool TaskScheduler::ArgumentsReady(Operation& op) {
-  for (size_t i = 0; i < op.task.args.size(); ++i) {
-    ObjectId id = op.task.args[i].id;
-    if (id == 0) continue;
-    const ObjectRecord* record = objects_.Find(objects_.Canonical(id));
-    if (record->failed) {
-      FinishTask(op, false,
-                 absl::StrCat("argument ", i, " (object ", id, ") is an error: ", record->error));
-      return false;
-    }
-    if (record->locations.empty()) return false;
-  }
-  return true;
-}
-
-WorkerId TaskScheduler::PickWorker(const Operation& op) {
-  const Function* fn = functions_.Find(op.task.function_name);
-  if (fn == nullptr) return 0;
-  // The idle worker whose store already holds the most arguments: fewest transfers.
-  WorkerId best = 0;
-  int best_local = -1;
-  for (WorkerId id : fn->workers) {
-    const Worker& w = members_.worker(id);
-    if (w.state != WorkerState::kIdle) continue;
-    int local = 0;
-    for (const TaskArg& arg : op.task.args) {
-      if (arg.id != 0 && objects_.Find(objects_.Canonical(arg.id))->locations.contains(w.store)) {
-        ++local;
-      }
-    }
-    if (local > best_local) {
-      best = id;
-      best_local = local;
-    }
-  }
-  return best;
-}
-
-void TaskScheduler::Assign(Operation& op, Worker& worker) {
-  Changed(op);
-  Changed(worker);
-  op.state = OpState::kAssigned;
-  op.worker = worker.id;
-  worker.state = WorkerState::kBusy;
-  worker.current = op.id;
-  for (const TaskArg& arg : op.task.args) {
-    if (arg.id == 0) continue;
-    ObjectId canonical = objects_.Canonical(arg.id);
-    if (!objects_.Find(canonical)->locations.contains(worker.store)) {
-      WantAt(worker.store, canonical, canonical);
-    }
-  }
-  DispatchIfLocal(op);
-}
-
-void TaskScheduler::DispatchIfLocal(Operation& op) {
-  if (op.state != OpState::kAssigned) return;
-  Worker& worker = members_.worker(op.worker);
-  TaskSpec task = op.task;
-  for (TaskArg& arg : task.args) {
-    if (arg.id == 0) continue;
-    arg.id = objects_.Canonical(arg.id);
-    if (!objects_.Find(arg.id)->locations.contains(worker.store)) return;
-  }
-  op.state = OpState::kRunning;
-  Changed(op);
-  if (options_.on_dispatch) options_.on_dispatch(clock_.Now() - op.queued_at);
-  Emit(ExecuteTaskEffect{worker.id, worker.address, op.id, std::move(task)});
+absl::Status TaskScheduler::IdsFit(size_t ids, const char* what) const {
+  return Fits(0, ids, options_.limits.max_ids_per_call, what, "--max-ids-per-call");
 }
 
 void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string& error) {
@@ -281,13 +173,13 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
     if (record->released || record->alias_of != 0 || record->failed || !record->locations.empty()) {
       continue;
     }
-    FailObject(result,
-               succeeded
-                   ? absl::StrCat("task ", op.task.function_name, " (operation ", op.id,
-                                  ") finished without storing its result ", i)
-                   : absl::StrCat("task ", op.task.function_name, " (operation ", op.id, ") failed",
-                                  worker_address.empty() ? "" : " on worker " + worker_address,
-                                  ": ", error));
+    directory_.Fail(
+        result,
+        succeeded ? absl::StrCat("task ", op.task.function_name, " (operation ", op.id,
+                                 ") finished without storing its result ", i)
+                  : absl::StrCat("task ", op.task.function_name, " (operation ", op.id, ") failed",
+                                 worker_address.empty() ? "" : " on worker " + worker_address, ": ",
+                                 error));
   }
   ++(succeeded ? counters_.tasks_succeeded : counters_.tasks_failed);
   if (op.holds_args) {
@@ -296,66 +188,30 @@ void TaskScheduler::FinishTask(Operation& op, bool succeeded, const std::string&
     for (const TaskArg& arg : op.task.args) {
       if (arg.id != 0) objects_.Release(arg.id, &freed);
     }
-    Deallocate(freed);
+    directory_.Deallocate(freed);
   }
-  Finished(op);
-}
-
-void TaskScheduler::Finished(Operation& op) {
-  if (op.finished_seq != 0) return;
-  op.finished_seq = ++finish_seq_;
-  history_.emplace_back(op.finished_seq, op.id);
-  ++history_size_;
-}
-
-void TaskScheduler::Unfinished(Operation& op) {
-  if (op.finished_seq == 0) return;
-  op.finished_seq = 0;  // its entry in history_ is stale from now on
-  --history_size_;
+  history_.Finished(op);
 }
 
 void TaskScheduler::TrimHistory() {
-  while (history_size_ > options_.limits.task_history && !history_.empty()) {
-    auto [seq, id] = history_.front();
-    history_.pop_front();
-    auto it = operations_.find(id);
-    if (it == operations_.end() || it->second.finished_seq != seq) continue;  // stale
-    --history_size_;
-    ForgetOperation(id);
+  for (OperationId id : history_.TakePast(options_.limits.task_history, operations_.all())) {
+    for (ObjectId object : operations_.Forget(id)) ForgetIfIdle(object);
   }
   // Ids let go during this call whose task (or put) is forgotten already, and such ids whose
   // delivery or wait ended during it.
   std::vector<ObjectId> candidates = objects_.TakeReleased();
-  for (const auto& [store, id] : changed_deliveries_) candidates.push_back(id);
-  candidates.insert(candidates.end(), changed_wanted_.begin(), changed_wanted_.end());
+  for (ObjectId id : directory_.transfers().ChangedObjects()) candidates.push_back(id);
   for (ObjectId id : candidates) {
     const ObjectRecord* record = objects_.Find(id);
     if (record == nullptr || !record->released) continue;
-    bool kept =
-        record->producer != 0 ? operations_.contains(record->producer) : kept_puts_.contains(id);
-    if (!kept) ForgetIfIdle(id);
+    if (!operations_.KeepsMaker(id, record->producer)) ForgetIfIdle(id);
   }
-}
-
-void TaskScheduler::ForgetOperation(OperationId id) {
-  auto it = operations_.find(id);
-  std::vector<ObjectId> made = it->second.task.results;
-  if (it->second.put_object != 0) {
-    made.push_back(it->second.put_object);
-    kept_puts_.erase(it->second.put_object);
-  }
-  operations_.erase(it);
-  changed_operations_.erase(id);
-  forgotten_operations_.push_back(id);
-  for (ObjectId object : made) ForgetIfIdle(object);
 }
 
 void TaskScheduler::ForgetIfIdle(ObjectId id) {
   const ObjectRecord* record = objects_.Find(id);
-  if (record == nullptr || !record->released || wanted_.contains(id)) return;
-  for (const auto& [key, delivery] : deliveries_) {
-    if (key.second == id) return;  // the store that gets it drops it when it lands
-  }
+  // A store that gets it drops it when it lands.
+  if (record == nullptr || !record->released || directory_.transfers().Involves(id)) return;
   objects_.Forget(id);
 }
 
@@ -373,16 +229,16 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
   if (leaving && w.state == WorkerState::kBusy && !previous.has_value()) {
     // It leaves before it ran what it was given last: that runs elsewhere.
     Leave(w);
-    Schedule();
+    dispatcher_.Schedule();
     return absl::OkStatus();
   }
   if (w.state == WorkerState::kBusy) {
-    Operation& op = operations_[w.current];
+    Operation& op = operations_.operation(w.current);
     if (op.state == OpState::kAssigned) {
       // Its task was not sent yet: the worker asks twice. It keeps the task, unless it leaves.
       if (leaving) {
         Leave(w);
-        Schedule();
+        dispatcher_.Schedule();
       }
       return absl::OkStatus();
     }
@@ -397,7 +253,7 @@ absl::Status TaskScheduler::ReadyForNewTask(WorkerId worker, std::optional<Finis
   w.state = WorkerState::kIdle;
   w.current = 0;
   if (leaving) Leave(w);
-  Schedule();
+  dispatcher_.Schedule();
   return absl::OkStatus();
 }
 
@@ -406,20 +262,16 @@ void TaskScheduler::Leave(Worker& worker) {
   worker.state = WorkerState::kDead;
   functions_.DropWorker(worker.id);
   if (worker.current != 0) {
-    Operation& op = OpMut(worker.current);
-    if (op.state == OpState::kAssigned || op.state == OpState::kRunning) Enqueue(op);
+    Operation& op = operations_.Mutable(worker.current);
+    if (op.state == OpState::kAssigned || op.state == OpState::kRunning)
+      operations_.Enqueue(op, clock_.Now());
     worker.current = 0;
   }
 }
 
 bool TaskScheduler::KillWorkers() {
   Mutation lock(this);
-  for (const auto& [id, op] : operations_) {
-    if (op.state == OpState::kQueued || op.state == OpState::kAssigned ||
-        op.state == OpState::kRunning) {
-      return false;
-    }
-  }
+  if (operations_.AnyUnfinished()) return false;
   for (auto& [id, w] : members_.workers()) {
     if (w.is_driver || w.state == WorkerState::kDead) continue;
     Emit(DieEffect{id, w.address});
@@ -435,7 +287,7 @@ void TaskScheduler::WorkerLost(WorkerId worker, const std::string& reason) {
   auto it = members_.workers().find(worker);
   if (it == members_.workers().end() || it->second.state == WorkerState::kDead) return;
   LoseWorker(it->second, reason);
-  Schedule();
+  dispatcher_.Schedule();
 }
 
 void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
@@ -444,7 +296,7 @@ void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
   ++counters_.workers_lost;
   functions_.DropWorker(worker.id);
   if (worker.current == 0) return;
-  Operation& op = OpMut(worker.current);
+  Operation& op = operations_.Mutable(worker.current);
   worker.current = 0;
   if (op.state != OpState::kAssigned && op.state != OpState::kRunning) return;
   if (op.retries >= options_.max_task_retries) {
@@ -455,7 +307,7 @@ void TaskScheduler::LoseWorker(Worker& worker, const std::string& reason) {
   }
   ++op.retries;
   ++counters_.tasks_retried;
-  Enqueue(op);
+  operations_.Enqueue(op, clock_.Now());
 }
 
 void TaskScheduler::WorkerSeen(WorkerId worker) {
@@ -481,7 +333,7 @@ void TaskScheduler::CheckLiveness() {
   for (WorkerId id : members_.SilentWorkers(now, options_.liveness_timeout)) {
     LoseWorker(members_.worker(id), silent);
   }
-  Schedule();
+  dispatcher_.Schedule();
 }
 
 std::vector<LivenessTarget> TaskScheduler::LivenessTargets() const {
@@ -491,74 +343,17 @@ std::vector<LivenessTarget> TaskScheduler::LivenessTargets() const {
 
 TaskInfoView TaskScheduler::TaskInfo() const {
   absl::MutexLock lock(&mu_);
-  TaskInfoView view;
-  for (const auto& [id, op] : operations_) {
-    if (op.put_object != 0) continue;
-    std::string address;
-    if (op.worker != 0) address = members_.workers().at(op.worker).address;
-    if (op.state == OpState::kFailed) {
-      view.failed.push_back({id, op.task.function_name, address, op.error});
-    } else if (op.state == OpState::kAssigned || op.state == OpState::kRunning) {
-      view.running.push_back({id, op.task.function_name, address, ""});
-    }
-  }
-  view.succeeded = counters_.tasks_succeeded;
-  return view;
+  return TaskInfoOf(operations_, members_, counters_.tasks_succeeded);
 }
 
 SchedulerInfoView TaskScheduler::SchedulerInfo() const {
   absl::MutexLock lock(&mu_);
-  SchedulerInfoView view;
-  view.queued.assign(queue_.begin(), queue_.end());
-  for (const auto& [name, function] : functions_.functions()) {
-    view.functions[name] = {std::vector<WorkerId>(function.workers.begin(), function.workers.end()),
-                            function.num_return_vals};
-  }
-  for (const auto& [id, w] : members_.workers()) {
-    if (w.state == WorkerState::kIdle) view.idle_workers.push_back(id);
-  }
-  // Indexed by object id, as in the original (entry 0 stands for no object).
-  view.target_objectid.push_back(0);
-  view.reference_count.push_back(0);
-  for (ObjectId id = 1; id <= objects_.last_id(); ++id) {
-    const ObjectRecord* record = objects_.Find(id);  // none: let go and forgotten
-    view.target_objectid.push_back(record != nullptr && record->alias_of != 0 ? record->alias_of
-                                                                              : id);
-    view.reference_count.push_back(record == nullptr || record->released ? 0 : record->refs);
-  }
-  for (const auto& [id, op] : operations_) {
-    OperationView operation{id, op.creator, op.put_object != 0, op.put_object, op.task};
-    view.operations.push_back(std::move(operation));
-  }
-  return view;
+  return SchedulerInfoOf(operations_, functions_, members_, objects_);
 }
 
 SchedulerStats TaskScheduler::Stats() const {
   absl::MutexLock lock(&mu_);
-  SchedulerStats stats = counters_;
-  stats.tasks_kept = operations_.size();
-  stats.tasks_history = history_size_;
-  stats.objects_kept = objects_.size();
-  for (const auto& [id, op] : operations_) {
-    if (op.state == OpState::kQueued) ++stats.tasks_queued;
-    if (op.state == OpState::kAssigned || op.state == OpState::kRunning) ++stats.tasks_running;
-  }
-  for (const auto& [id, w] : members_.workers()) {
-    if (!w.is_driver && w.state != WorkerState::kDead) ++stats.workers_alive;
-  }
-  absl::flat_hash_map<StoreId, size_t> index;
-  for (const auto& [id, store] : members_.stores()) {
-    index[id] = stats.stores.size();
-    stats.stores.push_back({id, store.address, store.alive, 0, 0});
-  }
-  objects_.ForEach([&](ObjectId, const ObjectRecord& record) {
-    for (StoreId store : record.locations) {
-      SchedulerStats::Store& s = stats.stores[index[store]];
-      ++s.objects;
-      s.bytes += record.size;
-    }
-  });
-  return stats;
+  return StatsOf(counters_, operations_, history_.size(), members_, objects_);
 }
 
 std::vector<Effect> TaskScheduler::TakeEffects() {
@@ -570,6 +365,229 @@ bool TaskScheduler::WaitForEffects(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto has_effects = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !effects_.empty(); };
   return mu_.AwaitWithDeadline(absl::Condition(&has_effects), deadline);
+}
+
+absl::StatusOr<ObjectId> TaskScheduler::PutObj(WorkerId worker, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = calls_.Repeated(call)) {
+    if (!repeated->status.ok()) return repeated->status;
+    return repeated->ids.at(0);
+  }
+  if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s =
+          Fits(operations_.size(), 1, options_.limits.max_tasks, "tasks and puts", "--max-tasks");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          Fits(objects_.size(), 1, options_.limits.max_objects, "object ids", "--max-objects");
+      !s.ok()) {
+    return s;
+  }
+  Worker& w = members_.worker(worker);
+  w.last_seen = clock_.Now();
+  ObjectId object = objects_.Create(0, worker);
+  Operation& op = operations_.AddPut(object);
+  op.creator = w.is_driver ? 0 : w.current;
+  op.submitter = worker;
+  op.state = OpState::kSucceeded;
+  history_.Finished(op);
+  calls_.Remember(call, CallOutcome{absl::OkStatus(), false, {object}});
+  return object;
+}
+
+absl::Status TaskScheduler::ObjReady(ObjectId object, StoreId store, uint64_t size) {
+  Mutation lock(this);
+  if (absl::Status s = members_.CheckStore(store); !s.ok()) return s;
+  const ObjectRecord* record = objects_.FindMutable(object);
+  if (record == nullptr && object != 0 && object <= objects_.last_id()) {
+    // Let go and forgotten (the history) before this copy landed: the store drops it.
+    Emit(DeallocateEffect{store, members_.store(store).address, object});
+    return absl::OkStatus();
+  }
+  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no object ", object));
+  if (record->alias_of != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "object ", object, " is an alias of ", record->alias_of, "; a store holds canonical ids"));
+  }
+  members_.store(store).last_seen = clock_.Now();
+  if (!directory_.Landed(store, object, size)) return absl::OkStatus();
+  dispatcher_.DispatchAt(store);
+  dispatcher_.Schedule();
+  return absl::OkStatus();
+}
+
+absl::Status TaskScheduler::RequestObj(WorkerId worker, ObjectId object) {
+  Mutation lock(this);
+  if (absl::Status s = members_.CheckWorker(worker); !s.ok()) return s;
+  if (absl::Status s = objects_.CheckLive(object); !s.ok()) return s;
+  Worker& w = members_.worker(worker);
+  w.last_seen = clock_.Now();
+  directory_.WantAt(w.store, object, objects_.Canonical(object));
+  return absl::OkStatus();
+}
+
+void TaskScheduler::DeliveryFailed(StoreId to, ObjectId canonical, const std::string& reason) {
+  Mutation lock(this);
+  directory_.DeliveryFailed(to, canonical);
+}
+
+absl::Status TaskScheduler::AliasObjectIDs(ObjectId alias, ObjectId target) {
+  Mutation lock(this);
+  const ObjectRecord* record = objects_.Find(alias);
+  if (record != nullptr && record->alias_of == target) return absl::OkStatus();  // repeated
+  if (record != nullptr && record->released && record->producer != 0) {
+    // A task run again to rebuild another of its results aliases one let go meanwhile.
+    return absl::OkStatus();
+  }
+  if (absl::Status s = objects_.Alias(alias, target); !s.ok()) return s;
+  directory_.Answer(alias, objects_.Canonical(target));
+  dispatcher_.Schedule();
+  return absl::OkStatus();
+}
+
+absl::Status TaskScheduler::IncrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = calls_.Repeated(call)) return repeated->status;
+  if (absl::Status s = IdsFit(ids.size(), "ids in one call"); !s.ok()) return s;
+  absl::Status s = objects_.AddRefs(ids);
+  calls_.Remember(call, CallOutcome{s, false, {}});
+  return s;
+}
+
+absl::Status TaskScheduler::DecrementRefCount(const std::vector<ObjectId>& ids, CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = calls_.Repeated(call)) return repeated->status;
+  if (absl::Status s = IdsFit(ids.size(), "ids in one call"); !s.ok()) return s;
+  std::vector<Deallocation> freed;
+  absl::Status s = objects_.DropRefs(ids, &freed);
+  if (s.ok()) directory_.Deallocate(freed);
+  calls_.Remember(call, CallOutcome{s, false, {}});
+  return s;
+}
+
+absl::Status TaskScheduler::AddContainedObjectIDs(ObjectId object,
+                                                  const std::vector<ObjectId>& contained,
+                                                  CallId call) {
+  Mutation lock(this);
+  if (const CallOutcome* repeated = calls_.Repeated(call)) return repeated->status;
+  if (absl::Status s = IdsFit(contained.size(), "ids in one call"); !s.ok()) return s;
+  absl::Status s = objects_.AddContained(object, contained);
+  calls_.Remember(call, CallOutcome{s, false, {}});
+  return s;
+}
+
+void TaskScheduler::StoreLost(StoreId store, const std::string& reason) {
+  Mutation lock(this);
+  auto it = members_.stores().find(store);
+  if (it == members_.stores().end() || !it->second.alive) return;
+  LoseStore(it->second, reason);
+  dispatcher_.Schedule();
+}
+
+void TaskScheduler::LoseStore(Store& store, const std::string& reason) {
+  store.alive = false;
+  members_.Changed(store);
+  ++counters_.stores_lost;
+  std::string why =
+      absl::StrCat("object store ", store.id, " at ", store.address, " was lost: ", reason);
+  for (auto& [id, w] : members_.workers()) {
+    if (w.store == store.id && w.state != WorkerState::kDead) LoseWorker(w, why);
+  }
+  // Deliveries to it are moot; those from it start again from another copy, or wait.
+  std::vector<TransferTable::Key> resend = directory_.transfers().StoreLost(store.id);
+  rebuilder_.StoreLost(store.id, why);
+  directory_.Resend(resend);
+}
+
+// Durability: each table tells what changed in it, takes back what was saved, and captures its
+// whole state; the scheduler's own part is its counters.
+
+TaskScheduler::Mutation::~Mutation() {
+  scheduler_->JournalLocked();
+  scheduler_->mu_.Unlock();
+}
+
+void TaskScheduler::JournalLocked() {
+  TrimHistory();
+  SchedulerChanges changes;
+  // The tables forget what changed even when there is no journal to tell.
+  SchedulerChanges* told = journal_ != nullptr ? &changes : nullptr;
+  objects_.TakeChanges(told);
+  members_.TakeChanges(told);
+  functions_.TakeChanges(told);
+  operations_.TakeChanges(told);
+  directory_.transfers().TakeChanges(told);
+  calls_.TakeChanges(told);
+  if (journal_ == nullptr) return;
+  std::vector<uint64_t> counters = SavedCounters(counters_);
+  if (counters != journaled_counters_) {
+    changes.counters = counters;
+    journaled_counters_ = std::move(counters);
+  }
+  if (!changes.empty()) journal_->SchedulerChanged(changes);
+}
+
+void TaskScheduler::Restore(const SchedulerChanges& changes) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  members_.Apply(changes, now);
+  functions_.Apply(changes);
+  operations_.Apply(changes, now);
+  objects_.Apply(changes);
+  directory_.transfers().Apply(changes);
+  calls_.Apply(changes);
+  if (changes.counters.has_value()) RestoreCounters(*changes.counters, &counters_);
+  objects_.TakeChanged();
+}
+
+absl::Status TaskScheduler::FinishRestore() {
+  Mutation lock(this);
+  if (absl::Status s =
+          CheckRestored(members_, functions_, objects_, operations_, directory_.transfers());
+      !s.ok()) {
+    return s;
+  }
+  // The queue, oldest task first, and the history of finished tasks, oldest first by id (a
+  // restart forgets the order they finished in); past --task-history the oldest are forgotten at
+  // the end of this call.
+  operations_.RequeueByAge();
+  history_.Restart(operations_.all());
+  // Calls the old process may have decided on but never made. Each is harmless when repeated:
+  // a worker ignores an ExecuteTask for a task it holds or has finished, a store one for an
+  // object it holds, and aliases and imports are idempotent.
+  dispatcher_.SendAgain();
+  directory_.SendAgain();
+  for (auto& [id, w] : members_.workers()) {
+    if (w.is_driver || w.state == WorkerState::kDead || w.state == WorkerState::kRegistered) {
+      continue;
+    }
+    w.functions_sent = 0;
+    w.variables_sent = 0;
+    SendExports(w);
+  }
+  dispatcher_.Schedule();
+  return absl::OkStatus();
+}
+
+void TaskScheduler::SetJournal(SchedulerJournal* journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+  calls_.set_journaled(journal != nullptr);
+  journaled_counters_ = SavedCounters(counters_);
+}
+
+SchedulerChanges TaskScheduler::CaptureState() const {
+  absl::MutexLock lock(&mu_);
+  SchedulerChanges state;
+  members_.Capture(&state);
+  functions_.Capture(&state);
+  operations_.Capture(&state);
+  objects_.Capture(&state);
+  directory_.transfers().Capture(&state);
+  calls_.Capture(&state);
+  state.counters = SavedCounters(counters_);
+  return state;
 }
 
 }  // namespace cohort::runtime

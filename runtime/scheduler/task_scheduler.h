@@ -19,13 +19,20 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "runtime/scheduler/call_log.h"
+#include "runtime/scheduler/dispatcher.h"
 #include "runtime/scheduler/effects.h"
 #include "runtime/scheduler/function_table.h"
 #include "runtime/scheduler/ids.h"
 #include "runtime/scheduler/member_table.h"
+#include "runtime/scheduler/object_directory.h"
 #include "runtime/scheduler/object_table.h"
+#include "runtime/scheduler/operation_table.h"
+#include "runtime/scheduler/rebuilder.h"
 #include "runtime/scheduler/scheduler_limits.h"
 #include "runtime/scheduler/scheduler_state.h"
+#include "runtime/scheduler/scheduler_views.h"
+#include "runtime/scheduler/task_history.h"
 
 namespace cohort::runtime {
 
@@ -51,14 +58,6 @@ struct WorkerRegistration {
   std::string store_address;
 };
 
-// A call that must not take effect twice: the client's worker id and the call's number, unique
-// for that worker (cohort's `cohort-call` metadata, "WORKER/NUMBER"). A call with no number
-// (0) is taken as new every time.
-struct CallId {
-  WorkerId worker = 0;
-  uint64_t number = 0;
-};
-
 struct SubmitResult {
   bool function_registered = false;
   std::vector<ObjectId> results;
@@ -72,73 +71,18 @@ struct FinishedTask {
   OperationId operation = 0;
 };
 
-struct TaskStatusView {
-  OperationId operation = 0;
-  std::string function_name;
-  std::string worker_address;
-  std::string error_message;
-};
-
-struct TaskInfoView {
-  std::vector<TaskStatusView> failed;
-  std::vector<TaskStatusView> running;
-  uint64_t succeeded = 0;
-};
-
-struct OperationView {
-  OperationId id = 0;
-  OperationId creator = 0;
-  bool is_put = false;
-  ObjectId put_object = 0;
-  TaskSpec task;
-};
-
-struct SchedulerInfoView {
-  std::vector<OperationId> queued;  // in queue order
-  std::map<std::string, std::pair<std::vector<WorkerId>, uint64_t>> functions;
-  std::vector<WorkerId> idle_workers;
-  // Indexed by object id (entry 0 stands for none): its alias target (itself when
-  // canonical) and its count (0 once released).
-  std::vector<ObjectId> target_objectid;
-  std::vector<int64_t> reference_count;
-  std::vector<OperationView> operations;
-};
-
-// Counters and gauges for /metrics and cohortctl.
-struct SchedulerStats {
-  uint64_t tasks_submitted = 0;
-  uint64_t tasks_queued = 0;
-  uint64_t tasks_running = 0;  // assigned to a worker (its arguments moving, or executing)
-  uint64_t tasks_succeeded = 0;
-  uint64_t tasks_failed = 0;
-  uint64_t tasks_retried = 0;
-  uint64_t tasks_rebuilt = 0;  // started again to rebuild a lost object
-  uint64_t workers_alive = 0;
-  uint64_t workers_lost = 0;
-  uint64_t stores_lost = 0;
-  uint64_t objects_lost = 0;   // lost with no way to rebuild them
-  uint64_t tasks_kept = 0;     // tasks and puts kept: not finished, and the history's
-  uint64_t tasks_history = 0;  // finished ones kept (--task-history)
-  uint64_t objects_kept = 0;   // object ids whose records are kept (--max-objects)
-  uint64_t deliveries = 0;
-  uint64_t delivered_bytes = 0;  // of the deliveries that landed
-  struct Store {
-    StoreId id = 0;
-    std::string address;
-    bool alive = true;
-    uint64_t objects = 0;
-    uint64_t bytes = 0;
-  };
-  std::vector<Store> stores;
-};
-
 // The task runtime's scheduler: stores, workers and drivers; exported functions; tasks from
 // submission to completion; objects, their counts, aliases and where they are. A state
 // machine with no transport: every call changes state and may record effects (calls to
 // workers and stores) that the transport drains with TakeEffects and carries out, reporting
 // back what it learns (ObjReady, ReadyForNewTask, DeliveryFailed, WorkerLost, StoreLost).
-// Thread-safe; one lock. Who is registered is kept in a MemberTable, the functions and exports
-// in a FunctionTable, the objects in an ObjectTable; what happens to tasks is decided here.
+// Thread-safe; one lock, held around every call to its tables: who is registered is kept in a
+// MemberTable, the functions and exports in a FunctionTable, the objects in an ObjectTable, the
+// tasks and puts and the queue in an OperationTable (the finished ones' order in a TaskHistory),
+// repeated calls' outcomes in a CallLog. An ObjectDirectory moves objects between stores (its
+// TransferTable keeps the waits and deliveries), a Dispatcher gives queued tasks to idle
+// workers, and a Rebuilder runs tasks again for the objects a lost store took with it. What happens
+// to tasks and objects, which ties these together, is decided here.
 //
 // Beyond the original: a lost worker's task runs again elsewhere (up to max_task_retries),
 // and an object whose every copy was lost is rebuilt by running the task that computed it
@@ -241,61 +185,26 @@ class TaskScheduler {
 
   // The changes since the last journal entry: told to the journal, then forgotten.
   void JournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(const SchedulerChanges& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRestoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A repeated call's outcome, if `call` was answered before.
-  const CallOutcome* Repeated(const CallId& call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Remember(const CallId& call, CallOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Operation& OpMut(OperationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_operations_.insert(id);
-    return operations_[id];
-  }
   void Changed(const Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     members_.Changed(worker);
   }
-  void Changed(const Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_operations_.insert(op.id);
-  }
-  void WantedChanged(ObjectId canonical) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_wanted_.insert(canonical);
-  }
-  void DeliveryChanged(std::pair<StoreId, ObjectId> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    changed_deliveries_.insert(key);
-  }
+  void Changed(const Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { operations_.Changed(op); }
 
   void Emit(Effect effect) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every object argument is ready; fails the task if one failed.
-  bool ArgumentsReady(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  WorkerId PickWorker(const Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Assign(Operation& op, Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends ExecuteTask once every argument is at the worker's store.
-  void DispatchIfLocal(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Enqueue(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishTask(Operation& op, bool succeeded, const std::string& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailObject(ObjectId canonical, const std::string& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks for `requested` (an id reading as `canonical`) at `store`.
-  void WantAt(StoreId store, ObjectId requested, ObjectId canonical)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(StoreId to, ObjectId canonical) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every copy of `canonical` is gone: run its task again, or fail it.
-  void Rebuild(ObjectId canonical, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deallocate(const std::vector<Deallocation>& freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseWorker(Worker& worker, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker that said it leaves: forgotten, its task (if it got one) queued again.
   void Leave(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseStore(Store& store, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendExports(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The history: `op` finished (a place at its end), or runs again (its place given up).
-  void Finished(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unfinished(Operation& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At the end of each call (no Operation& is held then): forgets the oldest finished tasks
   // past limits.task_history, and the records let go whose task is forgotten.
   void TrimHistory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetOperation(OperationId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets `id`'s record if it was let go and nothing under way names it.
   void ForgetIfIdle(ObjectId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED past --max-ids-per-call (`what`: what the ids are).
+  absl::Status IdsFit(size_t ids, const char* what) const;
   // Exports `item` (a function or reusable variable, `what` in errors) within
   // --max-export-bytes, and sends it to every worker that runs tasks.
   absl::Status Export(FunctionTable::ExportKind kind, std::string item, const char* what)
@@ -307,34 +216,18 @@ class TaskScheduler {
   ObjectTable objects_ ABSL_GUARDED_BY(mu_);
   MemberTable members_ ABSL_GUARDED_BY(mu_);
   FunctionTable functions_ ABSL_GUARDED_BY(mu_);
-  absl::btree_map<OperationId, Operation> operations_ ABSL_GUARDED_BY(mu_);
-  std::deque<OperationId> queue_ ABSL_GUARDED_BY(mu_);
-  // Finished operations, oldest first, as (finished_seq, id); an entry whose operation's
-  // finished_seq differs is stale (it ran again). history_size_: the entries not stale.
-  std::deque<std::pair<uint64_t, OperationId>> history_ ABSL_GUARDED_BY(mu_);
-  size_t history_size_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t finish_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // The objects of puts whose operation is kept (a put's record names no operation).
-  absl::flat_hash_set<ObjectId> kept_puts_ ABSL_GUARDED_BY(mu_);
-  std::vector<OperationId> forgotten_operations_ ABSL_GUARDED_BY(mu_);
-  // Stores waiting for an object that is not ready anywhere yet: canonical -> (store, id).
-  absl::flat_hash_map<ObjectId, absl::btree_set<std::pair<StoreId, ObjectId>>> wanted_
-      ABSL_GUARDED_BY(mu_);
-  // (to, canonical) -> delivery under way.
-  absl::btree_map<std::pair<StoreId, ObjectId>, Delivery> deliveries_ ABSL_GUARDED_BY(mu_);
+  OperationTable operations_ ABSL_GUARDED_BY(mu_);
+  TaskHistory history_ ABSL_GUARDED_BY(mu_);
+  CallLog calls_ ABSL_GUARDED_BY(mu_);
   std::vector<Effect> effects_ ABSL_GUARDED_BY(mu_);
-  SchedulerJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Repeated calls: (worker, number) -> outcome, and each worker's numbers oldest first.
-  absl::flat_hash_map<std::pair<WorkerId, uint64_t>, CallOutcome> calls_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<WorkerId, std::deque<uint64_t>> call_order_ ABSL_GUARDED_BY(mu_);
-  // What changed since the last journal entry (the tables keep their own).
-  absl::btree_set<OperationId> changed_operations_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<ObjectId> changed_wanted_ ABSL_GUARDED_BY(mu_);
-  absl::btree_set<std::pair<StoreId, ObjectId>> changed_deliveries_ ABSL_GUARDED_BY(mu_);
-  std::vector<RememberedCall> new_calls_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> journaled_counters_ ABSL_GUARDED_BY(mu_);
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // the cumulative fields only
-  OperationId next_operation_ ABSL_GUARDED_BY(mu_) = 1;
+  // They work on the tables above (and record effects, count deliveries) under the same lock.
+  ObjectDirectory directory_ ABSL_GUARDED_BY(mu_);
+  Dispatcher dispatcher_ ABSL_GUARDED_BY(mu_);
+  Rebuilder rebuilder_ ABSL_GUARDED_BY(mu_);
+  SchedulerJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The cumulative counters as last told to the journal.
+  std::vector<uint64_t> journaled_counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::runtime

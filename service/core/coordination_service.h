@@ -18,15 +18,17 @@
 #include "service/core/durable_state.h"
 #include "service/core/heartbeat_monitor.h"
 #include "service/core/job_directory.h"
+#include "service/core/key_value_once.h"
 #include "service/core/key_value_store.h"
 #include "service/core/parked_call.h"
 #include "service/core/requests.h"
 #include "service/core/service_config.h"
-#include "service/core/task_group_exchange.h"
+#include "service/core/task_effects.h"
+#include "service/core/task_exchanges.h"
+#include "service/core/task_life.h"
 #include "service/core/task_name.h"
 #include "service/core/task_table.h"
 #include "service/core/timer_queue.h"
-#include "service/core/whole_job_barrier.h"
 
 namespace cohort {
 
@@ -48,9 +50,10 @@ uint64_t RandomIncarnation();
 // NewWaiterId) and a callback, and park without a thread; Cancel(id) ends one early.
 //
 // This class is the one door to the state: every change goes through one of its methods.
-// It holds the lock over the task table and the rendezvous built on it, carries out the
-// rules that tie them together, and finishes parked calls once the lock is released. The
-// key-value store and the barrier table keep their own locks.
+// It holds the lock over the tasks' life (TaskLife: the task table, the rendezvous built on
+// it and the rules that tie them together), tells the journal what changed before the lock
+// is released, and finishes parked calls once it is. The key-value store and the barrier
+// table keep their own locks.
 class CoordinationService {
  public:
   using StatusDone = std::function<void(absl::Status)>;
@@ -188,38 +191,12 @@ class CoordinationService {
 
  private:
   using StatusCall = Parked<absl::Status>;
-  using AliveCall = Parked<absl::StatusOr<std::vector<AliveTask>>>;
-  using DevicesCall = Parked<absl::StatusOr<std::vector<std::string>>>;
-
+  using AliveCall = TaskExchanges::AliveCall;
+  using DevicesCall = TaskExchanges::DevicesCall;
   // Work that follows a state change and runs once mu_ is released: finishing parked
   // calls, failing barriers, telling the observer. Parked calls never finish under mu_,
   // because their callbacks may call back into the service.
-  struct Effects {
-    std::vector<std::function<void()>> after;
-    std::vector<std::pair<TaskName, absl::Status>> failed_tasks;
-    std::vector<std::pair<TaskName, absl::Status>> propagated;
-
-    template <typename T>
-    void Finish(ParkedCallRegistry& registry, std::shared_ptr<ParkedCall> call, T result) {
-      after.push_back([&registry, call = std::static_pointer_cast<Parked<T>>(std::move(call)),
-                       result = std::move(result)]() mutable {
-        if (registry.Claim(*call)) call->Finish(std::move(result));
-      });
-    }
-    template <typename T>
-    void FinishAll(ParkedCallRegistry& registry, std::vector<std::shared_ptr<ParkedCall>> calls,
-                   const T& result) {
-      for (auto& call : calls) Finish<T>(registry, std::move(call), result);
-    }
-    // For a call that a newer one of the same task replaces: claimed at once, so that the
-    // newcomer may take its place under the parked-call limits.
-    template <typename T>
-    void FinishReplaced(ParkedCallRegistry& registry, std::shared_ptr<ParkedCall> call, T result) {
-      if (!registry.Claim(*call)) return;
-      after.push_back([call = std::static_pointer_cast<Parked<T>>(std::move(call)),
-                       result = std::move(result)]() mutable { call->Finish(std::move(result)); });
-    }
-  };
+  using Effects = TaskEffects;
 
   CoordinationService(ServiceConfig config, const Clock* clock, ServiceObserver* observer,
                       uint64_t service_incarnation, StateJournal* journal);
@@ -242,32 +219,11 @@ class CoordinationService {
 
   absl::Status RestoreLocked(const DurableState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // The rules that tie the pieces together. Each collects its follow-up work in `fx`.
-  void ConnectLocked(TaskRecord& task, uint64_t incarnation, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetErrorLocked(TaskRecord& task, absl::Status error, bool reported_by_task, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DisconnectLocked(TaskRecord& task, const absl::Status& why, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PropagateLocked(const TaskName& source, const absl::Status& error, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StateChangedLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
 
-  // The register and shutdown barriers: when they pass, fail and time out.
-  void CheckRegisterBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailRegisterBarrierLocked(const absl::Status& error, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The register and shutdown barriers' timeouts, from the timer queue.
   void OnRegisterTimeout();
-  void CheckShutdownBarrierLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnShutdownTimeout();
-
-  // GetAliveTasks and device exchange.
-  void CheckAliveGroupsLocked(Effects& fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailDeviceGroupsWithLocked(const TaskName& task, const absl::Status& error, Effects& fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   void CheckHeartbeats();
 
   const ServiceConfig config_;
@@ -279,24 +235,16 @@ class CoordinationService {
 
   ParkedCallRegistry parked_;
   TimerQueue timers_;
-  KeyValueStore key_values_;  // has its own lock
-  BarrierTable barriers_;     // has its own lock
+  KeyValueStore key_values_;      // has its own lock
+  KeyValueOnce key_values_once_;  // over key_values_
+  BarrierTable barriers_;         // has its own lock
   HeartbeatMonitor heartbeats_;
 
-  // Guards the task table and every rendezvous built on it. Heartbeats take it shared and
+  // Guards the tasks and every rendezvous built on them. Heartbeats take it shared and
   // touch only their own task's atomic timestamp.
   mutable absl::Mutex mu_;
-  TaskTable tasks_ ABSL_GUARDED_BY(mu_);
-  // Both over every workload task.
-  WholeJobBarrier register_barrier_ ABSL_GUARDED_BY(mu_);
-  WholeJobBarrier shutdown_barrier_ ABSL_GUARDED_BY(mu_);
-  // Device exchange: one group of the workload tasks, and one per auxiliary job.
-  TaskGroupExchange device_groups_ ABSL_GUARDED_BY(mu_);
-  // GetAliveTasks: one group per list of tasks asked about.
-  TaskGroupExchange alive_groups_ ABSL_GUARDED_BY(mu_);
+  TaskLife life_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
-  bool first_error_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Off once the service stops: what stopping does (failing barriers) is not a change a
   // restarted coordinator should find.
   bool journaling_ ABSL_GUARDED_BY(mu_) = false;

@@ -86,6 +86,15 @@ std::optional<LocalTaskTable::HeartbeatAnswer> LocalTaskTable::AnswerHeartbeat(
   return HeartbeatAnswer{it->second->incarnation, it->second->heartbeat_error};
 }
 
+std::optional<LocalTaskTable::LocalHeartbeat> LocalTaskTable::HeartbeatHere(
+    const UpstreamLink& link, const TaskName& task, std::optional<uint64_t> incarnation) const {
+  if (link.ended()) return LocalHeartbeat{link.failure()};
+  std::optional<HeartbeatAnswer> here = AnswerHeartbeat(task, incarnation);
+  if (!here) return std::nullopt;
+  // Answered here: the coordinator may be away for a while, and the task is alive.
+  return LocalHeartbeat{here->status, here->status.ok() && link.connected(), here->incarnation};
+}
+
 void LocalTaskTable::SetHeartbeatError(const TaskName& task, const absl::Status& error) {
   if (auto it = tasks_.find(task); it != tasks_.end()) it->second->heartbeat_error = error;
 }
@@ -122,6 +131,25 @@ std::vector<LocalTaskTable::Poll> LocalTaskTable::AddPoll(const TaskName& task, 
   record.polls.emplace_back(waiter, std::move(done));
   polls_[waiter] = task;
   return replaced;
+}
+
+LocalTaskTable::PollPlacement LocalTaskTable::PlacePoll(const UpstreamLink& link,
+                                                        const TaskName& task, WaiterId waiter,
+                                                        StatusDone done) {
+  PollPlacement placed;
+  if (link.ended()) {
+    placed.refused = link.failure();
+    placed.done = std::move(done);
+  } else if (WaitsHere(task)) {
+    // Waits here for the proxy's own poll of the task. One poll per task, as in the core: a
+    // newer one replaces the older.
+    placed.replaced = AddPoll(task, waiter, std::move(done));
+  } else {
+    // Not registered here, or its poll already ended: the coordinator answers.
+    placed.forward = true;
+    placed.done = std::move(done);
+  }
+  return placed;
 }
 
 std::optional<LocalTaskTable::StatusDone> LocalTaskTable::TakePoll(WaiterId waiter) {

@@ -3,7 +3,7 @@
 // it registers again with after an outage, the service's answer to its last forwarded
 // heartbeat (its heartbeats are answered here, so that an outage does not kill it), and the
 // proxy's own error poll of it, with the clients' polls that wait for that one. It takes no
-// lock of its own: UpstreamBackend keeps it under its lock, and answers the polls it hands
+// lock of its own: UpstreamConnection keeps it under its lock, and answers the polls it hands
 // back once unlocked.
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "service/backend/coordination_backend.h"
+#include "service/proxy/upstream_link.h"
 
 namespace cohort {
 
@@ -46,6 +47,19 @@ class LocalTaskTable {
   // registered here as that.
   std::optional<HeartbeatAnswer> AnswerHeartbeat(const TaskName& task,
                                                  std::optional<uint64_t> incarnation) const;
+  // A heartbeat of `task` (of `incarnation`, when it names one), the link being `link`, as
+  // the connection carries it out: answered here with `answer` (the link's failure once it has
+  // ended), and forwarded as `incarnation` too when `forward`.
+  struct LocalHeartbeat {
+    absl::Status answer;
+    bool forward = false;
+    uint64_t incarnation = 0;
+  };
+  // None: the task is not registered here as that, and the coordinator answers. Answered
+  // here, a registered task's heartbeat is forwarded while the coordinator is reachable and
+  // the task's last answer was OK.
+  std::optional<LocalHeartbeat> HeartbeatHere(const UpstreamLink& link, const TaskName& task,
+                                              std::optional<uint64_t> incarnation) const;
   // What the task's heartbeats get from now on: the service refused a registration sent
   // again, or a forwarded heartbeat of `incarnation` (ignored when the task registered since).
   void SetHeartbeatError(const TaskName& task, const absl::Status& error);
@@ -59,6 +73,15 @@ class LocalTaskTable {
   // Adds the poll `done` of `task`, which WaitsHere. One poll per task, as in the core: the
   // older ones are returned, to be ended.
   std::vector<Poll> AddPoll(const TaskName& task, WaiterId waiter, StatusDone done);
+  // Where a client's poll `done` (of `waiter`) of `task` goes, the link being `link`.
+  struct PollPlacement {
+    absl::Status refused;        // not OK: the link has ended, and `done` is answered with this
+    bool forward = false;        // the coordinator answers `done` (not registered here, or ended)
+    StatusDone done;             // handed back when refused or forwarded; else it waits here
+    std::vector<Poll> replaced;  // waiting here, the older polls it replaced, to be ended
+  };
+  PollPlacement PlacePoll(const UpstreamLink& link, const TaskName& task, WaiterId waiter,
+                          StatusDone done);
   // The client's poll `waiter` goes: none when it is no poll waiting here; else the poll
   // (empty when it was answered already).
   std::optional<StatusDone> TakePoll(WaiterId waiter);

@@ -5,12 +5,29 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "service/proxy/upstream_reissue_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace cohort {
 
 UpstreamLink::UpstreamLink(std::string address, absl::Duration outage_tolerance)
     : address_(std::move(address)), outage_tolerance_(outage_tolerance) {}
+
+const char* UpstreamLink::StateName(State state) {
+  switch (state) {
+    case State::kNotYetConnected:
+      return "not yet connected";
+    case State::kConnected:
+      return "connected";
+    case State::kDown:
+      return "down";
+    case State::kFailed:
+      return "failed";
+    case State::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
 
 absl::Duration UpstreamLink::downtime() const {
   return state_ == State::kDown ? absl::Now() - down_since_ : absl::ZeroDuration();
@@ -82,6 +99,37 @@ std::shared_ptr<UpstreamPark> UpstreamLink::Connect(uint64_t incarnation,
   if (park_ && park_->ended()) old_park = std::move(park_);
   if (!park_ && !park_unsupported_) park_ = UpstreamPark::Open(stub);
   return old_park;
+}
+
+CallFate UpstreamLink::FateOfNewCall(const UpstreamSendOptions& options,
+                                     absl::Status* refused) const {
+  const CallFate fate = cohort::FateOfNewCall(state_, options);
+  if (fate == CallFate::kEndLinkFailure) *refused = failure_;
+  if (fate == CallFate::kEndUnreachable) *refused = UnreachableError();
+  return fate;
+}
+
+bool UpstreamLink::HoldsAfterAttempt(const UpstreamSendOptions& options, absl::Status* status) {
+  const AttemptFate fate = FateAfterAttempt(state_, options, *status);
+  if (fate.link_lost) MarkDown();
+  if (fate.call == CallFate::kHold) return true;
+  if (fate.call == CallFate::kEndLinkFailure) *status = failure_;
+  return false;
+}
+
+bool UpstreamLink::ResendsParked(const std::shared_ptr<UpstreamPark>& parked_on,
+                                 const grpc::Status& wire, const absl::Status& status) {
+  const ParkedAttempt parked{parked_on->refused(), parked_on == park_};
+  switch (FateOfParkedAttempt(parked, connected(), status)) {
+    case ParkedAttemptFate::kStreamRefused:
+      ParkRefused(parked_on, wire);
+      return true;
+    case ParkedAttemptFate::kStreamReplaced:
+      return true;
+    case ParkedAttemptFate::kAnswered:
+      break;
+  }
+  return false;
 }
 
 absl::Status UpstreamLink::OutageError() const {

@@ -1,8 +1,8 @@
 #pragma once
-// UpstreamLink: the sidecar proxy's link to the coordinator as UpstreamBackend sees it: not
+// UpstreamLink: the sidecar proxy's link to the coordinator as UpstreamConnection sees it: not
 // yet connected, connected, down since when, or given up (failed or stopped) and why; the
 // service incarnation that answered; whether the coordinator refuses the proxy; and the park
-// stream of the current connection. It takes no lock of its own: the backend keeps it under
+// stream of the current connection. It takes no lock of its own: the connection keeps it under
 // its lock, with the held calls and the local tasks whose fate depends on it.
 
 #include <cstdint>
@@ -18,9 +18,15 @@
 
 namespace cohort {
 
+// Of the reissue policy (upstream_reissue_policy.h, which needs this header).
+enum class CallFate;
+struct UpstreamSendOptions;
+
 class UpstreamLink {
  public:
   enum class State { kNotYetConnected, kConnected, kDown, kFailed, kStopped };
+  // The state's name, for metrics and logs.
+  static const char* StateName(State state);
 
   // `address` and `outage_tolerance` as UpstreamOptions give them, for what the link says.
   UpstreamLink(std::string address, absl::Duration outage_tolerance);
@@ -53,6 +59,19 @@ class UpstreamLink {
   // The link is up, with `incarnation`. Returns the park stream it replaced (one that ended
   // with the old connection), to be shut down outside the lock.
   std::shared_ptr<UpstreamPark> Connect(uint64_t incarnation, v1::Coordinator::Stub* stub);
+
+  // The reissue policy's verdicts, read off the link and acted on in it. A call submitted now:
+  // its fate (FateOfNewCall); `refused` is set to what it ends with when it ends at once.
+  CallFate FateOfNewCall(const UpstreamSendOptions& options, absl::Status* refused) const;
+  // An attempt ended with `*status` (FateAfterAttempt): a connected link goes down when it
+  // failed for want of the coordinator; true when the call is to be held, and `*status`
+  // becomes the link's failure when the call ends with it.
+  bool HoldsAfterAttempt(const UpstreamSendOptions& options, absl::Status* status);
+  // An attempt that went on the park stream `parked_on` ended with `wire` (`status` in the
+  // core's terms): whether it is sent again at once (FateOfParkedAttempt), a refused stream
+  // noted (ParkRefused).
+  bool ResendsParked(const std::shared_ptr<UpstreamPark>& parked_on, const grpc::Status& wire,
+                     const absl::Status& status);
 
   // What calls get once the outage lasts past the tolerance.
   absl::Status OutageError() const;

@@ -3,7 +3,7 @@
 // that wait long (error polls, blocking gets, barriers) of every task of the pod go on it,
 // so the coordinator holds one stream per pod instead of a gRPC call per waiting call.
 // A stream lives as long as the connection it was opened on: when it ends, every call open
-// on it ends UNAVAILABLE (the backend holds and re-sends them as after any outage), except
+// on it ends UNAVAILABLE (the connection holds and re-sends them as after any outage), except
 // that a stream refused before any answer (a coordinator without Park: UNIMPLEMENTED; or
 // one that refuses it: UNAUTHENTICATED, PERMISSION_DENIED, ...) ends them with that status
 // and says so in refused().

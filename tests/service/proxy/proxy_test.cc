@@ -18,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "service/core/errors.h"
 #include "service/proxy/proxy_server.h"
+#include "service/proxy/upstream_connection.h"
+#include "service/proxy/upstream_requests.h"
 #include "service/rpc/status_translation.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
@@ -829,6 +831,75 @@ TEST_F(UpstreamBackendTest, ACancelledCallLeavesNothingHeldOrInFlight) {
   ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(20)));
   EXPECT_TRUE(result.ok() || result.code() == absl::StatusCode::kCancelled) << result;
   EXPECT_TRUE(Eventually([&] { return backend_->held_calls() == 0; }));
+}
+
+// UpstreamConnection on its own, without the backend's translation: requests built by
+// upstream_requests.h, and the tasks it is told of.
+class UpstreamConnectionTest : public ::testing::Test {
+ protected:
+  UpstreamConnectionTest() {
+    UpstreamOptions options;
+    options.address = coordinator_.address();
+    options.probe_interval = absl::Milliseconds(20);
+    connection_ = std::make_unique<UpstreamConnection>(options);
+    connection_->Start();
+    EXPECT_TRUE(connection_->AwaitLink(UpstreamConnection::Link::kConnected, absl::Seconds(20)));
+  }
+  absl::Status Insert(const std::string& key, const std::string& value) {
+    absl::Notification done;
+    absl::Status result;
+    connection_->Send(
+        CallContext{connection_->NewWaiterId()},
+        upstream::InsertKeyValue(key, value, /*allow_overwrite=*/false, [&](const absl::Status& s) {
+          result = s;
+          done.Notify();
+        }));
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    return result;
+  }
+
+  FlakyCoordinator coordinator_;
+  std::unique_ptr<UpstreamConnection> connection_;
+};
+
+TEST_F(UpstreamConnectionTest, ARequestSentThroughItIsCarriedOutUpstream) {
+  EXPECT_TRUE(Insert("k", "v").ok());
+  EXPECT_EQ(coordinator_.inserts(), 1);
+  absl::Notification done;
+  absl::StatusOr<std::string> got;
+  connection_->Send(CallContext{connection_->NewWaiterId()},
+                    upstream::TryGetKeyValue("k", [&](absl::StatusOr<std::string> v) {
+                      got = std::move(v);
+                      done.Notify();
+                    }));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v");
+}
+
+TEST_F(UpstreamConnectionTest, ATaskRegisteredThroughItIsKeptHereUntilItIsForgotten) {
+  const TaskName task{"worker", 0};
+  connection_->OnRegistered(task, 7, 3);
+  EXPECT_EQ(connection_->service_incarnation(), 3u);
+  std::optional<absl::Status> here = connection_->HeartbeatHere(task, 7);
+  ASSERT_TRUE(here.has_value());
+  EXPECT_TRUE(here->ok()) << *here;
+  EXPECT_FALSE(connection_->HeartbeatHere(TaskName{"worker", 1}, 7).has_value());
+  EXPECT_FALSE(connection_->CheckIncarnation(task, 8).ok());
+  EXPECT_TRUE(connection_->CheckIncarnation(task, 7).ok());
+  connection_->Forget(task, absl::CancelledError("worker 0 shut down"));
+  EXPECT_FALSE(connection_->HeartbeatHere(task, 7).has_value());
+  EXPECT_TRUE(connection_->CheckIncarnation(task, 8).ok());
+}
+
+TEST_F(UpstreamConnectionTest, OnceStoppedEveryCallEndsWithTheReason) {
+  connection_->Stop(absl::CancelledError("done here"));
+  EXPECT_EQ(connection_->link(), UpstreamConnection::Link::kStopped);
+  absl::Status result = Insert("k", "v");
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(result.message(), "done here");
+  EXPECT_EQ(connection_->PropagatedError().message(), "done here");
+  EXPECT_EQ(coordinator_.inserts(), 0);
 }
 
 }  // namespace
