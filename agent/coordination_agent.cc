@@ -403,6 +403,19 @@ absl::Status CoordinationAgent::Reset() {
   return absl::OkStatus();
 }
 
+void CoordinationAgent::Abandon() {
+  StopBackground();
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watchers_.clear();
+  }
+  absl::MutexLock lock(&mu_);
+  if (state_ == AgentState::kConnected || state_ == AgentState::kError) {
+    state_ = AgentState::kDisconnected;
+  }
+  leaving_ = false;
+}
+
 absl::Status CoordinationAgent::Shutdown() {
   AgentState state;
   {

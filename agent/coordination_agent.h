@@ -132,6 +132,11 @@ class CoordinationAgent {
   void CancelPendingCalls();
   // Waits at the shutdown barrier (when connected), then disconnects.
   absl::Status Shutdown();
+  // Disconnects without telling the coordinator, which sees the task as gone once its
+  // heartbeats stop: for a process going away while the coordinator cannot be reached, or in
+  // ERROR. The heartbeats, the error poll and the watches end before it returns, so that no
+  // callback given to Initialize runs afterwards. Any state; nothing to do when disconnected.
+  void Abandon();
 
   // Key-value.
   absl::StatusOr<std::string> GetKeyValue(const std::string& key,

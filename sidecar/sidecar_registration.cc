@@ -123,6 +123,9 @@ void SidecarRegistration::Stop() {
       spdlog::warn("shutdown: {}", DescribeStatus(s));
     }
   }
+  // Whatever happened above (no shutdown, or one that failed, or an agent in ERROR), the
+  // agent's heartbeats end here: they call back into this object, which may go before it.
+  agent_->Abandon();
 }
 
 bool SidecarRegistration::ready() const {

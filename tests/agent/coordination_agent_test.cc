@@ -522,6 +522,29 @@ TEST_F(AgentTest, ShutdownWaitsForEveryTaskAtTheShutdownBarrier) {
       [&] { return coordinator_->service().ParkedCalls(ParkKind::kPollForError) == 0; }));
 }
 
+TEST_F(AgentTest, AbandonEndsTheHeartbeatsAndThePollWithoutTellingTheCoordinator) {
+  // One task, and a heartbeat timeout of a second: the coordinator notices the silence soon.
+  StartCoordinator(Jobs(1, absl::Seconds(1)));
+  ErrorLog log;
+  CoordinationAgent agent;
+  ASSERT_TRUE(agent.Initialize(AgentFor(0), log.Callback()).ok());
+  ASSERT_TRUE(agent.Connect().ok());
+  ASSERT_TRUE(heartbeats_[0].WaitForSucceeded(1));
+  agent.Abandon();
+  EXPECT_EQ(agent.state(), AgentState::kDisconnected);
+  const int sent = heartbeats_[0].Sent();
+  // Not told of the end, the coordinator finds the task silent: with heartbeats still going,
+  // it never would. The error it records reaches no abandoned agent (its poll ended).
+  auto connected = [&] {
+    return coordinator_->service().AllTasks().at(0).state == TaskState::kConnected;
+  };
+  EXPECT_TRUE(Eventually([&] { return !connected(); }));
+  EXPECT_EQ(heartbeats_[0].Sent(), sent);
+  EXPECT_EQ(log.Count(), 0);
+  agent.Abandon();  // again: nothing to do
+  EXPECT_EQ(agent.state(), AgentState::kDisconnected);
+}
+
 TEST_F(AgentTest, WatchSeesEveryChangeUnderTheKeyInOrder) {
   StartCoordinator(Config(1));
   std::vector<ErrorLog> logs(1);
