@@ -170,6 +170,9 @@ void UpstreamConnection::Submit(const Call& op, WaiterId waiter, UpstreamSubscri
     if (refused.ok()) {
       calls_.Subscribe(target, waiter, std::move(subscriber));
     } else {
+      // Never sent: its request id closes now, or it would hold every later request's low
+      // mark down (and the coordinator's records of this session) once the link is back.
+      calls_.Finish(op);
       refuse = std::move(subscriber);
     }
   }
@@ -542,23 +545,19 @@ absl::Status UpstreamConnection::PropagatedError() const {
 // ---- Key watches: begun while the link is up, held while it is not ----------------------
 
 void UpstreamConnection::HoldWatch(const std::shared_ptr<UpstreamKeyWatch>& watch) {
-  bool resume = false;
   absl::Status failed;
   {
     absl::MutexLock lock(&mu_);
     if (link_.ended()) {
       failed = link_.failure();
     } else {
+      // Its stream broke for want of the coordinator: the link is down from here, and the
+      // watch resumes with the held calls once it is back (Reestablish).
       link_.MarkDown();
-      if (link_.connected()) {
-        resume = true;
-      } else {
-        calls_.HoldWatch(watch);
-      }
+      calls_.HoldWatch(watch);
     }
   }
   if (!failed.ok()) watch->End(failed);
-  if (resume) watch->Begin(cohort_stub_->async());
 }
 
 void UpstreamConnection::WatchKeys(const CallContext& call, std::string key, int64_t start_revision,

@@ -142,6 +142,14 @@ TEST(UpstreamCallTableTest, TheLowMarkIsTheLowestRequestNotYetAnswered) {
   EXPECT_EQ(table.low_mark(), 1u);
   table.Finish(first);
   EXPECT_EQ(table.low_mark(), 2u);
+  // A call refused before it was sent (no subscriber yet) closes its request id too.
+  Call refused = NewCall();
+  refused->request = table.OpenRequest();
+  EXPECT_TRUE(table.Finish(refused).empty());
+  table.Finish(second);
+  Call third = NewCall();
+  third->request = table.OpenRequest();
+  EXPECT_EQ(table.low_mark(), third->request);
 }
 
 TEST(UpstreamCallTableTest, TakeAllForgetsEveryCall) {
