@@ -10,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CRD="$ROOT/charts/cohort/crds/coordinatedjobs.cohort.dev.yaml"
 
 cluster_start  # the CRD's install is this test's first case
-"$KUBECTL" create namespace "$NS" >/dev/null
+"$KUBECTL" create namespace "$NS" >/dev/null && NAMESPACES+=("$NS")
 
 if out=$("$KUBECTL" apply --server-side -f "$CRD" 2>&1) &&
   "$KUBECTL" wait --for=condition=Established crd/coordinatedjobs.cohort.dev --timeout=60s >/dev/null 2>&1; then

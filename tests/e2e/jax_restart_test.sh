@@ -12,19 +12,10 @@
 # first).
 set -uo pipefail
 TEST="jax restart test"
-NS=""  # a namespace per case (add_namespace)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-PYTHON="$ROOT/.venv/bin/python3"
-OPERATOR_PID=""
-
-require_python "$PYTHON" jax "run tests/compat/run.sh (make compat-test) first"
+python_with jax
 cluster_up
-
-# The example as a user applies it, but run by the venv's Python: the local cluster has no
-# images, and runs the command a container names.
-sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
-  "$ROOT/examples/jax-cpu.yaml" >"$WORK/jax-cpu.yaml"
-grep -q "$PYTHON" "$WORK/jax-cpu.yaml" || { echo "$TEST: the example's command changed"; exit 1; }
+venv_example jax-cpu.yaml "$WORK/jax-cpu.yaml" 1
 
 # Every worker has logged its step 10: well into the run, well before its end (step 39).
 mid_run() {
@@ -56,11 +47,7 @@ save_logs() {
 # coordinator mid-run by HOW (kill or delete).
 run_case() {
   local ns="jax-restart-$1-$$" how=$2 before after pid old got i
-  add_namespace "$ns" restricted
-  # An operator for this case's namespace only, so that other tests' operators can run beside
-  # it on the same cluster (tests/e2e/run.sh's lanes).
-  operator_for "$ns" "operator-$ns" --job-tls operator
-  OPERATOR_PID=$STARTED
+  case_namespace "$ns"
   "$KUBECTL" -n "$ns" apply -f "$WORK/jax-cpu.yaml" >/dev/null
   if ! until_true 300 mid_run "$ns"; then
     fail "$how: the job reaches step 10 on every worker" "phase $(phase "$ns"); $(workers "$ns")"
@@ -118,7 +105,6 @@ run_case() {
 }
 
 run_case kill kill
-stop_operator "$OPERATOR_PID"
 run_case delete delete
-stop_operator "$OPERATOR_PID"
+stop_operator "$CASE_OPERATOR"
 finish

@@ -1,6 +1,6 @@
 # Helpers the end-to-end tests share; sourced (not run) by every test after it sets NS (its
-# namespace; empty for a test whose cases each have one, made with add_namespace) and,
-# optionally, TEST (its name in messages).
+# namespace; unset or empty for a test whose cases each have one, made with add_namespace or
+# case_namespace) and, optionally, TEST (its name in messages).
 #
 #   pass MESSAGE / fail MESSAGE [DETAIL]   count and print a result
 #   k ARGS...                              kubectl in the test's namespace
@@ -11,7 +11,19 @@
 #                                          singly, so that what it reads is read anew
 #   require TOOL... / require_built PROG...  exits unless each tool is on the PATH (or a path that
 #                                          runs) / each program is in build/bin
-#   require_python PYTHON MODULE HINT      exits unless PYTHON imports MODULE (HINT: how to get it)
+#   python_with MODULE                     PYTHON: the project venv's Python that has MODULE (jax:
+#                                          .venv, made by tests/compat/run.sh; cohort:
+#                                          .venv/runtime, tests/python/run.sh; torch: .venv-bench,
+#                                          bench/setup.sh; make test makes all three first); exits,
+#                                          saying how to make it, unless it imports MODULE
+#   venv_example EXAMPLE OUT COUNT         examples/EXAMPLE as a user applies it, written to OUT,
+#                                          with each `command: [python3, ...]` run by $PYTHON (the
+#                                          local cluster has no images: it runs the command a
+#                                          container names); exits unless COUNT were rewritten
+#   case_namespace NS                      the next case's namespace (restricted Pod Security)
+#                                          and a cohort-operator for it alone (--job-tls
+#                                          operator; PID in $CASE_OPERATOR), the last case's
+#                                          stopped: other tests' operators run beside it
 #   cluster_up [ADDONS]                    the local cluster (with addons), KUBECONFIG exported, the
 #                                          CRD installed, NS made; down again at the end if it was
 #                                          not up before; under run.sh, its cluster as it is
@@ -60,6 +72,7 @@ HELM="$ROOT/build/tools/bin/helm"
 RELEASE=${RELEASE:-cohort}
 BIN="$ROOT/build/bin"
 TEST=${TEST:-$(basename "$0" .sh)}
+NS=${NS:-}
 WORK=$(mktemp -d)
 passed=0
 failed=0
@@ -176,9 +189,25 @@ diagnose() {
   if declare -F diagnose_more >/dev/null; then diagnose_more; fi
 }
 
-require_python() {
-  "$1" -c "import $2" 2>/dev/null && return 0
-  echo "$TEST: $1 cannot import $2; $3"
+python_with() {
+  local hint
+  case "$1" in
+    jax) PYTHON="$ROOT/.venv/bin/python3" hint="run tests/compat/run.sh (make compat-test)" ;;
+    cohort) PYTHON="$ROOT/.venv/runtime/bin/python" hint="run tests/python/run.sh (make python-test)" ;;
+    torch) PYTHON="$ROOT/.venv-bench/bin/python3" hint="run bash bench/setup.sh" ;;
+    *) echo "$TEST: python_with knows no venv for $1" && exit 1 ;;
+  esac
+  "$PYTHON" -c "import $1" 2>/dev/null && return 0
+  echo "$TEST: $PYTHON cannot import $1; $hint first"
+  exit 1
+}
+
+venv_example() {
+  local got
+  sed "s|command: \[python3, |command: [$PYTHON, |" "$ROOT/examples/$1" >"$2"
+  got=$(grep -cF "command: [$PYTHON, " "$2")
+  [[ "$got" == "$3" ]] && return 0
+  echo "$TEST: examples/$1 has $got python3 commands, not $3: the example changed"
   exit 1
 }
 
@@ -296,6 +325,14 @@ stop_operator() {
   OPERATOR_PIDS=("${kept[@]}")
 }
 
+CASE_OPERATOR=""
+case_namespace() {
+  add_namespace "$1" restricted
+  stop_operator "$CASE_OPERATOR"
+  operator_for "$1" "operator-$1" --job-tls operator
+  CASE_OPERATOR=$STARTED
+}
+
 add_namespace() {
   local ns=$1 labels=("${@:3}")
   [[ -z "${2:-}" ]] || labels+=("pod-security.kubernetes.io/enforce=$2")
@@ -314,7 +351,9 @@ cleanup() {
   for ns in "${RELEASES[@]}"; do
     "$HELM" uninstall "$RELEASE" -n "$ns" --wait --timeout 60s >/dev/null 2>&1
   done
-  for ns in ${NS:+"$NS"} "${NAMESPACES[@]}"; do
+  # Only what this test made, on the cluster it made it on: an exit before cluster_up (a
+  # missing tool) touches no cluster that KUBECONFIG may name.
+  for ns in "${NAMESPACES[@]}"; do
     "$KUBECTL" delete namespace "$ns" --wait=false >/dev/null 2>&1
   done
   [[ $started_here == 1 ]] && "$LC" down >/dev/null 2>&1
@@ -357,7 +396,9 @@ crd_install() {
 cluster_up() {
   cluster_start "${1:-}"
   crd_install
-  [[ -z "${NS:-}" ]] || "$KUBECTL" create namespace "$NS" >/dev/null
+  if [[ -n "$NS" ]]; then
+    "$KUBECTL" create namespace "$NS" >/dev/null && NAMESPACES+=("$NS")
+  fi
 }
 
 pod_logs() {

@@ -17,20 +17,12 @@
 set -uo pipefail
 NS="pytorch-restart-$$"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-PYTHON="$ROOT/.venv-bench/bin/python3"
 REF_PIDS=()
-
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "$TEST: $PYTHON cannot import torch; run bash bench/setup.sh first"
-  exit 1
-fi
+python_with torch
 cluster_up
 k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
 
-# The example as a user applies it, run by the venv's Python (the local cluster has no images).
-sed "s|command: \[python3, /app/train.py\]|command: [$PYTHON, /app/train.py]|" \
-  "$ROOT/examples/pytorch-ddp.yaml" >"$WORK/pytorch-ddp.yaml"
-grep -q "$PYTHON" "$WORK/pytorch-ddp.yaml" || { echo "$TEST: the example's command changed"; exit 1; }
+venv_example pytorch-ddp.yaml "$WORK/pytorch-ddp.yaml" 1
 
 # The undisturbed run: the example's program, three processes here with torch's own store.
 "$PYTHON" - "$ROOT/examples/pytorch-ddp.yaml" "$WORK/train.py" <<'PY'

@@ -13,34 +13,15 @@
 # test runs first).
 set -uo pipefail
 TEST="tasks test"
-NS=""  # a namespace per case (new_namespace)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-PYTHON="$ROOT/.venv/runtime/bin/python"
-OPERATOR_PID=""
-
-require_python "$PYTHON" cohort "run tests/python/run.sh (make python-test) first"
+python_with cohort
 cluster_up
-
-# The example as a user applies it, run by the venv's Python: the local cluster has no
-# images, and runs the command a container names.
-sed -e "s|command: \[python3, /app/driver.py\]|command: [$PYTHON, /app/driver.py]|" \
-  -e "s|command: \[python3, -m, cohort.worker\]|command: [$PYTHON, -m, cohort.worker]|" \
-  "$ROOT/examples/tasks-python.yaml" >"$WORK/example.yaml"
-[[ $(grep -c "$PYTHON" "$WORK/example.yaml") == 2 ]] || { echo "$TEST: the example's commands changed"; exit 1; }
+venv_example tasks-python.yaml "$WORK/example.yaml" 2
 # The same, slower (60 ms a map task: about 30 s on four workers), to act on it mid-run.
 sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.06"}|' \
   "$WORK/example.yaml" >"$WORK/slow.yaml"
 grep -q TASK_SECONDS "$WORK/slow.yaml" || { echo "$TEST: the example's driver env changed"; exit 1; }
 
-# new_namespace NS: the next case's namespace, and a cohort-operator for it alone (the last
-# case's stops), so that other tests' operators can run beside it on the same cluster
-# (tests/e2e/run.sh's lanes).
-new_namespace() {
-  add_namespace "$1" restricted
-  stop_operator "$OPERATOR_PID"
-  operator_for "$1" "operator-$1" --job-tls operator
-  OPERATOR_PID=$STARTED
-}
 job_field() { "$KUBECTL" -n "$1" get cjob tasks-python -o jsonpath="$2" 2>/dev/null; }
 done_phase() { [[ "$(job_field "$1" '{.status.phase}')" == Succeeded || "$(job_field "$1" '{.status.phase}')" == Failed ]]; }
 tasks_done_at_least() { (($(job_field "$1" '{.status.taskRuntime.succeeded}' || echo 0) >= $2)); }
@@ -62,7 +43,7 @@ right_result() { grep -q "sum of squares below 2000000 = .* (right)" "$WORK/$1-d
 
 # ---- The example, as it is.
 ns="tasks-example-$$"
-new_namespace "$ns"
+case_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/example.yaml" >/dev/null
 if until_true 300 done_phase "$ns"; then
   save_logs "$ns" example
@@ -92,7 +73,7 @@ fi
 
 # ---- Mid-run: a worker pod deleted, then the pool grown to three and shrunk to one.
 ns="tasks-churn-$$"
-new_namespace "$ns"
+case_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
 if until_true 180 tasks_done_at_least "$ns" 100; then
   old=$(pod_uid "$ns" tasks-python-worker-0)
@@ -135,7 +116,7 @@ fi
 # ---- The coordinator's process killed mid-run: it restarts in its pod on its state volume
 # with the scheduler's state, and the job goes on with the same driver.
 ns="tasks-coordinator-$$"
-new_namespace "$ns"
+case_namespace "$ns"
 "$KUBECTL" -n "$ns" apply -f "$WORK/slow.yaml" >/dev/null
 if until_true 180 tasks_done_at_least "$ns" 200; then
   driver_uid=$(pod_uid "$ns" tasks-python-driver)
@@ -208,7 +189,7 @@ ports_up() {  # NS: every pod of the job listens on what its kind serves
     (($(grep -c "^tasks-python-coordinator=.*:any$" "$WORK/targets") >= 2))
 }
 ns="tasks-ports-$$"
-new_namespace "$ns"
+case_namespace "$ns"
 sed 's|value: "0.06"|value: "1"|' "$WORK/slow.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
 stranger="tasks-stranger-$$"
 add_namespace "$stranger"
@@ -263,7 +244,7 @@ fi
 
 # ---- A driver that fails fails the job, saying how.
 ns="tasks-fail-$$"
-new_namespace "$ns"
+case_namespace "$ns"
 sed "s|command: \[$PYTHON, /app/driver.py\]|command: [$PYTHON, -c, 'import sys; sys.exit(3)']|" \
   "$WORK/example.yaml" | "$KUBECTL" -n "$ns" apply -f - >/dev/null
 if until_true 120 done_phase "$ns"; then
