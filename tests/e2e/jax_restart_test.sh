@@ -13,9 +13,8 @@
 set -uo pipefail
 TEST="jax restart test"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-python_with jax
+venv_example jax jax-cpu.yaml "$WORK/jax-cpu.yaml" 1
 cluster_up
-venv_example jax-cpu.yaml "$WORK/jax-cpu.yaml" 1
 
 # Every worker has logged its step 10: well into the run, well before its end (step 39).
 mid_run() {

@@ -11,15 +11,15 @@
 #                                          singly, so that what it reads is read anew
 #   require TOOL... / require_built PROG...  exits unless each tool is on the PATH (or a path that
 #                                          runs) / each program is in build/bin
-#   python_with MODULE                     PYTHON: the project venv's Python that has MODULE (jax:
+#   venv_example MODULE EXAMPLE OUT COUNT  PYTHON: the project venv's Python that has MODULE (jax:
 #                                          .venv, made by tests/compat/run.sh; cohort:
 #                                          .venv/runtime, tests/python/run.sh; torch: .venv-bench,
-#                                          bench/setup.sh; make test makes all three first); exits,
-#                                          saying how to make it, unless it imports MODULE
-#   venv_example EXAMPLE OUT COUNT         examples/EXAMPLE as a user applies it, written to OUT,
-#                                          with each `command: [python3, ...]` run by $PYTHON (the
-#                                          local cluster has no images: it runs the command a
-#                                          container names); exits unless COUNT were rewritten
+#                                          bench/setup.sh; make test makes all three first), or an
+#                                          exit saying how to make it; and examples/EXAMPLE as a
+#                                          user applies it, written to OUT, each `command:
+#                                          [python3, ...]` run by $PYTHON (the local cluster has no
+#                                          images: it runs the command a container names); exits
+#                                          unless COUNT were rewritten
 #   case_namespace NS                      the next case's namespace (restricted Pod Security)
 #                                          and a cohort-operator for it alone (--job-tls
 #                                          operator; PID in $CASE_OPERATOR), the last case's
@@ -189,25 +189,22 @@ diagnose() {
   if declare -F diagnose_more >/dev/null; then diagnose_more; fi
 }
 
-python_with() {
-  local hint
+venv_example() {
+  local hint got
   case "$1" in
     jax) PYTHON="$ROOT/.venv/bin/python3" hint="run tests/compat/run.sh (make compat-test)" ;;
     cohort) PYTHON="$ROOT/.venv/runtime/bin/python" hint="run tests/python/run.sh (make python-test)" ;;
     torch) PYTHON="$ROOT/.venv-bench/bin/python3" hint="run bash bench/setup.sh" ;;
-    *) echo "$TEST: python_with knows no venv for $1" && exit 1 ;;
+    *) echo "$TEST: venv_example knows no venv for $1" && exit 1 ;;
   esac
-  "$PYTHON" -c "import $1" 2>/dev/null && return 0
-  echo "$TEST: $PYTHON cannot import $1; $hint first"
-  exit 1
-}
-
-venv_example() {
-  local got
-  sed "s|command: \[python3, |command: [$PYTHON, |" "$ROOT/examples/$1" >"$2"
-  got=$(grep -cF "command: [$PYTHON, " "$2")
-  [[ "$got" == "$3" ]] && return 0
-  echo "$TEST: examples/$1 has $got python3 commands, not $3: the example changed"
+  if ! "$PYTHON" -c "import $1" 2>/dev/null; then
+    echo "$TEST: $PYTHON cannot import $1; $hint first"
+    exit 1
+  fi
+  sed "s|command: \[python3, |command: [$PYTHON, |" "$ROOT/examples/$2" >"$3"
+  got=$(grep -cF "command: [$PYTHON, " "$3")
+  [[ "$got" == "$4" ]] && return 0
+  echo "$TEST: examples/$2 has $got python3 commands, not $4: the example changed"
   exit 1
 }
 

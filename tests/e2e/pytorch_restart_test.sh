@@ -18,11 +18,9 @@ set -uo pipefail
 NS="pytorch-restart-$$"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 REF_PIDS=()
-python_with torch
+venv_example torch pytorch-ddp.yaml "$WORK/pytorch-ddp.yaml" 1
 cluster_up
 k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
-
-venv_example pytorch-ddp.yaml "$WORK/pytorch-ddp.yaml" 1
 
 # The undisturbed run: the example's program, three processes here with torch's own store.
 "$PYTHON" - "$ROOT/examples/pytorch-ddp.yaml" "$WORK/train.py" <<'PY'

@@ -14,9 +14,8 @@
 set -uo pipefail
 TEST="tasks test"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-python_with cohort
+venv_example cohort tasks-python.yaml "$WORK/example.yaml" 2
 cluster_up
-venv_example tasks-python.yaml "$WORK/example.yaml" 2
 # The same, slower (60 ms a map task: about 30 s on four workers), to act on it mid-run.
 sed 's|- {name: SHARDS, value: "2000"}|- {name: SHARDS, value: "2000"}\n                - {name: TASK_SECONDS, value: "0.06"}|' \
   "$WORK/example.yaml" >"$WORK/slow.yaml"
