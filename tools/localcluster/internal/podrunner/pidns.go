@@ -74,6 +74,21 @@ func namespaceOf(pid int, kind string) (namespaceID, error) {
 	return namespaceID{dev: st.Dev, ino: st.Ino}, nil
 }
 
+// pinNamespace opens a process's namespace of that kind and says which it is: while the
+// file is open the namespace lives on, so its identity is not handed to a new one.
+func pinNamespace(pid int, kind string) (*os.File, namespaceID, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/" + kind)
+	if err != nil {
+		return nil, namespaceID{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		_ = f.Close()
+		return nil, namespaceID{}, err
+	}
+	return f, namespaceID{dev: st.Dev, ino: st.Ino}, nil
+}
+
 // killMountNamespace ends the processes of a container in a shared PID namespace. Without
 // a PID namespace of its own, what marks them as the container's is the mount namespace
 // they all inherited from init (a process that unshares a mount namespace of its own

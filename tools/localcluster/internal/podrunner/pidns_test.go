@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"cohort.dev/tools/localcluster/internal/containerspec"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -306,5 +308,33 @@ func TestKillMountNamespaceNeverKillsTheRunnersOwn(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if len(processesRunning("sleep 3061")) == 0 {
 		t.Error("killMountNamespace killed a process of the runner's own mount namespace")
+	}
+}
+
+// A pinned namespace outlives its last process and keeps its identity: a kill that comes
+// after the container's end cannot reach a new namespace that was given its number.
+func TestAPinnedMountNamespaceOutlivesItsProcesses(t *testing.T) {
+	child := exec.Command("sleep", "3062")
+	child.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start a process in a mount namespace of its own:", err)
+	}
+	pin, ns, err := pinNamespace(child.Process.Pid, "mnt")
+	if err != nil {
+		_ = child.Process.Kill()
+		t.Fatal(err)
+	}
+	defer pin.Close()
+	if want, _ := namespaceOf(child.Process.Pid, "mnt"); want != ns {
+		t.Fatalf("pinned %v, the process is in %v", ns, want)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(pin.Fd()), &st); err != nil || (namespaceID{st.Dev, st.Ino}) != ns {
+		t.Fatalf("after its last process ended the pin names %v (%v), not %v", namespaceID{st.Dev, st.Ino}, err, ns)
+	}
+	if pids := processesInMountNamespace(ns); len(pids) != 0 {
+		t.Fatalf("processes %v in a namespace whose only process ended", pids)
 	}
 }

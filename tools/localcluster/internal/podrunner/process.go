@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,8 +31,14 @@ type process struct {
 	startedAt time.Time
 	exited    chan struct{}
 	result    exitResult
-	// mountNS is the container's mount namespace, set in a shared PID namespace only.
-	mountNS namespaceID
+	// mountNS is the container's mount namespace, set in a shared PID namespace only. The
+	// kernel hands a freed namespace's inode number to the next one made (any process's:
+	// another container's init, `ip -n`), so mountNSPin holds the namespace open until the
+	// last kill is done: until then the number names this container's alone. nsMu orders
+	// the kills of terminate and wait with the release.
+	mountNS    namespaceID
+	mountNSPin *os.File
+	nsMu       sync.Mutex
 }
 
 // startProcess runs init in new mount, PID and UTS namespaces (the network namespace is
@@ -56,13 +63,13 @@ func startProcess(initBinary, specPath, errorPath string, output *os.File, pidFi
 	p := &process{cmd: cmd, pidFile: pidFile, startedAt: time.Now(), exited: make(chan struct{})}
 	if sharedPID {
 		// Read at once: init is still setting up, long before the workload could exist.
-		ns, err := namespaceOf(cmd.Process.Pid, "mnt")
+		pin, ns, err := pinNamespace(cmd.Process.Pid, "mnt")
 		if err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return nil, fmt.Errorf("container init's mount namespace: %w", err)
 		}
-		p.mountNS = ns
+		p.mountNS, p.mountNSPin = ns, pin
 	}
 	if pidFile != "" {
 		// Lets `local-cluster down` find the container if this runner dies first.
@@ -95,11 +102,15 @@ func (p *process) wait(errorPath string) {
 	if msg, err := os.ReadFile(errorPath); err == nil && len(msg) > 0 && r.code == 128 {
 		r.startError = string(msg)
 	}
-	if p.mountNS != (namespaceID{}) {
+	p.nsMu.Lock()
+	if p.mountNSPin != nil {
 		if left := killMountNamespace(p.mountNS, 0, leftoverKillTimeout); left > 0 {
 			log.Printf("container init %d: %d processes of its mount namespace did not end", p.pid(), left)
 		}
+		_ = p.mountNSPin.Close()
+		p.mountNSPin = nil
 	}
+	p.nsMu.Unlock()
 	if p.pidFile != "" {
 		_ = os.Remove(p.pidFile)
 	}
@@ -122,11 +133,16 @@ func (p *process) terminate(deadline time.Time) {
 		case <-time.After(time.Until(deadline)):
 		}
 	}
-	if p.mountNS != (namespaceID{}) {
+	p.nsMu.Lock()
+	pinned := p.mountNSPin != nil
+	if pinned {
 		// Killing init first would hand the workload to the host's reaper, outside the
 		// pod's namespace, whose pause process then cannot end before that reaper acts.
 		// Ending the container's other processes lets init reap the workload and exit.
 		killMountNamespace(p.mountNS, p.pid(), leftoverKillTimeout)
+	}
+	p.nsMu.Unlock()
+	if pinned {
 		select {
 		case <-p.exited:
 			return
