@@ -59,11 +59,7 @@ CoordinationAgent::~CoordinationAgent() {
     spdlog::warn("agent of {} destroyed while connected, without Shutdown",
                  TaskString(config_.job_name, config_.task_id));
   }
-  {
-    absl::MutexLock lock(&watch_mu_);
-    watchers_.clear();
-  }
-  StopBackground();
+  Abandon();
 }
 
 absl::Status CoordinationAgent::Initialize(AgentConfig config, ErrorCallback on_error) {
@@ -441,14 +437,7 @@ absl::Status CoordinationAgent::Shutdown() {
   } else {
     spdlog::info("shutting down in ERROR: skipping the shutdown barrier");
   }
-  StopBackground();
-  {
-    absl::MutexLock lock(&watch_mu_);
-    watchers_.clear();
-  }
-  absl::MutexLock lock(&mu_);
-  state_ = AgentState::kDisconnected;
-  leaving_ = false;
+  Abandon();
   return status;
 }
 

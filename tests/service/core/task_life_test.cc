@@ -97,6 +97,19 @@ class TaskLifeTest : public ::testing::Test {
     for (auto& fn : fx_.after) fn();
     fx_ = TaskEffects{};
   }
+  // A TaskLife over the fixture's pieces; `on_register_timeout` runs when the register
+  // barrier's timer fires.
+  TaskLife NewLife(std::function<void()> on_register_timeout) {
+    return TaskLife{config_,
+                    jobs_,
+                    &clock_,
+                    &heartbeats_,
+                    &parked_,
+                    &timers_,
+                    [](const std::function<void()>& fn) { fn(); },
+                    std::move(on_register_timeout),
+                    [] {}};
+  }
 
   const ServiceConfig config_ = Config();
   const JobDirectory jobs_{config_.jobs, config_.default_job};
@@ -105,15 +118,7 @@ class TaskLifeTest : public ::testing::Test {
   ParkedCallRegistry parked_{ParkLimits{}};
   TimerQueue timers_;
   int register_timeouts_ = 0;
-  TaskLife life_{config_,
-                 jobs_,
-                 &clock_,
-                 &heartbeats_,
-                 &parked_,
-                 &timers_,
-                 [](const std::function<void()>& fn) { fn(); },
-                 [this] { ++register_timeouts_; },
-                 [] {}};
+  TaskLife life_ = NewLife([this] { ++register_timeouts_; });
   TaskEffects fx_;
   WaiterId next_id_ = 0;
 };
@@ -223,15 +228,7 @@ TEST_F(TaskLifeTest, ARestoredStateIsNoChangeToRecord) {
   DurableState saved;
   life_.Capture(&saved);
 
-  TaskLife restored{config_,
-                    jobs_,
-                    &clock_,
-                    &heartbeats_,
-                    &parked_,
-                    &timers_,
-                    [](const std::function<void()>& fn) { fn(); },
-                    [] {},
-                    [] {}};
+  TaskLife restored = NewLife([] {});
   ASSERT_TRUE(restored.Restore(saved, clock_.Now()).ok());
   RecordingJournal journal;
   restored.Journal(&journal);
