@@ -54,7 +54,7 @@ class ProgressTracker {
  private:
   void Progress(absl::Time at, Sign sign);
 
-  const Options options_;
+  Options options_;  // not const: a tracker is assigned anew when the workload starts
   absl::Time last_progress_;
   Sign last_sign_ = Sign::kNone;
   bool reports_seen_ = false;
