@@ -28,6 +28,9 @@ RUN mkdir /out && install -s -m 0755 \
       build/bin/cohort-operator build/bin/cohort-coordinator build/bin/cohort-sidecar \
       build/bin/cohortctl build/bin/cohort-agent-example build/bin/cohort-gpu-info \
       build/bin/cohort-objstore build/bin/cohort-worker /out/
+# py-spy (PyPI's binary): the sidecar records a hung Python workload's stacks with it before
+# it reports the hang (docs/sidecar.md, "Progress and hangs").
+RUN python3 -m venv /opt/py-spy && /opt/py-spy/bin/pip install --no-cache-dir py-spy==0.4.3
 
 FROM debian:bookworm-slim AS runtime
 # The Debian packages of the libraries the programs link (the test derives this list from
@@ -64,6 +67,7 @@ EXPOSE 8476 8477
 ENTRYPOINT ["/usr/local/bin/cohort-coordinator"]
 
 FROM runtime AS cohort-sidecar
+COPY --from=build /opt/py-spy/bin/py-spy /usr/local/bin/py-spy
 EXPOSE 9477
 ENTRYPOINT ["/usr/local/bin/cohort-sidecar"]
 

@@ -78,7 +78,7 @@ asan-test: deps nvml-header
 # (tools/build-tsan-deps.sh, once per machine, in $(COHORT_CACHE): Debian's are not instrumented, and TSan must
 # see how gRPC hands a call between its threads and what abseil's Mutex orders).
 # tests/tsan.supp says what the other system libraries need and why.
-TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|operator_plan_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|upstream_parts_test|scheduler_forward_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test|torch_store_test
+TSAN_TESTS = tsan_race_canary|core_test|scheduler_test|task_runtime_test|state_store_test|common_test|gpu_test|operator_test|operator_plan_test|integration_test|auth_test|agent_test|cohortctl_test|proxy_test|upstream_parts_test|scheduler_forward_test|proxy_restart_test|sidecar_test|coordinator_binary_test|coordinator_watcher_test|tls_test|chaos_test|torch_store_test|progress_tracker_test|failure_reporter_test|stack_dump_test
 TSAN_DEPS = $(COHORT_CACHE)/tsan-deps
 TSAN_PROGRAMS = cohort-coordinator cohort-sidecar cohortctl cohort-agent-example cohort-objstore \
   cohort-worker

@@ -1,6 +1,7 @@
 // cohortctl's status, tasks and objects: the cluster and the task runtime as tables or JSON.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "agent/grpc_status.h"
 #include "agent/runtime_views.h"
 #include "cohort/runtime/v1/services.grpc.pb.h"
+#include "common/failure_reason.h"
 #include "nlohmann/json.hpp"
 
 namespace cohort::ctl {
@@ -42,6 +44,13 @@ const char* StateName(v1::TaskState state) {
   }
 }
 
+// The reason of a task in error, by its stable name ("heartbeat_timeout"); a number this
+// cohortctl does not know (a newer coordinator's) as "reason_N".
+std::string ReasonName(const v1::TaskSnapshot& task) {
+  std::optional<FailureReason> reason = FailureReasonFromNumber(task.reason());
+  return reason ? FailureReasonName(*reason) : absl::StrCat("reason_", task.reason());
+}
+
 Json TaskJson(const v1::TaskSnapshot& task) {
   Json out = {{"job", task.job()},
               {"task", task.task_id()},
@@ -53,7 +62,8 @@ Json TaskJson(const v1::TaskSnapshot& task) {
   if (task.error_code() != 0) {
     out["error"] = {
         {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(task.error_code()))},
-        {"message", task.error_message()}};
+        {"message", task.error_message()},
+        {"reason", ReasonName(task)}};
   }
   return out;
 }
@@ -83,7 +93,8 @@ Json SnapshotJson(const v1::ClusterSnapshot& snapshot) {
 }
 
 void PrintTasks(const v1::ClusterSnapshot& snapshot) {
-  std::printf("%-24s %-14s %-18s %-10s %s\n", "TASK", "STATE", "INCARNATION", "HEARTBEAT", "ERROR");
+  std::printf("%-24s %-14s %-18s %-10s %-17s %s\n", "TASK", "STATE", "INCARNATION", "HEARTBEAT",
+              "REASON", "ERROR");
   for (const auto& task : snapshot.tasks()) {
     std::string name = absl::StrCat(task.job(), "/", task.task_id(), task.auxiliary() ? "*" : "");
     std::string heartbeat = task.seconds_since_heartbeat() < 0
@@ -95,9 +106,10 @@ void PrintTasks(const v1::ClusterSnapshot& snapshot) {
     // both DISCONNECTED to the coordinator; the table tells them apart.
     const bool never = task.state() == v1::DISCONNECTED && task.incarnation() == 0 &&
                        task.seconds_since_heartbeat() < 0;
-    std::printf("%-24s %-14s %-18s %-10s %s\n", name.c_str(),
+    std::string reason = task.error_code() == 0 ? "-" : ReasonName(task);
+    std::printf("%-24s %-14s %-18s %-10s %-17s %s\n", name.c_str(),
                 never ? "NOT-REGISTERED" : StateName(task.state()), incarnation.c_str(),
-                heartbeat.c_str(), Clip(task.error_message(), 60).c_str());
+                heartbeat.c_str(), reason.c_str(), Clip(task.error_message(), 60).c_str());
   }
 }
 

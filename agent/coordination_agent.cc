@@ -360,13 +360,18 @@ void CoordinationAgent::OnPollDone(const absl::Status& status) {
 
 // ---- Error, reset and shutdown -------------------------------------------------------
 
-absl::Status CoordinationAgent::ReportError(const absl::Status& error) {
+absl::Status CoordinationAgent::ReportError(const absl::Status& error, FailureReason reason) {
   if (error.ok()) return absl::InvalidArgumentError("ReportError needs an error, not OK");
+  if (!FailureReasonFromNumber(static_cast<int32_t>(reason))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReportError: ", static_cast<int32_t>(reason), " is no failure reason"));
+  }
   if (auto s = CheckConnected("ReportError"); !s.ok()) return s;
   tensorflow::ReportErrorToServiceRequest request;
   request.set_error_code(static_cast<int32_t>(error.code()));
   request.set_error_message(std::string(error.message()));
   *request.mutable_error_origin() = OwnTaskProto();
+  request.set_cohort_failure_reason(static_cast<int32_t>(reason));
   tensorflow::ReportErrorToServiceResponse response;
   auto context = Context(config_.rpc_timeout);
   absl::Status status =

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/key_watcher.h"
+#include "common/failure_reason.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 
@@ -124,7 +125,11 @@ class CoordinationAgent {
   tensorflow::DeviceInfo GetClusterDeviceInfo() const;
   absl::StatusOr<std::vector<AgentTaskState>> GetTaskState(const std::vector<TaskId>& tasks);
   // Tells the coordinator, which propagates it to every task; this agent enters ERROR.
-  absl::Status ReportError(const absl::Status& error);
+  // `reason` says why, for the coordinator's snapshot and the operator's failure rules
+  // (kUnspecified lets the coordinator decide); one that is no FailureReason is
+  // INVALID_ARGUMENT, and nothing is sent.
+  absl::Status ReportError(const absl::Status& error,
+                           FailureReason reason = FailureReason::kReportedError);
   // Back from ERROR to DISCONNECTED (a new incarnation when none was configured).
   absl::Status Reset();
   // Ends every call to the coordinator in flight (Connect and its retries, blocking gets,

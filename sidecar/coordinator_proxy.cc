@@ -88,6 +88,11 @@ std::vector<CollectedFamily> CoordinatorProxy::CollectMetrics() const {
                       "Calls the proxy sent to the coordinator again after an outage.",
                       "counter",
                       {{{}, static_cast<double>(backend.reissued_calls())}}});
+  families.push_back({"cohort_sidecar_proxy_finished_calls_total",
+                      "The pod's calls to the coordinator that came back OK, other than "
+                      "heartbeats and error polls (a sign of the workload's progress).",
+                      "counter",
+                      {{{}, static_cast<double>(backend.finished_calls())}}});
   families.push_back({"cohort_sidecar_proxy_outages_total",
                       "Times the proxy lost the coordinator after having reached it.",
                       "counter",

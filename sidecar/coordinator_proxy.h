@@ -57,6 +57,12 @@ class CoordinatorProxy {
   CoordinatorAccess PodAccess() const;
   // The proxy would hold a call until the coordinator is back (false without a proxy).
   bool CoordinatorUnreachable() const;
+  // The pod's calls that came back OK, other than heartbeats and error polls (0 without a
+  // proxy): one sign of the workload's progress.
+  uint64_t finished_calls() const { return server_ ? server_->backend().finished_calls() : 0; }
+  // The pod's calls open now that wait on its peers (barriers): its workload is
+  // waiting on its peers.
+  int64_t waiting_calls() const { return server_ ? server_->backend().waiting_calls() : 0; }
 
  private:
   std::vector<CollectedFamily> CollectMetrics() const;

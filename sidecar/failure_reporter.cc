@@ -1,4 +1,4 @@
-// FailureReporter: a GPU fault or the workload's exit, reported to the coordinator.
+// FailureReporter: a GPU fault, the workload's exit or its hang, reported to the coordinator.
 #include "sidecar/failure_reporter.h"
 
 #include "absl/strings/str_cat.h"
@@ -26,33 +26,34 @@ FailureReporter::FailureReporter(TaskIdentity task, CoordinationAgent* agent,
                                  MetricsRegistry* registry)
     : task_(std::move(task)), agent_(agent), registry_(registry) {}
 
-void FailureReporter::Report(const std::string& reason, const absl::Status& error) {
+void FailureReporter::Report(Failure failure) {
+  const std::string message(failure.error.message());
   {
     absl::MutexLock lock(&mu_);
-    last_error_reason_ = reason;
-    last_error_ = std::string(error.message());
+    last_error_reason_ = failure.label;
+    last_error_ = message;
     last_error_at_ = absl::Now();
     if (agent_->state() != AgentState::kConnected) {
-      if (!pending_) pending_ = {reason, error};
-      spdlog::error("{} (not connected yet: reported once connected)",
-                    std::string(error.message()));
+      if (!pending_) pending_ = std::move(failure);
+      spdlog::error("{} (not connected yet: reported once connected)", message);
       return;
     }
   }
-  spdlog::error("reporting to the coordinator: {}", std::string(error.message()));
-  reported_->WithLabels({reason}).Increment();
-  if (auto s = agent_->ReportError(error); !s.ok()) {
+  spdlog::error("reporting to the coordinator ({}): {}", FailureReasonName(failure.reason),
+                message);
+  reported_->WithLabels({failure.label}).Increment();
+  if (auto s = agent_->ReportError(failure.error, failure.reason); !s.ok()) {
     spdlog::error("the report did not reach the coordinator: {}", DescribeStatus(s));
   }
 }
 
 void FailureReporter::SendPending() {
-  std::optional<std::pair<std::string, absl::Status>> pending;
+  std::optional<Failure> pending;
   {
     absl::MutexLock lock(&mu_);
     pending.swap(pending_);
   }
-  if (pending) Report(pending->first, pending->second);
+  if (pending) Report(*std::move(pending));
 }
 
 void FailureReporter::OnWorkloadExit(const std::string& what) {
@@ -64,21 +65,30 @@ void FailureReporter::OnWorkloadExit(const std::string& what) {
                  tensorflow::CoordinatedTaskState_Name((*states)[0].state));
     return;
   }
-  Report("workload_exit", absl::UnavailableError(absl::StrCat(task_.Describe(), " failed: ", what,
-                                                              " without shutting down")));
+  Report({"workload_exit",
+          absl::UnavailableError(
+              absl::StrCat(task_.Describe(), " failed: ", what, " without shutting down")),
+          FailureReason::kWorkloadExit});
 }
 
 void FailureReporter::OnGpuProblem(const gpu::HealthEvent& event) {
-  Report(ProblemReason(event.problem),
-         absl::InternalError(absl::StrCat("GPU ", event.gpu_index, " (", event.gpu_uuid, ") of ",
-                                          task_.Describe(), " is unhealthy: ", event.reason)));
+  Report({ProblemReason(event.problem),
+          absl::InternalError(absl::StrCat("GPU ", event.gpu_index, " (", event.gpu_uuid, ") of ",
+                                           task_.Describe(), " is unhealthy: ", event.reason)),
+          FailureReason::kGpuFault});
+}
+
+void FailureReporter::OnHang(const std::string& description) {
+  Report({"hang",
+          absl::DeadlineExceededError(absl::StrCat(task_.Describe(), " is hung: ", description)),
+          FailureReason::kHang});
 }
 
 void FailureReporter::RegisterMetrics() {
   reported_ = &registry_->AddCounter(
       "cohort_sidecar_errors_reported_total",
       "Errors this sidecar reported to the coordinator, by reason (xid, double_bit_ecc, "
-      "gpu_lost, workload_exit).",
+      "gpu_lost, workload_exit, hang).",
       {"reason"});
   registry_->AddCollector([this] { return CollectMetrics(); });
 }

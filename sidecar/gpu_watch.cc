@@ -1,6 +1,7 @@
 // GpuWatch: the pod's GPUs chosen, opened through NVML, sampled and watched for faults.
 #include "sidecar/gpu_watch.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -113,8 +114,23 @@ bool GpuWatch::SleepUnlessStopped(absl::Duration d) {
 
 void GpuWatch::SampleLoop() {
   do {
-    metrics_->OnSample(monitor_->Sample());
+    std::vector<gpu::GpuSample> samples = monitor_->Sample();
+    std::optional<double> busiest;
+    for (const gpu::GpuSample& s : samples) {
+      if (!s.gpu_utilization_percent) continue;
+      busiest = std::max(busiest.value_or(0.0), *s.gpu_utilization_percent / 100.0);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      busiest_ = busiest;
+    }
+    metrics_->OnSample(std::move(samples));
   } while (!SleepUnlessStopped(options_.sample_interval));
+}
+
+std::optional<double> GpuWatch::BusiestActivity() const {
+  absl::MutexLock lock(&mu_);
+  return busiest_;
 }
 
 }  // namespace cohort

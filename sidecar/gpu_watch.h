@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,9 @@ class GpuWatch {
   void Stop();
   // After Open.
   const gpu::GpuInventory& inventory() const { return monitor_->inventory(); }
+  // The busiest of the pod's GPUs in the last sample (utilisation, 0..1); none before the
+  // first sample or when NVML reports no utilisation.
+  std::optional<double> BusiestActivity() const;
 
  private:
   // Decides GpuMonitorOptions::only_uuids; says how in `how`.
@@ -64,8 +68,9 @@ class GpuWatch {
   int missing_ = 0;  // of the GPUs the workload asks for
   std::thread sample_thread_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<double> busiest_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort

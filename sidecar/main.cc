@@ -121,6 +121,23 @@ int main(int argc, char** argv) {
                  "file: the file the workload touches");
   app.add_option("--liveness-timeout", stale, "file, http: stale after this long")
       ->capture_default_str();
+  std::string progress_timeout = "0", stack_dump_timeout = "10s";
+  options.progress.progress_file = cohort::EnvOr("COHORT_PROGRESS_FILE");
+  app.add_option("--progress-timeout", progress_timeout,
+                 "report the task as hung (reason Hang) when its workload, alive, shows no "
+                 "progress for this long from the gang's registration on: no write to "
+                 "--progress-file, no finished call through the proxy other than heartbeats, "
+                 "no GPU activity (once it has written the file, only its writes count); "
+                 "0: never (cohort_task_* metrics are served all the same)")
+      ->capture_default_str();
+  app.add_option("--progress-file", options.progress.progress_file,
+                 "the file the workload writes at each step, its step number on the last line "
+                 "when it has one ($COHORT_PROGRESS_FILE); empty: none");
+  app.add_option("--stack-dump-timeout", stack_dump_timeout,
+                 "before a hang is reported, how long each stack tool may take to record the "
+                 "workload's stacks (py-spy, eu-stack, gdb: those on PATH, in that order, until "
+                 "one works; needs --workload-liveness process and leave to trace it)")
+      ->capture_default_str();
   app.add_option("--proxy-listen", options.proxy.listen,
                  "serve the workload's coordinator endpoint here (in a pod 127.0.0.1:8476): "
                  "every coordinator protocol, forwarded to --coordinator, riding out its "
@@ -211,6 +228,14 @@ int main(int argc, char** argv) {
     auto d = cohort::ParseDurationFlag(flag, *text, /*zero_ok=*/false);
     if (!d.ok()) return Fail(std::string(d.status().message()));
     *out = *d;
+  }
+  {
+    auto d = cohort::ParseDurationFlag("--progress-timeout", progress_timeout, /*zero_ok=*/true);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    options.progress.timeout = *d;
+    d = cohort::ParseDurationFlag("--stack-dump-timeout", stack_dump_timeout, /*zero_ok=*/false);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    options.stacks.timeout = *d;
   }
   if (!options.proxy.listen.empty()) {
     if (auto s = cohort::ValidateListenAddress(options.proxy.listen); !s.ok()) {

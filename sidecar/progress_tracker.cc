@@ -20,6 +20,8 @@ const char* ProgressTracker::SignName(Sign sign) {
       return "coordination call";
     case Sign::kGpuActivity:
       return "GPU activity";
+    case Sign::kWaitingOnPeers:
+      return "waiting on its peers in a coordination call";
   }
   return "none";
 }
@@ -52,6 +54,8 @@ void ProgressTracker::GpuActivity(absl::Time at, double activity) {
   }
 }
 
+void ProgressTracker::WaitingOnPeers(absl::Time at) { Progress(at, Sign::kWaitingOnPeers); }
+
 absl::Duration ProgressTracker::SinceProgress(absl::Time now) const {
   return std::max(absl::ZeroDuration(), now - last_progress_);
 }
@@ -62,7 +66,7 @@ bool ProgressTracker::Stalled(absl::Time now) const {
 
 std::string ProgressTracker::Describe(absl::Time now) const {
   std::string text = absl::StrCat("no progress for ", absl::FormatDuration(options_.timeout));
-  std::string ago = absl::FormatDuration(absl::Trunc(SinceProgress(now), absl::Seconds(1)));
+  std::string ago = absl::FormatDuration(absl::Trunc(SinceProgress(now), absl::Milliseconds(100)));
   switch (last_sign_) {
     case Sign::kNone:
       absl::StrAppend(&text, " (none seen since the workload started, ", ago, " ago)");

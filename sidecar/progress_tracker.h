@@ -4,7 +4,9 @@
 //     the step number when it writes one;
 //   - its coordination calls through the pod's proxy that finished (a barrier passed, a key
 //     set or read), not its heartbeats or error polls, which a stuck process keeps sending;
-//   - its GPUs' activity (SM activity, or utilisation where the GPU has no SM counter).
+//   - its GPUs' activity (the busiest GPU's utilisation).
+// A workload waiting in a coordination call on its peers (a barrier) is not
+// stalled: the peer it waits for is the one to blame, and is judged by its own sidecar.
 // A workload that has reported once is judged by its reports alone from then on: a process
 // stuck in a collective keeps its GPUs busy and may keep calling, but writes no new step.
 // Not thread-safe (the sidecar's progress loop owns it); it keeps no clock of its own: every
@@ -21,7 +23,7 @@ namespace cohort {
 
 class ProgressTracker {
  public:
-  enum class Sign { kNone, kReport, kCoordinationCall, kGpuActivity };
+  enum class Sign { kNone, kReport, kCoordinationCall, kGpuActivity, kWaitingOnPeers };
   static const char* SignName(Sign sign);
 
   struct Options {
@@ -40,6 +42,9 @@ class ProgressTracker {
   void CoordinationCalls(absl::Time at, uint64_t finished);
   // The busiest of the pod's GPUs at `at` (0..1).
   void GpuActivity(absl::Time at, double activity);
+  // At `at` the workload waits in a coordination call that others must answer (whether or
+  // not it has reported before).
+  void WaitingOnPeers(absl::Time at);
 
   // The last step reported (none before the first report that had one).
   std::optional<int64_t> step() const { return step_; }

@@ -98,6 +98,7 @@ void ProgressWatch::Poll() {
   if (stamp.exists) step = ReadStep();
   std::optional<uint64_t> calls;
   if (sources_.finished_calls) calls = sources_.finished_calls();
+  const bool waiting = sources_.waiting_calls && sources_.waiting_calls() > 0;
   std::optional<double> activity;
   if (sources_.gpu_activity) activity = sources_.gpu_activity();
 
@@ -108,6 +109,7 @@ void ProgressWatch::Poll() {
     last_stamp_ = stamp;
     if (calls) tracker_.CoordinationCalls(now, *calls);
     if (activity) tracker_.GpuActivity(now, *activity);
+    if (waiting) tracker_.WaitingOnPeers(now);
     if (!tracker_.Stalled(now)) {
       stall_told_ = false;
     } else if (!stall_told_) {

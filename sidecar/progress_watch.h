@@ -35,6 +35,8 @@ class ProgressWatch {
   // Where the other signs come from; a null function: no such sign.
   struct Sources {
     std::function<uint64_t()> finished_calls;
+    // The pod's calls open now that wait on its peers (barriers).
+    std::function<uint64_t()> waiting_calls;
     // The busiest of the pod's GPUs (0..1); nullopt while there is no sample.
     std::function<std::optional<double>()> gpu_activity;
   };

@@ -12,8 +12,10 @@
 #include "sidecar/failure_reporter.h"
 #include "sidecar/gpu_watch.h"
 #include "sidecar/pod_object_store.h"
+#include "sidecar/progress_watch.h"
 #include "sidecar/sidecar_endpoints.h"
 #include "sidecar/sidecar_registration.h"
+#include "sidecar/stack_dump.h"
 #include "sidecar/task_identity.h"
 #include "sidecar/workload_watch.h"
 
@@ -35,6 +37,11 @@ struct SidecarOptions {
   std::optional<runtime::ObjectStoreOptions> objstore;
   GpuWatch::Options gpus;
   WorkloadWatch::Options workload;
+  // The workload's progress (its progress file, its calls through the proxy, its GPUs),
+  // watched from the moment the gang has registered; a stall past the timeout is reported
+  // as a hang, with the workload's stacks (`stacks`) when the sidecar may trace it.
+  ProgressWatch::Options progress;
+  StackDumpOptions stacks;
   SidecarRegistration::Options registration;
   SidecarEndpoints::Options http;
   // The pod runs task workers (a CoordinatedJob's spec.tasks), not a task of a gang: no agent
@@ -45,8 +52,9 @@ struct SidecarOptions {
 // The pod's agent: registers this pod in the sidecar job, publishes the node's GPUs and
 // learns the cluster's, hands rank and topology to the workload (files and GET
 // /v1/cluster), serves metrics, and reports to the coordinator at once when a GPU turns
-// unhealthy or the workload exits without shutting down, so the whole gang learns in
-// milliseconds rather than after a heartbeat timeout. Each of these is a part of its own;
+// unhealthy, the workload exits without shutting down or makes no progress for
+// --progress-timeout, so the whole gang learns in milliseconds rather than after a heartbeat
+// timeout. Each of these is a part of its own;
 // the Sidecar starts them in order and stops them.
 class Sidecar {
  public:
@@ -64,8 +72,16 @@ class Sidecar {
   std::string objstore_address() const { return objstore_.address(); }
 
  private:
+  // Once the gang has registered: the progress watch starts.
+  void OnRegistered();
+  // The workload made no progress for the timeout: its stacks, then the report.
+  void OnStall(const std::string& description);
+
   const SidecarOptions options_;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> progress_started_{false};
+  MetricsRegistry* const registry_;
+  RealClock clock_;
 
   // Each after those it uses; Start and Stop say the order they run in.
   CoordinatorProxy proxy_;
@@ -74,6 +90,7 @@ class Sidecar {
   FailureReporter reporter_;
   GpuWatch gpus_;
   WorkloadWatch workload_;
+  ProgressWatch progress_;
   SidecarRegistration registration_;
   SidecarEndpoints endpoints_;
 };

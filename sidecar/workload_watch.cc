@@ -90,6 +90,11 @@ std::string WorkloadWatch::Describe() const {
   return state_;
 }
 
+int WorkloadWatch::pid() const {
+  absl::MutexLock lock(&mu_);
+  return pid_;
+}
+
 bool WorkloadWatch::SleepUnlessStopped(absl::Duration d) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stopped_), d);
@@ -138,6 +143,7 @@ void WorkloadWatch::RunProcess() {
     {
       absl::MutexLock lock(&mu_);
       state_ = absl::StrCat("watching process ", pid, " (", command, ")");
+      pid_ = pid;
     }
     while (true) {
       pollfd p{fd, POLLIN, 0};
@@ -160,6 +166,7 @@ void WorkloadWatch::RunProcess() {
     close(fd);
     {
       absl::MutexLock lock(&mu_);
+      pid_ = -1;
       if (stopped_) return;
       state_ = absl::StrCat("process ", pid, " exited");
     }

@@ -45,6 +45,8 @@ class WorkloadWatch {
   void Ping();
   // What the watch sees now, for /v1/cluster and logs.
   std::string Describe() const;
+  // kProcess: the workload's process being watched; -1 while there is none (or another mode).
+  int pid() const;
 
  private:
   void RunProcess();
@@ -62,6 +64,7 @@ class WorkloadWatch {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_ping_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string state_ ABSL_GUARDED_BY(mu_) = "not started";
+  int pid_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace cohort

@@ -22,6 +22,8 @@ TEST_PACKAGES=(
   prometheus python3-venv openssl
   # The local cluster (tools/local-cluster): `ip` for pod network namespaces, pgrep.
   iproute2 procps
+  # The sidecar's native stack dumps (tests/sidecar/stack_dump_test.cc).
+  gdb
   # The benchmarks' key-value anchor (bench/, and its smoke test in make test): the server,
   # and etcdctl, which the harness uses to probe it.
   etcd-server etcd-client

@@ -26,6 +26,7 @@ declare -A RUNS=(
   [tcpstore_codec_fuzzer]=300000
   [config_files_fuzzer]=1000000
   [key_paths_fuzzer]=4000000
+  [workload_outputs_fuzzer]=4000000
   [worker_handlers_fuzzer]=20000
 )
 if [[ $mode == smoke ]]; then

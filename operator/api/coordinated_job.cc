@@ -334,6 +334,11 @@ absl::Status ParseSidecar(const json& sidecar, SidecarSpec* out) {
     out->ignored_xids = xids;
   }
   out->dcgm_metrics = health.value("dcgmMetrics", false);
+  const json& dumps = sidecar.contains("stackDumps") ? sidecar["stackDumps"] : json(false);
+  if (!dumps.is_boolean() && !dumps.is_null()) {
+    return Invalid("spec.sidecar.stackDumps", "must be true or false");
+  }
+  out->stack_dumps = dumps.is_boolean() && dumps.get<bool>();
   return absl::OkStatus();
 }
 

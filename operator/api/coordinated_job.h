@@ -74,6 +74,10 @@ struct SidecarSpec {
   json resources = json::object();
   std::optional<std::vector<int>> ignored_xids;
   bool dcgm_metrics = false;
+  // spec.sidecar.stackDumps: the sidecar may trace the workload (root with SYS_PTRACE) to
+  // record its stacks before a hang is reported; only the privileged Pod Security Standard
+  // admits it, so off unless asked.
+  bool stack_dumps = false;
 };
 
 // spec.failurePolicy.rules (operator/api/failure_rules.cc): matched in order against what ended
@@ -95,6 +99,9 @@ inline constexpr char kNodeLost[] = "NodeLost";      // the node went away or sh
 inline constexpr char kPodDeleted[] = "PodDeleted";  // deleted by someone, no other reason
 inline constexpr char kGPUFault[] = "GPUFault";      // the sidecar's GPU health check
 inline constexpr char kHeartbeatTimeout[] = "HeartbeatTimeout";
+inline constexpr char kHang[] = "Hang";  // a task made no progress (sidecar, jaxlib watchdog)
+// A task far slower than its gang. Nothing reports it yet; rules may already name it.
+inline constexpr char kStraggler[] = "Straggler";
 inline constexpr char kCoordinatorLost[] = "CoordinatorLost";
 inline constexpr char kTaskError[] = "TaskError";  // any other error a task reported
 }  // namespace failure_reason
@@ -112,6 +119,9 @@ struct FailurePolicy {
   // A gang whose workers are not all running this long after it started fails the job
   // (StartupDeadlineExceeded). None: no deadline.
   std::optional<int64_t> startup_deadline_seconds;
+  // A running task whose workload shows no progress this long is hung (reason Hang): the
+  // sidecars' --progress-timeout (docs/sidecar.md, "Progress and hangs"). "": never.
+  std::string progress_timeout;
 };
 
 // spec.tasks: the task runtime (docs/tasks.md, "On Kubernetes") instead of a gang.

@@ -1,9 +1,10 @@
 // spec.failurePolicy of a CoordinatedJob (coordinated_job.h): maxRestarts, the exit code
-// lists, rules and startupDeadlineSeconds.
+// lists, rules, startupDeadlineSeconds and progressTimeout.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "operator/api/coordinated_job.h"
 #include "operator/api/coordinated_job_internal.h"
 
@@ -20,7 +21,8 @@ const std::vector<std::string>& KnownReasons() {
       failure_reason::kOOMKilled,        failure_reason::kNodeLost,
       failure_reason::kPodDeleted,       failure_reason::kGPUFault,
       failure_reason::kHeartbeatTimeout, failure_reason::kCoordinatorLost,
-      failure_reason::kTaskError};
+      failure_reason::kTaskError,        failure_reason::kHang,
+      failure_reason::kStraggler};
   return kReasons;
 }
 
@@ -48,6 +50,15 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
       return InvalidPolicy(".startupDeadlineSeconds", "must be a whole number above 0");
     }
     out->startup_deadline_seconds = d.get<int64_t>();
+  }
+  if (failure_policy.contains("progressTimeout") && !failure_policy["progressTimeout"].is_null()) {
+    const json& t = failure_policy["progressTimeout"];
+    absl::Duration d;
+    if (!t.is_string() || !absl::ParseDuration(t.get<std::string>(), &d) ||
+        d <= absl::ZeroDuration()) {
+      return InvalidPolicy(".progressTimeout", "must be a duration above 0 such as 90s or 10m");
+    }
+    out->progress_timeout = t.get<std::string>();
   }
   if (!failure_policy.contains("rules") || failure_policy["rules"].is_null()) {
     return absl::OkStatus();

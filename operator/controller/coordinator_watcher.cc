@@ -35,8 +35,11 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
       view.workload_incarnations[t.task_id()] = t.incarnation();
     }
     if (t.state() == cohort::v1::ERROR) {
-      view.errors.push_back({absl::StrCat("/job:", t.job(), "/task:", t.task_id()), t.auxiliary(),
-                             t.error_code(), t.error_message()});
+      // A reason this operator does not know (a newer coordinator's) is no reason it matches.
+      view.errors.push_back(
+          {absl::StrCat("/job:", t.job(), "/task:", t.task_id()), t.auxiliary(), t.error_code(),
+           t.error_message(),
+           FailureReasonFromNumber(t.reason()).value_or(FailureReason::kUnspecified)});
     }
   }
   return view;

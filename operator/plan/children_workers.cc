@@ -101,6 +101,8 @@ json ContractEnv(const api::CoordinatedJob& job, int index, int restart, bool fo
       Env("COHORT_NUM_TASKS", absl::StrCat(job.spec.replicas)),
       Env("COHORT_RESTART_COUNT", absl::StrCat(restart)),
       Env("COHORT_HANDOFF_DIR", kHandoffDir),
+      // The workload's progress reports (cohort.progress.report), read by the sidecar.
+      Env("COHORT_PROGRESS_FILE", absl::StrCat(kHandoffDir, "/progress")),
       FieldEnv("POD_NAME", "metadata.name"),
       FieldEnv("POD_NAMESPACE", "metadata.namespace"),
       FieldEnv("POD_IP", "status.podIP"),
@@ -190,6 +192,10 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
     args.push_back(absl::StrJoin(xids, ","));
   }
   if (job.spec.sidecar.dcgm_metrics) args.push_back("--dcgm-metrics");
+  if (!job.spec.failure_policy.progress_timeout.empty()) {
+    args.push_back("--progress-timeout");
+    args.push_back(job.spec.failure_policy.progress_timeout);
+  }
   if (tls != JobTls::kNone) {
     for (const std::string& arg :
          {std::string("--tls-ca"), SecretFile(kCaCertKey), std::string("--tls-cert"),
@@ -224,6 +230,15 @@ json SidecarContainer(const api::CoordinatedJob& job, int index, int restart,
         {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
   };
   if (!job.spec.sidecar.resources.empty()) container["resources"] = job.spec.sidecar.resources;
+  if (job.spec.sidecar.stack_dumps) {
+    // Tracing another container's process (py-spy, gdb) takes root and SYS_PTRACE, whoever
+    // the workload runs as.
+    json& security = container["securityContext"];
+    security["runAsUser"] = 0;
+    security["runAsGroup"] = 0;
+    security["runAsNonRoot"] = false;
+    security["capabilities"]["add"] = json::array({"SYS_PTRACE"});
+  }
   ShareGpus(gpus, settings, &container);
   return container;
 }

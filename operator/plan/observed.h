@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/failure_reason.h"
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
 #include "operator/plan/job_tls.h"
@@ -66,9 +67,12 @@ struct CoordinatorView {
     bool auxiliary = false;
     int code = 0;  // google.rpc.Code
     std::string message;
-    // A sidecar's report that its workload exited (UNAVAILABLE from an auxiliary task):
-    // the worker's exit code, not this error, says what happened.
-    bool IsWorkloadExitReport() const { return auxiliary && code == 14; }
+    // Why, as the coordinator typed it (TaskSnapshot.reason); kUnspecified from a coordinator
+    // that keeps no reasons.
+    FailureReason reason = FailureReason::kUnspecified;
+    // A sidecar's report that its workload exited: the worker's exit code, not this error,
+    // says what happened.
+    bool IsWorkloadExitReport() const { return reason == FailureReason::kWorkloadExit; }
     // "task /job:worker/task:3 is in error: ..." (a sidecar's task says so).
     std::string Describe() const;
   };

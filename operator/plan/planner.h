@@ -162,7 +162,8 @@ struct RuleMatch {
 };
 // The first rule with an exit code or a reason among the facts.
 RuleMatch MatchFailureRule(const api::FailurePolicy& policy, const FailureFacts& facts);
-// A task error as a failure reason: GPUFault, HeartbeatTimeout or TaskError.
+// A task error as a failure reason, by its typed reason: GPUFault, HeartbeatTimeout, Hang or
+// TaskError.
 std::string TaskErrorReason(const CoordinatorView::TaskError& e);
 
 // Workers being restarted alone (status.restartingWorkers, a RestartWorker rule;

@@ -2,20 +2,24 @@
 // coordinator's errors as failure reasons.
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "operator/plan/planner.h"
 
 namespace cohort::controller::planning {
 
 std::string TaskErrorReason(const CoordinatorView::TaskError& e) {
-  // The sidecar reports its GPU health check's findings as INTERNAL errors of its own task;
-  // the coordinator marks a task that stopped sending heartbeats UNAVAILABLE, saying so.
-  if (e.auxiliary && e.code == 13) return api::failure_reason::kGPUFault;
-  if (e.code == 14 && absl::StrContains(e.message, "sent no heartbeat")) {
-    return api::failure_reason::kHeartbeatTimeout;
+  // By the type the coordinator gave the error alone: its code and text are the reporter's
+  // to choose and say nothing reliable.
+  switch (e.reason) {
+    case FailureReason::kGpuFault:
+      return api::failure_reason::kGPUFault;
+    case FailureReason::kHeartbeatTimeout:
+      return api::failure_reason::kHeartbeatTimeout;
+    case FailureReason::kHang:
+      return api::failure_reason::kHang;
+    default:
+      return api::failure_reason::kTaskError;
   }
-  return api::failure_reason::kTaskError;
 }
 
 RuleMatch MatchFailureRule(const api::FailurePolicy& policy, const FailureFacts& facts) {

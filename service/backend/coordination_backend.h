@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/failure_reason.h"
 #include "service/core/barrier_table.h"
 #include "service/core/key_value_store.h"
 #include "service/core/key_watch.h"
@@ -90,8 +91,10 @@ class CoordinationBackend {
   virtual absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const = 0;
   virtual void ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) = 0;
   virtual void ResetTask(const CallContext& call, const TaskName& task, StatusDone done) = 0;
+  // `reason`: why, as the reporter said (kUnspecified: it did not; the coordinator decides).
   virtual void ReportError(const CallContext& call, const TaskName& source,
-                           const absl::Status& error, ErrorReporter by, StatusDone done) = 0;
+                           const absl::Status& error, ErrorReporter by, FailureReason reason,
+                           StatusDone done) = 0;
   virtual void PollForError(const CallContext& call, const TaskName& task, StatusDone done) = 0;
   // The error propagated to every task (OK while there is none).
   virtual void PropagatedError(const CallContext& call, StatusDone done) = 0;

@@ -29,8 +29,9 @@ void LocalBackend::ResetTask(const CallContext& call, const TaskName& task, Stat
 }
 
 void LocalBackend::ReportError(const CallContext&, const TaskName& source,
-                               const absl::Status& error, ErrorReporter by, StatusDone done) {
-  Gated(std::move(done))(service_->ReportError(source, error, by));
+                               const absl::Status& error, ErrorReporter by, FailureReason reason,
+                               StatusDone done) {
+  Gated(std::move(done))(service_->ReportError(source, error, by, reason));
 }
 
 void LocalBackend::PollForError(const CallContext& call, const TaskName& task, StatusDone done) {

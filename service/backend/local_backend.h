@@ -37,7 +37,7 @@ class LocalBackend final : public CoordinationBackend {
   void ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) override;
   void ResetTask(const CallContext& call, const TaskName& task, StatusDone done) override;
   void ReportError(const CallContext& call, const TaskName& source, const absl::Status& error,
-                   ErrorReporter by, StatusDone done) override;
+                   ErrorReporter by, FailureReason reason, StatusDone done) override;
   void PollForError(const CallContext& call, const TaskName& task, StatusDone done) override;
   void PropagatedError(const CallContext& call, StatusDone done) override;
   void GetTaskStates(const CallContext& call, std::vector<TaskName> tasks,

@@ -279,7 +279,7 @@ absl::Status CoordinationService::PropagatedError() const {
 }
 
 absl::Status CoordinationService::ReportError(const TaskName& source, const absl::Status& error,
-                                              ErrorReporter by) {
+                                              ErrorReporter by, FailureReason reason) {
   if (error.ok()) {
     return ServiceError(absl::InvalidArgumentError(
         absl::StrCat(source.ToString(), " reported an error with code OK; nothing to report")));
@@ -288,7 +288,7 @@ absl::Status CoordinationService::ReportError(const TaskName& source, const absl
   absl::Status answer;
   {
     WriteLock lock(this);
-    answer = life_.ReportError(source, error, by, kMaxReportedErrorBytes, fx);
+    answer = life_.ReportError(source, error, by, reason, kMaxReportedErrorBytes, fx);
   }
   Apply(fx);
   return answer;

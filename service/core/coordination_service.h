@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/failure_reason.h"
 #include "service/core/barrier_table.h"
 #include "service/core/durable_state.h"
 #include "service/core/heartbeat_monitor.h"
@@ -97,8 +98,11 @@ class CoordinationService {
   absl::Status ResetTask(const TaskName& task, const std::string& request = "");
   // `by`: the task itself, which must be registered (as upstream), or someone else (an
   // operator's tool, another task's ReportErrorToTask), who may report any known task.
+  // `reason`: why, as the reporter says (a sidecar does); kUnspecified: the task's state gets
+  // ReportedErrorReason's.
   absl::Status ReportError(const TaskName& source, const absl::Status& error,
-                           ErrorReporter by = ErrorReporter::kSomeoneElse);
+                           ErrorReporter by = ErrorReporter::kSomeoneElse,
+                           FailureReason reason = FailureReason::kUnspecified);
   void PollForError(const TaskName& task, WaiterId waiter, StatusDone done);
   absl::StatusOr<std::vector<TaskStateInfo>> GetTaskStates(
       const std::vector<TaskName>& tasks) const;

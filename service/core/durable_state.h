@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/durability_gate.h"
+#include "common/failure_reason.h"
 #include "service/core/task_name.h"
 
 namespace cohort {
@@ -25,7 +26,9 @@ struct DurableTask {
   TaskState state = TaskState::kDisconnected;
   uint64_t incarnation = 0;
   bool ever_registered = false;
-  absl::Status error;         // set in kError
+  absl::Status error;  // set in kError
+  // Why it is in error; kUnspecified in state written before reasons were kept.
+  FailureReason reason = FailureReason::kUnspecified;
   std::string reset_request;  // FormatRequestId of the ResetTask that last reset it, if any
 };
 

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -57,6 +58,22 @@ absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
   status.ForEachPayload(
       [&out](absl::string_view key, const absl::Cord& value) { out.SetPayload(key, value); });
   return out;
+}
+
+FailureReason ReportedErrorReason(const absl::Status& error) {
+  // jaxlib's GPU client, run with XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE=1 and an
+  // --xla_gpu_execution_terminate_timeout, reports an execution that outlived that timeout
+  // through its coordination agent (ReportErrorToService) as DEADLINE_EXCEEDED
+  // "<action> failed to finish in <timeout>", the action being "[<device>] XLA GPU execution
+  // `<module>`": openxla/xla, xla/pjrt/gpu/se_gpu_pjrt_client.cc (the execution timeout
+  // handler) and xla/service/gpu/execution_watchdog.cc (the action's name). Its client sends
+  // no reason field, so this text is all there is to go by.
+  if (error.code() == absl::StatusCode::kDeadlineExceeded &&
+      absl::StrContains(error.message(), "XLA GPU execution") &&
+      absl::StrContains(error.message(), " failed to finish in ")) {
+    return FailureReason::kHang;
+  }
+  return FailureReason::kReportedError;
 }
 
 std::string JoinTaskNames(const std::vector<TaskName>& tasks, size_t limit) {

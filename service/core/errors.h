@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/failure_reason.h"
 #include "service/core/task_name.h"
 
 namespace cohort {
@@ -41,6 +42,10 @@ std::optional<BarrierErrorInfo> GetBarrierError(const absl::Status& status);
 
 // A copy of `status` with `prefix` in front of its message, payloads kept.
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix);
+
+// The reason of an error a task reported without saying why: kHang for jaxlib's report of a
+// GPU execution its watchdog gave up on, kReportedError for anything else.
+FailureReason ReportedErrorReason(const absl::Status& error);
 
 // "a, b and 3 more": tasks named in an error message, at most `limit` of them by name.
 std::string JoinTaskNames(const std::vector<TaskName>& tasks, size_t limit = 10);

@@ -50,13 +50,13 @@ void TaskLife::Connect(TaskRecord& task, uint64_t incarnation, TaskEffects& fx) 
   StateChanged(fx);
 }
 
-void TaskLife::SetError(TaskRecord& task, absl::Status error, bool reported_by_task,
-                        TaskEffects& fx) {
+void TaskLife::SetError(TaskRecord& task, absl::Status error, FailureReason reason,
+                        bool reported_by_task, TaskEffects& fx) {
   error = WithServiceError(std::move(error), {reported_by_task, task.name});
   register_barrier_.RemoveWaiting(task.name);
-  tasks_.MarkError(task, error);
-  spdlog::error("task {} (incarnation {:#x}) is in error: {}", task.name.ToString(),
-                task.incarnation, std::string(error.message()));
+  tasks_.MarkError(task, error, reason);
+  spdlog::error("task {} (incarnation {:#x}) is in error: {} (reason: {})", task.name.ToString(),
+                task.incarnation, std::string(error.message()), FailureReasonName(reason));
   fx.failed_tasks.emplace_back(task.name, error);
   if (!task.job->auxiliary) FailRegisterBarrier(error, fx);
   exchanges_.FailDevicesWith(task.name, error, fx);
@@ -103,7 +103,7 @@ std::optional<absl::Status> TaskLife::Register(const TaskName& name, uint64_t in
         name.ToString(), " registered again with incarnation 0x", absl::Hex(incarnation),
         " while connected with incarnation 0x", absl::Hex(task->incarnation),
         ": the task restarted, so its old incarnation is lost"));
-    SetError(*task, error, /*reported_by_task=*/false, fx);
+    SetError(*task, error, FailureReason::kTaskRestarted, /*reported_by_task=*/false, fx);
     return task->error;
   }
   if (task->state == TaskState::kError && !task->job->recoverable) {
@@ -202,7 +202,9 @@ void TaskLife::RegisterTimedOut(TaskEffects& fx) {
       absl::InternalError(absl::StrCat("cluster registration failed: ", error.message())));
   Propagate(TaskName{}, failed, fx);
   for (const auto& [name, task] : tasks_.all()) {
-    if (task->state != TaskState::kError) SetError(*task, failed, false, fx);
+    if (task->state != TaskState::kError) {
+      SetError(*task, failed, FailureReason::kRegisterTimeout, false, fx);
+    }
   }
 }
 
@@ -291,7 +293,9 @@ void TaskLife::ShutdownTimedOut(TaskEffects& fx) {
   fx.FinishAll<absl::Status>(*parked_, shutdown_barrier_.End(error), error);
   for (const TaskName& name : missing) {
     TaskRecord* task = tasks_.Find(name);
-    if (task->state == TaskState::kConnected) SetError(*task, error, false, fx);
+    if (task->state == TaskState::kConnected) {
+      SetError(*task, error, FailureReason::kShutdownTimeout, false, fx);
+    }
   }
   std::vector<TaskName> waiting(shutdown_barrier_.waiting().begin(),
                                 shutdown_barrier_.waiting().end());
@@ -322,7 +326,7 @@ absl::Status TaskLife::HeartbeatOfAnotherIncarnation(const TaskName& name, uint6
       name.ToString(), " sent a heartbeat with incarnation ", incarnation,
       " but is registered with incarnation ", task->incarnation, ": the task restarted"));
   if (task->state == TaskState::kConnected && task->incarnation != incarnation) {
-    SetError(*task, error, /*reported_by_task=*/false, fx);
+    SetError(*task, error, FailureReason::kTaskRestarted, /*reported_by_task=*/false, fx);
     error = task->error;
   }
   return error;
@@ -332,12 +336,15 @@ void TaskLife::FailStale(const std::vector<TaskName>& stale, absl::Time now, Tas
   for (const TaskName& name : stale) {
     TaskRecord* task = tasks_.Find(name);
     absl::Status error = heartbeats_->StaleError(*task, now);
-    if (!error.ok()) SetError(*task, error, /*reported_by_task=*/false, fx);
+    if (!error.ok()) {
+      SetError(*task, error, FailureReason::kHeartbeatTimeout, /*reported_by_task=*/false, fx);
+    }
   }
 }
 
 absl::Status TaskLife::ReportError(const TaskName& source, const absl::Status& error,
-                                   ErrorReporter by, size_t max_message_bytes, TaskEffects& fx) {
+                                   ErrorReporter by, FailureReason reason, size_t max_message_bytes,
+                                   TaskEffects& fx) {
   auto task = tasks_.Get(source);
   if (!task.ok()) return task.status();
   // As upstream: a task reports its own errors while registered. Errors about a task
@@ -361,7 +368,8 @@ absl::Status TaskLife::ReportError(const TaskName& source, const absl::Status& e
   }
   absl::Status reported(error.code(),
                         absl::StrCat("error reported by ", source.ToString(), ": ", text, cut));
-  SetError(**task, reported, /*reported_by_task=*/true, fx);
+  if (reason == FailureReason::kUnspecified) reason = ReportedErrorReason(error);
+  SetError(**task, reported, reason, /*reported_by_task=*/true, fx);
   return absl::OkStatus();
 }
 
@@ -420,8 +428,8 @@ std::optional<absl::StatusOr<JobStateView>> TaskLife::WatchJobState(
 
 namespace {
 DurableTask TaskLifeDurableTask(const TaskRecord& task) {
-  return {task.name,  task.state,        task.incarnation, task.ever_registered,
-          task.error, task.reset_request};
+  return {task.name,  task.state,  task.incarnation,  task.ever_registered,
+          task.error, task.reason, task.reset_request};
 }
 DurableWholeBarrier TaskLifeDurableBarrier(const WholeJobBarrier& barrier, bool with_waiting) {
   DurableWholeBarrier out;
@@ -465,7 +473,7 @@ absl::Status TaskLife::Restore(const DurableState& state, absl::Time now) {
                                                         "do not have"));
     }
     tasks_.Restore(*task, saved.state, saved.incarnation, saved.ever_registered, saved.error,
-                   saved.reset_request, now);
+                   saved.reason, saved.reset_request, now);
   }
   for (auto [saved, barrier] : {std::pair{&state.register_barrier, &register_barrier_},
                                 std::pair{&state.shutdown_barrier, &shutdown_barrier_}}) {

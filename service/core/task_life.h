@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/failure_reason.h"
 #include "service/core/durable_state.h"
 #include "service/core/heartbeat_monitor.h"
 #include "service/core/job_directory.h"
@@ -63,9 +64,10 @@ class TaskLife {
   std::optional<absl::Status> Shutdown(const TaskName& name,
                                        const std::shared_ptr<StatusCall>& call, TaskEffects& fx);
   absl::Status Reset(const TaskName& name, const std::string& request, TaskEffects& fx);
-  // A message beyond `max_message_bytes` is cut, and says so.
+  // A message beyond `max_message_bytes` is cut, and says so. `reason` is what the reporter
+  // said of the error; kUnspecified leaves it to ReportedErrorReason.
   absl::Status ReportError(const TaskName& source, const absl::Status& error, ErrorReporter by,
-                           size_t max_message_bytes, TaskEffects& fx);
+                           FailureReason reason, size_t max_message_bytes, TaskEffects& fx);
   // `stopped`: the service is stopping (what a poll is told when no error came first).
   std::optional<absl::Status> PollForError(const TaskName& name, bool stopped,
                                            const std::shared_ptr<StatusCall>& call,
@@ -108,7 +110,8 @@ class TaskLife {
  private:
   // The rules that tie the pieces together.
   void Connect(TaskRecord& task, uint64_t incarnation, TaskEffects& fx);
-  void SetError(TaskRecord& task, absl::Status error, bool reported_by_task, TaskEffects& fx);
+  void SetError(TaskRecord& task, absl::Status error, FailureReason reason, bool reported_by_task,
+                TaskEffects& fx);
   void Disconnect(TaskRecord& task, const absl::Status& why, TaskEffects& fx);
   void Propagate(const TaskName& source, const absl::Status& error, TaskEffects& fx);
   void StateChanged(TaskEffects& fx);

@@ -95,13 +95,14 @@ void TaskTable::SetIncarnation(TaskRecord& task, uint64_t incarnation) {
 }
 
 void TaskTable::Restore(TaskRecord& task, TaskState state, uint64_t incarnation,
-                        bool ever_registered, absl::Status error, std::string reset_request,
-                        absl::Time now) {
+                        bool ever_registered, absl::Status error, FailureReason reason,
+                        std::string reset_request, absl::Time now) {
   SetState(task, state);
   task.reset_request = std::move(reset_request);
   task.incarnation = incarnation;
   task.ever_registered = ever_registered;
   task.error = std::move(error);
+  task.reason = reason;
   task.last_heartbeat_ns.store(absl::ToUnixNanos(now));
   if (state == TaskState::kDisconnected && ever_registered) task.disconnected_at = now;
 }
@@ -110,25 +111,34 @@ void TaskTable::MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time
   SetState(task, TaskState::kConnected);
   task.incarnation = incarnation;
   task.error = absl::OkStatus();
+  task.reason = FailureReason::kUnspecified;
   task.ever_registered = true;
   task.last_heartbeat_ns.store(absl::ToUnixNanos(now));
 }
 
-void TaskTable::MarkError(TaskRecord& task, absl::Status error) {
+void TaskTable::MarkError(TaskRecord& task, absl::Status error, FailureReason reason) {
   SetState(task, TaskState::kError);
   task.error = std::move(error);
+  task.reason = reason;
 }
 
 void TaskTable::MarkDisconnected(TaskRecord& task, absl::Time now) {
   SetState(task, TaskState::kDisconnected);
   task.disconnected_at = now;
   task.error = absl::OkStatus();
+  task.reason = FailureReason::kUnspecified;
 }
 
 TaskStateInfo TaskTable::Info(const TaskRecord& task) const {
-  return {task.name, task.state, task.error, task.incarnation,
-          task.ever_registered ? absl::FromUnixNanos(task.last_heartbeat_ns.load())
-                               : absl::InfinitePast()};
+  TaskStateInfo info;
+  info.task = task.name;
+  info.state = task.state;
+  info.error = task.error;
+  info.reason = task.reason;
+  info.incarnation = task.incarnation;
+  info.last_heartbeat = task.ever_registered ? absl::FromUnixNanos(task.last_heartbeat_ns.load())
+                                             : absl::InfinitePast();
+  return info;
 }
 
 JobStateView TaskTable::Snapshot(const std::string& job) const {

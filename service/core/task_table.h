@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/failure_reason.h"
 #include "service/core/job_directory.h"
 #include "service/core/parked_call.h"
 #include "service/core/task_name.h"
@@ -20,7 +21,8 @@ namespace cohort {
 struct TaskStateInfo {
   TaskName task;
   TaskState state = TaskState::kDisconnected;
-  absl::Status error;  // set in kError
+  absl::Status error;                                  // set in kError
+  FailureReason reason = FailureReason::kUnspecified;  // why, in kError
   uint64_t incarnation = 0;
   absl::Time last_heartbeat;  // InfinitePast before the first registration
 };
@@ -47,6 +49,7 @@ struct TaskRecord {
   bool ever_registered = false;
   absl::Time disconnected_at = absl::InfinitePast();
   absl::Status error;
+  FailureReason reason = FailureReason::kUnspecified;  // of `error`
   // The request id of the ResetTask that last reset it (a proxy's attempt again gets OK).
   std::string reset_request;
   // Written by heartbeats under the shared lock.
@@ -78,14 +81,14 @@ class TaskTable {
   const Records& all() const { return tasks_; }
 
   void MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time now);
-  void MarkError(TaskRecord& task, absl::Status error);
+  void MarkError(TaskRecord& task, absl::Status error, FailureReason reason);
   void MarkDisconnected(TaskRecord& task, absl::Time now);
   // The incarnation of a task that registered but waits at the register barrier.
   void SetIncarnation(TaskRecord& task, uint64_t incarnation);
   // A task as a restarted coordinator found it. A connected task gets a full heartbeat
   // timeout from `now` to show that it is still there.
   void Restore(TaskRecord& task, TaskState state, uint64_t incarnation, bool ever_registered,
-               absl::Status error, std::string reset_request, absl::Time now);
+               absl::Status error, FailureReason reason, std::string reset_request, absl::Time now);
   // The tasks changed since the last call, each once.
   std::vector<TaskRecord*> TakeChanged();
 

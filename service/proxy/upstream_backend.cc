@@ -38,6 +38,10 @@ int64_t UpstreamBackend::outages() const { return connection_.outages(); }
 
 int64_t UpstreamBackend::parked_calls() const { return connection_.parked_calls(); }
 
+uint64_t UpstreamBackend::finished_calls() const { return connection_.finished_calls(); }
+
+int64_t UpstreamBackend::waiting_calls() const { return connection_.waiting_calls(); }
+
 void UpstreamBackend::SimulateLinkLossForTest() { connection_.SimulateLinkLossForTest(); }
 
 uint64_t UpstreamBackend::service_incarnation() const { return connection_.service_incarnation(); }
@@ -130,11 +134,14 @@ void UpstreamBackend::WatchKeys(const CallContext& call, std::string key, int64_
 // ---- The other calls: translated by upstream_requests.h and sent ------------------------
 
 void UpstreamBackend::ReportError(const CallContext& call, const TaskName& source,
-                                  const absl::Status& error, ErrorReporter by, StatusDone done) {
+                                  const absl::Status& error, ErrorReporter by, FailureReason reason,
+                                  StatusDone done) {
+  // ReportErrorToTask has no reason field; the adapters that call it on someone else's
+  // behalf have none to give (kUnspecified).
   if (by == ErrorReporter::kSomeoneElse) {
     return connection_.Send(call, upstream::ReportErrorToTask(source, error, std::move(done)));
   }
-  connection_.Send(call, upstream::ReportErrorToService(source, error, std::move(done)));
+  connection_.Send(call, upstream::ReportErrorToService(source, error, reason, std::move(done)));
 }
 
 void UpstreamBackend::GetTaskStates(const CallContext& call, std::vector<TaskName> tasks,

@@ -55,7 +55,7 @@ class UpstreamBackend final : public CoordinationBackend {
   void ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) override;
   void ResetTask(const CallContext& call, const TaskName& task, StatusDone done) override;
   void ReportError(const CallContext& call, const TaskName& source, const absl::Status& error,
-                   ErrorReporter by, StatusDone done) override;
+                   ErrorReporter by, FailureReason reason, StatusDone done) override;
   void PollForError(const CallContext& call, const TaskName& task, StatusDone done) override;
   void PropagatedError(const CallContext& call, StatusDone done) override;
   void GetTaskStates(const CallContext& call, std::vector<TaskName> tasks,
@@ -101,6 +101,11 @@ class UpstreamBackend final : public CoordinationBackend {
   int64_t outages() const;
   // Calls open on the park stream right now.
   int64_t parked_calls() const;
+  // UpstreamConnection::finished_calls: the pod's calls that came back OK, other than
+  // heartbeats and error polls.
+  uint64_t finished_calls() const;
+  // UpstreamConnection::waiting_calls: the pod's barriers open now (waits on its peers).
+  int64_t waiting_calls() const;
   // For tests: the link goes down as after a call that failed for want of the coordinator,
   // while the connection (and the park stream) stay up.
   void SimulateLinkLossForTest();

@@ -90,6 +90,12 @@ std::vector<UpstreamCallTable::Call> UpstreamCallTable::UnaryAttempts() const {
   return unary;
 }
 
+int64_t UpstreamCallTable::WaitingCalls() const {
+  auto waits = [](const Call& call) { return call->options.waits_on_peers && !call->finished; };
+  return std::count_if(live_.begin(), live_.end(), waits) +
+         std::count_if(held_.begin(), held_.end(), waits);
+}
+
 UpstreamCallTable::Subscribers UpstreamCallTable::Finish(const Call& call) {
   Subscribers subscribers;
   if (call->finished) return subscribers;

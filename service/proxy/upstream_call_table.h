@@ -48,6 +48,13 @@ struct UpstreamSendOptions {
   // Carries a request id (kRequestMetadataKey), the same on every attempt, so that the
   // coordinator carries the call out once however often it is sent.
   bool once = false;
+  // A heartbeat, an error poll or a job state watch: a stuck process keeps sending them, so
+  // they are not its progress (UpstreamConnection::finished_calls).
+  bool liveness = false;
+  // A barrier (the register and shutdown barriers too): while it is open its caller waits on
+  // its peers (UpstreamConnection::waiting_calls). Not blocking gets: clients keep those open
+  // in the background (jaxlib does) whether or not their process makes progress.
+  bool waits_on_peers = false;
 };
 
 // A caller of an upstream call: it gets the call's status and response.
@@ -125,6 +132,8 @@ class UpstreamCallTable {
   int64_t reissued() const { return reissued_; }
   // The live calls whose attempt out is a gRPC call of its own (not on the park stream).
   std::vector<Call> UnaryAttempts() const;
+  // Calls out or held that wait on the caller's peers (UpstreamSendOptions::waits_on_peers).
+  int64_t WaitingCalls() const;
 
   // ---- Calls ending ---------------------------------------------------------------------
   // `call` finishes: marked so, its request id closed, no longer shared; its subscribers,

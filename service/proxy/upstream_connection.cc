@@ -76,6 +76,11 @@ int64_t UpstreamConnection::reissued_calls() const {
   return calls_.reissued();
 }
 
+int64_t UpstreamConnection::waiting_calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_.WaitingCalls();
+}
+
 int64_t UpstreamConnection::outages() const {
   absl::MutexLock lock(&mu_);
   return link_.outages();
@@ -254,6 +259,9 @@ void UpstreamConnection::Finish(const Call& op, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     subscribers = calls_.Finish(op);
+  }
+  if (status.ok() && !op->options.liveness) {
+    finished_calls_.fetch_add(1, std::memory_order_relaxed);
   }
   for (auto& [waiter, subscriber] : subscribers) subscriber(status, *op->response);
 }

@@ -24,6 +24,7 @@
 // not up. Every public method may be called from any thread; Stop and the destructor not
 // from a callback of the connection's own, as they wait for every call to end.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,6 +81,12 @@ class UpstreamConnection {
   int64_t outages() const;
   // Calls open on the park stream right now.
   int64_t parked_calls() const;
+  // Calls that reached the coordinator and came back OK, other than heartbeats and error
+  // polls: a barrier passed, a key set or read, a TCPStore command. The sidecar's sign that
+  // its workload makes progress.
+  uint64_t finished_calls() const { return finished_calls_.load(std::memory_order_relaxed); }
+  // UpstreamCallTable::WaitingCalls: the pod's barriers open now (waits on its peers).
+  int64_t waiting_calls() const;
   // For tests: the link goes down as after a call that failed for want of the coordinator,
   // while the connection (and the park stream) stay up.
   void SimulateLinkLossForTest();
@@ -166,6 +173,7 @@ class UpstreamConnection {
   // This proxy's session (random), in every request id.
   const std::string session_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> finished_calls_{0};
   std::thread link_thread_;
 };
 

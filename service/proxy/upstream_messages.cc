@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/failure_reason.h"
 #include "service/core/errors.h"
 
 namespace cohort {
@@ -114,6 +115,8 @@ CoordinatorSnapshot FromWire(const v1::ClusterSnapshot& snapshot, absl::Time now
       t.info.error =
           absl::Status(static_cast<absl::StatusCode>(task.error_code()), task.error_message());
     }
+    // A reason of a newer coordinator that this proxy does not know passes as unspecified.
+    t.info.reason = FailureReasonFromNumber(task.reason()).value_or(FailureReason::kUnspecified);
     t.auxiliary = task.auxiliary();
     view.tasks.push_back(std::move(t));
   }

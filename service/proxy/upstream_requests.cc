@@ -38,6 +38,7 @@ TfRequest<tf::RegisterTaskRequest, tf::RegisterTaskResponse> RegisterTask(const 
         done(response.leader_incarnation());
       }};
   r.options.park = true;  // it waits for every task of the job
+  r.options.waits_on_peers = true;
   return r;
 }
 
@@ -57,8 +58,11 @@ TfRequest<tf::HeartbeatRequest, tf::HeartbeatResponse> Heartbeat(const TaskName&
   tf::HeartbeatRequest request;
   request.set_incarnation(incarnation);
   *request.mutable_source_task() = ToWireTask(task);
-  return {&TfAsync::Heartbeat, std::move(request),
-          UpstreamStatusOnly<tf::HeartbeatResponse>(std::move(done))};
+  TfRequest<tf::HeartbeatRequest, tf::HeartbeatResponse> r{
+      &TfAsync::Heartbeat, std::move(request),
+      UpstreamStatusOnly<tf::HeartbeatResponse>(std::move(done))};
+  r.options.liveness = true;
+  return r;
 }
 
 TfRequest<tf::ShutdownTaskRequest, tf::ShutdownTaskResponse> ShutdownTask(const TaskName& task,
@@ -69,6 +73,7 @@ TfRequest<tf::ShutdownTaskRequest, tf::ShutdownTaskResponse> ShutdownTask(const 
       &TfAsync::ShutdownTask, std::move(request),
       UpstreamStatusOnly<tf::ShutdownTaskResponse>(std::move(done))};
   r.options.park = true;  // it waits at the shutdown barrier
+  r.options.waits_on_peers = true;
   // The first attempt may have shut the task down before the coordinator went away.
   r.options.reconcile_reissued = [](const absl::Status& s,
                                     const std::function<void(absl::Status)>& finish) {
@@ -99,11 +104,12 @@ TfRequest<tf::ReportErrorToTaskRequest, tf::ReportErrorToTaskResponse> ReportErr
 }
 
 TfRequest<tf::ReportErrorToServiceRequest, tf::ReportErrorToServiceResponse> ReportErrorToService(
-    const TaskName& source, const absl::Status& error, StatusDone done) {
+    const TaskName& source, const absl::Status& error, FailureReason reason, StatusDone done) {
   tf::ReportErrorToServiceRequest request;
   request.set_error_code(static_cast<int32_t>(error.code()));
   request.set_error_message(std::string(error.message()));
   *request.mutable_error_origin() = ToWireTask(source);
+  request.set_cohort_failure_reason(static_cast<int32_t>(reason));
   return {&TfAsync::ReportErrorToService, std::move(request),
           UpstreamStatusOnly<tf::ReportErrorToServiceResponse>(std::move(done))};
 }
@@ -116,6 +122,7 @@ TfRequest<tf::PollForErrorRequest, tf::PollForErrorResponse> PollForError(const 
       &TfAsync::PollForError, std::move(request),
       UpstreamStatusOnly<tf::PollForErrorResponse>(std::move(done))};
   r.options.park = true;
+  r.options.liveness = true;
   return r;
 }
 
@@ -147,6 +154,8 @@ TfRequest<tf::WatchJobStateRequest, tf::WatchJobStateResponse> WatchJobState(
         done(JobStateView(std::move(view)));
       }};
   r.options.share_key = absl::StrCat("WatchJobState/", version, "/", job);
+  // A client watches its job's state whether or not it makes progress.
+  r.options.liveness = true;
   return r;
 }
 
@@ -204,6 +213,7 @@ TfRequest<tf::BarrierRequest, tf::BarrierResponse> Barrier(const std::string& id
         done(response.counter());
       }};
   r.options.park = true;
+  r.options.waits_on_peers = true;
   return r;
 }
 

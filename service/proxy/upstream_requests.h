@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/failure_reason.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/upstream_call_table.h"
@@ -82,9 +83,10 @@ TfRequest<tf::ResetTaskRequest, tf::ResetTaskResponse> ResetTask(const TaskName&
 // An error of `source` reported by someone else, to the task.
 TfRequest<tf::ReportErrorToTaskRequest, tf::ReportErrorToTaskResponse> ReportErrorToTask(
     const TaskName& source, const absl::Status& error, StatusDone done);
-// An error of `source` reported by itself, to the service.
+// An error of `source` reported by itself, to the service, with the reason its reporter gave
+// (cohort_failure_reason; kUnspecified leaves the field out).
 TfRequest<tf::ReportErrorToServiceRequest, tf::ReportErrorToServiceResponse> ReportErrorToService(
-    const TaskName& source, const absl::Status& error, StatusDone done);
+    const TaskName& source, const absl::Status& error, FailureReason reason, StatusDone done);
 // Parked.
 TfRequest<tf::PollForErrorRequest, tf::PollForErrorResponse> PollForError(const TaskName& task,
                                                                           StatusDone done);

@@ -190,6 +190,8 @@ void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response
     if (!info.error.ok()) {
       task->set_error_code(static_cast<int32_t>(info.error.code()));
       task->set_error_message(std::string(info.error.message()));
+      // The numbers are the same (common/failure_reason.h).
+      task->set_reason(static_cast<v1::FailureReason>(info.reason));
     }
     task->set_auxiliary(t.auxiliary);
   }

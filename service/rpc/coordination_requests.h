@@ -5,11 +5,13 @@
 // types; task identities differ and are resolved by the adapters before they get here.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/failure_reason.h"
 #include "service/backend/coordination_backend.h"
 #include "service/core/errors.h"
 #include "service/rpc/rpc_call.h"
@@ -204,11 +206,20 @@ inline grpc::ServerUnaryReactor* PollForError(RpcCall* call, CoordinationBackend
   return call;
 }
 
+// `reason`: the request's cohort_failure_reason, a number (0 when the protocol has none); one
+// that is no FailureReason is refused before anything changes.
 inline grpc::ServerUnaryReactor* ReportError(RpcCall* call, CoordinationBackend* backend,
                                              const TaskName& source, int32_t code,
-                                             const std::string& message, ErrorReporter by) {
+                                             const std::string& message, ErrorReporter by,
+                                             int32_t reason = 0) {
+  std::optional<FailureReason> known = FailureReasonFromNumber(reason);
+  if (!known) {
+    return call->Reply(absl::InvalidArgumentError(
+        absl::StrCat("cohort_failure_reason ", reason, " is no failure reason (0 to ",
+                     static_cast<int32_t>(kLastFailureReason), "); the error was not reported")));
+  }
   backend->ReportError(call->Context(), source,
-                       absl::Status(static_cast<absl::StatusCode>(code), message), by,
+                       absl::Status(static_cast<absl::StatusCode>(code), message), by, *known,
                        ReplyWith(call));
   return call;
 }

@@ -170,7 +170,8 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::ReportErrorToService(
                             request->source_job(), request->source_task());
   if (!task.ok()) return call->Reply(task.status());
   return requests::ReportError(call, backend_, *task, request->error_code(),
-                               request->error_message(), ErrorReporter::kTheTask);
+                               request->error_message(), ErrorReporter::kTheTask,
+                               request->cohort_failure_reason());
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::GetTaskState(

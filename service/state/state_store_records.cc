@@ -56,6 +56,7 @@ pb::Record TaskChangeRecord(const DurableTask& task) {
   r->set_incarnation(task.incarnation);
   r->set_ever_registered(task.ever_registered);
   ToProto(task.error, r->mutable_error());
+  r->set_reason(static_cast<int32_t>(task.reason));
   r->set_reset_request(task.reset_request);
   return record;
 }

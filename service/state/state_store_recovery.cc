@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "cohort/state/v1/state.pb.h"
+#include "common/failure_reason.h"
 #include "runtime/scheduler/task_scheduler.h"
 #include "service/state/generation_files.h"
 #include "service/state/scheduler_records.h"
@@ -75,12 +76,16 @@ class Replay {
           return absl::DataLossError(absl::StrCat("a task record has unknown state ", r.state()));
         }
         TaskName name = FromProto(r.task());
-        tasks_[name] = DurableTask{name,
-                                   static_cast<TaskState>(r.state()),
-                                   r.incarnation(),
-                                   r.ever_registered(),
-                                   FromProto(r.error()),
-                                   r.reset_request()};
+        // A reason this coordinator does not know (state of a newer one) is only a label
+        // lost, not state: it restores as unspecified rather than refusing the files.
+        tasks_[name] =
+            DurableTask{name,
+                        static_cast<TaskState>(r.state()),
+                        r.incarnation(),
+                        r.ever_registered(),
+                        FromProto(r.error()),
+                        FailureReasonFromNumber(r.reason()).value_or(FailureReason::kUnspecified),
+                        r.reset_request()};
         return absl::OkStatus();
       }
       case pb::Record::kWholeBarrier: {

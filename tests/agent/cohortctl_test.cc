@@ -180,6 +180,18 @@ TEST_F(CohortctlTest, BarrierCancelAndReportErrorReachTheTasks) {
   EXPECT_NE(agents_[0]->last_error().message().find("GPU 3 fell off the bus"), std::string::npos);
   Result status = Run({"tasks"});
   EXPECT_NE(status.out.find("ERROR"), std::string::npos) << status.out;
+  // With why: an error reported about the task, which named no reason.
+  EXPECT_NE(status.out.find("REASON"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("reported_error"), std::string::npos) << status.out;
+  auto json = nlohmann::json::parse(Run({"-o", "json", "tasks"}).out);
+  bool found = false;
+  for (const auto& task : json) {
+    if (task["job"] == "worker" && task["task"] == 1) {
+      found = true;
+      EXPECT_EQ(task["error"]["reason"], "reported_error") << task.dump();
+    }
+  }
+  EXPECT_TRUE(found) << json.dump();
 }
 
 TEST_F(CohortctlTest, StatusSaysWhatTheJobIsDoingInTermsANewcomerReads) {

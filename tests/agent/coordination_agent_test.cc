@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "agent/grpc_status.h"
+#include "common/failure_reason.h"
 #include "gtest/gtest.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
@@ -458,6 +459,42 @@ TEST_F(AgentTest, AnErrorReportedByOneTaskReachesTheOthersOnce) {
   EXPECT_EQ(logs[2].Count(), 1);
   EXPECT_EQ(agents[0]->state(), AgentState::kError);
   EXPECT_EQ(agents[0]->InsertKeyValue("k", "v").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(AgentTest, AReportSaysWhyAndTheCoordinatorKeepsTheReason) {
+  StartCoordinator(Config(2));
+  std::vector<ErrorLog> logs(2);
+  auto agents = ConnectAll(2, &logs);
+  ASSERT_TRUE(agents[1]
+                  ->ReportError(absl::DeadlineExceededError("worker 1 made no progress"),
+                                FailureReason::kHang)
+                  .ok());
+  auto states = coordinator_->service().GetTaskStates({{"worker", 1}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().reason, FailureReason::kHang);
+}
+
+TEST_F(AgentTest, AReportGivenNoReasonIsAReportedError) {
+  StartCoordinator(Config(2));
+  std::vector<ErrorLog> logs(2);
+  auto agents = ConnectAll(2, &logs);
+  ASSERT_TRUE(agents[0]->ReportError(absl::InternalError("worker 0: NaN loss")).ok());
+  auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().reason, FailureReason::kReportedError);
+}
+
+TEST_F(AgentTest, AReasonThatIsNoneIsRefusedAndNothingIsReported) {
+  StartCoordinator(Config(2));
+  std::vector<ErrorLog> logs(2);
+  auto agents = ConnectAll(2, &logs);
+  absl::Status refused =
+      agents[0]->ReportError(absl::InternalError("boom"), static_cast<FailureReason>(42));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_EQ(agents[0]->state(), AgentState::kConnected);
+  auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().state, TaskState::kConnected);
 }
 
 TEST_F(AgentTest, AHungTaskIsDetectedByHeartbeatTimeoutAndTheOthersAreTold) {

@@ -14,7 +14,8 @@
 #               longest Python ones)
 #        gpu    Kueue, gang scheduling, GPU visibility, failure rules: they ask for the node's
 #               4 (fake) GPUs, so never two at a time; then the task runtime benchmark's smoke
-#               run and the dashboards (no GPU), which even out the lanes' times
+#               run, the dashboards and the hang test (no GPU), which even out the lanes'
+#               times
 #        api    CRD, isolation, cert-manager certificates, operator, the PyTorch example with
 #               its coordinator deleted twice
 #   5. the default StorageClass test, alone (such a class changes every job made meanwhile);
@@ -38,6 +39,7 @@ declare -A CMD=(
   [helm_install_test]="bash tests/e2e/helm_install_test.sh"
   [chart_test]="bash tests/chart/chart_test.sh"
   [jax_restart_test]="bash tests/e2e/jax_restart_test.sh"
+  [hang_test]="bash tests/e2e/hang_test.sh"
   [pytorch_restart_test]="bash tests/e2e/pytorch_restart_test.sh"
   [tasks_test]="bash tests/e2e/tasks_test.sh"
   [tasks_k8s_bench]="bash bench/tasks_k8s_bench.sh --smoke --out $LOGS/tasks_k8s.json"
@@ -141,7 +143,7 @@ wait_lanes
 start=$SECONDS
 start_lane heavy jax_restart_test tasks_test
 start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_test \
-  tasks_k8s_bench dashboards_test
+  tasks_k8s_bench dashboards_test hang_test
 start_lane api crd_test isolation_test cert_manager_test operator_test pytorch_restart_test
 wait_lanes
 echo "e2e: the lanes took $((SECONDS - start)) s"

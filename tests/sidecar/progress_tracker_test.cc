@@ -35,7 +35,7 @@ TEST(ProgressTrackerTest, AReportIsProgressAndKeepsItsStep) {
   EXPECT_FALSE(tracker.Stalled(kStart + absl::Minutes(10)));
   EXPECT_TRUE(tracker.Stalled(kStart + absl::Minutes(11)));
   EXPECT_EQ(tracker.Describe(kStart + absl::Minutes(11) + absl::Milliseconds(400)),
-            "no progress for 5m (last: step 144, reported 5m ago)");
+            "no progress for 5m (last: step 144, reported 5m0.4s ago)");
 }
 
 TEST(ProgressTrackerTest, FinishedCoordinationCallsCountOnlyWhenTheirNumberGrows) {

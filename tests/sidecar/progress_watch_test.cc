@@ -121,6 +121,32 @@ TEST_F(ProgressWatchTest, FinishedCoordinationCallsAndGpuActivityCountWithoutAFi
   EXPECT_TRUE(absl::StrContains(stalls_[0], "last: GPU activity 1m ago")) << stalls_[0];
 }
 
+// A task at a barrier waits for the one that hangs: it is not the one to blame, however long
+// it waits, and even though it has reported steps before.
+TEST_F(ProgressWatchTest, WaitingOnPeersInACoordinationCallIsNotAStall) {
+  std::atomic<uint64_t> waiting{0};
+  ProgressWatch::Sources sources;
+  sources.waiting_calls = [&] { return waiting.load(); };
+  ProgressWatch watch(Options(absl::Minutes(1)), sources, clock_, Record());
+  watch.Start();
+  watch.Stop();
+  Write("7\n");
+  watch.Poll();
+  waiting = 1;
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Seconds(50));
+    watch.Poll();
+  }
+  EXPECT_TRUE(stalls_.empty());
+  EXPECT_EQ(watch.SinceProgress(), absl::ZeroDuration());
+  waiting = 0;  // the barrier passed; no step follows
+  clock_.Advance(absl::Minutes(1));
+  watch.Poll();
+  ASSERT_EQ(stalls_.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(stalls_[0], "last: waiting on its peers in a coordination call"))
+      << stalls_[0];
+}
+
 TEST_F(ProgressWatchTest, WithoutATimeoutNothingIsToldButTheMetricsAreServed) {
   MetricsRegistry registry;
   ProgressWatch watch(Options(absl::ZeroDuration()), {}, clock_, Record());

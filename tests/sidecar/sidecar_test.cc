@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
+#include "common/failure_reason.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kubelet/podresources/v1/podresources.grpc.pb.h"
@@ -206,6 +207,12 @@ class SidecarTest : public ::testing::Test {
     }
     return TaskState::kUninitialized;
   }
+  FailureReason ReasonOf(const std::string& job, int id) {
+    for (const TaskStateInfo& info : coordinator_->service().AllTasks()) {
+      if (info.task.job == job && info.task.id == id) return info.reason;
+    }
+    return FailureReason::kUnspecified;
+  }
 
   std::unique_ptr<TestCoordinator> coordinator_;
 };
@@ -367,6 +374,7 @@ TEST_F(SidecarTest, CriticalXidReachesAWorkloadTaskAndIgnoredXidsDoNot) {
   EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy", {{"gpu", "2"}}), 1);
   EXPECT_EQ(Sample(metrics, "cohort_sidecar_errors_reported_total", {{"reason", "xid"}}), 1);
   EXPECT_EQ(StateOf("sidecar", 0), TaskState::kError);  // the source of the error
+  EXPECT_EQ(ReasonOf("sidecar", 0), FailureReason::kGpuFault);
 }
 
 TEST_F(SidecarTest, DoubleBitEccAndALostGpuAreReported) {
@@ -411,6 +419,7 @@ TEST_F(SidecarTest, WorkloadExitWithoutShutdownReachesTheOtherTasks) {
   EXPECT_NE(errors.First().message().find("/job:worker/task:0"), std::string::npos)
       << errors.First();
   EXPECT_NE(errors.First().message().find("without shutting down"), std::string::npos);
+  EXPECT_EQ(ReasonOf("sidecar", 0), FailureReason::kWorkloadExit);
 }
 
 // Kubernetes starts a native sidecar's container again when it dies; the pod's emptyDir (the

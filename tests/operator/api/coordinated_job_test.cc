@@ -36,6 +36,8 @@ TEST(CoordinatedJobTest, DefaultsApplyWhenTheSpecLeavesThemOut) {
   EXPECT_EQ(job->spec.failure_policy.max_restarts, 3);
   EXPECT_EQ(job->spec.success_policy, SuccessPolicy::kAllWorkers);
   EXPECT_EQ(job->spec.coordinator.heartbeat_timeout, "30s");
+  EXPECT_EQ(job->spec.failure_policy.progress_timeout, "");
+  EXPECT_FALSE(job->spec.sidecar.stack_dumps);
   EXPECT_FALSE(job->spec.suspend);
   // volume Auto: the operator chooses (controller::ChooseStateVolume); an emptyDir until it has.
   EXPECT_TRUE(job->spec.coordinator.state.volume_auto);
@@ -202,6 +204,8 @@ TEST(CoordinatedJobTest, BadFieldsAreNamedInTheError) {
        "4294967297 is not an exit code"},
       {[](json& j) { j["spec"]["sidecar"]["gpuHealth"]["ignoredXids"] = {4294967375LL}; },
        "spec.sidecar.gpuHealth.ignoredXids"},
+      {[](json& j) { j["spec"]["sidecar"]["stackDumps"] = "yes"; },
+       "spec.sidecar.stackDumps: must be true or false"},
   };
   for (const auto& [mutate, expected] : cases) {
     json object = Minimal();

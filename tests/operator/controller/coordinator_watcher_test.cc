@@ -11,12 +11,14 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
+#include "common/failure_reason.h"
 #include "gtest/gtest.h"
 #include "operator/controller/certificates.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
@@ -106,6 +108,24 @@ class CoordinatorWatcherTlsTest : public ::testing::Test {
 
   std::string Address() const { return absl::StrCat("127.0.0.1:", port_); }
 
+  // Connects `agent` as task 0 of the job, over mutual TLS with the job's client certificate.
+  void ConnectTask(CoordinationAgent* agent) {
+    AgentConfig config;
+    config.coordinator_address = Address();
+    config.job_name = "worker";
+    config.task_id = 0;
+    config.auth_token = kToken;
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = certs_.ca_cert;
+    options.pem_cert_chain = certs_.client_cert;
+    options.pem_private_key = certs_.client_key;
+    config.credentials = grpc::SslCredentials(options);
+    config.tls_server_name = kServerName;
+    ASSERT_TRUE(agent->Initialize(config, [](const absl::Status&) {}).ok());
+    absl::Status connected = agent->Connect();
+    ASSERT_TRUE(connected.ok()) << connected << "\ncoordinator: " << ReadFileOrEmpty(log_);
+  }
+
   JobCertificates certs_;
   std::string dir_, log_;
   int port_ = 0;
@@ -114,22 +134,9 @@ class CoordinatorWatcherTlsTest : public ::testing::Test {
 
 TEST_F(CoordinatorWatcherTlsTest, TheJobsClientCertificateSeesTheTasksAndOthersSeeNothing) {
   CapturedLog captured;
-  // A task of the job, over mutual TLS with the job's client certificate.
-  AgentConfig config;
-  config.coordinator_address = Address();
-  config.job_name = "worker";
-  config.task_id = 0;
-  config.auth_token = kToken;
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = certs_.ca_cert;
-  options.pem_cert_chain = certs_.client_cert;
-  options.pem_private_key = certs_.client_key;
-  config.credentials = grpc::SslCredentials(options);
-  config.tls_server_name = kServerName;
   CoordinationAgent agent;
-  ASSERT_TRUE(agent.Initialize(config, [](const absl::Status&) {}).ok());
-  absl::Status connected = agent.Connect();
-  ASSERT_TRUE(connected.ok()) << connected << "\ncoordinator: " << ReadFileOrEmpty(log_);
+  ConnectTask(&agent);
+  if (HasFatalFailure()) return;
 
   std::atomic<int> changes{0};
   CoordinatorWatcher watcher(absl::Milliseconds(100), [&](const std::string&) { ++changes; });
@@ -152,6 +159,28 @@ TEST_F(CoordinatorWatcherTlsTest, TheJobsClientCertificateSeesTheTasksAndOthersS
   EXPECT_FALSE(watcher.View("ml/plain", 0).has_value());
   watcher.StopAll();
   EXPECT_TRUE(agent.Shutdown().ok());
+}
+
+TEST_F(CoordinatorWatcherTlsTest, ATasksErrorReachesTheViewWithItsReason) {
+  CoordinationAgent agent;
+  ConnectTask(&agent);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(agent
+                  .ReportError(absl::DeadlineExceededError("worker 0 made no progress"),
+                               FailureReason::kHang)
+                  .ok());
+
+  CoordinatorWatcher watcher(absl::Milliseconds(100), [](const std::string&) {});
+  watcher.Watch("ml/train", Address(), 0, {kToken, certs_, kServerName});
+  std::optional<CoordinatorView> view;
+  ASSERT_TRUE(Eventually([&] {
+    view = watcher.View("ml/train", 0);
+    return view && !view->errors.empty();
+  })) << ReadFileOrEmpty(log_);
+  EXPECT_EQ(view->errors[0].task, "/job:worker/task:0");
+  EXPECT_EQ(view->errors[0].code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(view->errors[0].reason, FailureReason::kHang);
+  watcher.StopAll();
 }
 
 }  // namespace

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 # Project and library headers a plan file may include, and the files allowed each extra.
-ALLOWED_PREFIXES = ("operator/api/", "operator/plan/", "absl/", "nlohmann/")
+# common/failure_reason.h: the coordinator's typed reasons, a plain enum (header-only).
+ALLOWED_PREFIXES = ("operator/api/", "operator/plan/", "absl/", "nlohmann/",
+                    "common/failure_reason.h")
 EXTRA = {
     "yaml-cpp/": {"children_coordinator_config.cc"},  # the coordinator's ConfigMap
     "openssl/evp.h": {"spec_change.cc", "kueue.cc"},  # SHA-256 of a spec, SHA-1 of a name

@@ -6,7 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/failure_reason.h"
 #include "operator/plan/job_plan.h"
+#include "operator/plan/planner.h"
 
 namespace cohort::controller {
 // Its own namespace: the unity builds compile this file with others of its test.
@@ -95,6 +97,10 @@ TEST(FailureRulesTest, RulesAreReadAndBadOnesRefusedNamingTheField) {
   EXPECT_EQ(policy.rules[0].on_reasons, (std::vector<std::string>{"Evicted", "Preempted"}));
   EXPECT_EQ(policy.rules[1].on_exit_codes, std::vector<int>{3});
   EXPECT_EQ(policy.startup_deadline_seconds, 600);
+  EXPECT_EQ(policy.progress_timeout, "");
+  auto hangs = api::ParseCoordinatedJob(JobObject({{"progressTimeout", "2m30s"}}));
+  ASSERT_TRUE(hangs.ok()) << hangs.status();
+  EXPECT_EQ(hangs->spec.failure_policy.progress_timeout, "2m30s");
 
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"rules", {{{"action", "Retry"}, {"onExitCodes", {1}}}}}},
@@ -106,6 +112,9 @@ TEST(FailureRulesTest, RulesAreReadAndBadOnesRefusedNamingTheField) {
        "spec.failurePolicy.rules[0].onExitCodes"},
       {{{"rules", "FailJob"}}, "spec.failurePolicy.rules"},
       {{{"startupDeadlineSeconds", 0}}, "spec.failurePolicy.startupDeadlineSeconds"},
+      {{{"progressTimeout", "soon"}}, "spec.failurePolicy.progressTimeout"},
+      {{{"progressTimeout", "0s"}}, "spec.failurePolicy.progressTimeout"},
+      {{{"progressTimeout", 90}}, "spec.failurePolicy.progressTimeout"},
   };
   for (const auto& [policy_json, field] : bad) {
     auto parsed = api::ParseCoordinatedJob(JobObject(policy_json));
@@ -242,8 +251,9 @@ TEST(FailureRulesTest, ErrorsAtTheCoordinatorAreNamedByWhatTheyAre) {
   Observed gpu = Gang(Pod("train-worker-1", "worker", 1));
   CoordinatorView view;
   view.registered = 2;
-  view.errors.push_back(
-      {"/job:cohort_sidecar/task:1", true, 13, "GPU 0 (GPU-1) of worker 1 is unhealthy: XID 79"});
+  view.errors.push_back({"/job:cohort_sidecar/task:1", true, 13,
+                         "GPU 0 (GPU-1) of worker 1 is unhealthy: XID 79",
+                         FailureReason::kGpuFault});
   gpu.coordinator = view;
   Plan plan = PlanJob(Running(policy), gpu, OperatorSettings{});
   EXPECT_EQ(plan.status.uncounted_restarts, 1);
@@ -251,11 +261,77 @@ TEST(FailureRulesTest, ErrorsAtTheCoordinatorAreNamedByWhatTheyAre) {
   Observed silent = Gang(Pod("train-worker-1", "worker", 1));
   view.errors = {{"/job:worker/task:1", false, 14,
                   "/job:worker/task:1 (incarnation 7) sent no heartbeat for 31s, over the "
-                  "heartbeat timeout of 30s"}};
+                  "heartbeat timeout of 30s",
+                  FailureReason::kHeartbeatTimeout}};
   silent.coordinator = view;
   plan = PlanJob(Running(policy), silent, OperatorSettings{});
   EXPECT_EQ(plan.status.phase, phase::kFailed);
   EXPECT_EQ(Find(plan, kConditionFailed)->reason, "FailureRule");
+}
+
+TEST(FailureRulesTest, ATaskErrorIsTheFailureReasonOfItsTypeAlone) {
+  const std::vector<std::pair<FailureReason, std::string>> cases = {
+      {FailureReason::kGpuFault, api::failure_reason::kGPUFault},
+      {FailureReason::kHeartbeatTimeout, api::failure_reason::kHeartbeatTimeout},
+      {FailureReason::kHang, api::failure_reason::kHang},
+      {FailureReason::kUnspecified, api::failure_reason::kTaskError},
+      {FailureReason::kReportedError, api::failure_reason::kTaskError},
+      {FailureReason::kWorkloadExit, api::failure_reason::kTaskError},
+      {FailureReason::kTaskRestarted, api::failure_reason::kTaskError},
+      {FailureReason::kRegisterTimeout, api::failure_reason::kTaskError},
+      {FailureReason::kShutdownTimeout, api::failure_reason::kTaskError},
+  };
+  for (const auto& [reason, expected] : cases) {
+    CoordinatorView::TaskError e{"/job:worker/task:1", false, 2, "something", reason};
+    EXPECT_EQ(planning::TaskErrorReason(e), expected) << FailureReasonName(reason);
+  }
+  // Every reason has its case above.
+  EXPECT_EQ(cases.size(), static_cast<size_t>(kLastFailureReason) + 1);
+}
+
+TEST(FailureRulesTest, NeitherTheCodeNorTheTextOfATaskErrorNamesItsReason) {
+  // What the coordinator and the sidecar said before errors had types: now only a TaskError.
+  const CoordinatorView::TaskError untyped[] = {
+      {"/job:worker/task:1", false, 14,
+       "/job:worker/task:1 (incarnation 7) sent no heartbeat for 31s, over the heartbeat "
+       "timeout of 30s"},
+      {"/job:sidecar/task:1", true, 13, "GPU 0 (GPU-1) of worker 1 is unhealthy: XID 79"},
+  };
+  for (const auto& e : untyped) {
+    EXPECT_EQ(planning::TaskErrorReason(e), api::failure_reason::kTaskError) << e.message;
+  }
+  // A sidecar's UNAVAILABLE error is its workload's exit only when typed so.
+  CoordinatorView::TaskError report{"/job:sidecar/task:1", true, 14, "worker 1 failed: exited"};
+  EXPECT_FALSE(report.IsWorkloadExitReport());
+  report.reason = FailureReason::kWorkloadExit;
+  EXPECT_TRUE(report.IsWorkloadExitReport());
+  CoordinatorView::TaskError silent_sidecar{"/job:sidecar/task:1", true, 14, "sent no heartbeat",
+                                            FailureReason::kHeartbeatTimeout};
+  EXPECT_FALSE(silent_sidecar.IsWorkloadExitReport());
+}
+
+TEST(FailureRulesTest, AHangAtTheCoordinatorMatchesARuleOnHang) {
+  const json policy = {
+      {"rules", json::array({{{"action", "RestartGangUncounted"}, {"onReasons", {"Hang"}}}})}};
+  Observed hung = Gang(Pod("train-worker-1", "worker", 1));
+  CoordinatorView view;
+  view.registered = 2;
+  view.errors.push_back({"/job:sidecar/task:1", true, 4,
+                         "worker 1 made no progress: no progress for 10m", FailureReason::kHang});
+  hung.coordinator = view;
+  Plan plan = PlanJob(Running(policy), hung, OperatorSettings{});
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.uncounted_restarts, 1);
+  EXPECT_EQ(plan.status.restarts, 0);
+}
+
+TEST(FailureRulesTest, RulesMayNameHangAndStraggler) {
+  const json policy = {
+      {"rules", json::array({{{"action", "FailJob"}, {"onReasons", {"Hang", "Straggler"}}}})}};
+  auto job = api::ParseCoordinatedJob(JobObject(policy));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.failure_policy.rules[0].on_reasons,
+            (std::vector<std::string>{"Hang", "Straggler"}));
 }
 
 TEST(FailureRulesTest, AGangThatDoesNotStartInTimeFailsTheJobSayingWhy) {
@@ -345,10 +421,11 @@ TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItR
   ObservedPod failed = Exited(3);
   failed.uid = "old-1";
   Observed o = Gang(failed);
-  o.coordinator = CoordinatorView{1,
-                                  {{"/job:sidecar/task:1", true, 14, "workload exited"}},
-                                  std::nullopt,
-                                  {{0, 100}, {1, 111}}};
+  o.coordinator = CoordinatorView{
+      1,
+      {{"/job:sidecar/task:1", true, 14, "workload exited", FailureReason::kWorkloadExit}},
+      std::nullopt,
+      {{0, 100}, {1, 111}}};
   Plan plan = PlanJob(job, o, OperatorSettings{});
   ASSERT_EQ(plan.status.phase, phase::kRunning)
       << (Find(plan, kConditionFailed) ? Find(plan, kConditionFailed)->message : "");

@@ -78,10 +78,11 @@ std::function<void(api::CoordinatedJob&, Observed&)> Rule(api::FailureAction act
   };
 }
 std::function<void(api::CoordinatedJob&, Observed&)> TaskError(bool auxiliary, int code,
-                                                               const std::string& message) {
+                                                               const std::string& message,
+                                                               FailureReason reason) {
   return [=](api::CoordinatedJob&, Observed& o) {
     o.coordinator = CoordinatorView{};
-    o.coordinator->errors.push_back({"/job:worker/task:1", auxiliary, code, message});
+    o.coordinator->errors.push_back({"/job:worker/task:1", auxiliary, code, message, reason});
   };
 }
 std::function<void(api::CoordinatedJob&, Observed&)> Restarted(int gang, int workers) {
@@ -123,14 +124,18 @@ const FailureCase kCases[] = {
     {"ADeletedWorkerRestartsTheGang", Pods({Missing(2)}), true, phase::kRestarting, "WorkerLost",
      "worker 2 pod train-worker-2 was deleted", 1, 0, 0},
     {"ATaskInErrorAtTheCoordinatorRestartsTheGang",
-     TaskError(false, 14, "sent no heartbeat for 30s"), true, phase::kRestarting, "TaskError",
+     TaskError(false, 14, "sent no heartbeat for 30s", FailureReason::kHeartbeatTimeout), true,
+     phase::kRestarting, "TaskError",
      "task /job:worker/task:1 is in error: sent no heartbeat for 30s", 1, 0, 0},
     {"PeersExitingAfterAGpuFaultStillRestart",
-     Then(Pods({Exited(0, 1), Exited(2, 1)}), TaskError(true, 13, "GPU 0: Xid 79")), true,
-     phase::kRestarting, "TaskError", "the sidecar task /job:worker/task:1 is in error", 1, 0, 0},
+     Then(Pods({Exited(0, 1), Exited(2, 1)}),
+          TaskError(true, 13, "GPU 0: Xid 79", FailureReason::kGpuFault)),
+     true, phase::kRestarting, "TaskError", "the sidecar task /job:worker/task:1 is in error", 1, 0,
+     0},
     {"ASidecarsReportOfAPermanentExitStillFailsTheJob",
-     Then(Pods({Exited(1, 1)}), TaskError(true, 14, "workload exited with code 1")), true,
-     phase::kFailed, "WorkerFailed", "worker 1 exited with code 1", 0, 0, 0},
+     Then(Pods({Exited(1, 1)}),
+          TaskError(true, 14, "workload exited with code 1", FailureReason::kWorkloadExit)),
+     true, phase::kFailed, "WorkerFailed", "worker 1 exited with code 1", 0, 0, 0},
     {"RestartsStopAtMaxRestarts", Then(Pods({Exited(2, 137)}), Restarted(3, 0)), true,
      phase::kFailed, "MaxRestartsExceeded", "the gang failed after 3 restarts", 3, 0, 0},
     {"WorkersRestartedAloneCountTowardMaxRestarts", Then(Pods({Exited(2, 137)}), Restarted(2, 1)),

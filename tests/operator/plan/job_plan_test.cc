@@ -341,7 +341,10 @@ TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
 TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
   o.coordinator = CoordinatorView{
-      1, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt, {}};
+      1,
+      {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79", FailureReason::kGpuFault}},
+      std::nullopt,
+      {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
@@ -355,7 +358,10 @@ TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {
   // The coordinator told every task of the GPU fault; they all stopped with exit 1.
   Observed o = Everything({Coordinator(), Exited(0, 1), Exited(1, 1)});
   o.coordinator = CoordinatorView{
-      0, {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79"}}, std::nullopt, {}};
+      0,
+      {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79", FailureReason::kGpuFault}},
+      std::nullopt,
+      {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
@@ -363,12 +369,13 @@ TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {
 }
 
 TEST(JobPlanTest, ASidecarsReportOfAPermanentExitStillFailsTheJob) {
-  // The sidecar saw worker 0's workload exit 1 and reported it (UNAVAILABLE); the exit code
-  // decides, not the report.
+  // The sidecar saw worker 0's workload exit 1 and reported it (reason workload_exit); the
+  // exit code decides, not the report.
   Observed o = Everything({Coordinator(), Exited(0, 1), Exited(1, 1)});
   o.coordinator = CoordinatorView{
       0,
-      {{"/job:sidecar/task:0", true, 14, "/job:worker/task:0 failed: workload exited"}},
+      {{"/job:sidecar/task:0", true, 14, "/job:worker/task:0 failed: workload exited",
+        FailureReason::kWorkloadExit}},
       std::nullopt,
       {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
@@ -872,6 +879,39 @@ std::string EnvOf(const json& container, const std::string& name) {
     if (e["name"] == name) return e.value("value", "");
   }
   return "<unset>";
+}
+
+// The sidecar's argument that follows `flag` ("<absent>" without it).
+std::string ArgOf(const json& container, const std::string& flag) {
+  const json& args = container["args"];
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+  }
+  return "<absent>";
+}
+
+TEST(JobPlanTest, AProgressTimeoutReachesTheSidecarAndStackDumpsLetItTraceTheWorkload) {
+  api::CoordinatedJob job = Job();
+  json pod = WorkerPod(job, 0, 0, Settings());
+  json sidecar = SidecarOf(pod);
+  // The progress file is in every pod, where the workload and the sidecar both see it.
+  EXPECT_EQ(EnvOf(pod["spec"]["containers"][0], "COHORT_PROGRESS_FILE"),
+            "/var/run/cohort/progress");
+  EXPECT_EQ(EnvOf(sidecar, "COHORT_PROGRESS_FILE"), "/var/run/cohort/progress");
+  EXPECT_EQ(ArgOf(sidecar, "--progress-timeout"), "<absent>");
+  EXPECT_EQ(sidecar["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(sidecar["securityContext"]["capabilities"], json({{"drop", {"ALL"}}}));
+
+  job.spec.failure_policy.progress_timeout = "90s";
+  job.spec.sidecar.stack_dumps = true;
+  sidecar = SidecarOf(WorkerPod(job, 0, 0, Settings()));
+  EXPECT_EQ(ArgOf(sidecar, "--progress-timeout"), "90s");
+  EXPECT_EQ(ArgOf(sidecar, "--workload-liveness"), "process");  // the pid to trace
+  EXPECT_EQ(sidecar["securityContext"]["runAsUser"], 0);
+  EXPECT_EQ(sidecar["securityContext"]["runAsNonRoot"], false);
+  EXPECT_EQ(sidecar["securityContext"]["capabilities"],
+            json({{"drop", {"ALL"}}, {"add", {"SYS_PTRACE"}}}));
+  EXPECT_EQ(sidecar["securityContext"]["allowPrivilegeEscalation"], false);
 }
 
 TEST(JobPlanTest, TheSidecarIsGivenThePodsGpusAsTheClusterAllows) {

@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/failure_reason.h"
 #include "gtest/gtest.h"
 #include "service/core/durable_state.h"
+#include "service/core/errors.h"
 #include "service/core/heartbeat_monitor.h"
 #include "service/core/job_directory.h"
 #include "service/core/parked_call.h"
@@ -29,6 +31,8 @@ using ::cohort::testing::StatusResult;
 
 const TaskName kW0{"worker", 0};
 const TaskName kW1{"worker", 1};
+// A report that names no reason: the coordinator decides.
+constexpr FailureReason kNoReason = FailureReason::kUnspecified;
 
 // Writes down the task-life records it is told, one line each.
 class RecordingJournal : public StateJournal {
@@ -155,6 +159,8 @@ TEST_F(TaskLifeTest, ARegisterTimeoutFailsTheWaitingAndPutsEveryTaskInError) {
   EXPECT_TRUE(absl::StrContains(waiting.value().message(), "missing: /job:worker/task:1"));
   EXPECT_EQ(life_.tasks().Find(kW0)->state, TaskState::kError);
   EXPECT_EQ(life_.tasks().Find(kW1)->state, TaskState::kError);
+  EXPECT_EQ(life_.tasks().Find(kW0)->reason, FailureReason::kRegisterTimeout);
+  EXPECT_EQ(life_.tasks().Find(kW1)->reason, FailureReason::kRegisterTimeout);
   EXPECT_EQ(life_.first_error().code(), absl::StatusCode::kInternal);
 }
 
@@ -164,8 +170,10 @@ TEST_F(TaskLifeTest, AReportedErrorReachesEveryPollAndIsPropagatedOnce) {
   EXPECT_FALSE(
       life_.PollForError(kW1, false, Call(kW1, ParkKind::kPollForError, poll), fx_).has_value());
 
-  EXPECT_TRUE(
-      life_.ReportError(kW0, absl::InternalError("boom"), ErrorReporter::kTheTask, 1000, fx_).ok());
+  EXPECT_TRUE(life_
+                  .ReportError(kW0, absl::InternalError("boom"), ErrorReporter::kTheTask, kNoReason,
+                               1000, fx_)
+                  .ok());
   ASSERT_EQ(fx_.propagated.size(), 1u);
   EXPECT_EQ(fx_.propagated[0].first, kW0);
   ASSERT_EQ(fx_.failed_tasks.size(), 1u);
@@ -178,13 +186,103 @@ TEST_F(TaskLifeTest, AReportedErrorReachesEveryPollAndIsPropagatedOnce) {
 
 TEST_F(TaskLifeTest, AReportedErrorBeyondTheLimitIsCutAndSaysSo) {
   RegisterBoth();
-  ASSERT_TRUE(
-      life_.ReportError(kW0, absl::InternalError("abcdefgh"), ErrorReporter::kTheTask, 4, fx_)
-          .ok());
+  ASSERT_TRUE(life_
+                  .ReportError(kW0, absl::InternalError("abcdefgh"), ErrorReporter::kTheTask,
+                               kNoReason, 4, fx_)
+                  .ok());
   CarryOut();
 
   EXPECT_EQ(life_.first_error().message(),
             "error reported by /job:worker/task:0: abcd [4 more bytes cut by the coordinator]");
+}
+
+TEST_F(TaskLifeTest, ATaskThatSentNoHeartbeatIsInErrorForAHeartbeatTimeout) {
+  RegisterBoth();
+  life_.FailStale({kW0}, clock_.Now() + absl::Hours(2), fx_);
+  CarryOut();
+
+  const TaskRecord& task = *life_.tasks().Find(kW0);
+  EXPECT_EQ(task.state, TaskState::kError);
+  EXPECT_EQ(task.reason, FailureReason::kHeartbeatTimeout);
+  EXPECT_EQ(life_.tasks().Info(task).reason, FailureReason::kHeartbeatTimeout);
+  EXPECT_EQ(life_.tasks().Find(kW1)->reason, FailureReason::kUnspecified);  // not in error
+}
+
+TEST_F(TaskLifeTest, AReportKeepsTheReasonItsReporterGave) {
+  RegisterBoth();
+  ASSERT_TRUE(life_
+                  .ReportError(kW0, absl::UnavailableError("worker 0 failed: exited with code 1"),
+                               ErrorReporter::kTheTask, FailureReason::kWorkloadExit, 1000, fx_)
+                  .ok());
+  CarryOut();
+
+  EXPECT_EQ(life_.tasks().Find(kW0)->reason, FailureReason::kWorkloadExit);
+  EXPECT_EQ(life_.tasks().Info(*life_.tasks().Find(kW0)).reason, FailureReason::kWorkloadExit);
+}
+
+TEST_F(TaskLifeTest, AReportThatNamesNoReasonIsAReportedError) {
+  RegisterBoth();
+  ASSERT_TRUE(life_
+                  .ReportError(kW0, absl::InternalError("boom"), ErrorReporter::kTheTask, kNoReason,
+                               1000, fx_)
+                  .ok());
+  CarryOut();
+
+  EXPECT_EQ(life_.tasks().Find(kW0)->reason, FailureReason::kReportedError);
+}
+
+// What jaxlib's GPU client reports when its execution watchdog fires (errors.cc cites where).
+TEST_F(TaskLifeTest, JaxlibsReportOfAGpuExecutionThatNeverFinishedIsAHang) {
+  RegisterBoth();
+  ASSERT_TRUE(life_
+                  .ReportError(kW0,
+                               absl::DeadlineExceededError(
+                                   "[0] XLA GPU execution `jit_train_step` failed to finish in 5m"),
+                               ErrorReporter::kTheTask, kNoReason, 1000, fx_)
+                  .ok());
+  // The same words under another code, or with a reason given, are not jaxlib's watchdog.
+  ASSERT_TRUE(life_
+                  .ReportError(kW1,
+                               absl::InternalError(
+                                   "[0] XLA GPU execution `jit_train_step` failed to finish in 5m"),
+                               ErrorReporter::kTheTask, kNoReason, 1000, fx_)
+                  .ok());
+  CarryOut();
+
+  EXPECT_EQ(life_.tasks().Find(kW0)->reason, FailureReason::kHang);
+  EXPECT_EQ(life_.tasks().Find(kW1)->reason, FailureReason::kReportedError);
+  EXPECT_EQ(ReportedErrorReason(absl::DeadlineExceededError("the step failed to finish in 5m")),
+            FailureReason::kReportedError);
+}
+
+TEST_F(TaskLifeTest, ATaskThatCameBackWithANewIncarnationIsInErrorAsRestarted) {
+  RegisterBoth();
+  StatusResult again;
+  std::optional<absl::Status> answer =
+      life_.Register(kW0, 2, Call(kW0, ParkKind::kRegister, again), fx_);
+  CarryOut();
+
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(life_.tasks().Find(kW0)->reason, FailureReason::kTaskRestarted);
+
+  // So is one whose heartbeat names another incarnation.
+  EXPECT_EQ(life_.HeartbeatOfAnotherIncarnation(kW1, 5, fx_).code(), absl::StatusCode::kAborted);
+  CarryOut();
+  EXPECT_EQ(life_.tasks().Find(kW1)->reason, FailureReason::kTaskRestarted);
+}
+
+TEST_F(TaskLifeTest, ATaskMissingWhenTheShutdownBarrierTimesOutIsInErrorAsSuch) {
+  RegisterBoth();
+  StatusResult first;
+  EXPECT_FALSE(life_.Shutdown(kW0, Call(kW0, ParkKind::kShutdown, first), fx_).has_value());
+  CarryOut();
+  life_.ShutdownTimedOut(fx_);
+  CarryOut();
+
+  EXPECT_EQ(first.value().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(life_.tasks().Find(kW1)->state, TaskState::kError);
+  EXPECT_EQ(life_.tasks().Find(kW1)->reason, FailureReason::kShutdownTimeout);
 }
 
 TEST_F(TaskLifeTest, TheShutdownBarrierPassesWhenEveryWorkloadTaskArrivesAndDisconnectsThem) {
@@ -215,8 +313,10 @@ TEST_F(TaskLifeTest, TheJournalHearsEachChangeOnceInOrder) {
   life_.Journal(&journal);
   EXPECT_TRUE(journal.records.empty());
 
-  ASSERT_TRUE(
-      life_.ReportError(kW0, absl::InternalError("boom"), ErrorReporter::kTheTask, 1000, fx_).ok());
+  ASSERT_TRUE(life_
+                  .ReportError(kW0, absl::InternalError("boom"), ErrorReporter::kTheTask, kNoReason,
+                               1000, fx_)
+                  .ok());
   CarryOut();
   life_.Journal(nullptr);  // not journaling: the changes are taken all the same
   life_.Journal(&journal);
@@ -236,6 +336,24 @@ TEST_F(TaskLifeTest, ARestoredStateIsNoChangeToRecord) {
   EXPECT_TRUE(journal.records.empty());
   EXPECT_EQ(restored.tasks().Find(kW1)->state, TaskState::kConnected);
   EXPECT_TRUE(restored.Registered());
+}
+
+TEST_F(TaskLifeTest, ARestoredTaskKeepsTheReasonOfItsError) {
+  RegisterBoth();
+  ASSERT_TRUE(life_
+                  .ReportError(kW0, absl::InternalError("GPU 0 is unhealthy"),
+                               ErrorReporter::kTheTask, FailureReason::kGpuFault, 1000, fx_)
+                  .ok());
+  CarryOut();
+  DurableState saved;
+  life_.Capture(&saved);
+  ASSERT_EQ(saved.tasks.front().reason, FailureReason::kGpuFault);
+
+  TaskLife restored = NewLife([] {});
+  ASSERT_TRUE(restored.Restore(saved, clock_.Now()).ok());
+
+  EXPECT_EQ(restored.tasks().Find(kW0)->state, TaskState::kError);
+  EXPECT_EQ(restored.tasks().Find(kW0)->reason, FailureReason::kGpuFault);
 }
 
 }  // namespace

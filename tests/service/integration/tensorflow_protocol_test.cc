@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/failure_reason.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
@@ -227,6 +230,63 @@ TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
   EXPECT_EQ(sr.task_state(0).state(), tf::TASKSTATE_ERROR);
   EXPECT_EQ(sr.task_state(1).state(), tf::TASKSTATE_CONNECTED);
   EXPECT_EQ(sr.task_state(1).incarnation(), 11u);
+}
+
+// The reason a task's error gets, as the cluster snapshot shows it.
+v1::FailureReason SnapshotReason(TestCoordinator& coordinator, int task_id) {
+  auto stub = v1::Coordinator::NewStub(coordinator.Channel());
+  v1::ClusterSnapshot snapshot;
+  EXPECT_TRUE(stub->GetClusterSnapshot(Deadline().get(), {}, &snapshot).ok());
+  for (const v1::TaskSnapshot& task : snapshot.tasks()) {
+    if (task.job() == "worker" && task.task_id() == task_id) return task.reason();
+  }
+  ADD_FAILURE() << "no task " << task_id << " in " << snapshot.DebugString();
+  return v1::FAILURE_REASON_UNSPECIFIED;
+}
+
+TEST_F(TensorflowProtocolTest, AReportsReasonIsTheOneTheTaskStateAndTheSnapshotShow) {
+  RegisterAll();
+  tf::ReportErrorToServiceRequest report;
+  report.set_error_code(static_cast<int>(grpc::StatusCode::INTERNAL));
+  report.set_error_message("GPU 0 is unhealthy: XID 79");
+  *report.mutable_error_origin() = Task(0);
+  report.set_cohort_failure_reason(v1::FAILURE_REASON_GPU_FAULT);
+  tf::ReportErrorToServiceResponse rr;
+  ASSERT_TRUE(stub_->ReportErrorToService(Deadline().get(), report, &rr).ok());
+  // A TSL client's report, which has no reason: a reported error.
+  report.clear_cohort_failure_reason();
+  *report.mutable_error_origin() = Task(1);
+  ASSERT_TRUE(stub_->ReportErrorToService(Deadline().get(), report, &rr).ok());
+
+  auto states = coordinator_.service().GetTaskStates({{"worker", 0}, {"worker", 1}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0].reason, FailureReason::kGpuFault);
+  EXPECT_EQ((*states)[1].reason, FailureReason::kReportedError);
+  EXPECT_EQ(SnapshotReason(coordinator_, 0), v1::FAILURE_REASON_GPU_FAULT);
+  EXPECT_EQ(SnapshotReason(coordinator_, 1), v1::FAILURE_REASON_REPORTED_ERROR);
+}
+
+TEST_F(TensorflowProtocolTest, AReportWithAReasonThatIsNoneIsInvalidArgumentAndChangesNothing) {
+  RegisterAll();
+  for (int reason : {-1, 9, 1000}) {
+    tf::ReportErrorToServiceRequest report;
+    report.set_error_code(static_cast<int>(grpc::StatusCode::INTERNAL));
+    report.set_error_message("boom");
+    *report.mutable_error_origin() = Task(0);
+    report.set_cohort_failure_reason(reason);
+    tf::ReportErrorToServiceResponse rr;
+    grpc::Status s = stub_->ReportErrorToService(Deadline().get(), report, &rr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reason;
+    EXPECT_NE(s.error_message().find(
+                  absl::StrCat("cohort_failure_reason ", reason, " is no failure reason")),
+              std::string::npos)
+        << s.error_message();
+  }
+  auto states = coordinator_.service().GetTaskStates({{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0].state, TaskState::kConnected);
+  EXPECT_TRUE(coordinator_.service().PropagatedError().ok());
+  EXPECT_EQ(SnapshotReason(coordinator_, 0), v1::FAILURE_REASON_UNSPECIFIED);
 }
 
 TEST_F(TensorflowProtocolTest, WaitForAllTasksConcatenatesDevicesInTaskOrder) {

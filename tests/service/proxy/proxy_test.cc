@@ -358,6 +358,24 @@ TEST_F(ProxyTest, CohortSnapshotAndKeyWatchesAreForwarded) {
   reader->Finish();
 }
 
+TEST_F(ProxyTest, AReportsReasonReachesTheCoordinatorAndItsSnapshotThroughTheProxy) {
+  Start(1);
+  CoordinationAgent* a = Agent(0);
+  ASSERT_TRUE(a->Connect().ok());
+  ASSERT_TRUE(
+      a->ReportError(absl::UnavailableError("worker 0 exited"), FailureReason::kWorkloadExit).ok());
+  auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().reason, FailureReason::kWorkloadExit);
+
+  auto stub = v1::Coordinator::NewStub(ProxyChannel());
+  v1::ClusterSnapshot snapshot;
+  ASSERT_TRUE(
+      stub->GetClusterSnapshot(Deadline().get(), v1::GetClusterSnapshotRequest(), &snapshot).ok());
+  ASSERT_EQ(snapshot.tasks_size(), 1);
+  EXPECT_EQ(snapshot.tasks(0).reason(), v1::FAILURE_REASON_WORKLOAD_EXIT);
+}
+
 TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {
   Start(3);
   std::vector<CoordinationAgent*> agents = {Agent(0), Agent(1), Agent(2)};
@@ -415,6 +433,52 @@ TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {
   for (auto& thread : barrier) thread.join();
   EXPECT_EQ(passed.load(), 3);
   EXPECT_EQ(proxy_->backend().reissued_calls(), 0);
+}
+
+// The sidecar's signs of its workload's progress: its calls that finished, not the heartbeats
+// and error polls a stuck process keeps up; and the calls it waits in on its peers.
+TEST_F(ProxyTest, FinishedCallsCountTheWorkloadsCallsNotItsHeartbeatsAndWaitsAreSeen) {
+  Start(2);
+  CoordinationAgent* a = Agent(0);
+  CoordinationAgent* b = Agent(1);
+  ConnectAll({a, b});
+  UpstreamBackend& backend = proxy_->backend();
+  const uint64_t start = backend.finished_calls();
+  EXPECT_GE(start, 2u);                   // the two registrations
+  EXPECT_EQ(backend.waiting_calls(), 0);  // the proxy's own error polls do not wait on peers
+
+  // Two heartbeats of task 0 forwarded by the proxy reach the coordinator: nothing counted.
+  CoordinationService& service = coordinator_->service();
+  auto last_heartbeat = [&] {
+    auto states = service.GetTaskStates({TaskName{"worker", 0}});
+    return states.ok() ? (*states)[0].last_heartbeat : absl::InfinitePast();
+  };
+  for (int i = 0; i < 2; ++i) {
+    const absl::Time before = last_heartbeat();
+    ASSERT_TRUE(Eventually([&] { return last_heartbeat() > before; }));
+  }
+  EXPECT_EQ(backend.finished_calls(), start);
+
+  ASSERT_TRUE(a->InsertKeyValue("step", "1").ok());
+  EXPECT_EQ(backend.finished_calls(), start + 1);
+  EXPECT_EQ(*b->GetKeyValue("step"), "1");
+  EXPECT_EQ(backend.finished_calls(), start + 2);
+
+  // A blocking get is no wait on a peer: clients keep them open in the background.
+  const int64_t parked = backend.parked_calls();
+  auto get = a->GetKeyValueAsync("never", [](const absl::StatusOr<std::string>&) {});
+  ASSERT_TRUE(Eventually([&] { return backend.parked_calls() == parked + 1; }));
+  EXPECT_EQ(backend.waiting_calls(), 0);
+
+  // Task 0 at a barrier that task 1 has not reached: a call that waits on a peer.
+  std::thread at_barrier([a] { EXPECT_TRUE(a->WaitAtBarrier("b", absl::Seconds(30)).ok()); });
+  ASSERT_TRUE(Eventually([&] { return backend.waiting_calls() == 1; }));
+  EXPECT_EQ(backend.finished_calls(), start + 2);
+  EXPECT_TRUE(b->WaitAtBarrier("b", absl::Seconds(30)).ok());
+  at_barrier.join();
+  EXPECT_TRUE(Eventually([&] { return backend.waiting_calls() == 0; }));
+  EXPECT_EQ(backend.finished_calls(), start + 4);
+  get->Cancel();
 }
 
 TEST_F(ProxyTest, ALinkLostWhileTheParkStreamStaysUpKeepsItsCallsAndSettles) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/failure_reason.h"
 #include "gtest/gtest.h"
 
 namespace cohort::upstream_requests_test {
@@ -31,6 +32,21 @@ TEST(UpstreamRequestsTest, BarrierCarriesItsTimeoutInWholeMillisecondsAndParks) 
   auto forever = upstream::Barrier("b", 0, absl::InfiniteDuration(), TaskName{"worker", 1}, {},
                                    [](const absl::StatusOr<int64_t>&) {});
   EXPECT_EQ(forever.request.barrier_timeout_in_ms(), 0);
+}
+
+TEST(UpstreamRequestsTest, AReportToTheServiceCarriesTheReasonItsReporterGave) {
+  auto r = upstream::ReportErrorToService(TaskName{"worker", 1}, absl::InternalError("XID 79"),
+                                          FailureReason::kGpuFault, [](const absl::Status&) {});
+  EXPECT_EQ(r.request.error_code(), static_cast<int>(absl::StatusCode::kInternal));
+  EXPECT_EQ(r.request.error_message(), "XID 79");
+  EXPECT_EQ(r.request.error_origin().task_id(), 1);
+  EXPECT_EQ(r.request.cohort_failure_reason(), static_cast<int>(FailureReason::kGpuFault));
+
+  // None given: none sent, and the coordinator decides.
+  auto plain =
+      upstream::ReportErrorToService(TaskName{"worker", 1}, absl::InternalError("x"),
+                                     FailureReason::kUnspecified, [](const absl::Status&) {});
+  EXPECT_EQ(plain.request.cohort_failure_reason(), 0);
 }
 
 TEST(UpstreamRequestsTest, AGetWithoutTimeoutIsSharedAndATimedOneHasItsDeadline) {

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/failure_reason.h"
 #include "gtest/gtest.h"
 #include "service/backend/local_backend.h"
 #include "service/core/coordination_service.h"
@@ -88,7 +89,8 @@ std::string Describe(const DurableState& state) {
   for (const DurableTask& t : state.tasks) {
     lines.push_back(absl::StrCat("task ", t.task.ToString(), " ", TaskStateName(t.state), " inc ",
                                  t.incarnation, " ever ", t.ever_registered, " ",
-                                 StatusText(t.error), " reset by [", t.reset_request, "]"));
+                                 StatusText(t.error), " (", FailureReasonName(t.reason),
+                                 ") reset by [", t.reset_request, "]"));
   }
   for (const auto* b : {&state.register_barrier, &state.shutdown_barrier}) {
     lines.push_back(absl::StrCat("whole ", b->state, " ", StatusText(b->result), " waiting ",
@@ -386,6 +388,64 @@ TEST_F(StateStoreTest, ACallCarriedOutBeforeACrashIsAnsweredAsItsFirstAttemptAft
   ASSERT_TRUE(Register(kS1, 9).value().ok());
   EXPECT_TRUE(service_->ResetTask(kS1, "5e55/4/1").ok());
   EXPECT_EQ(service_->GetTaskStates({kS1}).value()[0].state, TaskState::kConnected);
+}
+
+TEST_F(StateStoreTest, TheReasonOfATasksErrorSurvivesARestart) {
+  RegisterAll();
+  ASSERT_TRUE(service_
+                  ->ReportError(kS1, absl::InternalError("GPU 3 fell off the bus"),
+                                ErrorReporter::kTheTask, FailureReason::kGpuFault)
+                  .ok());
+  ExpectSurvivesCrash("a GPU fault reported");
+  CrashAndRestart();
+
+  EXPECT_EQ(Info(kS1).state, TaskState::kError);
+  EXPECT_EQ(Info(kS1).reason, FailureReason::kGpuFault);
+}
+
+// Rewrites every state file of `dir` as a coordinator that kept no reasons wrote it: its task
+// records without the reason field.
+void WriteAsBeforeReasons(const std::string& dir) {
+  namespace internal = state_store_internal;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, "log-") && !absl::StartsWith(name, "snapshot-")) continue;
+    internal::FrameReader reader(e.path().string());
+    ASSERT_TRUE(reader.Open().ok());
+    std::string data, payload;
+    for (bool header = true;; header = false) {
+      auto next = reader.Next(&payload);
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (*next != internal::FrameReader::Result::kFrame) break;  // the end, or a log's room
+      if (header) {
+        internal::pb::Header h;
+        ASSERT_TRUE(h.ParseFromString(payload));
+        internal::AppendFrame(h, &data);
+        continue;
+      }
+      internal::pb::Record record;
+      ASSERT_TRUE(record.ParseFromString(payload));
+      if (record.has_task()) record.mutable_task()->clear_reason();
+      internal::AppendFrame(record, &data);
+    }
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << data;
+  }
+}
+
+TEST_F(StateStoreTest, StateWrittenBeforeReasonsWereKeptRestoresItsErrorsWithoutOne) {
+  RegisterAll();
+  ASSERT_TRUE(service_
+                  ->ReportError(kS1, absl::UnavailableError("worker 1 exited"),
+                                ErrorReporter::kTheTask, FailureReason::kWorkloadExit)
+                  .ok());
+  std::string copy = CrashCopy();
+  WriteAsBeforeReasons(copy);
+  RestartFrom(copy);
+
+  EXPECT_EQ(Info(kS1).state, TaskState::kError);
+  EXPECT_TRUE(absl::StrContains(Info(kS1).error.message(), "worker 1 exited"));
+  EXPECT_EQ(Info(kS1).reason, FailureReason::kUnspecified);
+  EXPECT_EQ(Info(kW0).state, TaskState::kConnected);
 }
 
 TEST_F(StateStoreTest, ARestartedServiceCarriesOnWhereTheOldOneStopped) {

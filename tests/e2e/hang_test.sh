@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Hang detection on the local cluster with real jaxlib: examples/jax-cpu.yaml, three workers,
+# failurePolicy.progressTimeout 20s and spec.sidecar.stackDumps.
+#
+# - hung: HANG_AT_STEP=1:4 stops process 1 in the middle of step 4 of the first run (after the
+#   step's psum, before its key and barrier), alive and heartbeating. Processes 0 and 2 wait at
+#   the step's barrier: waiting on a peer, not hung. Process 1's sidecar finds no progress for
+#   20 s, records its stacks with py-spy (from the compat venv, first on the pods' PATH) into
+#   its log, and reports the task hung: reason Hang, which the job's rule
+#   {RestartGangUncounted on Hang} matches. The gang restarts once, uncounted, and the job
+#   succeeds; the restart's Event names the task, says "no progress for 20s" and carries the
+#   stacks' summary.
+# - healthy: the same job without HANG_AT_STEP, of the same length, at the same time: no stall
+#   is found and the job succeeds without a restart.
+# How long the hung task took to be reported, from its last step to the report, is printed
+# (measured, not asserted).
+set -uo pipefail
+TEST="hang test"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+venv_example jax jax-cpu.yaml "$WORK/jax-cpu.yaml" 1
+if [[ ! -x "$ROOT/.venv/bin/py-spy" ]]; then
+  echo "$TEST: $ROOT/.venv/bin/py-spy is missing; run tests/compat/run.sh (make compat-test) first"
+  exit 1
+fi
+cluster_up
+
+# job NS NAME [HANG_AT_STEP]: the example as a job of three workers, 12 steps, hang detection on.
+job() {
+  local hang=${3:+"            - {name: HANG_AT_STEP, value: \"$3\"}"}
+  python3 - "$WORK/jax-cpu.yaml" "$2" "$hang" >"$WORK/$2.yaml" <<'PY'
+import sys
+text, name, hang = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+text = text.replace("name: jax-cpu\n", f"name: {name}\n").replace("replicas: 4", "replicas: 3")
+text = text.replace("  failurePolicy:\n    maxRestarts: 2\n", """  failurePolicy:
+    maxRestarts: 0
+    progressTimeout: 20s
+    rules:
+      - {action: RestartGangUncounted, onReasons: [Hang]}
+  sidecar:
+    stackDumps: true
+""")
+env = "          env:\n            - {name: STEPS, value: \"12\"}\n" + (hang + "\n" if hang else "")
+text = text.replace("          command: [", env + "          command: [", 1)
+print(text, end="")
+PY
+  "$KUBECTL" -n "$1" apply -f "$WORK/$2.yaml" >/dev/null
+}
+field_in() { "$KUBECTL" -n "$1" get "$2" -o jsonpath="$3" 2>/dev/null; }
+phase() { field_in "$1" "cjob/$2" '{.status.phase}'; }
+ended() { [[ "$(phase "$1" "$2")" == Succeeded || "$(phase "$1" "$2")" == Failed ]]; }
+save_logs() {
+  local i
+  for i in 0 1 2; do
+    "$KUBECTL" -n "$1" logs "$2-worker-$i" -c worker >"$WORK/$2-worker-$i.log" 2>&1
+    "$KUBECTL" -n "$1" logs "$2-worker-$i" -c cohort-sidecar >"$WORK/$2-sidecar-$i.log" 2>&1
+  done
+  "$KUBECTL" -n "$1" get events --sort-by=.lastTimestamp >"$WORK/$2-events.log" 2>&1
+}
+
+# The privileged Pod Security Standard: stackDumps gives the sidecar SYS_PTRACE, which baseline
+# refuses (the API server's admission says so, and the operator's Event with it).
+add_namespace "hang-$$" privileged
+operator_for "hang-$$" operator-hang
+HANG_OPERATOR=$STARTED
+job "hang-$$" hung 1:4
+job "hang-$$" healthy
+
+# The first gang's worker 1, its sidecar's log followed to its end (its pod is made anew by the
+# restart).
+worker1_runs() {
+  local phase
+  phase=$(phase "hang-$$" hung)
+  [[ $phase == Failed ]] && return 0 # no sooner
+  [[ $(field_in "hang-$$" pod/hung-worker-1 "{.status.phase}") == Running ]]
+}
+if until_true 300 worker1_runs && [[ $(phase "hang-$$" hung) != Failed ]]; then
+  "$KUBECTL" -n "hang-$$" logs -f hung-worker-1 -c cohort-sidecar >"$WORK/hung-first-sidecar-1.log" 2>&1 &
+  FOLLOW=$!
+else
+  fail "the hung job's worker 1 runs" "$(field_in "hang-$$" cjob/hung '{.status}')"
+  FOLLOW=""
+fi
+restarted() {
+  [[ $(phase "hang-$$" hung) == Failed || $(field_in "hang-$$" cjob/hung "{.status.uncountedRestarts}") == 1 ]]
+}
+if until_true 300 restarted && [[ $(field_in "hang-$$" cjob/hung "{.status.uncountedRestarts}") == 1 ]]; then
+  pass "the hung task restarts the gang, uncounted (RestartGangUncounted on Hang)"
+else
+  fail "the hung task restarts the gang" "$("$KUBECTL" -n "hang-$$" get cjob hung -o jsonpath='{.status}')"
+fi
+restart=$("$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=hung,reason=GangRestart -o jsonpath='{.items[0].message}')
+echo "the restart's Event: $restart"
+if [[ "$restart" == *"task:1"* && "$restart" == *"no progress for 20s"* &&
+  "$restart" == *"py-spy"* && "$restart" == *"stuck_in_step"* &&
+  "$restart" == *"(RestartGangUncounted on Hang)"* ]]; then
+  pass "the restart's Event names task 1, no progress for 20s and its stacks (stuck_in_step)"
+else
+  fail "the restart's Event" "$restart"
+fi
+if until_true 300 ended "hang-$$" hung && until_true 300 ended "hang-$$" healthy; then
+  got="$(field_in "hang-$$" cjob/hung '{.status.phase} {.status.restarts} {.status.uncountedRestarts}')"
+  if [[ "$got" == "Succeeded 0 1" ]]; then
+    pass "the restarted gang runs its 12 steps and the job succeeds ($got)"
+  else
+    fail "the hung job's end" "$got"
+  fi
+  got="$(field_in "hang-$$" cjob/healthy '{.status.phase} {.status.restarts} {.status.uncountedRestarts}')"
+  if [[ "$got" == "Succeeded 0 0" || "$got" == "Succeeded 0 " ]]; then
+    pass "the healthy job of the same length succeeds without a restart ($got)"
+  else
+    fail "the healthy job's end" "$got"
+  fi
+else
+  fail "both jobs end" "hung $(phase "hang-$$" hung), healthy $(phase "hang-$$" healthy)"
+fi
+save_logs "hang-$$" hung
+save_logs "hang-$$" healthy
+if grep -q "workload is stalled" "$WORK"/healthy-sidecar-*.log "$WORK"/hung-sidecar-[02].log; then
+  fail "no stall found but in the hung task" "$(grep -h "workload is stalled" "$WORK"/healthy-sidecar-*.log "$WORK"/hung-sidecar-[02].log)"
+else
+  pass "neither the healthy job's tasks nor the hung task's peers (waiting at its barrier) are found stalled"
+fi
+if [[ -n "$FOLLOW" ]]; then
+  # The followed container ended with its pod; kubectl may linger on the stream.
+  kill "$FOLLOW" 2>/dev/null
+  wait "$FOLLOW" 2>/dev/null
+fi
+first="$WORK/hung-first-sidecar-1.log"
+if grep -q "the workload's stacks (process [0-9]*, by .*py-spy" "$first" && grep -q "stuck_in_step" "$first"; then
+  pass "the hung task's stacks, by py-spy, are in its sidecar's log"
+else
+  fail "the stacks in the sidecar's log" "$(grep -A3 "stalled\|stacks" "$first" | head -n 20)"
+fi
+# Measured: the stall as the sidecar saw it (its last progress some time ago, polled every
+# second) and the report after the stacks were recorded.
+echo "measured: $(grep -h "workload is stalled" "$first" | head -n 1)"
+echo "measured: $(grep -h "reporting to the coordinator" "$first" | head -n 1 | cut -c1-160)"
+stop_operator "$HANG_OPERATOR"
+finish
