@@ -65,6 +65,11 @@ Json TaskJson(const v1::TaskSnapshot& task) {
         {"message", task.error_message()},
         {"reason", ReasonName(task)}};
   }
+  // What its heartbeats carried last (a sidecar's measure of its workload); absent: none.
+  if (task.has_step()) out["step"] = task.step();
+  if (task.has_busy_seconds_per_step()) {
+    out["busy_seconds_per_step"] = task.busy_seconds_per_step();
+  }
   return out;
 }
 
@@ -93,8 +98,8 @@ Json SnapshotJson(const v1::ClusterSnapshot& snapshot) {
 }
 
 void PrintTasks(const v1::ClusterSnapshot& snapshot) {
-  std::printf("%-24s %-14s %-18s %-10s %-17s %s\n", "TASK", "STATE", "INCARNATION", "HEARTBEAT",
-              "REASON", "ERROR");
+  std::printf("%-24s %-14s %-18s %-10s %-10s %-12s %-17s %s\n", "TASK", "STATE", "INCARNATION",
+              "HEARTBEAT", "STEP", "BUSY S/STEP", "REASON", "ERROR");
   for (const auto& task : snapshot.tasks()) {
     std::string name = absl::StrCat(task.job(), "/", task.task_id(), task.auxiliary() ? "*" : "");
     std::string heartbeat = task.seconds_since_heartbeat() < 0
@@ -107,9 +112,14 @@ void PrintTasks(const v1::ClusterSnapshot& snapshot) {
     const bool never = task.state() == v1::DISCONNECTED && task.incarnation() == 0 &&
                        task.seconds_since_heartbeat() < 0;
     std::string reason = task.error_code() == 0 ? "-" : ReasonName(task);
-    std::printf("%-24s %-14s %-18s %-10s %-17s %s\n", name.c_str(),
+    std::string step = task.has_step() ? absl::StrCat(task.step()) : "-";
+    std::string busy = task.has_busy_seconds_per_step()
+                           ? absl::StrFormat("%.3f", task.busy_seconds_per_step())
+                           : "-";
+    std::printf("%-24s %-14s %-18s %-10s %-10s %-12s %-17s %s\n", name.c_str(),
                 never ? "NOT-REGISTERED" : StateName(task.state()), incarnation.c_str(),
-                heartbeat.c_str(), reason.c_str(), Clip(task.error_message(), 60).c_str());
+                heartbeat.c_str(), step.c_str(), busy.c_str(), reason.c_str(),
+                Clip(task.error_message(), 60).c_str());
   }
 }
 

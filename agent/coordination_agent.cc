@@ -281,6 +281,19 @@ void CoordinationAgent::StopBackground() {
       +[](std::set<std::shared_ptr<PendingGet>>* gets) { return gets->empty(); }, &pending_gets_));
 }
 
+void CoordinationAgent::SetProgress(const TaskProgress& progress) {
+  if (!IsValidTaskProgress(progress)) {
+    spdlog::warn(
+        "coordination agent: progress (step {}, busy seconds per step {}) is not "
+        "valid (a step below 0, busy seconds below 0 or not finite); not sent",
+        progress.step ? absl::StrCat(*progress.step) : "none",
+        progress.busy_seconds_per_step ? absl::StrCat(*progress.busy_seconds_per_step) : "none");
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  progress_ = progress;
+}
+
 void CoordinationAgent::HeartbeatLoop() {
   tensorflow::HeartbeatRequest request;
   *request.mutable_source_task() = OwnTaskProto();
@@ -289,9 +302,16 @@ void CoordinationAgent::HeartbeatLoop() {
   absl::Time last_ok = absl::Now();
   auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !background_running_; };
   while (true) {
+    TaskProgress progress;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopped), config_.heartbeat_interval)) return;
+      progress = progress_;
+    }
+    request.clear_cohort_progress();
+    if (progress.step) request.mutable_cohort_progress()->set_step(*progress.step);
+    if (progress.busy_seconds_per_step) {
+      request.mutable_cohort_progress()->set_busy_seconds_per_step(*progress.busy_seconds_per_step);
     }
     auto context = Context(std::min(config_.heartbeat_interval, config_.rpc_timeout));
     tensorflow::HeartbeatResponse response;

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "agent/key_watcher.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 
@@ -130,6 +131,11 @@ class CoordinationAgent {
   // INVALID_ARGUMENT, and nothing is sent.
   absl::Status ReportError(const absl::Status& error,
                            FailureReason reason = FailureReason::kReportedError);
+  // The task's progress (a sidecar's measure of its workload), carried by every heartbeat
+  // from now on (HeartbeatRequest.cohort_progress) until the next call; an empty one stops
+  // sending any. One that is not valid (IsValidTaskProgress) is dropped, and logged: the
+  // coordinator would refuse the heartbeats that carried it. Any thread, any state.
+  void SetProgress(const TaskProgress& progress);
   // Back from ERROR to DISCONNECTED (a new incarnation when none was configured).
   absl::Status Reset();
   // Ends every call to the coordinator in flight (Connect and its retries, blocking gets,
@@ -215,6 +221,7 @@ class CoordinationAgent {
   std::thread heartbeat_thread_;
   struct ErrorPoll;
   std::shared_ptr<ErrorPoll> poll_ ABSL_GUARDED_BY(mu_);
+  TaskProgress progress_ ABSL_GUARDED_BY(mu_);  // sent with each heartbeat (SetProgress)
 
   absl::Mutex watch_mu_;
   int64_t next_watch_id_ ABSL_GUARDED_BY(watch_mu_) = 1;

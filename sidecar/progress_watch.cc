@@ -32,7 +32,8 @@ ProgressWatch::ProgressWatch(Options options, Sources sources, const Clock& cloc
       sources_(std::move(sources)),
       clock_(clock),
       on_stall_(std::move(on_stall)),
-      tracker_(TrackerOptions(options_), clock.Now()) {}
+      tracker_(TrackerOptions(options_), clock.Now()),
+      pace_(options_.pace_window) {}
 
 ProgressWatch::~ProgressWatch() { Stop(); }
 
@@ -103,6 +104,7 @@ void ProgressWatch::Poll() {
   if (sources_.gpu_activity) activity = sources_.gpu_activity();
 
   std::string stall;
+  std::optional<TaskProgress> changed;
   {
     absl::MutexLock lock(&mu_);
     if (stamp.exists && !(stamp == last_stamp_)) tracker_.Reported(now, step);
@@ -110,6 +112,9 @@ void ProgressWatch::Poll() {
     if (calls) tracker_.CoordinationCalls(now, *calls);
     if (activity) tracker_.GpuActivity(now, *activity);
     if (waiting) tracker_.WaitingOnPeers(now);
+    pace_.Sample(now, tracker_.step(), waiting);
+    TaskProgress progress{tracker_.step(), pace_.BusySecondsPerStep()};
+    if (!(progress == told_)) changed = told_ = progress;
     if (!tracker_.Stalled(now)) {
       stall_told_ = false;
     } else if (!stall_told_) {
@@ -117,10 +122,16 @@ void ProgressWatch::Poll() {
       stall = tracker_.Describe(now);
     }
   }
+  if (changed && on_progress_) on_progress_(*changed);
   if (!stall.empty()) {
     spdlog::warn("the workload is stalled: {}", stall);
     if (on_stall_) on_stall_(stall);
   }
+}
+
+TaskProgress ProgressWatch::Progress() const {
+  absl::MutexLock lock(&mu_);
+  return {tracker_.step(), pace_.BusySecondsPerStep()};
 }
 
 std::optional<int64_t> ProgressWatch::step() const {
@@ -145,10 +156,17 @@ std::vector<CollectedFamily> ProgressWatch::CollectMetrics() const {
                         "coordination call, GPU activity).",
                         "gauge",
                         {}};
+  CollectedFamily busy{"cohort_task_busy_seconds_per_step",
+                       "Seconds each of the task's recent steps took it, not counting its waits "
+                       "at barriers for its peers (over the last minute; absent before two "
+                       "steps).",
+                       "gauge",
+                       {}};
   absl::MutexLock lock(&mu_);
   if (tracker_.step()) step.samples.push_back({{}, static_cast<double>(*tracker_.step())});
+  if (auto b = pace_.BusySecondsPerStep()) busy.samples.push_back({{}, *b});
   since.samples.push_back({{}, absl::ToDoubleSeconds(tracker_.SinceProgress(clock_.Now()))});
-  return {step, since};
+  return {step, since, busy};
 }
 
 }  // namespace cohort

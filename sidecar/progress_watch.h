@@ -19,7 +19,9 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/task_progress.h"
 #include "sidecar/progress_tracker.h"
+#include "sidecar/step_pace.h"
 
 namespace cohort {
 
@@ -30,7 +32,10 @@ class ProgressWatch {
     std::string progress_file;
     // --progress-timeout: no progress for this long is a stall. Zero: no stall is told.
     absl::Duration timeout = absl::ZeroDuration();
-    absl::Duration poll_interval = absl::Seconds(1);
+    // Often enough to see what share of a sub-second step is spent waiting at its barrier.
+    absl::Duration poll_interval = absl::Milliseconds(250);
+    // The window of the busy seconds per step (StepPace).
+    absl::Duration pace_window = absl::Seconds(60);
   };
   // Where the other signs come from; a null function: no such sign.
   struct Sources {
@@ -42,14 +47,18 @@ class ProgressWatch {
   };
   // Runs on the watch's thread (or Poll's caller) with the tracker's description.
   using StallCallback = std::function<void(const std::string& description)>;
+  // Runs on the watch's thread (or Poll's caller) when the task's progress changed.
+  using ProgressCallback = std::function<void(const TaskProgress& progress)>;
 
   ProgressWatch(Options options, Sources sources, const Clock& clock, StallCallback on_stall);
   ~ProgressWatch();
   ProgressWatch(const ProgressWatch&) = delete;
   ProgressWatch& operator=(const ProgressWatch&) = delete;
 
-  // cohort_task_step and cohort_task_seconds_since_progress.
+  // cohort_task_step, cohort_task_seconds_since_progress, cohort_task_busy_seconds_per_step.
   void RegisterMetrics(MetricsRegistry* registry);
+  // Before Start: told each change of the step or the busy seconds per step.
+  void OnProgress(ProgressCallback on_progress) { on_progress_ = std::move(on_progress); }
   // The workload starts now: the first stall is timed from here. Polls on a thread of its own.
   void Start();
   void Stop();
@@ -58,6 +67,8 @@ class ProgressWatch {
   void Poll();
 
   std::optional<int64_t> step() const;
+  // The last step and the busy seconds per step (StepPace) now.
+  TaskProgress Progress() const;
   absl::Duration SinceProgress() const;
 
  private:
@@ -78,10 +89,13 @@ class ProgressWatch {
   const Sources sources_;
   const Clock& clock_;
   const StallCallback on_stall_;
+  ProgressCallback on_progress_;
   std::thread thread_;
 
   mutable absl::Mutex mu_;
   ProgressTracker tracker_ ABSL_GUARDED_BY(mu_);
+  StepPace pace_ ABSL_GUARDED_BY(mu_);
+  TaskProgress told_ ABSL_GUARDED_BY(mu_);  // what on_progress_ was last given
   FileStamp last_stamp_ ABSL_GUARDED_BY(mu_);
   bool stall_told_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -35,7 +35,11 @@ Sidecar::Sidecar(SidecarOptions options, MetricsRegistry* registry)
                 clock_, [this](const std::string& description) { OnStall(description); }),
       registration_(options_.registration, options_.task, &agent_, &proxy_, registry,
                     [this] { OnRegistered(); }),
-      endpoints_(options_.http, registry, &registration_, &workload_) {}
+      endpoints_(options_.http, registry, &registration_, &workload_) {
+  // The step and its pace ride on the agent's heartbeats to the coordinator's snapshot, where
+  // the operator compares the gang's tasks (stragglers).
+  progress_.OnProgress([this](const TaskProgress& progress) { agent_.SetProgress(progress); });
+}
 
 Sidecar::~Sidecar() { Stop(); }
 

@@ -122,6 +122,12 @@ struct FailurePolicy {
   // A running task whose workload shows no progress this long is hung (reason Hang): the
   // sidecars' --progress-timeout (docs/sidecar.md, "Progress and hangs"). "": never.
   std::string progress_timeout;
+  // failurePolicy.stragglers: a task whose busy seconds per step reach `ratio` times the
+  // median of the rest of the gang's for `after` is named in an Event (plan/stragglers.cc).
+  struct Stragglers {
+    double ratio = 2.0;
+    absl::Duration after = absl::Minutes(2);
+  } stragglers;
 };
 
 // spec.tasks: the task runtime (docs/tasks.md, "On Kubernetes") instead of a gang.
@@ -227,6 +233,20 @@ struct RestartingWorker {
   }
 };
 
+// status.straggler: the running gang's task that lags the rest (failurePolicy.stragglers),
+// while it does.
+struct StragglerStatus {
+  int worker = 0;
+  // Its busy seconds per step over the median of the others', when it began to lag and
+  // again when it was reported.
+  double score = 0;
+  absl::Time since;
+  bool reported = false;  // its Event was sent
+  bool operator==(const StragglerStatus& o) const {
+    return worker == o.worker && score == o.score && since == o.since && reported == o.reported;
+  }
+};
+
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
@@ -254,6 +274,7 @@ struct JobStatus {
   std::optional<absl::Time> completion_time;
   int64_t observed_generation = 0;
   std::vector<Condition> conditions;
+  std::optional<StragglerStatus> straggler;
   bool operator==(const JobStatus& o) const;
   bool operator!=(const JobStatus& o) const { return !(*this == o); }
 };

@@ -46,7 +46,7 @@ bool JobStatus::operator==(const JobStatus& o) const {
          tasks == o.tasks && task_runtime == o.task_runtime &&
          coordinator_address == o.coordinator_address && start_time == o.start_time &&
          completion_time == o.completion_time && observed_generation == o.observed_generation &&
-         conditions == o.conditions;
+         conditions == o.conditions && straggler == o.straggler;
 }
 
 std::string FormatRfc3339(absl::Time t) {
@@ -109,6 +109,16 @@ JobStatus ParseJobStatus(const json& status, int replicas) {
     cond.observed_generation = c.value("observedGeneration", int64_t{0});
     st.conditions.push_back(cond);
   }
+  if (status.contains("straggler") && status["straggler"].is_object()) {
+    const json& s = status["straggler"];
+    const std::optional<int64_t> worker = Whole(s, "worker", -1, 0);
+    const std::optional<absl::Time> since = ParseRfc3339(Str(s, "since"));
+    if (worker && *worker >= 0 && *worker < replicas && since &&
+        s.value("score", json()).is_number()) {
+      st.straggler = StragglerStatus{static_cast<int>(*worker), s["score"].get<double>(), *since,
+                                     s.value("reported", false)};
+    }
+  }
   return st;
 }
 
@@ -163,6 +173,12 @@ json StatusToJson(const JobStatus& st) {
     conditions.push_back(j);
   }
   out["conditions"] = conditions;
+  if (const auto& s = st.straggler) {
+    out["straggler"] = {{"worker", s->worker},
+                        {"score", s->score},
+                        {"since", FormatRfc3339(s->since)},
+                        {"reported", s->reported}};
+  }
   return out;
 }
 

@@ -26,6 +26,31 @@ const std::vector<std::string>& KnownReasons() {
   return kReasons;
 }
 
+// failurePolicy.stragglers: {ratio, for}; absent fields keep their defaults.
+absl::Status ParseStragglers(const json& failure_policy, FailurePolicy::Stragglers* out) {
+  if (!failure_policy.contains("stragglers") || failure_policy["stragglers"].is_null()) {
+    return absl::OkStatus();
+  }
+  const json& s = failure_policy["stragglers"];
+  if (!s.is_object()) return InvalidPolicy(".stragglers", "must be an object {ratio, for}");
+  if (s.contains("ratio")) {
+    if (!s["ratio"].is_number() || !(s["ratio"].get<double>() > 1.0) ||
+        s["ratio"].get<double>() > 1000) {
+      return InvalidPolicy(".stragglers.ratio", "must be a number above 1 (2: twice as slow)");
+    }
+    out->ratio = s["ratio"].get<double>();
+  }
+  if (s.contains("for")) {
+    absl::Duration d;
+    if (!s["for"].is_string() || !absl::ParseDuration(s["for"].get<std::string>(), &d) ||
+        d < absl::ZeroDuration()) {
+      return InvalidPolicy(".stragglers.for", "must be a duration such as 2m");
+    }
+    out->after = d;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FailureActionName(FailureAction action) {
@@ -60,6 +85,7 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
     }
     out->progress_timeout = t.get<std::string>();
   }
+  if (auto s = ParseStragglers(failure_policy, &out->stragglers); !s.ok()) return s;
   if (!failure_policy.contains("rules") || failure_policy["rules"].is_null()) {
     return absl::OkStatus();
   }

@@ -41,10 +41,19 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
            t.error_message(),
            FailureReasonFromNumber(t.reason()).value_or(FailureReason::kUnspecified)});
     }
+    if (t.has_step() || t.has_busy_seconds_per_step()) {
+      TaskProgress& progress = view.progress[absl::StrCat("/job:", t.job(), "/task:", t.task_id())];
+      if (t.has_step()) progress.step = t.step();
+      if (t.has_busy_seconds_per_step()) progress.busy_seconds_per_step = t.busy_seconds_per_step();
+    }
   }
   return view;
 }
 
+// Whether the controller needs waking. Progress is left out on purpose: it moves with every
+// heartbeat (every few seconds per task), and a reconcile per heartbeat would cost the
+// operator and the API server much for nothing. The view kept is always the latest, so a
+// reconcile for any other reason (or one the plan asks for again later) reads fresh progress.
 bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b) {
   if (!a || a->registered != b.registered || a->errors.size() != b.errors.size() ||
       a->task_runtime != b.task_runtime || a->workload_incarnations != b.workload_incarnations) {

@@ -1,7 +1,10 @@
 // The operator's per-job metrics (docs/metrics.md), from the CoordinatedJob cache.
 #include <map>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "operator/controller/job_controller.h"
+#include "operator/plan/policies.h"
 
 namespace cohort::controller {
 
@@ -24,6 +27,12 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       "(status.coordinatorRestarts).",
       "gauge",
       {}};
+  CollectedFamily straggler{
+      "cohort_task_straggler_score",
+      "Each running worker's busy seconds per step over the median of the rest of its gang's "
+      "(1: keeps up; 2: its steps take it twice as long); failurePolicy.stragglers.",
+      "gauge",
+      {}};
   CollectedFamily watched{"cohort_operator_coordinators_watched",
                           "Coordinators the operator follows through cluster snapshots.",
                           "gauge",
@@ -44,6 +53,16 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       coordinator_restarts.samples.push_back(
           {{{"namespace", ns}, {"cjob", name}},
            static_cast<double>(o.value("/status/coordinatorRestarts"_json_pointer, 0))});
+      if (p != api::phase::kRunning) continue;
+      const int gang = o.value("/status/restarts"_json_pointer, 0) +
+                       o.value("/status/uncountedRestarts"_json_pointer, 0);
+      const std::optional<CoordinatorView> view = watcher_.View(JobKey(ns, name), gang);
+      if (!view) continue;
+      for (const planning::StragglerScore& s :
+           planning::StragglerScores(*view, o.value("/spec/replicas"_json_pointer, 1))) {
+        straggler.samples.push_back(
+            {{{"namespace", ns}, {"cjob", name}, {"worker", absl::StrCat(s.worker)}}, s.score});
+      }
     }
   }
   for (const char* p : kPhases) {
@@ -51,7 +70,7 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
   }
   watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
   queue_depth_->Set(static_cast<double>(queue_.Depth()));
-  return {by_phase, job_phase, restarts, coordinator_restarts, watched};
+  return {by_phase, job_phase, restarts, coordinator_restarts, straggler, watched};
 }
 
 }  // namespace cohort::controller

@@ -48,6 +48,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   const ChildrenState children = PlanChildren(P, settings, pods.coordinator, coordinator.recreate,
                                               coordinator.on_claim, P.st().Gang());
   PlanStartup(P, settings, pods, counts, children);
+  PlanStragglers(P);
   return std::move(P.plan);
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "nlohmann/json.hpp"
 #include "operator/api/coordinated_job.h"
 #include "operator/plan/job_tls.h"
@@ -85,6 +86,12 @@ struct CoordinatorView {
   // The incarnation of each CONNECTED task, by task id, of the workload's job: a worker
   // restarted alone (RestartWorker) has rejoined once its task is connected with another.
   std::map<int, uint64_t> workload_incarnations;
+  // The progress each task's heartbeats last carried (TaskSnapshot.step and
+  // .busy_seconds_per_step), by task name ("/job:sidecar/task:1"), of the tasks whose
+  // heartbeats carry one (the sidecars', measuring their workloads): to compare a gang's tasks
+  // and find stragglers. Not a change of the view (the watcher's SameView): it moves with
+  // every heartbeat.
+  std::map<std::string, TaskProgress> progress;
 };
 
 // Kueue's objects for a job, when the operator runs with Kueue (kueue.h).

@@ -94,6 +94,21 @@ bool PlanGangFailure(Planner& P, const OperatorSettings& settings, const JobPods
 void PlanStartup(Planner& P, const OperatorSettings& settings, const JobPods& pods,
                  const GangCounts& counts, const ChildrenState& children);
 
+// stragglers.cc: each worker's busy seconds per step over the median of the rest of the
+// gang's (from the coordinator's snapshot: the sidecars' heartbeats); none until at least
+// three workers, and half the gang, have sent one.
+struct StragglerScore {
+  int worker = 0;
+  double score = 0;
+  double busy = 0;    // its busy seconds per step
+  double median = 0;  // the others'
+};
+std::vector<StragglerScore> StragglerScores(const CoordinatorView& view, int replicas);
+// The slowest worker whose score reaches failurePolicy.stragglers.ratio is status.straggler;
+// once it has been so for stragglers.for, an Event (Straggler) names it, once; another when it
+// keeps up again. A running gang is looked at again every few seconds.
+void PlanStragglers(Planner& P);
+
 // What a job whose coordinator is not ready waits for: its NetworkPolicy, cert-manager's
 // Secrets, or the coordinator pod; nothing once the coordinator is ready (startup.cc).
 std::optional<std::string> WaitingForCoordinator(const Planner& P, const OperatorSettings& settings,

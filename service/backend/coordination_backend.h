@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "service/core/barrier_table.h"
 #include "service/core/key_value_store.h"
 #include "service/core/key_watch.h"
@@ -84,8 +85,11 @@ class CoordinationBackend {
   virtual void RegisterTask(const CallContext& call, const TaskName& task, uint64_t incarnation,
                             StatusDone done) = 0;
   // No incarnation: the one the task registered with (protocols whose heartbeat names none).
+  // `progress`: what the heartbeat carried (cohort's agents send it; empty: none, and the last
+  // one stays), already checked by the adapter (IsValidTaskProgress).
   virtual void Heartbeat(const CallContext& call, const TaskName& task,
-                         std::optional<uint64_t> incarnation, StatusDone done) = 0;
+                         std::optional<uint64_t> incarnation, const TaskProgress& progress,
+                         StatusDone done) = 0;
   // OK when `task` is registered with this incarnation (or never was); what a stale request
   // is told otherwise. Answers at once.
   virtual absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const = 0;

@@ -10,13 +10,14 @@ void LocalBackend::RegisterTask(const CallContext& call, const TaskName& task, u
 }
 
 void LocalBackend::Heartbeat(const CallContext&, const TaskName& task,
-                             std::optional<uint64_t> incarnation, StatusDone done) {
+                             std::optional<uint64_t> incarnation, const TaskProgress& progress,
+                             StatusDone done) {
   if (!incarnation) {
     auto state = service_->GetTaskStates({task});
     if (!state.ok()) return done(state.status());
     incarnation = (*state)[0].incarnation;
   }
-  done(service_->Heartbeat(task, *incarnation));
+  done(service_->Heartbeat(task, *incarnation, progress));
 }
 
 void LocalBackend::ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) {

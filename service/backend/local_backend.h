@@ -30,7 +30,7 @@ class LocalBackend final : public CoordinationBackend {
   void RegisterTask(const CallContext& call, const TaskName& task, uint64_t incarnation,
                     StatusDone done) override;
   void Heartbeat(const CallContext& call, const TaskName& task, std::optional<uint64_t> incarnation,
-                 StatusDone done) override;
+                 const TaskProgress& progress, StatusDone done) override;
   absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const override {
     return service_->CheckIncarnation(task, incarnation);
   }

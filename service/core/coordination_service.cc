@@ -208,7 +208,8 @@ absl::Status CoordinationService::ResetTask(const TaskName& name, const std::str
   return answer;
 }
 
-absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incarnation) {
+absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incarnation,
+                                            const TaskProgress& progress) {
   {
     absl::ReaderMutexLock lock(&mu_);
     auto found = life_.tasks().Get(name);
@@ -228,6 +229,7 @@ absl::Status CoordinationService::Heartbeat(const TaskName& name, uint64_t incar
     }
     if (task->incarnation == incarnation) {
       HeartbeatMonitor::Record(*task, clock_->Now());
+      TaskTable::RecordProgress(*task, progress);
       return absl::OkStatus();
     }
     if (task->job->recoverable) return absl::OkStatus();  // a stale process; not recorded

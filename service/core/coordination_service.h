@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "service/core/barrier_table.h"
 #include "service/core/durable_state.h"
 #include "service/core/heartbeat_monitor.h"
@@ -89,7 +90,10 @@ class CoordinationService {
 
   // Tasks.
   void RegisterTask(const TaskName& task, uint64_t incarnation, WaiterId waiter, StatusDone done);
-  absl::Status Heartbeat(const TaskName& task, uint64_t incarnation);
+  // `progress` (checked by the caller, IsValidTaskProgress) replaces the task's last when the
+  // heartbeat counts and carries one; TaskStateInfo::progress shows it. In memory only.
+  absl::Status Heartbeat(const TaskName& task, uint64_t incarnation,
+                         const TaskProgress& progress = {});
   // OK when `task` is connected with this incarnation; what a stale request is told otherwise.
   absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const;
   void ShutdownTask(const TaskName& task, WaiterId waiter, StatusDone done);

@@ -91,6 +91,7 @@ std::vector<TaskRecord*> TaskTable::TakeChanged() {
 
 void TaskTable::SetIncarnation(TaskRecord& task, uint64_t incarnation) {
   task.incarnation = incarnation;
+  ClearProgress(task);  // registered anew: what it showed before is another run's
   Touch(task);
 }
 
@@ -114,6 +115,8 @@ void TaskTable::MarkConnected(TaskRecord& task, uint64_t incarnation, absl::Time
   task.reason = FailureReason::kUnspecified;
   task.ever_registered = true;
   task.last_heartbeat_ns.store(absl::ToUnixNanos(now));
+  // A new start of the task: its earlier progress is another run's.
+  ClearProgress(task);
 }
 
 void TaskTable::MarkError(TaskRecord& task, absl::Status error, FailureReason reason) {
@@ -127,6 +130,18 @@ void TaskTable::MarkDisconnected(TaskRecord& task, absl::Time now) {
   task.disconnected_at = now;
   task.error = absl::OkStatus();
   task.reason = FailureReason::kUnspecified;
+  ClearProgress(task);
+}
+
+void TaskTable::RecordProgress(TaskRecord& task, const TaskProgress& progress) {
+  if (progress.empty()) return;
+  absl::MutexLock lock(&task.progress_mu);
+  task.progress = progress;
+}
+
+void TaskTable::ClearProgress(TaskRecord& task) {
+  absl::MutexLock lock(&task.progress_mu);
+  task.progress = TaskProgress{};
 }
 
 TaskStateInfo TaskTable::Info(const TaskRecord& task) const {
@@ -138,6 +153,8 @@ TaskStateInfo TaskTable::Info(const TaskRecord& task) const {
   info.incarnation = task.incarnation;
   info.last_heartbeat = task.ever_registered ? absl::FromUnixNanos(task.last_heartbeat_ns.load())
                                              : absl::InfinitePast();
+  absl::MutexLock lock(&task.progress_mu);
+  info.progress = task.progress;
   return info;
 }
 

@@ -10,8 +10,10 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "service/core/job_directory.h"
 #include "service/core/parked_call.h"
 #include "service/core/task_name.h"
@@ -25,6 +27,7 @@ struct TaskStateInfo {
   FailureReason reason = FailureReason::kUnspecified;  // why, in kError
   uint64_t incarnation = 0;
   absl::Time last_heartbeat;  // InfinitePast before the first registration
+  TaskProgress progress;      // its heartbeats' last; empty when none carried one
 };
 
 struct AliveTask {
@@ -54,6 +57,12 @@ struct TaskRecord {
   std::string reset_request;
   // Written by heartbeats under the shared lock.
   std::atomic<int64_t> last_heartbeat_ns{0};
+  // The progress its last heartbeat that carried one carried, since it connected. Telemetry
+  // for the snapshot, in memory only: never journaled nor restored, since the next heartbeat
+  // (every few seconds) brings it again. Written by heartbeats under the shared lock, hence a
+  // lock of its own.
+  mutable absl::Mutex progress_mu;
+  TaskProgress progress ABSL_GUARDED_BY(progress_mu);
   // Its parked PollForError (one at most: a newer poll replaces it).
   std::vector<std::shared_ptr<ParkedCall>> polls;
   // Changed since the service last told its journal.
@@ -91,6 +100,9 @@ class TaskTable {
                absl::Status error, FailureReason reason, std::string reset_request, absl::Time now);
   // The tasks changed since the last call, each once.
   std::vector<TaskRecord*> TakeChanged();
+  // A heartbeat's progress replaces the task's; an empty one changes nothing. Safe under the
+  // service's shared lock. Not a change of the task (no version, no journal record).
+  static void RecordProgress(TaskRecord& task, const TaskProgress& progress);
 
   int workload_connected() const { return workload_connected_; }
   int workload_in_error() const { return workload_in_error_; }
@@ -108,6 +120,7 @@ class TaskTable {
  private:
   void SetState(TaskRecord& task, TaskState state);
   void Touch(TaskRecord& task);
+  static void ClearProgress(TaskRecord& task);
 
   Records tasks_;  // the set of tasks is fixed after construction
   int workload_connected_ = 0;

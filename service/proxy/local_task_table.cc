@@ -17,6 +17,7 @@ std::optional<uint64_t> LocalTaskTable::Register(const TaskName& task, uint64_t 
     record->incarnation = incarnation;
     record->left = false;
     record->heartbeat_error = absl::OkStatus();
+    record->progress = TaskProgress{};
     record->poll_result.reset();
     // A poll of the earlier incarnation may still be out (a recoverable task came back):
     // its answer is dropped by generation, and the new incarnation gets a poll of its own.
@@ -76,6 +77,11 @@ std::vector<std::pair<TaskName, uint64_t>> LocalTaskTable::Registered() const {
   return registered;
 }
 
+TaskProgress LocalTaskTable::Progress(const TaskName& task) const {
+  auto it = tasks_.find(task);
+  return it == tasks_.end() || it->second->left ? TaskProgress{} : it->second->progress;
+}
+
 std::optional<LocalTaskTable::HeartbeatAnswer> LocalTaskTable::AnswerHeartbeat(
     const TaskName& task, std::optional<uint64_t> incarnation) const {
   auto it = tasks_.find(task);
@@ -87,12 +93,18 @@ std::optional<LocalTaskTable::HeartbeatAnswer> LocalTaskTable::AnswerHeartbeat(
 }
 
 std::optional<LocalTaskTable::LocalHeartbeat> LocalTaskTable::HeartbeatHere(
-    const UpstreamLink& link, const TaskName& task, std::optional<uint64_t> incarnation) const {
+    const UpstreamLink& link, const TaskName& task, std::optional<uint64_t> incarnation,
+    const TaskProgress& progress) {
   if (link.ended()) return LocalHeartbeat{link.failure()};
   std::optional<HeartbeatAnswer> here = AnswerHeartbeat(task, incarnation);
   if (!here) return std::nullopt;
+  // Kept even while the coordinator is away: the heartbeats forwarded once it is back carry
+  // the latest.
+  TaskProgress& last = tasks_.at(task)->progress;
+  if (!progress.empty()) last = progress;
   // Answered here: the coordinator may be away for a while, and the task is alive.
-  return LocalHeartbeat{here->status, here->status.ok() && link.connected(), here->incarnation};
+  return LocalHeartbeat{here->status, here->status.ok() && link.connected(), here->incarnation,
+                        last};
 }
 
 void LocalTaskTable::SetHeartbeatError(const TaskName& task, const absl::Status& error) {

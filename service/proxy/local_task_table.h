@@ -1,7 +1,8 @@
 #pragma once
 // LocalTaskTable: the tasks registered through the sidecar proxy. For each, the incarnation
 // it registers again with after an outage, the service's answer to its last forwarded
-// heartbeat (its heartbeats are answered here, so that an outage does not kill it), and the
+// heartbeat (its heartbeats are answered here, so that an outage does not kill it), the
+// progress its heartbeats last carried (for the heartbeats the proxy forwards), and the
 // proxy's own error poll of it, with the clients' polls that wait for that one. It takes no
 // lock of its own: UpstreamConnection keeps it under its lock, and answers the polls it hands
 // back once unlocked.
@@ -14,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "common/task_progress.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/upstream_link.h"
 
@@ -43,23 +45,27 @@ class LocalTaskTable {
 
   // The tasks registered and not left, with their incarnations.
   std::vector<std::pair<TaskName, uint64_t>> Registered() const;
+  // The progress the heartbeats of `task` last carried since it registered; empty for none.
+  TaskProgress Progress(const TaskName& task) const;
   // A heartbeat of `task` (of `incarnation`, when it names one); none when the task is not
   // registered here as that.
   std::optional<HeartbeatAnswer> AnswerHeartbeat(const TaskName& task,
                                                  std::optional<uint64_t> incarnation) const;
   // A heartbeat of `task` (of `incarnation`, when it names one), the link being `link`, as
   // the connection carries it out: answered here with `answer` (the link's failure once it has
-  // ended), and forwarded as `incarnation` too when `forward`.
+  // ended), and forwarded as `incarnation` with `progress` too when `forward`.
   struct LocalHeartbeat {
     absl::Status answer;
     bool forward = false;
     uint64_t incarnation = 0;
+    TaskProgress progress{};  // the task's last (Progress)
   };
   // None: the task is not registered here as that, and the coordinator answers. Answered
   // here, a registered task's heartbeat is forwarded while the coordinator is reachable and
-  // the task's last answer was OK.
+  // the task's last answer was OK; its `progress`, when it carries one, replaces the task's.
   std::optional<LocalHeartbeat> HeartbeatHere(const UpstreamLink& link, const TaskName& task,
-                                              std::optional<uint64_t> incarnation) const;
+                                              std::optional<uint64_t> incarnation,
+                                              const TaskProgress& progress = {});
   // What the task's heartbeats get from now on: the service refused a registration sent
   // again, or a forwarded heartbeat of `incarnation` (ignored when the task registered since).
   void SetHeartbeatError(const TaskName& task, const absl::Status& error);
@@ -96,6 +102,7 @@ class LocalTaskTable {
     bool left = false;  // shut down or reset: not registered again on reconnect
     bool poll_running = false;
     absl::Status heartbeat_error;  // the service's answer to a forwarded heartbeat
+    TaskProgress progress;         // its heartbeats' last, of this incarnation
     std::optional<absl::Status> poll_result;
     std::vector<Poll> polls;  // local callers' polls
   };

@@ -72,12 +72,13 @@ void UpstreamBackend::RegisterTask(const CallContext& call, const TaskName& task
 }
 
 void UpstreamBackend::Heartbeat(const CallContext& call, const TaskName& task,
-                                std::optional<uint64_t> incarnation, StatusDone done) {
-  if (std::optional<absl::Status> here = connection_.HeartbeatHere(task, incarnation)) {
+                                std::optional<uint64_t> incarnation, const TaskProgress& progress,
+                                StatusDone done) {
+  if (std::optional<absl::Status> here = connection_.HeartbeatHere(task, incarnation, progress)) {
     return done(*here);
   }
-  auto send = [this, call, task, done](uint64_t with) {
-    connection_.Send(call, upstream::Heartbeat(task, with, done));
+  auto send = [this, call, task, progress, done](uint64_t with) {
+    connection_.Send(call, upstream::Heartbeat(task, with, progress, done));
   };
   if (incarnation) return send(*incarnation);
   // A heartbeat that names no incarnation, of a task not registered here: the one the

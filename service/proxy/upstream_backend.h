@@ -49,8 +49,10 @@ class UpstreamBackend final : public CoordinationBackend {
 
   void RegisterTask(const CallContext& call, const TaskName& task, uint64_t incarnation,
                     StatusDone done) override;
+  // A task registered here: answered here, its progress kept for the heartbeats the
+  // connection forwards. Any other: forwarded as it came, progress and all.
   void Heartbeat(const CallContext& call, const TaskName& task, std::optional<uint64_t> incarnation,
-                 StatusDone done) override;
+                 const TaskProgress& progress, StatusDone done) override;
   absl::Status CheckIncarnation(const TaskName& task, uint64_t incarnation) const override;
   void ShutdownTask(const CallContext& call, const TaskName& task, StatusDone done) override;
   void ResetTask(const CallContext& call, const TaskName& task, StatusDone done) override;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -393,7 +394,7 @@ bool UpstreamConnection::Reestablish(const v1::ClusterSnapshot& snapshot) {
 
   std::vector<Call> held;
   std::vector<std::shared_ptr<UpstreamKeyWatch>> watches;
-  std::vector<std::pair<TaskName, uint64_t>> heartbeats;
+  std::vector<std::tuple<TaskName, uint64_t, TaskProgress>> heartbeats;
   std::shared_ptr<UpstreamPark> old_park;
   absl::Duration outage;
   Link was;
@@ -405,7 +406,9 @@ bool UpstreamConnection::Reestablish(const v1::ClusterSnapshot& snapshot) {
     old_park = link_.Connect(incarnation, cohort_stub_.get());
     held = calls_.TakeHeld();
     watches = calls_.TakeHeldWatches();
-    heartbeats = tasks_.Registered();
+    for (const auto& [task, task_incarnation] : tasks_.Registered()) {
+      heartbeats.emplace_back(task, task_incarnation, tasks_.Progress(task));
+    }
   }
   spdlog::info(
       "proxy: coordinator at {} reached (service incarnation {:#x}){}; sending {} "
@@ -414,7 +417,9 @@ bool UpstreamConnection::Reestablish(const v1::ClusterSnapshot& snapshot) {
       was == Link::kDown ? absl::StrCat(" after ", absl::FormatDuration(outage), " away") : "",
       held.size(), watches.size());
   if (old_park) old_park->Shutdown();
-  for (const auto& [task, task_incarnation] : heartbeats) ForwardHeartbeat(task, task_incarnation);
+  for (const auto& [task, task_incarnation, progress] : heartbeats) {
+    ForwardHeartbeat(task, task_incarnation, progress);
+  }
   for (const auto& op : held) Issue(op);
   for (const auto& watch : watches) watch->Begin(cohort_stub_->async());
   return true;
@@ -501,9 +506,10 @@ void UpstreamConnection::Forget(const TaskName& as_called, const absl::Status& w
   for (auto& [waiter, poll] : polls) poll(why);
 }
 
-void UpstreamConnection::ForwardHeartbeat(const TaskName& task, uint64_t incarnation) {
-  auto request =
-      upstream::Heartbeat(task, incarnation, [this, task, incarnation](const absl::Status& s) {
+void UpstreamConnection::ForwardHeartbeat(const TaskName& task, uint64_t incarnation,
+                                          const TaskProgress& progress) {
+  auto request = upstream::Heartbeat(
+      task, incarnation, progress, [this, task, incarnation](const absl::Status& s) {
         if (s.ok() || IsOutage(s) || s.code() == absl::StatusCode::kDeadlineExceeded) return;
         absl::MutexLock lock(&mu_);
         tasks_.SetHeartbeatError(task, incarnation, s);
@@ -513,14 +519,15 @@ void UpstreamConnection::ForwardHeartbeat(const TaskName& task, uint64_t incarna
 }
 
 std::optional<absl::Status> UpstreamConnection::HeartbeatHere(const TaskName& task,
-                                                              std::optional<uint64_t> incarnation) {
+                                                              std::optional<uint64_t> incarnation,
+                                                              const TaskProgress& progress) {
   std::optional<LocalTaskTable::LocalHeartbeat> here;
   {
     absl::MutexLock lock(&mu_);
-    here = tasks_.HeartbeatHere(link_, task, incarnation);
+    here = tasks_.HeartbeatHere(link_, task, incarnation, progress);
   }
   if (!here) return std::nullopt;
-  if (here->forward) ForwardHeartbeat(task, here->incarnation);
+  if (here->forward) ForwardHeartbeat(task, here->incarnation, here->progress);
   return here->answer;
 }
 

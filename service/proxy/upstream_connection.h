@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/task_progress.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/local_task_table.h"
@@ -109,10 +110,12 @@ class UpstreamConnection {
   // its heartbeats are answered here from now on, and its error polled once, by the proxy.
   void OnRegistered(const TaskName& task, uint64_t incarnation, uint64_t service_incarnation);
   // A heartbeat of `task` (of `incarnation`, when it names one), answered here when the task
-  // is registered here as that (and forwarded too while the coordinator is reachable); none
-  // when the coordinator is to answer it.
+  // is registered here as that (and forwarded too while the coordinator is reachable, with
+  // the last progress the task's heartbeats carried, this one's when it has one); none when
+  // the coordinator is to answer it.
   std::optional<absl::Status> HeartbeatHere(const TaskName& task,
-                                            std::optional<uint64_t> incarnation);
+                                            std::optional<uint64_t> incarnation,
+                                            const TaskProgress& progress = {});
   // `task` shut down or was reset: it is not registered again, and its clients' error polls
   // end with `why`.
   void Forget(const TaskName& task, const absl::Status& why);
@@ -153,7 +156,7 @@ class UpstreamConnection {
   // Local tasks.
   void StartTaskPoll(const TaskName& task, uint64_t generation);
   void OnTaskPollDone(const TaskName& task, uint64_t generation, const absl::Status& status);
-  void ForwardHeartbeat(const TaskName& task, uint64_t incarnation);
+  void ForwardHeartbeat(const TaskName& task, uint64_t incarnation, const TaskProgress& progress);
 
   const UpstreamOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

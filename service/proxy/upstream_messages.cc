@@ -77,6 +77,14 @@ tensorflow::CoordinatedTask ToWireTask(const TaskName& task) {
   return out;
 }
 
+tensorflow::CohortTaskProgress ToWire(const TaskProgress& progress) {
+  tensorflow::CohortTaskProgress out;
+  if (progress.step) out.set_step(*progress.step);
+  if (progress.busy_seconds_per_step)
+    out.set_busy_seconds_per_step(*progress.busy_seconds_per_step);
+  return out;
+}
+
 TaskStateInfo FromWire(const tensorflow::CoordinatedTaskStateInfo& info) {
   TaskStateInfo out;
   out.task = TaskName{info.task().job_name(), info.task().task_id()};
@@ -117,6 +125,10 @@ CoordinatorSnapshot FromWire(const v1::ClusterSnapshot& snapshot, absl::Time now
     }
     // A reason of a newer coordinator that this proxy does not know passes as unspecified.
     t.info.reason = FailureReasonFromNumber(task.reason()).value_or(FailureReason::kUnspecified);
+    if (task.has_step()) t.info.progress.step = task.step();
+    if (task.has_busy_seconds_per_step()) {
+      t.info.progress.busy_seconds_per_step = task.busy_seconds_per_step();
+    }
     t.auxiliary = task.auxiliary();
     view.tasks.push_back(std::move(t));
   }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cohort/v1/coordinator.pb.h"
+#include "common/task_progress.h"
 #include "service/backend/coordination_backend.h"
 #include "service/core/job_directory.h"
 #include "tensorflow/coordination_service.pb.h"
@@ -22,6 +23,8 @@ namespace cohort {
 bool IsOutage(const absl::Status& status);
 
 tensorflow::CoordinatedTask ToWireTask(const TaskName& task);
+// HeartbeatRequest.cohort_progress: the fields the progress has, the others absent.
+tensorflow::CohortTaskProgress ToWire(const TaskProgress& progress);
 TaskStateInfo FromWire(const tensorflow::CoordinatedTaskStateInfo& info);
 // Relative times in the snapshot are read against `now`.
 CoordinatorSnapshot FromWire(const v1::ClusterSnapshot& snapshot, absl::Time now);

@@ -54,10 +54,12 @@ TfRequest<tf::RegisterTaskRequest, tf::RegisterTaskResponse> RegisterTaskAgain(c
 
 TfRequest<tf::HeartbeatRequest, tf::HeartbeatResponse> Heartbeat(const TaskName& task,
                                                                  uint64_t incarnation,
+                                                                 const TaskProgress& progress,
                                                                  StatusDone done) {
   tf::HeartbeatRequest request;
   request.set_incarnation(incarnation);
   *request.mutable_source_task() = ToWireTask(task);
+  if (!progress.empty()) *request.mutable_cohort_progress() = ToWire(progress);
   TfRequest<tf::HeartbeatRequest, tf::HeartbeatResponse> r{
       &TfAsync::Heartbeat, std::move(request),
       UpstreamStatusOnly<tf::HeartbeatResponse>(std::move(done))};

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "grpcpp/grpcpp.h"
 #include "service/backend/coordination_backend.h"
 #include "service/proxy/upstream_call_table.h"
@@ -71,8 +72,10 @@ TfRequest<tf::RegisterTaskRequest, tf::RegisterTaskResponse> RegisterTask(const 
 TfRequest<tf::RegisterTaskRequest, tf::RegisterTaskResponse> RegisterTaskAgain(const TaskName& task,
                                                                                uint64_t incarnation,
                                                                                StatusDone done);
+// With the task's progress in cohort_progress (left out when empty).
 TfRequest<tf::HeartbeatRequest, tf::HeartbeatResponse> Heartbeat(const TaskName& task,
                                                                  uint64_t incarnation,
+                                                                 const TaskProgress& progress,
                                                                  StatusDone done);
 // Waits at the shutdown barrier (parked); a shutdown sent again that finds the task shut down
 // (by the first attempt) is OK.

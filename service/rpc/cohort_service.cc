@@ -194,6 +194,10 @@ void FillSnapshot(const CoordinatorSnapshot& view, v1::ClusterSnapshot* response
       task->set_reason(static_cast<v1::FailureReason>(info.reason));
     }
     task->set_auxiliary(t.auxiliary);
+    if (info.progress.step) task->set_step(*info.progress.step);
+    if (info.progress.busy_seconds_per_step) {
+      task->set_busy_seconds_per_step(*info.progress.busy_seconds_per_step);
+    }
   }
   for (const BarrierSnapshot& barrier : view.barriers) {
     v1::BarrierSnapshot* out = response->add_barriers();

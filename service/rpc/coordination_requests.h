@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "service/backend/coordination_backend.h"
 #include "service/core/errors.h"
 #include "service/rpc/rpc_call.h"
@@ -182,11 +183,24 @@ inline grpc::ServerUnaryReactor* RegisterTask(RpcCall* call, CoordinationBackend
   return call;
 }
 
+// `progress`: the request's cohort_progress (empty when the protocol has none); one that is
+// not valid is refused before the heartbeat counts.
 inline grpc::ServerUnaryReactor* Heartbeat(RpcCall* call, CoordinationBackend* backend,
                                            const TaskName& task, uint64_t incarnation,
-                                           std::function<void(uint64_t)> set_incarnation) {
+                                           std::function<void(uint64_t)> set_incarnation,
+                                           const TaskProgress& progress = {}) {
+  if (!IsValidTaskProgress(progress)) {
+    auto text = [](const auto& value) {
+      return value ? absl::StrCat(*value) : std::string("none");
+    };
+    return call->Reply(absl::InvalidArgumentError(absl::StrCat(
+        "cohort_progress (step ", text(progress.step), ", busy_seconds_per_step ",
+        text(progress.busy_seconds_per_step),
+        ") needs a step of 0 or more and busy seconds per step that are finite and 0 or more; "
+        "the heartbeat was not counted")));
+  }
   backend->Heartbeat(
-      call->Context(), task, incarnation,
+      call->Context(), task, incarnation, progress,
       [call, backend, set_incarnation = std::move(set_incarnation)](const absl::Status& s) {
         if (s.ok()) set_incarnation(backend->service_incarnation());
         call->Reply(s);

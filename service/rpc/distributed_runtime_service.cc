@@ -128,13 +128,14 @@ grpc::ServerUnaryReactor* DistributedRuntimeService::Heartbeat(Ctx* ctx,
   // error polling either: a failure elsewhere in the job reaches the other nodes as the
   // answer to their heartbeats, which makes old clients stop.
   CallContext context = call->Context();
-  backend_->Heartbeat(context, *task, std::nullopt, [this, call, context](const absl::Status& s) {
-    if (!s.ok()) {
-      call->Reply(s);
-      return;
-    }
-    backend_->PropagatedError(context, requests::ReplyWith(call));
-  });
+  backend_->Heartbeat(context, *task, std::nullopt, TaskProgress{},
+                      [this, call, context](const absl::Status& s) {
+                        if (!s.ok()) {
+                          call->Reply(s);
+                          return;
+                        }
+                        backend_->PropagatedError(context, requests::ReplyWith(call));
+                      });
   return call;
 }
 

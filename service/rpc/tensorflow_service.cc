@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/task_progress.h"
 #include "service/rpc/coordination_requests.h"
 #include "service/rpc/device_info.h"
 
@@ -81,8 +82,17 @@ grpc::ServerUnaryReactor* TensorflowCoordinationService::Heartbeat(
   auto task = ResolveLegacy(request->has_source_task(), request->source_task(), request->job(),
                             request->task());
   if (!task.ok()) return call->Reply(task.status());
-  return requests::Heartbeat(call, backend_, *task, request->incarnation(),
-                             [response](uint64_t i) { response->set_leader_incarnation(i); });
+  TaskProgress progress;
+  if (request->has_cohort_progress()) {
+    const tensorflow::CohortTaskProgress& wire = request->cohort_progress();
+    if (wire.has_step()) progress.step = wire.step();
+    if (wire.has_busy_seconds_per_step()) {
+      progress.busy_seconds_per_step = wire.busy_seconds_per_step();
+    }
+  }
+  return requests::Heartbeat(
+      call, backend_, *task, request->incarnation(),
+      [response](uint64_t i) { response->set_leader_incarnation(i); }, progress);
 }
 
 grpc::ServerUnaryReactor* TensorflowCoordinationService::WaitForAllTasks(

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/coordination_agent.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/service/integration/test_server.h"
@@ -192,6 +193,35 @@ TEST_F(CohortctlTest, BarrierCancelAndReportErrorReachTheTasks) {
     }
   }
   EXPECT_TRUE(found) << json.dump();
+}
+
+TEST_F(CohortctlTest, TasksShowTheProgressTheirHeartbeatsCarried) {
+  ConnectWorkers();
+  ASSERT_TRUE(
+      coordinator_.service()
+          .Heartbeat(TaskName{"worker", 0}, agents_[0]->incarnation(), TaskProgress{1234, 0.375})
+          .ok());
+  Result table = Run({"tasks"});
+  EXPECT_NE(table.out.find("STEP"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("BUSY S/STEP"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("1234"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("0.375"), std::string::npos) << table.out;
+
+  auto json = nlohmann::json::parse(Run({"-o", "json", "tasks"}).out);
+  int seen = 0;
+  for (const auto& task : json) {
+    if (task["job"] != "worker") continue;
+    ++seen;
+    if (task["task"] == 0) {
+      EXPECT_EQ(task["step"], 1234) << task.dump();
+      EXPECT_EQ(task["busy_seconds_per_step"], 0.375) << task.dump();
+    } else {
+      // Its heartbeats carried none: no fields, rather than zeros.
+      EXPECT_FALSE(task.contains("step")) << task.dump();
+      EXPECT_FALSE(task.contains("busy_seconds_per_step")) << task.dump();
+    }
+  }
+  EXPECT_EQ(seen, 2) << json.dump();
 }
 
 TEST_F(CohortctlTest, StatusSaysWhatTheJobIsDoingInTermsANewcomerReads) {

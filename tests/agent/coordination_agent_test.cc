@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "agent/grpc_status.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
@@ -495,6 +497,40 @@ TEST_F(AgentTest, AReasonThatIsNoneIsRefusedAndNothingIsReported) {
   auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ(states->front().state, TaskState::kConnected);
+}
+
+TEST_F(AgentTest, HeartbeatsCarryTheProgressLastSetAndTheCoordinatorKeepsIt) {
+  StartCoordinator(Config(1));
+  std::vector<ErrorLog> logs(1);
+  auto agents = ConnectAll(1, &logs);
+  auto progress = [&] {
+    auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
+    return states.ok() ? states->front().progress : TaskProgress{};
+  };
+  agents[0]->SetProgress(TaskProgress{5, 1.25});
+  ASSERT_TRUE(Eventually([&] { return progress() == TaskProgress{5, 1.25}; }));
+  agents[0]->SetProgress(TaskProgress{6, std::nullopt});
+  ASSERT_TRUE(Eventually([&] { return progress() == TaskProgress{6, std::nullopt}; }));
+}
+
+TEST_F(AgentTest, AProgressThatIsNotValidIsNotSentAndTheTaskStaysConnected) {
+  StartCoordinator(Config(1));
+  std::vector<ErrorLog> logs(1);
+  auto agents = ConnectAll(1, &logs);
+  agents[0]->SetProgress(TaskProgress{5, 1.0});
+  ASSERT_TRUE(Eventually([&] {
+    auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
+    return states.ok() && states->front().progress == TaskProgress{5, 1.0};
+  }));
+
+  agents[0]->SetProgress(TaskProgress{-1, std::numeric_limits<double>::quiet_NaN()});
+  const int sent = heartbeats_[0].Sent();
+  ASSERT_TRUE(heartbeats_[0].WaitForSucceeded(sent + 3));
+  auto states = coordinator_->service().GetTaskStates({{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().progress, (TaskProgress{5, 1.0}));
+  EXPECT_EQ(agents[0]->state(), AgentState::kConnected);
+  EXPECT_EQ(logs[0].Count(), 0);
 }
 
 TEST_F(AgentTest, AHungTaskIsDetectedByHeartbeatTimeoutAndTheOthersAreTold) {

@@ -24,23 +24,26 @@ if [[ ! -x "$ROOT/.venv/bin/py-spy" ]]; then
 fi
 cluster_up
 
-# job NS NAME [HANG_AT_STEP]: the example as a job of three workers, 12 steps, hang detection on.
+# job NS NAME STEPS [ENV=VALUE...]: the example as a job of three workers, hang detection on,
+# and a straggler named after 10 s at 1.5 times the others' pace (unless STRAGGLERS=default).
 job() {
-  local hang=${3:+"            - {name: HANG_AT_STEP, value: \"$3\"}"}
-  python3 - "$WORK/jax-cpu.yaml" "$2" "$hang" >"$WORK/$2.yaml" <<'PY'
+  python3 - "$WORK/jax-cpu.yaml" "$2" "$3" "${@:4}" >"$WORK/$2.yaml" <<'PY'
 import sys
-text, name, hang = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+text, name, steps = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+env = dict(a.split("=", 1) for a in sys.argv[4:])
+stragglers = "" if env.pop("STRAGGLERS", "") == "default" else "    stragglers: {ratio: 1.5, for: 10s}\n"
 text = text.replace("name: jax-cpu\n", f"name: {name}\n").replace("replicas: 4", "replicas: 3")
 text = text.replace("  failurePolicy:\n    maxRestarts: 2\n", """  failurePolicy:
     maxRestarts: 0
     progressTimeout: 20s
-    rules:
+""" + stragglers + """    rules:
       - {action: RestartGangUncounted, onReasons: [Hang]}
   sidecar:
     stackDumps: true
 """)
-env = "          env:\n            - {name: STEPS, value: \"12\"}\n" + (hang + "\n" if hang else "")
-text = text.replace("          command: [", env + "          command: [", 1)
+env["STEPS"] = steps
+lines = "".join(f'            - {{name: {k}, value: "{v}"}}\n' for k, v in env.items())
+text = text.replace("          command: [", "          env:\n" + lines + "          command: [", 1)
 print(text, end="")
 PY
   "$KUBECTL" -n "$1" apply -f "$WORK/$2.yaml" >/dev/null
@@ -62,8 +65,10 @@ save_logs() {
 add_namespace "hang-$$" privileged
 operator_for "hang-$$" operator-hang
 HANG_OPERATOR=$STARTED
-job "hang-$$" hung 1:4
-job "hang-$$" healthy
+# The hung job's straggler rule is the default (2 minutes): its stuck task, busy and stepless,
+# would otherwise be named a straggler before its hang is reported.
+job "hang-$$" hung 12 HANG_AT_STEP=1:4 STRAGGLERS=default
+job "hang-$$" healthy 12
 
 # The first gang's worker 1, its sidecar's log followed to its end (its pod is made anew by the
 # restart).
@@ -135,5 +140,51 @@ fi
 # second) and the report after the stacks were recorded.
 echo "measured: $(grep -h "workload is stalled" "$first" | head -n 1)"
 echo "measured: $(grep -h "reporting to the coordinator" "$first" | head -n 1 | cut -c1-160)"
+
+# ---- A straggler: process 2 computes at half speed; the others wait for it at each step's
+# barrier. It is named in an Event and in the operator's metric; the job still succeeds.
+job "hang-$$" slow 40 SLOW_PROCESS=2
+straggler_event() {
+  "$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=slow,reason=Straggler \
+    -o jsonpath='{.items[0].message}' 2>/dev/null
+}
+port=$(http_port "$HANG_OPERATOR")
+score() {
+  curl -s --max-time 2 "127.0.0.1:$port/metrics" |
+    awk '/^cohort_task_straggler_score\{.*cjob="slow".*worker="2"/ {print $2}'
+}
+# Worker 2's score, read while the job runs (the operator serves it for running jobs only).
+best=""
+named() {
+  local s
+  s=$(score)
+  [[ -n "$s" ]] && best=$s
+  [[ -n "$(straggler_event)" ]] || ended "hang-$$" slow
+}
+if until_true 300 named; then
+  event=$(straggler_event)
+  echo "the straggler's Event: $event"
+  if [[ "$event" == "worker 2 is a straggler: its steps take it "* ]]; then
+    pass "the half-speed worker is named in an Event (Straggler)"
+  else
+    fail "the straggler's Event" "${event:-none; the job ended $(phase "hang-$$" slow)}"
+  fi
+fi
+got=$best
+echo "measured: worker 2's cohort_task_straggler_score ${got:-absent}"
+if [[ -n "$got" ]] && awk -v s="$got" 'BEGIN { exit !(s >= 1.5) }'; then
+  pass "cohort_task_straggler_score names worker 2 ($got)"
+else
+  fail "worker 2's straggler score" "${got:-absent}"
+fi
+until_true 300 ended "hang-$$" slow
+got="$(field_in "hang-$$" cjob/slow '{.status.phase} {.status.restarts}')"
+[[ "$got" == "Succeeded 0" ]] && pass "the job with a straggler succeeds ($got)" || fail "the slow job's end" "$got"
+others=$("$KUBECTL" -n "hang-$$" get events --field-selector reason=Straggler -o jsonpath='{range .items[*]}{.involvedObject.name} {end}')
+if [[ "$others" == "slow " ]]; then
+  pass "no straggler named in the healthy or the hung job"
+else
+  fail "Straggler Events only for the slow job" "$others"
+fi
 stop_operator "$HANG_OPERATOR"
 finish

@@ -292,6 +292,19 @@ operator_for() {
   OPERATOR_PIDS+=("$STARTED")
 }
 
+# http_port PID: the port an operator started with --http-listen 127.0.0.1:0 serves /metrics on,
+# from the socket table once it listens. Port 0, not fixed ports: those could be free_port's
+# (tests/support/free_port.py) for a test running beside this one (run.sh's lanes).
+listen_port() { ss -Hltnp 2>/dev/null | awk -v p="pid=$1," 'index($0, p) { n = split($4, a, ":"); print a[n]; exit }'; }
+http_port() {
+  local port deadline=$((SECONDS + 30))
+  until port=$(listen_port "$1") && [[ -n "$port" ]]; do
+    ((SECONDS < deadline)) || { echo "  operator $1 does not listen" >&2; return 1; }
+    sleep 0.2
+  done
+  echo "$port"
+}
+
 coordinator_pid() {
   local uid init child
   uid=$("$KUBECTL" -n "${2:-$NS}" get pod "$1-coordinator" -o jsonpath='{.metadata.uid}' 2>/dev/null)

@@ -20,18 +20,6 @@ CTL_DIAL_TIMEOUT=10s
 
 # metric PORT NAME: the value of an unlabelled sample on an operator's /metrics, or nothing.
 metric() { curl -s --max-time 2 "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
-# http_port PID: the port an operator started with --http-listen 127.0.0.1:0 serves /metrics on,
-# from the socket table once it listens. Port 0, not fixed ports: those could be free_port's
-# (tests/support/free_port.py) for a test running beside this one (run.sh's lanes).
-listen_port() { ss -Hltnp 2>/dev/null | awk -v p="pid=$1," 'index($0, p) { n = split($4, a, ":"); print a[n]; exit }'; }
-http_port() {
-  local port deadline=$((SECONDS + 30))
-  until port=$(listen_port "$1") && [[ -n "$port" ]]; do
-    ((SECONDS < deadline)) || { echo "  operator $1 does not listen" >&2; return 1; }
-    sleep 0.2
-  done
-  echo "$port"
-}
 # The host process of a pod's workload container (the pod runner runs containers as
 # processes; the agent example is the workload in these jobs).
 workload_pid() {

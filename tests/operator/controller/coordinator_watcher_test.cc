@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 #include "operator/controller/certificates.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
@@ -121,6 +122,8 @@ class CoordinatorWatcherTlsTest : public ::testing::Test {
     options.pem_private_key = certs_.client_key;
     config.credentials = grpc::SslCredentials(options);
     config.tls_server_name = kServerName;
+    // Soon after a SetProgress, the coordinator has it.
+    config.heartbeat_interval = absl::Milliseconds(200);
     ASSERT_TRUE(agent->Initialize(config, [](const absl::Status&) {}).ok());
     absl::Status connected = agent->Connect();
     ASSERT_TRUE(connected.ok()) << connected << "\ncoordinator: " << ReadFileOrEmpty(log_);
@@ -181,6 +184,37 @@ TEST_F(CoordinatorWatcherTlsTest, ATasksErrorReachesTheViewWithItsReason) {
   EXPECT_EQ(view->errors[0].code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));
   EXPECT_EQ(view->errors[0].reason, FailureReason::kHang);
   watcher.StopAll();
+}
+
+TEST_F(CoordinatorWatcherTlsTest, ATasksProgressReachesTheViewWithoutWakingTheController) {
+  CoordinationAgent agent;
+  ConnectTask(&agent);
+  if (HasFatalFailure()) return;
+
+  std::atomic<int> changes{0};
+  CoordinatorWatcher watcher(absl::Milliseconds(100), [&](const std::string&) { ++changes; });
+  watcher.Watch("ml/train", Address(), 0, {kToken, certs_, kServerName});
+  ASSERT_TRUE(Eventually([&] { return changes.load() >= 1; })) << ReadFileOrEmpty(log_);
+  const int woken = changes.load();
+  std::optional<CoordinatorView> view = watcher.View("ml/train", 0);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_TRUE(view->progress.empty());
+
+  agent.SetProgress(TaskProgress{17, 0.5});
+  ASSERT_TRUE(Eventually([&] {
+    view = watcher.View("ml/train", 0);
+    return view && view->progress.count("/job:worker/task:0") == 1;
+  })) << ReadFileOrEmpty(log_);
+  EXPECT_EQ(view->progress.at("/job:worker/task:0"), (TaskProgress{17, 0.5}));
+  agent.SetProgress(TaskProgress{18, 0.5});
+  ASSERT_TRUE(Eventually([&] {
+    view = watcher.View("ml/train", 0);
+    return view && view->progress["/job:worker/task:0"].step == 18;
+  }));
+  // Progress moves with every heartbeat: it is kept in the view, but wakes no one.
+  EXPECT_EQ(changes.load(), woken);
+  watcher.StopAll();
+  EXPECT_TRUE(agent.Shutdown().ok());
 }
 
 }  // namespace

@@ -14,15 +14,16 @@ from pathlib import Path
 
 # Project and library headers a plan file may include, and the files allowed each extra.
 # common/failure_reason.h: the coordinator's typed reasons, a plain enum (header-only).
+# common/task_progress.h: a task's step and busy seconds per step, a plain struct (header-only).
 ALLOWED_PREFIXES = ("operator/api/", "operator/plan/", "absl/", "nlohmann/",
-                    "common/failure_reason.h")
+                    "common/failure_reason.h", "common/task_progress.h")
 EXTRA = {
     "yaml-cpp/": {"children_coordinator_config.cc"},  # the coordinator's ConfigMap
     "openssl/evp.h": {"spec_change.cc", "kueue.cc"},  # SHA-256 of a spec, SHA-1 of a name
 }
 ALLOWED_SYSTEM = {"algorithm", "cstdint", "initializer_list", "limits", "map", "optional",
                   "set", "string", "utility", "vector", "functional", "tuple", "cstddef",
-                  "array", "memory", "string_view"}
+                  "array", "memory", "string_view", "cmath"}
 # Calls that read a clock or make randomness: the plan takes `Observed::now` and the
 # controller's fresh token and certificates as inputs.
 FORBIDDEN_CALLS = re.compile(r"absl::Now\(|::now\(\)|\brand\(|random_device|getrandom|"

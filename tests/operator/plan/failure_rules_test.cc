@@ -425,7 +425,8 @@ TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItR
       1,
       {{"/job:sidecar/task:1", true, 14, "workload exited", FailureReason::kWorkloadExit}},
       std::nullopt,
-      {{0, 100}, {1, 111}}};
+      {{0, 100}, {1, 111}},
+      {}};
   Plan plan = PlanJob(job, o, OperatorSettings{});
   ASSERT_EQ(plan.status.phase, phase::kRunning)
       << (Find(plan, kConditionFailed) ? Find(plan, kConditionFailed)->message : "");
@@ -479,7 +480,7 @@ TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItR
   plan = PlanJob(job, back, OperatorSettings{});
   EXPECT_FALSE(plan.failure_seen) << "the old task's error is the restart's";
   EXPECT_EQ(plan.status.restarting_workers.size(), 1u);
-  back.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 222}}};
+  back.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 222}}, {}};
   plan = PlanJob(job, back, OperatorSettings{});
   EXPECT_TRUE(plan.status.restarting_workers.empty());
   EXPECT_EQ(plan.events.back().reason, "WorkerRejoined");
@@ -490,7 +491,7 @@ TEST(FailureRulesTest, AWorkerRestartedAloneIsReplacedWhileTheGangRunsOnUntilItR
     ObservedPod failed_successor = successor;
     failed_successor.phase = "Failed";
     Observed ended = Gang(failed_successor);
-    ended.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 111}}};
+    ended.coordinator = CoordinatorView{2, {}, std::nullopt, {{0, 100}, {1, 111}}, {}};
     ASSERT_EQ(job.status.restarting_workers.size(), 1u);
     auto failed_plan = PlanJob(job, ended, OperatorSettings{});
     EXPECT_TRUE(failed_plan.status.restarting_workers.empty());

@@ -222,7 +222,7 @@ TEST(JobPlanTest, AllWorkersRunningMakesTheJobRunning) {
 
 TEST(JobPlanTest, CoordinatorViewGivesRegisteredTasks) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
-  o.coordinator = CoordinatorView{2, {}, std::nullopt, {}};
+  o.coordinator = CoordinatorView{2, {}, std::nullopt, {}, {}};
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.tasks.registered, 2);
   EXPECT_FALSE(plan.failure_seen);
@@ -344,6 +344,7 @@ TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
       1,
       {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79", FailureReason::kGpuFault}},
       std::nullopt,
+      {},
       {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
@@ -361,6 +362,7 @@ TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {
       0,
       {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79", FailureReason::kGpuFault}},
       std::nullopt,
+      {},
       {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
@@ -377,6 +379,7 @@ TEST(JobPlanTest, ASidecarsReportOfAPermanentExitStillFailsTheJob) {
       {{"/job:sidecar/task:0", true, 14, "/job:worker/task:0 failed: workload exited",
         FailureReason::kWorkloadExit}},
       std::nullopt,
+      {},
       {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 #include "service/core/errors.h"
 #include "tests/service/core/callback_result.h"
@@ -459,6 +460,77 @@ TEST_F(HeartbeatTest, HeartbeatShortlyAfterAResetIsStillAccepted) {
   EXPECT_TRUE(service_->Heartbeat(kW0, 1).ok());
   Advance(kTimeout);
   EXPECT_EQ(service_->Heartbeat(kW0, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- Progress on heartbeats (in memory only) -----------------------------------------
+
+TEST_F(HeartbeatTest, AHeartbeatsProgressIsTheTasksAndOneWithoutProgressLeavesTheLast) {
+  RegisterWorkers();
+  EXPECT_TRUE(Info(kW0).progress.empty());
+
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1, TaskProgress{120, 0.25}).ok());
+  EXPECT_EQ(Info(kW0).progress, (TaskProgress{120, 0.25}));
+  EXPECT_TRUE(Info(kW1).progress.empty());
+
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1).ok());
+  EXPECT_EQ(Info(kW0).progress, (TaskProgress{120, 0.25}));
+
+  // A newer one replaces it whole, a field it lacks included.
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1, TaskProgress{121, std::nullopt}).ok());
+  EXPECT_EQ(Info(kW0).progress, (TaskProgress{121, std::nullopt}));
+}
+
+TEST_F(HeartbeatTest, AHeartbeatThatDoesNotCountKeepsNoProgress) {
+  EXPECT_FALSE(service_->Heartbeat(kW0, 1, TaskProgress{5, 1.0}).ok());
+  EXPECT_TRUE(Info(kW0).progress.empty());
+
+  RegisterWorkers();
+  ASSERT_TRUE(service_->ReportError(kW1, absl::InternalError("oom")).ok());
+  EXPECT_FALSE(service_->Heartbeat(kW1, 1, TaskProgress{5, 1.0}).ok());
+  EXPECT_TRUE(Info(kW1).progress.empty());
+}
+
+TEST_F(HeartbeatTest, ProgressIsClearedWhenTheTaskIsReset) {
+  RegisterWorkers();
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1, TaskProgress{7, 0.5}).ok());
+
+  ASSERT_TRUE(service_->ResetTask(kW0).ok());
+
+  EXPECT_TRUE(Info(kW0).progress.empty());
+}
+
+TEST_F(HeartbeatTest, ProgressIsClearedWhenTheTasksShutDown) {
+  RegisterWorkers();
+  for (const TaskName& task : {kW0, kW1, kW2}) {
+    ASSERT_TRUE(service_->Heartbeat(task, 1, TaskProgress{7, 0.5}).ok());
+  }
+
+  std::vector<StatusResult> shutdowns;
+  for (const TaskName& task : {kW0, kW1, kW2}) shutdowns.push_back(Shutdown(task));
+
+  for (const StatusResult& r : shutdowns) {
+    ASSERT_TRUE(r.fired());
+    ASSERT_TRUE(r.value().ok()) << r.value();
+  }
+  for (const TaskName& task : {kW0, kW1, kW2}) EXPECT_TRUE(Info(task).progress.empty());
+}
+
+TEST_F(RecoverableJobTest, ProgressIsClearedWhenTheTaskRegistersAnew) {
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1, TaskProgress{300, 2.0}).ok());
+
+  // The same incarnation again (a retry whose answer was lost): the same run, kept.
+  StatusResult retry = Register(kW0, 1);
+  ASSERT_TRUE(retry.fired());
+  ASSERT_TRUE(retry.value().ok()) << retry.value();
+  EXPECT_EQ(Info(kW0).progress, (TaskProgress{300, 2.0}));
+
+  StatusResult again = Register(kW0, 2);
+  ASSERT_TRUE(again.fired());
+  ASSERT_TRUE(again.value().ok()) << again.value();
+  EXPECT_TRUE(Info(kW0).progress.empty());
+  // The old incarnation's heartbeats bring none back.
+  ASSERT_TRUE(service_->Heartbeat(kW0, 1, TaskProgress{301, 2.0}).ok());
+  EXPECT_TRUE(Info(kW0).progress.empty());
 }
 
 // ---- Error propagation ---------------------------------------------------------------

@@ -1,5 +1,6 @@
 // tensorflow.CoordinationService over real gRPC on loopback, with plain generated stubs.
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "tensorflow/coordination_service.grpc.pb.h"
 #include "tests/service/integration/test_server.h"
 #include "tests/support/eventually.h"
@@ -232,16 +234,21 @@ TEST_F(TensorflowProtocolTest, ReportedErrorReachesTheOtherTasksPollForError) {
   EXPECT_EQ(sr.task_state(1).incarnation(), 11u);
 }
 
-// The reason a task's error gets, as the cluster snapshot shows it.
-v1::FailureReason SnapshotReason(TestCoordinator& coordinator, int task_id) {
+// A worker task as the cluster snapshot shows it.
+v1::TaskSnapshot SnapshotTask(TestCoordinator& coordinator, int task_id) {
   auto stub = v1::Coordinator::NewStub(coordinator.Channel());
   v1::ClusterSnapshot snapshot;
   EXPECT_TRUE(stub->GetClusterSnapshot(Deadline().get(), {}, &snapshot).ok());
   for (const v1::TaskSnapshot& task : snapshot.tasks()) {
-    if (task.job() == "worker" && task.task_id() == task_id) return task.reason();
+    if (task.job() == "worker" && task.task_id() == task_id) return task;
   }
   ADD_FAILURE() << "no task " << task_id << " in " << snapshot.DebugString();
-  return v1::FAILURE_REASON_UNSPECIFIED;
+  return v1::TaskSnapshot();
+}
+
+// The reason a task's error gets, as the cluster snapshot shows it.
+v1::FailureReason SnapshotReason(TestCoordinator& coordinator, int task_id) {
+  return SnapshotTask(coordinator, task_id).reason();
 }
 
 TEST_F(TensorflowProtocolTest, AReportsReasonIsTheOneTheTaskStateAndTheSnapshotShow) {
@@ -287,6 +294,76 @@ TEST_F(TensorflowProtocolTest, AReportWithAReasonThatIsNoneIsInvalidArgumentAndC
   EXPECT_EQ((*states)[0].state, TaskState::kConnected);
   EXPECT_TRUE(coordinator_.service().PropagatedError().ok());
   EXPECT_EQ(SnapshotReason(coordinator_, 0), v1::FAILURE_REASON_UNSPECIFIED);
+}
+
+tf::HeartbeatRequest HeartbeatOf(int id, uint64_t incarnation) {
+  tf::HeartbeatRequest hb;
+  *hb.mutable_source_task() = Task(id);
+  hb.set_incarnation(incarnation);
+  return hb;
+}
+
+TEST_F(TensorflowProtocolTest, AHeartbeatsProgressIsKeptAndTheTaskStateAndTheSnapshotShowIt) {
+  RegisterAll();
+  tf::HeartbeatRequest hb = HeartbeatOf(0, 10);
+  hb.mutable_cohort_progress()->set_step(4200);
+  hb.mutable_cohort_progress()->set_busy_seconds_per_step(0.75);
+  tf::HeartbeatResponse response;
+  ASSERT_TRUE(stub_->Heartbeat(Deadline().get(), hb, &response).ok());
+
+  auto states = coordinator_.service().GetTaskStates({{"worker", 0}, {"worker", 1}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0].progress, (TaskProgress{4200, 0.75}));
+  EXPECT_TRUE((*states)[1].progress.empty());
+  v1::TaskSnapshot task = SnapshotTask(coordinator_, 0);
+  ASSERT_TRUE(task.has_step());
+  EXPECT_EQ(task.step(), 4200);
+  ASSERT_TRUE(task.has_busy_seconds_per_step());
+  EXPECT_EQ(task.busy_seconds_per_step(), 0.75);
+  // A task whose heartbeats carried none: the fields are absent, not 0.
+  v1::TaskSnapshot other = SnapshotTask(coordinator_, 1);
+  EXPECT_FALSE(other.has_step());
+  EXPECT_FALSE(other.has_busy_seconds_per_step());
+
+  // A TSL client's heartbeat, which has no progress: the last one stays.
+  ASSERT_TRUE(stub_->Heartbeat(Deadline().get(), HeartbeatOf(0, 10), &response).ok());
+  EXPECT_EQ(SnapshotTask(coordinator_, 0).step(), 4200);
+}
+
+TEST_F(TensorflowProtocolTest, AHeartbeatWithProgressThatIsNotValidIsInvalidArgumentAndNotCounted) {
+  RegisterAll();
+  tf::HeartbeatRequest valid = HeartbeatOf(0, 10);
+  valid.mutable_cohort_progress()->set_step(10);
+  valid.mutable_cohort_progress()->set_busy_seconds_per_step(1.5);
+  tf::HeartbeatResponse response;
+  ASSERT_TRUE(stub_->Heartbeat(Deadline().get(), valid, &response).ok());
+  auto last_heartbeat = [this] {
+    auto states = coordinator_.service().GetTaskStates({{"worker", 0}});
+    return states.ok() ? (*states)[0].last_heartbeat : absl::InfinitePast();
+  };
+  const absl::Time counted = last_heartbeat();
+
+  std::vector<tf::CohortTaskProgress> invalid(5);
+  invalid[0].set_step(-1);
+  invalid[1].set_busy_seconds_per_step(-0.5);
+  invalid[2].set_busy_seconds_per_step(std::numeric_limits<double>::quiet_NaN());
+  invalid[3].set_busy_seconds_per_step(std::numeric_limits<double>::infinity());
+  invalid[4].set_step(11);  // a valid step does not save an invalid busy time
+  invalid[4].set_busy_seconds_per_step(-std::numeric_limits<double>::infinity());
+  for (const tf::CohortTaskProgress& progress : invalid) {
+    tf::HeartbeatRequest hb = HeartbeatOf(0, 10);
+    *hb.mutable_cohort_progress() = progress;
+    grpc::Status s = stub_->Heartbeat(Deadline().get(), hb, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << progress.DebugString();
+    EXPECT_NE(s.error_message().find("the heartbeat was not counted"), std::string::npos)
+        << s.error_message();
+  }
+
+  auto states = coordinator_.service().GetTaskStates({{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0].state, TaskState::kConnected);
+  EXPECT_EQ((*states)[0].progress, (TaskProgress{10, 1.5}));
+  EXPECT_EQ(last_heartbeat(), counted);
 }
 
 TEST_F(TensorflowProtocolTest, WaitForAllTasksConcatenatesDevicesInTaskOrder) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 
 namespace cohort::local_task_table_test {
@@ -39,6 +40,34 @@ TEST(LocalTaskTableTest, HeartbeatOfARegisteredTaskIsAnsweredHere) {
   ASSERT_TRUE(here.has_value());
   EXPECT_EQ(here->answer.code(), absl::StatusCode::kAborted);
   EXPECT_FALSE(here->forward);
+}
+
+TEST(LocalTaskTableTest, TheProgressOfARegisteredTasksHeartbeatsIsKeptToForward) {
+  LocalTaskTable table;
+  UpstreamLink link("coordinator:1", absl::Seconds(10));
+  ASSERT_TRUE(table.Register(kWorker, 7).has_value());
+  EXPECT_TRUE(table.Progress(kWorker).empty());
+
+  auto here = table.HeartbeatHere(link, kWorker, 7, TaskProgress{3, 0.5});
+  ASSERT_TRUE(here.has_value());
+  EXPECT_EQ(here->progress, (TaskProgress{3, 0.5}));
+  EXPECT_EQ(table.Progress(kWorker), (TaskProgress{3, 0.5}));
+
+  // A heartbeat without progress: the last one stays, and is what is forwarded.
+  here = table.HeartbeatHere(link, kWorker, 7);
+  ASSERT_TRUE(here.has_value());
+  EXPECT_EQ(here->progress, (TaskProgress{3, 0.5}));
+
+  // Not registered here as that: the coordinator answers, and nothing is kept here.
+  EXPECT_FALSE(table.HeartbeatHere(link, kWorker, 8, TaskProgress{99, 9.0}).has_value());
+  EXPECT_EQ(table.Progress(kWorker), (TaskProgress{3, 0.5}));
+
+  // Registered anew: another run, with no progress yet.
+  table.Register(kWorker, 8);
+  EXPECT_TRUE(table.Progress(kWorker).empty());
+  table.HeartbeatHere(link, kWorker, 8, TaskProgress{1, 0.25});
+  table.Leave(kWorker);
+  EXPECT_TRUE(table.Progress(kWorker).empty());
 }
 
 TEST(LocalTaskTableTest, HeartbeatAfterTheLinkEndedGetsItsFailure) {

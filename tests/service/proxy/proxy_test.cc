@@ -15,6 +15,7 @@
 #include "agent/coordination_agent.h"
 #include "agent/grpc_status.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 #include "service/core/errors.h"
 #include "service/proxy/proxy_server.h"
@@ -374,6 +375,60 @@ TEST_F(ProxyTest, AReportsReasonReachesTheCoordinatorAndItsSnapshotThroughThePro
       stub->GetClusterSnapshot(Deadline().get(), v1::GetClusterSnapshotRequest(), &snapshot).ok());
   ASSERT_EQ(snapshot.tasks_size(), 1);
   EXPECT_EQ(snapshot.tasks(0).reason(), v1::FAILURE_REASON_WORKLOAD_EXIT);
+}
+
+// A task registered through the proxy has its heartbeats answered here; the heartbeats the
+// proxy sends the coordinator for it carry the progress the task's last carried.
+TEST_F(ProxyTest, AnAgentsProgressReachesTheCoordinatorInTheHeartbeatsTheProxySends) {
+  Start(1);
+  CoordinationAgent* a = Agent(0);
+  ASSERT_TRUE(a->Connect().ok());
+  auto progress_at_coordinator = [&] {
+    auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 0}});
+    return states.ok() ? states->front().progress : TaskProgress{};
+  };
+  a->SetProgress(TaskProgress{42, 0.5});
+  ASSERT_TRUE(Eventually([&] {
+    return progress_at_coordinator() == TaskProgress{42, 0.5};
+  })) << "step "
+      << progress_at_coordinator().step.value_or(-1);
+  a->SetProgress(TaskProgress{43, 0.625});
+  ASSERT_TRUE(Eventually([&] { return progress_at_coordinator() == TaskProgress{43, 0.625}; }));
+
+  // The snapshot read through the proxy shows it too.
+  auto stub = v1::Coordinator::NewStub(ProxyChannel());
+  v1::ClusterSnapshot snapshot;
+  ASSERT_TRUE(
+      stub->GetClusterSnapshot(Deadline().get(), v1::GetClusterSnapshotRequest(), &snapshot).ok());
+  ASSERT_EQ(snapshot.tasks_size(), 1);
+  EXPECT_EQ(snapshot.tasks(0).step(), 43);
+  EXPECT_EQ(snapshot.tasks(0).busy_seconds_per_step(), 0.625);
+}
+
+TEST_F(ProxyTest, AHeartbeatOfATaskNotRegisteredHereIsForwardedWithItsProgress) {
+  Start(1);
+  // Registered at the coordinator itself, not through the proxy.
+  tf::RegisterTaskRequest reg;
+  reg.mutable_source_task()->set_job_name("worker");
+  reg.mutable_source_task()->set_task_id(0);
+  reg.set_incarnation(5);
+  tf::RegisterTaskResponse registered;
+  ASSERT_TRUE(tf::CoordinationService::NewStub(coordinator_->Channel())
+                  ->RegisterTask(Deadline().get(), reg, &registered)
+                  .ok());
+
+  tf::HeartbeatRequest heartbeat;
+  *heartbeat.mutable_source_task() = reg.source_task();
+  heartbeat.set_incarnation(5);
+  heartbeat.mutable_cohort_progress()->set_step(9);
+  heartbeat.mutable_cohort_progress()->set_busy_seconds_per_step(3.5);
+  tf::HeartbeatResponse beat;
+  grpc::Status sent = tf::CoordinationService::NewStub(ProxyChannel())
+                          ->Heartbeat(Deadline().get(), heartbeat, &beat);
+  ASSERT_TRUE(sent.ok()) << sent.error_message();
+  auto states = coordinator_->service().GetTaskStates({TaskName{"worker", 0}});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->front().progress, (TaskProgress{9, 3.5}));
 }
 
 TEST_F(ProxyTest, ThePodsWaitingCallsShareOneParkStreamToTheCoordinator) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/failure_reason.h"
+#include "common/task_progress.h"
 #include "gtest/gtest.h"
 
 namespace cohort::upstream_requests_test {
@@ -47,6 +48,20 @@ TEST(UpstreamRequestsTest, AReportToTheServiceCarriesTheReasonItsReporterGave) {
       upstream::ReportErrorToService(TaskName{"worker", 1}, absl::InternalError("x"),
                                      FailureReason::kUnspecified, [](const absl::Status&) {});
   EXPECT_EQ(plain.request.cohort_failure_reason(), 0);
+}
+
+TEST(UpstreamRequestsTest, AHeartbeatCarriesTheProgressItIsGivenAndNoneWhenEmpty) {
+  auto r = upstream::Heartbeat(TaskName{"worker", 1}, 7, TaskProgress{12, std::nullopt},
+                               [](const absl::Status&) {});
+  EXPECT_EQ(r.request.incarnation(), 7u);
+  ASSERT_TRUE(r.request.has_cohort_progress());
+  EXPECT_TRUE(r.request.cohort_progress().has_step());
+  EXPECT_EQ(r.request.cohort_progress().step(), 12);
+  EXPECT_FALSE(r.request.cohort_progress().has_busy_seconds_per_step());
+
+  auto plain =
+      upstream::Heartbeat(TaskName{"worker", 1}, 7, TaskProgress{}, [](const absl::Status&) {});
+  EXPECT_FALSE(plain.request.has_cohort_progress());
 }
 
 TEST(UpstreamRequestsTest, AGetWithoutTimeoutIsSharedAndATimedOneHasItsDeadline) {
