@@ -1,6 +1,6 @@
-// cohort-pod-runner stands in for the kubelet on the local cluster's one node: it runs the
-// containers of the pods the scheduler binds to the node as local processes. `local-cluster up`
-// starts it; see tools/README.md.
+// cohort-pod-runner stands in for the kubelet on the local cluster's node (and its spare
+// nodes, all this one host): it runs the containers of the pods the scheduler binds to them
+// as local processes. `local-cluster up` starts it; see tools/README.md.
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,8 @@ func main() {
 	var kubeconfig, nodeIP, podCIDR, pathPrepend string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the runner's identity (required)")
 	flag.StringVar(&cfg.NodeName, "node-name", "local", "name of the Node object")
+	var spareNodes string
+	flag.StringVar(&spareNodes, "spare-nodes", "", "comma-separated names of more Node objects to serve, tainted "+podrunner.SpareNodeKey+"=true:NoSchedule")
 	flag.StringVar(&nodeIP, "node-ip", "10.244.0.1", "the bridge's address: node InternalIP and pod gateway")
 	flag.StringVar(&podCIDR, "pod-cidr", "10.244.0.0/16", "pod addresses")
 	flag.StringVar(&cfg.Bridge, "bridge", "cohort0", "bridge the pod network namespaces join")
@@ -52,6 +55,7 @@ func main() {
 	flag.StringVar(&cpu, "cpu", "32", "CPU the node advertises to the scheduler (a quantity)")
 	flag.StringVar(&memory, "memory", "64Gi", "memory the node advertises to the scheduler (a quantity)")
 	flag.IntVar(&cfg.GPUs, "gpus", 0, "nvidia.com/gpu the node advertises (no devices behind them)")
+	flag.StringVar(&cfg.FakeNVML, "fake-nvml", "", "fake libnvidia-ml.so.1 given to every container, with its node's GPUs (empty: none)")
 	flag.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest grace period for pods when the runner stops")
 	flag.Parse()
 
@@ -77,6 +81,23 @@ func main() {
 	for _, addr := range strings.Split(apiForward, ",") {
 		if addr = strings.TrimSpace(addr); addr != "" {
 			cfg.APIForward = append(cfg.APIForward, addr)
+		}
+	}
+	for _, name := range strings.Split(spareNodes, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if slices.Contains(cfg.Nodes(), name) {
+			log.Fatalf("--spare-nodes: %s is named twice or is --node-name", name)
+		}
+		cfg.SpareNodes = append(cfg.SpareNodes, name)
+	}
+	if cfg.FakeNVML != "" {
+		if cfg.FakeNVML, err = filepath.Abs(cfg.FakeNVML); err != nil {
+			log.Fatalf("--fake-nvml: %v", err)
+		}
+		if _, err := os.Stat(cfg.FakeNVML); err != nil {
+			log.Fatalf("--fake-nvml: %v", err)
 		}
 	}
 	for _, dir := range filepath.SplitList(pathPrepend) {

@@ -23,6 +23,7 @@ const usage = `usage: local-cluster --root REPO COMMAND
   down                     stop everything up started; safe to repeat
   status                   what runs; exit status 0 only when the cluster is up
   logs NS/POD [CONTAINER]  a container's log (--previous: the run before; --path: only the path)
+  nvml-fifo NS/POD         the pod's fake NVML control FIFO (with COHORT_LOCAL_FAKE_NVML at up)
   reset                    down, then delete the cluster's state (etcd data, certificates, logs)
 `
 
@@ -63,6 +64,12 @@ func main() {
 		}
 	case "logs":
 		err = logs(layout, args)
+	case "nvml-fifo":
+		if len(args) != 1 {
+			err = fmt.Errorf("usage: nvml-fifo NS/POD")
+		} else {
+			err = cluster.NVMLControlFIFO(layout, args[0], os.Stdout)
+		}
 	default:
 		flag.Usage()
 		os.Exit(2)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -78,8 +79,8 @@ func coreComponents(l Layout, s Settings) []component {
 		},
 		{
 			// The real scheduler, default profile: it places every pod (the pod runner
-			// only runs what is bound to its node), with CPU, memory and nvidia.com/gpu
-			// counted against what the node advertises.
+			// only runs what is bound to its nodes), with CPU, memory and nvidia.com/gpu
+			// counted against what each node advertises.
 			name:   "kube-scheduler",
 			binary: l.Binary("kube-scheduler"),
 			args: []string{
@@ -118,6 +119,8 @@ func coreComponents(l Layout, s Settings) []component {
 				"--cpu=" + s.NodeCPU,
 				"--memory=" + s.NodeMemory,
 				"--gpus=" + strconv.Itoa(s.NodeGPUs),
+				"--spare-nodes=" + strings.Join(s.SpareNodeNames(), ","),
+				"--fake-nvml=" + s.FakeNVML,
 			},
 		},
 	}

@@ -31,6 +31,13 @@ type Settings struct {
 	NodeCPU    string `json:"nodeCPU"`
 	NodeMemory string `json:"nodeMemory"`
 	NodeGPUs   int    `json:"nodeGPUs"`
+	// SpareNodes is how many more nodes (SpareNodeNames) there are. Each advertises the
+	// same and is tainted, so that only pods that tolerate cohort.dev/spare-node=true:
+	// NoSchedule land there. The one pod runner serves them all, on this one host.
+	SpareNodes int `json:"spareNodes"`
+	// FakeNVML, if set, is the fake libnvidia-ml.so.1 every container gets, with its
+	// node's GPUs and its pod's control FIFO (see tools/README.md).
+	FakeNVML string `json:"fakeNVML,omitempty"`
 	// Addons running besides the core (`up --addons`): AddonKueue, AddonCoscheduling.
 	Addons []string `json:"addons,omitempty"`
 }
@@ -66,6 +73,12 @@ func DefaultSettings(l Layout) (Settings, error) {
 	if s.NodeGPUs, err = envCount("COHORT_LOCAL_NODE_GPUS", 4); err != nil {
 		return s, err
 	}
+	if s.SpareNodes, err = envCountUpTo("COHORT_LOCAL_SPARE_NODES", 0, maxSpareNodes); err != nil {
+		return s, err
+	}
+	if s.FakeNVML, err = fakeNVMLFromEnv(); err != nil {
+		return s, err
+	}
 	for name, q := range map[string]string{"COHORT_LOCAL_NODE_CPU": s.NodeCPU, "COHORT_LOCAL_NODE_MEMORY": s.NodeMemory} {
 		if v, err := resource.ParseQuantity(q); err != nil || v.Sign() <= 0 {
 			return s, fmt.Errorf("%s=%q: want a positive quantity (e.g. 32, 64Gi)", name, q)
@@ -73,6 +86,42 @@ func DefaultSettings(l Layout) (Settings, error) {
 	}
 	_, err = s.Gateway()
 	return s, err
+}
+
+// maxSpareNodes caps COHORT_LOCAL_SPARE_NODES.
+const maxSpareNodes = 8
+
+// SpareNodeNames are the spare nodes' names: NODE-spare-1 to NODE-spare-N.
+func (s Settings) SpareNodeNames() []string {
+	var names []string
+	for i := 1; i <= s.SpareNodes; i++ {
+		names = append(names, s.NodeName+"-spare-"+strconv.Itoa(i))
+	}
+	return names
+}
+
+// NodeNames are every node's name, the main node first.
+func (s Settings) NodeNames() []string {
+	return append([]string{s.NodeName}, s.SpareNodeNames()...)
+}
+
+// fakeNVMLFromEnv reads COHORT_LOCAL_FAKE_NVML: empty, or a file, made absolute.
+func fakeNVMLFromEnv() (string, error) {
+	v := os.Getenv("COHORT_LOCAL_FAKE_NVML")
+	if v == "" {
+		return "", nil
+	}
+	path, err := filepath.Abs(v)
+	if err == nil {
+		var info os.FileInfo
+		if info, err = os.Stat(path); err == nil && info.IsDir() {
+			err = fmt.Errorf("a directory")
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("COHORT_LOCAL_FAKE_NVML=%q: want the fake libnvidia-ml.so.1: %v", v, err)
+	}
+	return path, nil
 }
 
 // Gateway is the bridge's address: node IP, pods' default route and the apiserver.
@@ -131,13 +180,18 @@ func envOr(name, def string) string {
 
 // envCount reads a count of 0 or more.
 func envCount(name string, def int) (int, error) {
+	return envCountUpTo(name, def, 1024)
+}
+
+// envCountUpTo reads a count from 0 to limit.
+func envCountUpTo(name string, def, limit int) (int, error) {
 	v := os.Getenv(name)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 1024 {
-		return 0, fmt.Errorf("%s=%q: want a number from 0 to 1024", name, v)
+	if err != nil || n < 0 || n > limit {
+		return 0, fmt.Errorf("%s=%q: want a number from 0 to %d", name, v, limit)
 	}
 	return n, nil
 }

@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,6 +50,47 @@ func TestNodeCapacityComesFromTheEnvironmentAndBadValuesAreRefused(t *testing.T)
 	}
 	for name, bad := range map[string]string{
 		"COHORT_LOCAL_NODE_GPUS": "-1", "COHORT_LOCAL_NODE_CPU": "lots", "COHORT_LOCAL_NODE_MEMORY": "0",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, bad)
+			if _, err := DefaultSettings(l); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: got %v, want an error naming the variable", name, bad, err)
+			}
+		})
+	}
+}
+
+func TestSpareNodesAndTheFakeNVMLComeFromTheEnvironmentAndReachThePodRunner(t *testing.T) {
+	l := NewLayout(t.TempDir())
+	s, err := DefaultSettings(l)
+	if err != nil || s.SpareNodes != 0 || s.FakeNVML != "" || !slices.Equal(s.NodeNames(), []string{"local"}) {
+		t.Fatalf("defaults %+v, %v", s, err)
+	}
+	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COHORT_LOCAL_SPARE_NODES", "2")
+	t.Setenv("COHORT_LOCAL_FAKE_NVML", lib)
+	if s, err = DefaultSettings(l); err != nil || s.SpareNodes != 2 || s.FakeNVML != lib {
+		t.Fatalf("overrides %+v, %v", s, err)
+	}
+	if got := s.NodeNames(); !slices.Equal(got, []string{"local", "local-spare-1", "local-spare-2"}) {
+		t.Errorf("node names %v", got)
+	}
+	var runner component
+	for _, c := range coreComponents(l, s) {
+		if c.name == "pod-runner" {
+			runner = c
+		}
+	}
+	for _, want := range []string{"--spare-nodes=local-spare-1,local-spare-2", "--fake-nvml=" + lib} {
+		if !slices.Contains(runner.args, want) {
+			t.Errorf("pod runner args %v lack %s", runner.args, want)
+		}
+	}
+	for name, bad := range map[string]string{
+		"COHORT_LOCAL_SPARE_NODES": "9", "COHORT_LOCAL_FAKE_NVML": filepath.Join(t.TempDir(), "missing.so"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, bad)

@@ -15,7 +15,7 @@ import (
 // ErrNotUp is returned by Status when the cluster is not (fully) running.
 var ErrNotUp = fmt.Errorf("local cluster is not up")
 
-// Status prints what runs, where the logs are, and the API's view of the node and pods.
+// Status prints what runs, where the logs are, and the API's view of the nodes and pods.
 func Status(l Layout, out io.Writer) error {
 	s, err := loadSettings(l)
 	if err != nil {
@@ -37,6 +37,9 @@ func Status(l Layout, out io.Writer) error {
 	}
 	namespaces, _ := hostnet.ListNamespaces()
 	fmt.Fprintf(out, "%-24s %s (%s), %d pod network namespaces\n", "bridge "+s.Bridge, bridge, gw, len(namespaces))
+	if s.FakeNVML != "" {
+		fmt.Fprintf(out, "%-24s %s\n", "fake NVML", s.FakeNVML)
+	}
 	if err := apiReady(l, s); err != nil {
 		fmt.Fprintf(out, "%-24s not ready: %v\n", "api "+s.APIServerURL(), err)
 		return ErrNotUp
@@ -48,11 +51,13 @@ func Status(l Layout, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := nodeReady(client, s.NodeName); err != nil {
-		fmt.Fprintf(out, "%-24s %v\n", "node "+s.NodeName, err)
-		up = false
-	} else {
-		fmt.Fprintf(out, "%-24s Ready\n", "node "+s.NodeName)
+	for _, node := range s.NodeNames() {
+		if err := nodeReady(client, node); err != nil {
+			fmt.Fprintf(out, "%-24s %v\n", "node "+node, err)
+			up = false
+		} else {
+			fmt.Fprintf(out, "%-24s Ready\n", "node "+node)
+		}
 	}
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -36,6 +37,7 @@ func Up(l Layout, addons []string, out io.Writer) error {
 	}
 	if s, err := loadSettings(l); err == nil && allRunning(l, s) && apiReady(l, s) == nil {
 		fmt.Fprintf(out, "local-cluster: already up (%s)\n", s.APIServerURL())
+		warnIfNodesDiffer(l, s, out)
 		if missing := withAddons(&s, addons); missing {
 			if err := s.save(filepath.Join(l.Run, "settings.json")); err != nil {
 				return err
@@ -67,9 +69,27 @@ func Up(l Layout, addons []string, out io.Writer) error {
 		_ = Down(l, io.Discard)
 		return err
 	}
-	fmt.Fprintf(out, "local-cluster: up (%s, node %s)\n", s.APIServerURL(), s.NodeName)
+	if spares := s.SpareNodeNames(); len(spares) > 0 {
+		fmt.Fprintf(out, "local-cluster: up (%s, node %s, spare nodes %s)\n", s.APIServerURL(), s.NodeName, strings.Join(spares, ", "))
+	} else {
+		fmt.Fprintf(out, "local-cluster: up (%s, node %s)\n", s.APIServerURL(), s.NodeName)
+	}
 	fmt.Fprintf(out, "KUBECONFIG=%s\n", l.Kubeconfig())
 	return nil
+}
+
+// warnIfNodesDiffer says so when COHORT_LOCAL_SPARE_NODES or COHORT_LOCAL_FAKE_NVML ask
+// for something the running cluster does not have: settings apply when the cluster starts,
+// and a cluster other tests may be using is not restarted for them.
+func warnIfNodesDiffer(l Layout, running Settings, out io.Writer) {
+	_, spares := os.LookupEnv("COHORT_LOCAL_SPARE_NODES")
+	_, nvml := os.LookupEnv("COHORT_LOCAL_FAKE_NVML")
+	want, err := DefaultSettings(l)
+	if err != nil || (!spares || want.SpareNodes == running.SpareNodes) && (!nvml || want.FakeNVML == running.FakeNVML) {
+		return
+	}
+	fmt.Fprintf(out, "local-cluster: warning: the running cluster has %d spare nodes and fake NVML %q; "+
+		"COHORT_LOCAL_SPARE_NODES and COHORT_LOCAL_FAKE_NVML apply only after down\n", running.SpareNodes, running.FakeNVML)
 }
 
 func checkHost() error {
@@ -152,7 +172,14 @@ func startAll(l Layout, s Settings, out io.Writer) error {
 	}
 	for _, c := range coreComponents(l, s) {
 		if c.name == "pod-runner" {
-			return waitFor(l, c, nodeTimeout, func() error { return nodeReady(client, s.NodeName) })
+			return waitFor(l, c, nodeTimeout, func() error {
+				for _, node := range s.NodeNames() {
+					if err := nodeReady(client, node); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
 	}
 	return fmt.Errorf("no pod runner among the components")

@@ -1,10 +1,12 @@
-// Package podrunner stands in for the kubelet of a one-node local cluster: it registers
-// the node, and runs the containers of each pod the scheduler binds to it as local
-// processes, each pod in its own network namespace, reporting status back to the API.
+// Package podrunner stands in for the kubelet of the local cluster: it registers the node
+// (and any spare nodes), and runs the containers of each pod the scheduler binds to one of
+// them as local processes, each pod in its own network namespace, reporting status back to
+// the API.
 package podrunner
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,6 +15,11 @@ import (
 // Config is everything the runner needs to know about its host and cluster.
 type Config struct {
 	NodeName string
+	// SpareNodes are more Node objects the runner serves besides NodeName, with the same
+	// capacity, tainted SpareNodeKey=true:NoSchedule so that only pods that tolerate it
+	// land there. They are all this host: pods on every node share the one pod network and
+	// node IP.
+	SpareNodes []string
 	// NodeIP is the bridge's address: the node's InternalIP, the pods' gateway and the
 	// apiserver address pods use.
 	NodeIP  netip.Addr
@@ -55,6 +62,22 @@ type Config struct {
 	Memory resource.Quantity
 	GPUs   int
 
+	// FakeNVML, if set, is the path of a fake libnvidia-ml.so.1 (tests/sidecar/gpu/fake_nvml).
+	// The runner then plays the NVIDIA container toolkit: each node gets a fake NVML
+	// config describing its GPUs, and every container is pointed at the library, its
+	// node's config and its pod's control FIFO (see nvml.go).
+	FakeNVML string
+
 	// ShutdownGrace caps the termination grace period when the runner itself stops.
 	ShutdownGrace time.Duration
+}
+
+// Nodes are the names of every node the runner serves, the main node first.
+func (c Config) Nodes() []string {
+	return append([]string{c.NodeName}, c.SpareNodes...)
+}
+
+// serves says whether pods bound to the node are the runner's to run.
+func (c Config) serves(node string) bool {
+	return node != "" && slices.Contains(c.Nodes(), node)
 }

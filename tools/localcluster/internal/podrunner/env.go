@@ -40,9 +40,9 @@ func envList(e *environment) []string {
 	return out
 }
 
-// containerEnv builds what a container sees: a base environment (PATH, HOME, HOSTNAME and
-// the in-cluster apiserver address), then envFrom, then env with $(VAR) references
-// expanded. The runner's own environment is not passed on.
+// containerEnv builds what a container sees: a base environment (PATH, HOME, HOSTNAME, the
+// in-cluster apiserver address and, with a fake NVML, its variables), then envFrom, then
+// env with $(VAR) references expanded. The runner's own environment is not passed on.
 func (r *Runner) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, sb *sandbox) (*environment, error) {
 	env := newEnvironment()
 	path := os.Getenv("PATH")
@@ -69,6 +69,7 @@ func (r *Runner) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	env.set("KUBERNETES_SERVICE_PORT", apiPort)
 	env.set("KUBERNETES_SERVICE_PORT_HTTPS", apiPort)
 	env.set("KUBERNETES_PORT", "tcp://"+r.cfg.APIHost+":"+apiPort)
+	r.setFakeNVMLEnv(env, pod, sb)
 
 	for _, from := range c.EnvFrom {
 		if err := r.addEnvFrom(ctx, pod.Namespace, from, env); err != nil {

@@ -26,12 +26,86 @@ const (
 	// GPUResource is advertised as the NVIDIA device plugin would, Config.GPUs of them,
 	// so the scheduler counts GPUs for real; no device stands behind them.
 	GPUResource = v1.ResourceName("nvidia.com/gpu")
+	// SpareNodeKey labels every spare node ("true") and taints it (true:NoSchedule), so
+	// that only pods that tolerate the taint are placed there and other tests sharing the
+	// cluster never see their pods move.
+	SpareNodeKey = "cohort.dev/spare-node"
 )
 
-// nodeAgent keeps the Node object and its Lease alive, as the kubelet does.
+// spareNodeTaint keeps pods off a spare node unless they tolerate it.
+var spareNodeTaint = v1.Taint{Key: SpareNodeKey, Value: "true", Effect: v1.TaintEffectNoSchedule}
+
+// nodeAgent keeps one Node object and its Lease alive, as the kubelet does. The runner
+// has one for its node and one for each spare node.
 type nodeAgent struct {
 	client kubernetes.Interface
 	cfg    Config
+	name   string
+	// spare: the node is one of Config.SpareNodes, labelled and tainted as such.
+	spare bool
+}
+
+// nodeAgents are the agents of every node the runner serves.
+func nodeAgents(client kubernetes.Interface, cfg Config) []*nodeAgent {
+	agents := []*nodeAgent{{client: client, cfg: cfg, name: cfg.NodeName}}
+	for _, name := range cfg.SpareNodes {
+		agents = append(agents, &nodeAgent{client: client, cfg: cfg, name: name, spare: true})
+	}
+	return agents
+}
+
+// newNode is the Node object as the agent creates it: labelled as the kubelet labels its
+// node, and for a spare node also labelled and tainted with SpareNodeKey.
+func (n *nodeAgent) newNode() *v1.Node {
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.name,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": n.name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     runtime.GOARCH,
+			},
+		},
+	}
+	markSpare(node, n.spare)
+	return node
+}
+
+// markSpare gives a spare node its label and taint, and takes them from any other node
+// (a node that was spare under another configuration); true if it changed the node.
+func markSpare(node *v1.Node, spare bool) bool {
+	changed := false
+	_, labelled := node.Labels[SpareNodeKey]
+	switch {
+	case spare && node.Labels[SpareNodeKey] != "true":
+		if node.Labels == nil {
+			node.Labels = map[string]string{}
+		}
+		node.Labels[SpareNodeKey] = "true"
+		changed = true
+	case !spare && labelled:
+		delete(node.Labels, SpareNodeKey)
+		changed = true
+	}
+	var taints []v1.Taint
+	tainted := false
+	for _, t := range node.Spec.Taints {
+		switch {
+		case t.Key != SpareNodeKey:
+			taints = append(taints, t)
+		case spare && !tainted && t.Value == spareNodeTaint.Value && t.Effect == spareNodeTaint.Effect:
+			taints = append(taints, t)
+			tainted = true
+		default:
+			changed = true
+		}
+	}
+	if spare && !tainted {
+		taints = append(taints, spareNodeTaint)
+		changed = true
+	}
+	node.Spec.Taints = taints
+	return changed
 }
 
 func (n *nodeAgent) capacity() v1.ResourceList {
@@ -46,18 +120,11 @@ func (n *nodeAgent) capacity() v1.ResourceList {
 
 func (n *nodeAgent) register(ctx context.Context) error {
 	nodes := n.client.CoreV1().Nodes()
-	node, err := nodes.Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+	node, err := nodes.Get(ctx, n.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		node, err = nodes.Create(ctx, &v1.Node{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: n.cfg.NodeName,
-				Labels: map[string]string{
-					"kubernetes.io/hostname": n.cfg.NodeName,
-					"kubernetes.io/os":       "linux",
-					"kubernetes.io/arch":     runtime.GOARCH,
-				},
-			},
-		}, metav1.CreateOptions{})
+		node, err = nodes.Create(ctx, n.newNode(), metav1.CreateOptions{})
+	} else if err == nil && markSpare(node, n.spare) {
+		node, err = nodes.Update(ctx, node, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return err
@@ -66,6 +133,28 @@ func (n *nodeAgent) register(ctx context.Context) error {
 		return err
 	}
 	return n.renewLease(ctx, node)
+}
+
+// removeStaleSpareNodes deletes the spare nodes an earlier configuration had and this one
+// has not (etcd's data outlives `down`), so that no pod waits on a node nobody serves. The
+// pods bound there are then removed by the pod garbage collector, and a node's Lease goes
+// with the node.
+func removeStaleSpareNodes(ctx context.Context, client kubernetes.Interface, cfg Config) error {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: SpareNodeKey + "=true"})
+	if err != nil {
+		return err
+	}
+	for _, node := range nodes.Items {
+		if cfg.serves(node.Name) {
+			continue
+		}
+		log.Printf("deleting spare node %s: not served any more", node.Name)
+		err := client.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (n *nodeAgent) heartbeat(ctx context.Context) {
@@ -78,20 +167,20 @@ func (n *nodeAgent) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-lease.C:
-			node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+			node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 			if err == nil {
 				err = n.renewLease(ctx, node)
 			}
 			if err != nil && ctx.Err() == nil {
-				log.Printf("node lease: %v", err)
+				log.Printf("node %s lease: %v", n.name, err)
 			}
 		case <-status.C:
-			node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+			node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 			if err == nil {
 				err = n.updateStatus(ctx, node)
 			}
 			if err != nil && ctx.Err() == nil {
-				log.Printf("node status: %v", err)
+				log.Printf("node %s status: %v", n.name, err)
 			}
 		}
 	}
@@ -106,7 +195,7 @@ func (n *nodeAgent) updateStatus(ctx context.Context, node *v1.Node) error {
 	node.Status.Phase = v1.NodeRunning
 	node.Status.Addresses = []v1.NodeAddress{
 		{Type: v1.NodeInternalIP, Address: n.cfg.NodeIP.String()},
-		{Type: v1.NodeHostName, Address: n.cfg.NodeName},
+		{Type: v1.NodeHostName, Address: n.name},
 	}
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(n.cfg.KubeletPort)
 	node.Status.NodeInfo = v1.NodeSystemInfo{
@@ -140,11 +229,11 @@ func (n *nodeAgent) updateStatus(ctx context.Context, node *v1.Node) error {
 func (n *nodeAgent) renewLease(ctx context.Context, node *v1.Node) error {
 	leases := n.client.CoordinationV1().Leases(v1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+	lease, err := leases.Get(ctx, n.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:      n.cfg.NodeName,
+				Name:      n.name,
 				Namespace: v1.NamespaceNodeLease,
 				// As the kubelet does: the Lease goes when the Node goes.
 				OwnerReferences: []metav1.OwnerReference{{
@@ -152,7 +241,7 @@ func (n *nodeAgent) renewLease(ctx context.Context, node *v1.Node) error {
 				}},
 			},
 			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(n.cfg.NodeName),
+				HolderIdentity:       ptr.To(n.name),
 				LeaseDurationSeconds: ptr.To(int32(leaseDuration.Seconds())),
 				RenewTime:            &now,
 			},
@@ -163,7 +252,7 @@ func (n *nodeAgent) renewLease(ctx context.Context, node *v1.Node) error {
 		return err
 	}
 	lease.Spec.RenewTime = &now
-	lease.Spec.HolderIdentity = ptr.To(n.cfg.NodeName)
+	lease.Spec.HolderIdentity = ptr.To(n.name)
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"cohort.dev/tools/localcluster/internal/hostnet"
 )
@@ -23,8 +23,8 @@ import (
 // after the node changes.
 const resyncPeriod = 30 * time.Second
 
-// Runner owns the node: it watches pods and services and keeps one podWorker per pod
-// bound to the node.
+// Runner owns the nodes: it watches pods and services and keeps one podWorker per pod
+// bound to one of its nodes (Config.Nodes).
 type Runner struct {
 	cfg      Config
 	client   kubernetes.Interface
@@ -33,7 +33,7 @@ type Runner struct {
 	bridge   hostnet.Bridge
 	pool     *hostnet.AddressPool
 	hosts    *hostsWriter
-	events   record.EventRecorder
+	events   *nodeEvents
 	// provisioner makes volumes for claims; nil without Config.VolumeDir.
 	provisioner *provisioner
 
@@ -53,7 +53,7 @@ func New(cfg Config, client kubernetes.Interface) *Runner {
 		pool:    hostnet.NewAddressPool(cfg.PodCIDR, cfg.NodeIP),
 		workers: map[types.UID]*podWorker{},
 	}
-	r.events = newEventRecorder(client, cfg.NodeName)
+	r.events = newNodeEvents(client, cfg.Nodes())
 	if cfg.VolumeDir != "" {
 		r.provisioner = &provisioner{client: client, dir: cfg.VolumeDir}
 	}
@@ -70,11 +70,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := forwardAPI(ctx, r.cfg.APIForward, r.cfg.APIServer); err != nil {
 		return fmt.Errorf("apiserver forward: %w", err)
 	}
-	node := &nodeAgent{client: r.client, cfg: r.cfg}
-	if err := node.register(ctx); err != nil {
-		return fmt.Errorf("register node %s: %w", r.cfg.NodeName, err)
+	if err := writeFakeNVMLConfigs(r.cfg); err != nil {
+		return fmt.Errorf("fake NVML: %w", err)
 	}
-	go node.heartbeat(ctx)
+	if err := removeStaleSpareNodes(ctx, r.client, r.cfg); err != nil {
+		return fmt.Errorf("spare nodes: %w", err)
+	}
+	for _, node := range nodeAgents(r.client, r.cfg) {
+		if err := node.register(ctx); err != nil {
+			return fmt.Errorf("register node %s: %w", node.name, err)
+		}
+		go node.heartbeat(ctx)
+	}
 
 	factory := informers.NewSharedInformerFactory(r.client, resyncPeriod)
 	podInformer := factory.Core().V1().Pods()
@@ -110,7 +117,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	log.Printf("pod runner ready on node %s", r.cfg.NodeName)
+	log.Printf("pod runner ready on node %s", strings.Join(r.cfg.Nodes(), ", "))
 
 	<-ctx.Done()
 	r.shutdown()
@@ -156,7 +163,7 @@ func (r *Runner) podChanged(obj any) {
 		return
 	}
 	r.hosts.changed()
-	if pod.Spec.NodeName != r.cfg.NodeName {
+	if !r.cfg.serves(pod.Spec.NodeName) {
 		return
 	}
 	r.mu.Lock()

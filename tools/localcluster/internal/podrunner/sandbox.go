@@ -52,6 +52,9 @@ func newSandbox(ctx context.Context, r *Runner, pod *v1.Pod) (*sandbox, error) {
 		hostNetwork: pod.Spec.HostNetwork,
 		sharedTmp:   underTmp(r.cfg.StateDir) || underTmp(r.cfg.BinDir) || underTmp(r.cfg.InitBinary),
 	}
+	if err := r.makeNVMLControlFIFO(pod, sb); err != nil {
+		return nil, err
+	}
 	if !sb.hostNetwork {
 		addr, err := r.pool.Allocate(string(pod.UID))
 		if err != nil {
