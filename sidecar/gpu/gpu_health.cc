@@ -49,9 +49,30 @@ std::string DescribeXid(uint64_t xid) {
   }
 }
 
+std::string DescribeRecoveryAction(unsigned int action) {
+  // The values of nvmlDeviceGpuRecoveryAction_t.
+  switch (action) {
+    case 0:
+      return "none";
+    case 1:
+      return "GPU reset";
+    case 2:
+      return "node reboot";
+    case 3:
+      return "drain peer-to-peer traffic";
+    case 4:
+      return "drain and reset";
+    default:
+      return "action " + std::to_string(action);
+  }
+}
+
 GpuHealthTracker::GpuHealthTracker(HealthPolicy policy, std::vector<std::string> gpu_uuids,
-                                   HealthListener listener)
-    : policy_(std::move(policy)), listener_(std::move(listener)) {
+                                   HealthListener listener,
+                                   RecoveryActionReader read_recovery_action)
+    : policy_(std::move(policy)),
+      listener_(std::move(listener)),
+      read_recovery_action_(std::move(read_recovery_action)) {
   gpus_.resize(gpu_uuids.size());
   for (size_t index = 0; index < gpu_uuids.size(); ++index) {
     gpus_[index].health.gpu_index = static_cast<int>(index);
@@ -105,19 +126,30 @@ void GpuHealthTracker::Report(int gpu, HealthProblem problem, uint64_t xid,
                               const std::function<bool(GpuState&)>& already_reported) {
   std::lock_guard<std::mutex> report_lock(report_mu_);
   HealthEvent event;
+  bool lost = false;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (gpu < 0 || static_cast<size_t>(gpu) >= gpus_.size()) return;
     GpuState& state = gpus_[gpu];
     if (already_reported(state)) return;
     state.health.healthy = false;
-    state.health.reasons.push_back(reason);
+    lost = state.reported_lost;
     event.gpu_index = gpu;
     event.gpu_uuid = state.health.gpu_uuid;
   }
   event.problem = problem;
   event.xid = xid;
   event.reason = reason;
+  // Asked without the state lock, as the driver may take a while; report_mu_ still keeps
+  // reports in order. A lost GPU answers nothing, so it is not asked.
+  if (read_recovery_action_ && !lost) event.recovery_action = read_recovery_action_(gpu);
+  if (event.recovery_action) {
+    event.reason += "; recovery action: " + DescribeRecoveryAction(*event.recovery_action);
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    gpus_[gpu].health.reasons.push_back(event.reason);
+  }
   if (listener_) listener_(event);
 }
 

@@ -24,17 +24,24 @@ struct HealthPolicy {
 // Called once per new problem (see HealthEvent).
 using HealthListener = std::function<void(const HealthEvent&)>;
 
+// Asks the driver for GPU `gpu`'s recovery action (see HealthEvent::recovery_action); empty
+// when it reports none.
+using RecoveryActionReader = std::function<std::optional<unsigned int>(int gpu)>;
+
 // Decides whether each GPU is healthy from what the sampler and the event watcher observe,
-// and tells the listener about each new problem. It knows no NVML, so tests feed it directly.
+// and tells the listener about each new problem. It knows no NVML, so tests feed it directly;
+// the recovery action of a problem comes from a reader its owner supplies.
 //
 // Thread safety: every method may be called from any thread. The listener is called without
 // the state lock, one call at a time, in the order problems were found; it may call
-// Snapshot().
+// Snapshot(). The reader is called the same way, just before the listener.
 class GpuHealthTracker {
  public:
-  // GPU i has uuid gpu_uuids[i]; reports about other indices are dropped.
-  GpuHealthTracker(HealthPolicy policy, std::vector<std::string> gpu_uuids,
-                   HealthListener listener);
+  // GPU i has uuid gpu_uuids[i]; reports about other indices are dropped. The tracker asks
+  // `read_recovery_action`, when set, once per new problem, except about a GPU it knows to be
+  // lost.
+  GpuHealthTracker(HealthPolicy policy, std::vector<std::string> gpu_uuids, HealthListener listener,
+                   RecoveryActionReader read_recovery_action = nullptr);
 
   // The driver raised XID `xid` on the GPU.
   void OnXid(int gpu, uint64_t xid);
@@ -66,6 +73,7 @@ class GpuHealthTracker {
 
   const HealthPolicy policy_;
   const HealthListener listener_;
+  const RecoveryActionReader read_recovery_action_;
   // Held across a whole Report, so listener calls are serialised and in order.
   std::mutex report_mu_;
   mutable std::mutex state_mu_;
@@ -74,5 +82,10 @@ class GpuHealthTracker {
 
 // A short description of well-known XIDs ("GPU has fallen off the bus"); empty if unknown.
 std::string DescribeXid(uint64_t xid);
+
+// What an NVML recovery action (nvmlDeviceGpuRecoveryAction_t) asks for: "none", "GPU reset",
+// "node reboot", "drain peer-to-peer traffic", "drain and reset"; "action 5" for a value this
+// code does not know.
+std::string DescribeRecoveryAction(unsigned int action);
 
 }  // namespace cohort::gpu

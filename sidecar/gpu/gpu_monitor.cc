@@ -1,12 +1,57 @@
 #include "sidecar/gpu/gpu_monitor.h"
 
 #include <iostream>
+#include <limits>
 #include <utility>
 
 #include "sidecar/gpu/device_query.h"
 #include "sidecar/gpu/gpu_sampler.h"
 
 namespace cohort::gpu {
+namespace {
+
+// A field NVML read, as an unsigned int; empty when it was not read or is no such number.
+std::optional<unsigned int> UnsignedFieldValue(const nvml::FieldValue& field) {
+  if (field.result != nvml::kSuccess) return std::nullopt;
+  unsigned long long value = 0;
+  switch (field.value_type) {
+    case nvml::kValueTypeUnsignedInt:
+      return field.value.as_uint;
+    case nvml::kValueTypeUnsignedShort:
+      return field.value.as_ushort;
+    case nvml::kValueTypeUnsignedLong:
+      value = field.value.as_ulong;
+      break;
+    case nvml::kValueTypeUnsignedLongLong:
+      value = field.value.as_ulonglong;
+      break;
+    case nvml::kValueTypeSignedInt:
+      if (field.value.as_int < 0) return std::nullopt;
+      value = static_cast<unsigned long long>(field.value.as_int);
+      break;
+    case nvml::kValueTypeSignedLongLong:
+      if (field.value.as_longlong < 0) return std::nullopt;
+      value = static_cast<unsigned long long>(field.value.as_longlong);
+      break;
+    default:  // a double, or a type newer than this code
+      return std::nullopt;
+  }
+  if (value > std::numeric_limits<unsigned int>::max()) return std::nullopt;
+  return static_cast<unsigned int>(value);
+}
+
+// NVML's recovery action for the GPU; empty on a driver without nvmlDeviceGetFieldValues or
+// without the field, and when the GPU cannot answer.
+std::optional<unsigned int> ReadRecoveryAction(const NvmlApi& api, nvml::Device device) {
+  if (api.device_get_field_values == nullptr || device == nullptr) return std::nullopt;
+  nvml::FieldValue field = {};
+  field.field_id = nvml::kFieldIdGpuRecoveryAction;
+  field.scope_id = 0;
+  if (api.device_get_field_values(device, 1, &field) != nvml::kSuccess) return std::nullopt;
+  return UnsignedFieldValue(field);
+}
+
+}  // namespace
 
 GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options)) {
   inventory_.library_path = NvmlLibrary::ResolvePath(options_.library_path);
@@ -38,8 +83,13 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
 
   std::vector<std::string> uuids;
   for (const GpuInfo& gpu : inventory_.gpus) uuids.push_back(gpu.uuid);
-  health_ = std::make_unique<GpuHealthTracker>(options_.health_policy, std::move(uuids),
-                                               options_.on_health_event);
+  // The tracker does not ask about a GPU it knows to be lost. One lost unnoticed answers
+  // NVML_ERROR_GPU_IS_LOST here, which leaves the action empty, and the next sample finds it.
+  health_ = std::make_unique<GpuHealthTracker>(
+      options_.health_policy, std::move(uuids), options_.on_health_event, [this](int gpu) {
+        if (static_cast<size_t>(gpu) >= devices_.size()) return std::optional<unsigned int>();
+        return ReadRecoveryAction(library_->api(), devices_[gpu]);
+      });
   lost_.assign(inventory_.gpus.size(), false);
 
   if (inventory_.gpus.empty()) {

@@ -43,7 +43,9 @@ struct GpuMonitorOptions {
 };
 
 // The sidecar's view of the node's GPUs: loads NVML, reads the inventory once, samples
-// telemetry on request, listens for XID and ECC events, and keeps each GPU's health.
+// telemetry on request, listens for XID and ECC events, and keeps each GPU's health. Each new
+// problem carries NVML's recovery action for the GPU, read when it is found, where the driver
+// reports one (nvmlDeviceGetFieldValues, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
 //
 // A node without the NVIDIA driver, or without GPUs, is normal: the monitor then has zero
 // GPUs, logs one line saying why, and every method works and returns nothing.

@@ -138,8 +138,15 @@ struct HealthEvent {
   int gpu_index = 0;
   std::string gpu_uuid;
   HealthProblem problem = HealthProblem::kCriticalXid;
-  uint64_t xid = 0;    // the XID code for kCriticalXid, else 0
-  std::string reason;  // for people: "XID 79 (critical XID event)"
+  uint64_t xid = 0;  // the XID code for kCriticalXid, else 0
+  // NVML's recovery action for the GPU when the problem was found, an
+  // nvmlDeviceGpuRecoveryAction_t (0 none, 1 GPU reset, 2 node reboot, ...; see
+  // DescribeRecoveryAction). Absent when the driver does not report one, and for a lost GPU,
+  // which answers nothing.
+  std::optional<unsigned int> recovery_action;
+  // For people: "XID 79 (GPU has fallen off the bus)", followed by "; recovery action: GPU
+  // reset" when the action is known.
+  std::string reason;
 };
 
 struct GpuHealth {

@@ -88,6 +88,32 @@ enum EccCounterType : int {
   kEccAggregate = 1,  // over the lifetime of the board
 };
 
+// nvmlValueType_t: which member of a Value holds what NVML read.
+enum ValueType : int {
+  kValueTypeDouble = 0,
+  kValueTypeUnsignedInt = 1,
+  kValueTypeUnsignedLong = 2,
+  kValueTypeUnsignedLongLong = 3,
+  kValueTypeSignedLongLong = 4,
+  kValueTypeSignedInt = 5,
+  kValueTypeUnsignedShort = 6,
+};
+
+// nvmlDeviceGpuRecoveryAction_t: what the driver says a GPU needs after a fault. Newer drivers
+// report values beyond these.
+enum GpuRecoveryAction : int {
+  kRecoveryActionNone = 0,
+  kRecoveryActionGpuReset = 1,
+  kRecoveryActionNodeReboot = 2,
+  kRecoveryActionDrainP2p = 3,       // drain peer-to-peer traffic, then ask again
+  kRecoveryActionDrainAndReset = 4,  // running at reduced capacity: drain, then reset
+};
+
+// Field ids of nvmlDeviceGetFieldValues (NVML_FI_*). The GPU's recovery action, a
+// GpuRecoveryAction, arrives as an unsigned int; drivers older than the field answer
+// kErrorNotSupported for it.
+inline constexpr unsigned int kFieldIdGpuRecoveryAction = 230;
+
 // Values nvmlDeviceGetMigMode reports.
 inline constexpr unsigned int kMigDisabled = 0;
 inline constexpr unsigned int kMigEnabled = 1;
@@ -160,6 +186,30 @@ struct EventData {
   unsigned int compute_instance_id;
 };
 
+// nvmlValue_t.
+union Value {
+  double as_double;
+  int as_int;
+  unsigned int as_uint;
+  unsigned long as_ulong;
+  unsigned long long as_ulonglong;
+  long long as_longlong;
+  unsigned short as_ushort;
+};
+
+// nvmlFieldValue_t: one field asked of nvmlDeviceGetFieldValues. The caller sets field_id and
+// scope_id; NVML fills in the rest, and `value` means something only when `result` is
+// kSuccess.
+struct FieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;   // 0, except for fields about one link, one lane, ...
+  long long timestamp_us;  // when NVML read the value, in microseconds since 1970
+  long long latency_us;    // how long the read took inside NVML
+  ValueType value_type;
+  Return result;  // whether this field could be read
+  Value value;
+};
+
 // Function pointer types, one per NVML entry point cohort resolves.
 using InitFn = Return (*)();
 using ShutdownFn = Return (*)();
@@ -197,6 +247,8 @@ using DeviceGetTotalEccErrorsFn = Return (*)(Device device, MemoryErrorType erro
 using DeviceGetRemappedRowsFn = Return (*)(Device device, unsigned int* correctable,
                                            unsigned int* uncorrectable, unsigned int* pending,
                                            unsigned int* failure_occurred);
+// Reads `count` fields at once; each element's `result` says whether that field was read.
+using DeviceGetFieldValuesFn = Return (*)(Device device, int count, FieldValue* values);
 using EventSetCreateFn = Return (*)(EventSet* set);
 using EventSetFreeFn = Return (*)(EventSet set);
 using DeviceRegisterEventsFn = Return (*)(Device device, unsigned long long event_types,

@@ -115,6 +115,7 @@ bool NvmlLibrary::ResolveFunctions(std::string* diagnostic) {
   optional({"nvmlDeviceGetTotalEccErrors"}, &api_.device_get_total_ecc_errors);
   optional({"nvmlDeviceGetRemappedRows"}, &api_.device_get_remapped_rows);
   optional({"nvmlDeviceGetPcieReplayCounter"}, &api_.device_get_pcie_replay_counter);
+  optional({"nvmlDeviceGetFieldValues"}, &api_.device_get_field_values);
   optional({"nvmlEventSetCreate"}, &api_.event_set_create);
   optional({"nvmlEventSetFree"}, &api_.event_set_free);
   optional({"nvmlDeviceGetSupportedEventTypes"}, &api_.device_get_supported_event_types);

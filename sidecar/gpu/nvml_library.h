@@ -47,6 +47,7 @@ struct NvmlApi {
   nvml::DeviceGetTotalEccErrorsFn device_get_total_ecc_errors = nullptr;
   nvml::DeviceGetRemappedRowsFn device_get_remapped_rows = nullptr;
   nvml::DeviceGetUintFn device_get_pcie_replay_counter = nullptr;
+  nvml::DeviceGetFieldValuesFn device_get_field_values = nullptr;
   nvml::EventSetCreateFn event_set_create = nullptr;
   nvml::EventSetFreeFn event_set_free = nullptr;
   nvml::DeviceGetUlonglongFn device_get_supported_event_types = nullptr;

@@ -363,11 +363,12 @@ TEST_F(SidecarTest, CriticalXidReachesAWorkloadTaskAndIgnoredXidsDoNot) {
   }));
   EXPECT_EQ(errors.Count(), 0u);
 
-  sidecar.Inject("xid 3 79");
+  sidecar.Inject("xid 3 79 1");  // and the driver's recovery action is a GPU reset
   ASSERT_TRUE(Eventually([&] { return errors.Count() > 0; })) << ReadFile(sidecar.log);
   absl::Status error = errors.First();
   EXPECT_NE(error.message().find("GPU 3"), std::string::npos) << error;
   EXPECT_NE(error.message().find("XID 79"), std::string::npos) << error;
+  EXPECT_NE(error.message().find("recovery action: GPU reset"), std::string::npos) << error;
   EXPECT_NE(error.message().find("train-worker-0"), std::string::npos) << error;
   std::string metrics = sidecar.Get("/metrics");
   EXPECT_EQ(Sample(metrics, "cohort_gpu_healthy", {{"gpu", "3"}}), 0);

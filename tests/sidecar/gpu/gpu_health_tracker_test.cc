@@ -1,6 +1,8 @@
 // The health rules on their own, fed directly: which XIDs count, when ECC counters mean a
-// double-bit error, lost GPUs, and that each problem is reported once.
+// double-bit error, lost GPUs, that each problem is reported once, and the recovery action
+// each problem carries.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +28,18 @@ EccCounts DoubleBit(uint64_t volatile_count, uint64_t aggregate_count) {
 
 class GpuHealthTrackerTest : public ::testing::Test {
  protected:
-  void Start(HealthPolicy policy = {}) {
+  void Start(HealthPolicy policy = {}, RecoveryActionReader read_recovery_action = nullptr) {
     tracker_ = std::make_unique<GpuHealthTracker>(
         std::move(policy), std::vector<std::string>{"GPU-a", "GPU-b"},
-        [this](const HealthEvent& event) { events_.push_back(event); });
+        [this](const HealthEvent& event) { events_.push_back(event); },
+        std::move(read_recovery_action));
+  }
+  // Every GPU's driver answers `action`; asked_ counts the questions.
+  void StartWithRecoveryAction(std::optional<unsigned int> action) {
+    Start({}, [this, action](int gpu) {
+      asked_.push_back(gpu);
+      return action;
+    });
   }
   void SetUp() override { Start(); }
 
@@ -37,6 +47,7 @@ class GpuHealthTrackerTest : public ::testing::Test {
 
   std::unique_ptr<GpuHealthTracker> tracker_;
   std::vector<HealthEvent> events_;
+  std::vector<int> asked_;
 };
 
 TEST_F(GpuHealthTrackerTest, EveryGpuStartsHealthy) {
@@ -59,6 +70,7 @@ TEST_F(GpuHealthTrackerTest, CriticalXidMarksTheGpuUnhealthy) {
   EXPECT_EQ(events_[0].gpu_uuid, "GPU-b");
   EXPECT_EQ(events_[0].problem, HealthProblem::kCriticalXid);
   EXPECT_EQ(events_[0].xid, 79u);
+  EXPECT_EQ(events_[0].recovery_action, std::nullopt);  // no reader, so no action
 }
 
 TEST_F(GpuHealthTrackerTest, ApplicationXidsAreIgnoredByDefault) {
@@ -182,10 +194,81 @@ TEST_F(GpuHealthTrackerTest, ListenerMayReadTheSnapshot) {
   EXPECT_THAT(seen_healthy, ElementsAre(false));
 }
 
+TEST_F(GpuHealthTrackerTest, XidCarriesTheRecoveryActionAndTheReasonNamesIt) {
+  StartWithRecoveryAction(1);
+
+  tracker_->OnXid(1, 79);
+
+  EXPECT_THAT(asked_, ElementsAre(1));
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].recovery_action, 1u);
+  EXPECT_EQ(events_[0].reason, "XID 79 (GPU has fallen off the bus); recovery action: GPU reset");
+  EXPECT_THAT(tracker_->Snapshot()[1].reasons, ElementsAre(events_[0].reason));
+}
+
+TEST_F(GpuHealthTrackerTest, DoubleBitEccErrorsCarryTheRecoveryActionToo) {
+  StartWithRecoveryAction(4);
+
+  tracker_->OnDoubleBitEccEvent(0);
+  tracker_->OnEccCounts(1, DoubleBit(0, 0));
+  tracker_->OnEccCounts(1, DoubleBit(1, 1));
+
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[0].recovery_action, 4u);
+  EXPECT_EQ(events_[0].reason,
+            "double-bit ECC error event from the driver; recovery action: drain and reset");
+  EXPECT_EQ(events_[1].recovery_action, 4u);
+  EXPECT_THAT(events_[1].reason, HasSubstr("; recovery action: drain and reset"));
+}
+
+TEST_F(GpuHealthTrackerTest, ADriverWithoutARecoveryActionLeavesTheReasonAlone) {
+  StartWithRecoveryAction(std::nullopt);
+
+  tracker_->OnXid(0, 79);
+
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].recovery_action, std::nullopt);
+  EXPECT_EQ(events_[0].reason, "XID 79 (GPU has fallen off the bus)");
+}
+
+TEST_F(GpuHealthTrackerTest, RecoveryActionIsAskedOnlyForNewProblemsOfGpusNotLost) {
+  StartWithRecoveryAction(2);
+
+  tracker_->OnXid(0, 13);  // ignored
+  tracker_->OnXid(0, 79);
+  tracker_->OnXid(0, 79);  // reported already
+  tracker_->OnGpuLost(1, "NVML_ERROR_GPU_IS_LOST from nvmlDeviceGetPowerUsage");
+  tracker_->OnXid(1, 79);  // a lost GPU answers nothing
+
+  EXPECT_THAT(asked_, ElementsAre(0));
+  ASSERT_EQ(events_.size(), 3u);
+  EXPECT_EQ(events_[0].recovery_action, 2u);
+  EXPECT_EQ(events_[1].problem, HealthProblem::kGpuLost);
+  EXPECT_EQ(events_[1].recovery_action, std::nullopt);
+  EXPECT_EQ(events_[2].recovery_action, std::nullopt);
+  EXPECT_EQ(events_[2].reason, "XID 79 (GPU has fallen off the bus)");
+}
+
 TEST(DescribeXidTest, KnownXidsHaveADescription) {
   EXPECT_EQ(DescribeXid(48), "double-bit ECC error");
   EXPECT_EQ(DescribeXid(95), "uncontained ECC error");
   EXPECT_EQ(DescribeXid(12345), "");
+}
+
+TEST(DescribeRecoveryActionTest, NamesNvmlsActionsAndNumbersNewerOnes) {
+  struct Case {
+    unsigned int action;
+    std::string description;
+  };
+  for (const Case& c : std::vector<Case>{{0, "none"},
+                                         {1, "GPU reset"},
+                                         {2, "node reboot"},
+                                         {3, "drain peer-to-peer traffic"},
+                                         {4, "drain and reset"},
+                                         {5, "action 5"},
+                                         {4294967295u, "action 4294967295"}}) {
+    EXPECT_EQ(DescribeRecoveryAction(c.action), c.description) << c.action;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Health through the whole stack: faults injected into the fake NVML (XIDs, double-bit ECC
 // errors, a GPU falling off the bus) reach GpuMonitor's health and its listener, by polling
-// and by the background event thread.
+// and by the background event thread, with the recovery action the driver reports.
 
 #include <chrono>
 #include <string>
@@ -47,6 +47,11 @@ class GpuMonitorHealthTest : public ::testing::Test {
   void LoseGpu(unsigned int gpu) {
     ASSERT_EQ(FakeControl<FakeNvmlSetGpuLostFn>(library_, "fakeNvmlSetGpuLost")(gpu), 0);
   }
+  void SetRecoveryAction(unsigned int gpu, unsigned int action) {
+    ASSERT_EQ(FakeControl<FakeNvmlSetRecoveryActionFn>(library_, "fakeNvmlSetRecoveryAction")(
+                  gpu, action),
+              0);
+  }
 
   std::vector<int> UnhealthyGpus() {
     std::vector<int> unhealthy;
@@ -81,13 +86,53 @@ TEST_F(GpuMonitorHealthTest, CriticalXidMarksThatGpuUnhealthy) {
   EXPECT_EQ(events[0].kind, GpuEvent::Kind::kXid);
   EXPECT_EQ(events[0].xid, 79u);
   EXPECT_THAT(UnhealthyGpus(), ElementsAre(3));
-  EXPECT_THAT(monitor_->Health()[3].reasons, ElementsAre("XID 79 (GPU has fallen off the bus)"));
+  // The fake's driver, like a current one, reports a recovery action; here it needs none.
+  EXPECT_THAT(monitor_->Health()[3].reasons,
+              ElementsAre("XID 79 (GPU has fallen off the bus); recovery action: none"));
   ASSERT_EQ(recorder_.events().size(), 1u);
   HealthEvent event = recorder_.events()[0];
   EXPECT_EQ(event.gpu_index, 3);
   EXPECT_EQ(event.gpu_uuid, "GPU-6f1c3a52-8d2e-4b7a-9c1d-000000001003");
   EXPECT_EQ(event.problem, HealthProblem::kCriticalXid);
   EXPECT_EQ(event.xid, 79u);
+  EXPECT_EQ(event.recovery_action, 0u);
+}
+
+TEST_F(GpuMonitorHealthTest, XidCarriesTheRecoveryActionTheDriverReports) {
+  Open("eight_gpus.json");
+
+  SetRecoveryAction(3, 1);
+  InjectXid(3, 79);
+  monitor_->PollEvents(kWait);
+
+  ASSERT_EQ(recorder_.events().size(), 1u);
+  HealthEvent event = recorder_.events()[0];
+  EXPECT_EQ(event.recovery_action, 1u);
+  EXPECT_EQ(event.reason, "XID 79 (GPU has fallen off the bus); recovery action: GPU reset");
+  EXPECT_THAT(monitor_->Health()[3].reasons, ElementsAre(HasSubstr("recovery action: GPU reset")));
+}
+
+TEST_F(GpuMonitorHealthTest, DriverWithoutTheRecoveryActionFieldGivesNoAction) {
+  Open("nvlink_mesh.json");  // a 470 driver: nvmlDeviceGetFieldValues, but not the field
+
+  InjectXid(1, 79);
+  monitor_->PollEvents(kWait);
+
+  ASSERT_EQ(recorder_.events().size(), 1u);
+  EXPECT_EQ(recorder_.events()[0].recovery_action, std::nullopt);
+  EXPECT_EQ(recorder_.events()[0].reason, "XID 79 (GPU has fallen off the bus)");
+}
+
+TEST_F(GpuMonitorHealthTest, DriverWithoutFieldValuesGivesNoAction) {
+  Open("eight_gpus.json", kOldDriverFakeNvml);  // no nvmlDeviceGetFieldValues at all
+
+  SetRecoveryAction(2, 1);
+  InjectXid(2, 79);
+  monitor_->PollEvents(kWait);
+
+  ASSERT_EQ(recorder_.events().size(), 1u);
+  EXPECT_EQ(recorder_.events()[0].recovery_action, std::nullopt);
+  EXPECT_EQ(recorder_.events()[0].reason, "XID 79 (GPU has fallen off the bus)");
 }
 
 TEST_F(GpuMonitorHealthTest, ApplicationXidLeavesTheGpuHealthy) {
@@ -194,7 +239,7 @@ TEST_F(GpuMonitorHealthTest, EventThreadDeliversProblemsToTheListener) {
 
   std::vector<HealthEvent> events = recorder_.events();
   EXPECT_EQ(events[0].gpu_index, 0);
-  EXPECT_EQ(events[0].reason, "XID 48 (double-bit ECC error)");
+  EXPECT_EQ(events[0].reason, "XID 48 (double-bit ECC error); recovery action: none");
   EXPECT_EQ(events[1].gpu_index, 5);
   EXPECT_EQ(events[1].problem, HealthProblem::kGpuLost);
   EXPECT_THAT(UnhealthyGpus(), ElementsAre(0, 5));

@@ -51,6 +51,21 @@ SAME_OFFSET(EventData, event_type, nvmlEventData_t, eventType);
 SAME_OFFSET(EventData, event_data, nvmlEventData_t, eventData);
 SAME_OFFSET(EventData, gpu_instance_id, nvmlEventData_t, gpuInstanceId);
 SAME_OFFSET(EventData, compute_instance_id, nvmlEventData_t, computeInstanceId);
+SAME_SIZE(Value, nvmlValue_t);
+SAME_OFFSET(Value, as_double, nvmlValue_t, dVal);
+SAME_OFFSET(Value, as_int, nvmlValue_t, siVal);
+SAME_OFFSET(Value, as_uint, nvmlValue_t, uiVal);
+SAME_OFFSET(Value, as_ulong, nvmlValue_t, ulVal);
+SAME_OFFSET(Value, as_ulonglong, nvmlValue_t, ullVal);
+SAME_OFFSET(Value, as_longlong, nvmlValue_t, sllVal);
+SAME_SIZE(FieldValue, nvmlFieldValue_t);
+SAME_OFFSET(FieldValue, field_id, nvmlFieldValue_t, fieldId);
+SAME_OFFSET(FieldValue, scope_id, nvmlFieldValue_t, scopeId);
+SAME_OFFSET(FieldValue, timestamp_us, nvmlFieldValue_t, timestamp);
+SAME_OFFSET(FieldValue, latency_us, nvmlFieldValue_t, latencyUsec);
+SAME_OFFSET(FieldValue, value_type, nvmlFieldValue_t, valueType);
+SAME_OFFSET(FieldValue, result, nvmlFieldValue_t, nvmlReturn);
+SAME_OFFSET(FieldValue, value, nvmlFieldValue_t, value);
 
 // Enums: every value we name, and the size the ABI passes.
 SAME_SIZE(Return, nvmlReturn_t);
@@ -105,6 +120,26 @@ SAME_VALUE(kMemoryErrorUncorrected, NVML_MEMORY_ERROR_TYPE_UNCORRECTED);
 SAME_SIZE(EccCounterType, nvmlEccCounterType_t);
 SAME_VALUE(kEccVolatile, NVML_VOLATILE_ECC);
 SAME_VALUE(kEccAggregate, NVML_AGGREGATE_ECC);
+SAME_SIZE(ValueType, nvmlValueType_t);
+SAME_VALUE(kValueTypeDouble, NVML_VALUE_TYPE_DOUBLE);
+SAME_VALUE(kValueTypeUnsignedInt, NVML_VALUE_TYPE_UNSIGNED_INT);
+SAME_VALUE(kValueTypeUnsignedLong, NVML_VALUE_TYPE_UNSIGNED_LONG);
+SAME_VALUE(kValueTypeUnsignedLongLong, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+SAME_VALUE(kValueTypeSignedLongLong, NVML_VALUE_TYPE_SIGNED_LONG_LONG);
+SAME_VALUE(kValueTypeSignedInt, NVML_VALUE_TYPE_SIGNED_INT);
+// The recovery action, and the unsigned short value that came before it, are only in newer
+// headers; older ones have no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.
+#ifdef NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+SAME_VALUE(kValueTypeUnsignedShort, NVML_VALUE_TYPE_UNSIGNED_SHORT);
+SAME_OFFSET(Value, as_ushort, nvmlValue_t, usVal);
+SAME_VALUE(kFieldIdGpuRecoveryAction, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION);
+SAME_SIZE(GpuRecoveryAction, nvmlDeviceGpuRecoveryAction_t);
+SAME_VALUE(kRecoveryActionNone, NVML_GPU_RECOVERY_ACTION_NONE);
+SAME_VALUE(kRecoveryActionGpuReset, NVML_GPU_RECOVERY_ACTION_GPU_RESET);
+SAME_VALUE(kRecoveryActionNodeReboot, NVML_GPU_RECOVERY_ACTION_NODE_REBOOT);
+SAME_VALUE(kRecoveryActionDrainP2p, NVML_GPU_RECOVERY_ACTION_DRAIN_P2P);
+SAME_VALUE(kRecoveryActionDrainAndReset, NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET);
+#endif
 
 // Constants.
 SAME_VALUE(kMigDisabled, NVML_DEVICE_MIG_DISABLE);
@@ -156,6 +191,7 @@ MAPS_TO(Memory, nvmlMemory_t);
 MAPS_TO(MemoryV2, nvmlMemory_v2_t);
 MAPS_TO(Utilization, nvmlUtilization_t);
 MAPS_TO(EventData, nvmlEventData_t);
+MAPS_TO(FieldValue, nvmlFieldValue_t);
 
 #define SAME_SIGNATURE(fn_type, function) \
   static_assert(std::is_same_v<Real<fn_type>::type, decltype(&::function)>, #function)
@@ -198,6 +234,7 @@ SAME_SIGNATURE(DeviceGetClockInfoFn, nvmlDeviceGetClockInfo);
 SAME_SIGNATURE(DeviceGetTotalEccErrorsFn, nvmlDeviceGetTotalEccErrors);
 SAME_SIGNATURE(DeviceGetRemappedRowsFn, nvmlDeviceGetRemappedRows);
 SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetPcieReplayCounter);
+SAME_SIGNATURE(DeviceGetFieldValuesFn, nvmlDeviceGetFieldValues);
 SAME_SIGNATURE(EventSetCreateFn, nvmlEventSetCreate);
 SAME_SIGNATURE(EventSetFreeFn, nvmlEventSetFree);
 SAME_SIGNATURE(DeviceGetUlonglongFn, nvmlDeviceGetSupportedEventTypes);

@@ -143,7 +143,7 @@ TEST(NvmlLibraryTest, OlderDriverLacksOptionalFunctionsAndStillWorks) {
   EXPECT_THAT(inventory.missing_functions,
               UnorderedElementsAre("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryAffinity",
                                    "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetNvLinkRemoteDeviceType",
-                                   "nvmlDeviceGetRemappedRows"));
+                                   "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues"));
   ASSERT_EQ(inventory.gpus.size(), 8u);
   EXPECT_EQ(inventory.gpus[3].pci_bus_id, "00000000:5D:00.0");
   EXPECT_EQ(inventory.gpus[3].memory_total_bytes, 85520809984u);

@@ -1,6 +1,7 @@
 // Out-of-process controls for the fake NVML: when $FAKE_NVML_CONTROL_FIFO names a FIFO, a
 // thread reads lines from it and applies them, so a test can inject faults into a
-// cohort-sidecar process it started. Lines: "xid INDEX CODE", "dbe INDEX COUNT",
+// cohort-sidecar process it started. Lines: "xid INDEX CODE [ACTION]" (ACTION, if given, is
+// the GPU's recovery action from then on, set before the XID is queued), "dbe INDEX COUNT",
 // "lost INDEX".
 
 #include <fcntl.h>
@@ -25,6 +26,8 @@ void Apply(const std::string& line) {
   unsigned long long value = 0;
   in >> verb >> index >> value;
   if (verb == "xid") {
+    unsigned int action = 0;
+    if (in >> action) fakeNvmlSetRecoveryAction(index, action);
     fakeNvmlInjectXid(index, value);
   } else if (verb == "dbe") {
     fakeNvmlInjectDoubleBitEcc(index, value == 0 ? 1 : value);

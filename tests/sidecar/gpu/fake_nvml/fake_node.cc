@@ -86,6 +86,10 @@ FakeGpu ParseGpu(const json& config) {
     if (event == "xid") gpu.supported_events |= 0x8;
     if (event == "double_bit_ecc") gpu.supported_events |= 0x2;
   }
+  // Absent means the default, none; null means a driver that does not know the field.
+  if (config.contains("recovery_action")) {
+    gpu.recovery_action = Optional<unsigned int>(config, "recovery_action");
+  }
   return gpu;
 }
 

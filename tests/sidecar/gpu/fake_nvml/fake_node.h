@@ -2,7 +2,8 @@
 
 // The node the fake NVML pretends to be, read from the JSON file named by $FAKE_NVML_CONFIG
 // each time NVML is initialised from scratch. Shape (every GPU field but "uuid" is optional;
-// a missing one makes the NVML function that reports it answer NVML_ERROR_NOT_SUPPORTED):
+// a missing one makes the NVML function that reports it answer NVML_ERROR_NOT_SUPPORTED, except
+// "recovery_action", which defaults to 0):
 //
 // {
 //   "driver_version": "550.54.15", "nvml_version": "12.550.54.15",
@@ -23,7 +24,9 @@
 //                       "failure": false},
 //     "nvlink_count": 18,                  // links the GPU has; 0 or absent: no NVLink
 //     "nvlinks": [{"link": 0, "remote_bus_id": "00000000:19:00.0", "remote_type": "gpu"}],
-//     "events": ["xid", "double_bit_ecc"]  // event types it supports (default: both)
+//     "events": ["xid", "double_bit_ecc"],  // event types it supports (default: both)
+//     "recovery_action": 1                  // nvmlDeviceGpuRecoveryAction_t; null: a driver
+//                                           // without NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 //   }],
 //   "topology": [["X", "PIX"], ["PIX", "X"]]  // nvidia-smi topo names per pair
 // }
@@ -86,6 +89,9 @@ struct FakeGpu {
   unsigned int nvlink_count = 0;
   std::vector<FakeNvLink> nvlinks;
   unsigned long long supported_events = 0;
+  // What the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers; empty: not supported. Tests
+  // change it with fakeNvmlSetRecoveryAction.
+  std::optional<unsigned int> recovery_action = 0;
   bool lost = false;  // set at run time by fakeNvmlSetGpuLost
 };
 

@@ -6,6 +6,7 @@
 // are in fake_nvml_events.cc.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -440,3 +441,29 @@ FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPcieReplayCounter(nvml::Device device
     return IfConfigured(gpu.pcie_replay, [&](unsigned int r) { *value = r; });
   });
 }
+
+#ifndef FAKE_NVML_OLD_DRIVER
+// Of all the fields, the fake knows only the recovery action; it answers NOT_SUPPORTED in the
+// element of any other, as NVML does for a field the driver lacks.
+FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetFieldValues(nvml::Device device, int count,
+                                                       nvml::FieldValue* values) {
+  if (count < 0 || (count > 0 && values == nullptr)) return nvml::kErrorInvalidArgument;
+  return WithGpu(device, [&](FakeGpu& gpu) {
+    const long long now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    for (int i = 0; i < count; ++i) {
+      nvml::FieldValue& field = values[i];
+      field.timestamp_us = now_us;
+      field.latency_us = 0;
+      field.result = nvml::kErrorNotSupported;
+      if (field.field_id == nvml::kFieldIdGpuRecoveryAction && gpu.recovery_action) {
+        field.value_type = nvml::kValueTypeUnsignedInt;
+        field.value.as_uint = *gpu.recovery_action;
+        field.result = nvml::kSuccess;
+      }
+    }
+    return nvml::kSuccess;
+  });
+}
+#endif

@@ -16,6 +16,9 @@ int fakeNvmlInjectDoubleBitEcc(unsigned int index, unsigned long long count);
 // From now on every call about the GPU answers NVML_ERROR_GPU_IS_LOST, and the next wait on
 // each event set holding the GPU answers it once.
 int fakeNvmlSetGpuLost(unsigned int index);
+// From now on the GPU's field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers `action` (an
+// nvmlDeviceGpuRecoveryAction_t), even if its config said the driver lacks the field.
+int fakeNvmlSetRecoveryAction(unsigned int index, unsigned int action);
 // How many nvmlInit calls are not yet matched by nvmlShutdown.
 int fakeNvmlInitCount(void);
 // How many event sets exist (created and not freed).
@@ -25,4 +28,5 @@ int fakeNvmlEventSetCount(void);
 using FakeNvmlInjectXidFn = int (*)(unsigned int, unsigned long long);
 using FakeNvmlInjectDoubleBitEccFn = int (*)(unsigned int, unsigned long long);
 using FakeNvmlSetGpuLostFn = int (*)(unsigned int);
+using FakeNvmlSetRecoveryActionFn = int (*)(unsigned int, unsigned int);
 using FakeNvmlCountFn = int (*)();

@@ -154,6 +154,14 @@ FAKE_NVML_EXPORT int fakeNvmlSetGpuLost(unsigned int index) {
   return 0;
 }
 
+FAKE_NVML_EXPORT int fakeNvmlSetRecoveryAction(unsigned int index, unsigned int action) {
+  FakeState& state = State();
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (state.init_count == 0 || index >= state.node.gpus.size()) return -1;
+  state.node.gpus[index].recovery_action = action;
+  return 0;
+}
+
 FAKE_NVML_EXPORT int fakeNvmlInitCount() {
   FakeState& state = State();
   std::lock_guard<std::mutex> lock(state.mu);
