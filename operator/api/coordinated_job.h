@@ -128,6 +128,11 @@ struct FailurePolicy {
     double ratio = 2.0;
     absl::Duration after = absl::Minutes(2);
   } stragglers;
+  // failurePolicy.avoidNodeAfterGPUFault: after a worker's GPU fault, the gang's workers keep
+  // off its node this long (required node affinity on the pods made after it; the node is
+  // never cordoned), and the gang's restart is not counted unless a rule says otherwise.
+  // Zero: the node is not avoided.
+  absl::Duration avoid_node_after_gpu_fault = absl::Hours(1);
 };
 
 // spec.tasks: the task runtime (docs/tasks.md, "On Kubernetes") instead of a gang.
@@ -247,6 +252,54 @@ struct StragglerStatus {
   }
 };
 
+// status.avoidedNodes: a node the gang's workers keep off until `until`, because a worker's GPU
+// failed there (failurePolicy.avoidNodeAfterGPUFault).
+struct AvoidedNode {
+  std::string node;
+  absl::Time until;
+  std::string reason = "GPUFault";  // a failure reason (failure_reason)
+  std::string message;              // the failure, in words (bounded)
+  bool operator==(const AvoidedNode& o) const {
+    return node == o.node && until == o.until && reason == o.reason && message == o.message;
+  }
+};
+// At most this many in status.avoidedNodes; the one that ends first makes room.
+inline constexpr size_t kMaxAvoidedNodes = 32;
+
+// status.lastFailure: the last failure of a gang and its recovery, as `kubectl describe` shows
+// it and the goodput metrics read it (plan/goodput.cc).
+struct FailureTimeline {
+  std::string cause;                 // the Restarting or Failed condition's reason
+  std::vector<std::string> reasons;  // as failure rules name them (failure_reason)
+  std::string message;               // what failed, in words (bounded)
+  // When it failed, as far as the operator can tell: the first worker's exit, a hung task's
+  // last progress (its report less failurePolicy.progressTimeout), else when it was seen.
+  absl::Time failed_at;
+  absl::Time detected_at;  // when the operator first saw it
+  absl::Time decided_at;   // when it decided: the gang's restart, a worker's, or the job's end
+  // When every task of the gang after it had registered again: the training goes on.
+  std::optional<absl::Time> recovered_at;
+  bool operator==(const FailureTimeline& o) const {
+    return cause == o.cause && reasons == o.reasons && message == o.message &&
+           failed_at == o.failed_at && detected_at == o.detected_at && decided_at == o.decided_at &&
+           recovered_at == o.recovered_at;
+  }
+};
+
+// status.goodput: how much of the job's time its gang had every task registered, training.
+struct Goodput {
+  // When every task of the current gang had registered; absent until then and after its end.
+  std::optional<absl::Time> gang_registered_time;
+  // Seconds the gangs before the current one had every task registered, to their failure.
+  double productive_seconds = 0;
+  // Seconds from the job's creation to its first gang's tasks all registered.
+  std::optional<double> startup_seconds;
+  bool operator==(const Goodput& o) const {
+    return gang_registered_time == o.gang_registered_time &&
+           productive_seconds == o.productive_seconds && startup_seconds == o.startup_seconds;
+  }
+};
+
 struct JobStatus {
   std::string phase;  // "" until the operator first saw the job
   int restarts = 0;
@@ -275,6 +328,9 @@ struct JobStatus {
   int64_t observed_generation = 0;
   std::vector<Condition> conditions;
   std::optional<StragglerStatus> straggler;
+  std::vector<AvoidedNode> avoided_nodes;
+  std::optional<FailureTimeline> last_failure;
+  Goodput goodput;
   bool operator==(const JobStatus& o) const;
   bool operator!=(const JobStatus& o) const { return !(*this == o); }
 };
@@ -329,6 +385,8 @@ std::string WorkloadJobName(Framework f);
 
 // "2026-11-22T15:04:05Z" and back.
 std::string FormatRfc3339(absl::Time t);
+// With milliseconds, for the times of status.lastFailure and status.goodput.
+std::string FormatRfc3339Millis(absl::Time t);
 std::optional<absl::Time> ParseRfc3339(const std::string& text);
 
 // Sets a condition, keeping lastTransitionTime when its status does not change.

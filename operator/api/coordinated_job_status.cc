@@ -46,11 +46,16 @@ bool JobStatus::operator==(const JobStatus& o) const {
          tasks == o.tasks && task_runtime == o.task_runtime &&
          coordinator_address == o.coordinator_address && start_time == o.start_time &&
          completion_time == o.completion_time && observed_generation == o.observed_generation &&
-         conditions == o.conditions && straggler == o.straggler;
+         conditions == o.conditions && straggler == o.straggler &&
+         avoided_nodes == o.avoided_nodes && last_failure == o.last_failure && goodput == o.goodput;
 }
 
 std::string FormatRfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::string FormatRfc3339Millis(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
 }
 
 std::optional<absl::Time> ParseRfc3339(const std::string& text) {
@@ -119,6 +124,44 @@ JobStatus ParseJobStatus(const json& status, int replicas) {
                                      s.value("reported", false)};
     }
   }
+  for (const json& a : status.value("avoidedNodes", json::array())) {
+    if (!a.is_object()) continue;
+    const std::optional<absl::Time> until = ParseRfc3339(Str(a, "until"));
+    const std::string node = Str(a, "node");
+    if (node.empty() || !until || st.avoided_nodes.size() >= kMaxAvoidedNodes) continue;
+    st.avoided_nodes.push_back({node, *until, Str(a, "reason"), Str(a, "message")});
+  }
+  if (status.contains("lastFailure") && status["lastFailure"].is_object()) {
+    const json& f = status["lastFailure"];
+    const std::optional<absl::Time> failed = ParseRfc3339(Str(f, "failedAt"));
+    const std::optional<absl::Time> detected = ParseRfc3339(Str(f, "detectedAt"));
+    const std::optional<absl::Time> decided = ParseRfc3339(Str(f, "decidedAt"));
+    if (failed && detected && decided) {
+      FailureTimeline t;
+      t.cause = Str(f, "cause");
+      for (const json& r : f.value("reasons", json::array())) {
+        if (r.is_string()) t.reasons.push_back(r.get<std::string>());
+      }
+      t.message = Str(f, "message");
+      t.failed_at = *failed;
+      t.detected_at = *detected;
+      t.decided_at = *decided;
+      t.recovered_at = ParseRfc3339(Str(f, "recoveredAt"));
+      st.last_failure = t;
+    }
+  }
+  if (status.contains("goodput") && status["goodput"].is_object()) {
+    const json& g = status["goodput"];
+    st.goodput.gang_registered_time = ParseRfc3339(Str(g, "gangRegisteredTime"));
+    const json productive = g.value("productiveSeconds", json());
+    if (productive.is_number() && productive.get<double>() >= 0) {
+      st.goodput.productive_seconds = productive.get<double>();
+    }
+    const json startup = g.value("startupSeconds", json());
+    if (startup.is_number() && startup.get<double>() >= 0) {
+      st.goodput.startup_seconds = startup.get<double>();
+    }
+  }
   return st;
 }
 
@@ -178,6 +221,34 @@ json StatusToJson(const JobStatus& st) {
                         {"score", s->score},
                         {"since", FormatRfc3339(s->since)},
                         {"reported", s->reported}};
+  }
+  if (!st.avoided_nodes.empty()) {
+    json avoided = json::array();
+    for (const AvoidedNode& a : st.avoided_nodes) {
+      avoided.push_back({{"node", a.node},
+                         {"until", FormatRfc3339(a.until)},
+                         {"reason", a.reason},
+                         {"message", a.message}});
+    }
+    out["avoidedNodes"] = avoided;
+  }
+  if (const auto& f = st.last_failure) {
+    json t = {{"cause", f->cause},
+              {"reasons", f->reasons},
+              {"message", f->message},
+              {"failedAt", FormatRfc3339Millis(f->failed_at)},
+              {"detectedAt", FormatRfc3339Millis(f->detected_at)},
+              {"decidedAt", FormatRfc3339Millis(f->decided_at)}};
+    if (f->recovered_at) t["recoveredAt"] = FormatRfc3339Millis(*f->recovered_at);
+    out["lastFailure"] = t;
+  }
+  const Goodput& g = st.goodput;
+  if (g.gang_registered_time || g.productive_seconds > 0 || g.startup_seconds) {
+    json goodput = {{"productiveSeconds", g.productive_seconds}};
+    if (g.gang_registered_time)
+      goodput["gangRegisteredTime"] = FormatRfc3339Millis(*g.gang_registered_time);
+    if (g.startup_seconds) goodput["startupSeconds"] = *g.startup_seconds;
+    out["goodput"] = goodput;
   }
   return out;
 }

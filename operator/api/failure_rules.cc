@@ -86,6 +86,17 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
     out->progress_timeout = t.get<std::string>();
   }
   if (auto s = ParseStragglers(failure_policy, &out->stragglers); !s.ok()) return s;
+  if (failure_policy.contains("avoidNodeAfterGPUFault") &&
+      !failure_policy["avoidNodeAfterGPUFault"].is_null()) {
+    const json& t = failure_policy["avoidNodeAfterGPUFault"];
+    absl::Duration d;
+    if (!t.is_string() || !absl::ParseDuration(t.get<std::string>(), &d) ||
+        d < absl::ZeroDuration() || d > absl::Hours(24 * 30)) {
+      return InvalidPolicy(".avoidNodeAfterGPUFault",
+                           "must be a duration from 0s (never avoid) to 720h, such as 1h");
+    }
+    out->avoid_node_after_gpu_fault = d;
+  }
   if (!failure_policy.contains("rules") || failure_policy["rules"].is_null()) {
     return absl::OkStatus();
   }

@@ -50,10 +50,11 @@ CoordinatorView Reduce(const cohort::v1::ClusterSnapshot& snapshot) {
   return view;
 }
 
-// Whether the controller needs waking. Progress is left out on purpose: it moves with every
-// heartbeat (every few seconds per task), and a reconcile per heartbeat would cost the
-// operator and the API server much for nothing. The view kept is always the latest, so a
-// reconcile for any other reason (or one the plan asks for again later) reads fresh progress.
+// Whether the controller needs waking. Progress values are left out on purpose: they move with
+// every heartbeat (every few seconds per task), and a reconcile per heartbeat would cost the
+// operator and the API server much for nothing; only which tasks have a pace counts. The view
+// kept is always the latest, so a reconcile for any other reason (or one the plan asks for
+// again later) reads fresh progress.
 bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b) {
   if (!a || a->registered != b.registered || a->errors.size() != b.errors.size() ||
       a->task_runtime != b.task_runtime || a->workload_incarnations != b.workload_incarnations) {
@@ -62,7 +63,9 @@ bool SameView(const std::optional<CoordinatorView>& a, const CoordinatorView& b)
   for (size_t i = 0; i < b.errors.size(); ++i) {
     if (a->errors[i].task != b.errors[i].task) return false;
   }
-  return true;
+  // Paces move with every heartbeat and are not changes; a task's first one is, so that the
+  // plan starts looking at the gang's stragglers (plan/stragglers.cc).
+  return a->PacedTasks() == b.PacedTasks();
 }
 
 }  // namespace

@@ -33,6 +33,36 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       "(1: keeps up; 2: its steps take it twice as long); failurePolicy.stragglers.",
       "gauge",
       {}};
+  CollectedFamily avoided{
+      "cohort_cjob_avoided_node_until_seconds",
+      "Each node a CoordinatedJob's workers keep off after a GPU fault there, and until when "
+      "(Unix time; status.avoidedNodes, failurePolicy.avoidNodeAfterGPUFault).",
+      "gauge",
+      {}};
+  CollectedFamily startup{
+      "cohort_cjob_startup_seconds",
+      "Seconds from each CoordinatedJob's creation to every task of its first gang registered "
+      "(status.goodput.startupSeconds).",
+      "gauge",
+      {}};
+  CollectedFamily detection{
+      "cohort_cjob_failure_detection_seconds",
+      "The last failure of each CoordinatedJob: seconds from when it failed (a worker's exit, "
+      "a hung task's last progress) to when the operator saw it (status.lastFailure).",
+      "gauge",
+      {}};
+  CollectedFamily downtime{
+      "cohort_cjob_restart_downtime_seconds",
+      "The last failure of each CoordinatedJob: seconds from when it failed to every task of "
+      "the gang after it registered again (status.lastFailure).",
+      "gauge",
+      {}};
+  CollectedFamily ratio{
+      "cohort_cjob_effective_training_ratio",
+      "The share of each CoordinatedJob's time since it started during which every task of its "
+      "gang was registered (status.goodput): 1 for a job that never lost time.",
+      "gauge",
+      {}};
   CollectedFamily watched{"cohort_operator_coordinators_watched",
                           "Coordinators the operator follows through cluster snapshots.",
                           "gauge",
@@ -53,6 +83,32 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
       coordinator_restarts.samples.push_back(
           {{{"namespace", ns}, {"cjob", name}},
            static_cast<double>(o.value("/status/coordinatorRestarts"_json_pointer, 0))});
+      if (const auto job = api::ParseCoordinatedJob(o); job.ok()) {
+        const api::JobStatus& st = job->status;
+        const std::vector<std::pair<std::string, std::string>> labels = {{"namespace", ns},
+                                                                         {"cjob", name}};
+        if (st.goodput.startup_seconds)
+          startup.samples.push_back({labels, *st.goodput.startup_seconds});
+        if (const auto& f = st.last_failure) {
+          detection.samples.push_back(
+              {labels, absl::ToDoubleSeconds(f->detected_at - f->failed_at)});
+          if (f->recovered_at) {
+            downtime.samples.push_back(
+                {labels, absl::ToDoubleSeconds(*f->recovered_at - f->failed_at)});
+          }
+        }
+        if (const auto r = planning::EffectiveTrainingRatio(st, absl::Now())) {
+          ratio.samples.push_back({labels, *r});
+        }
+      }
+      for (const json& a : o.value("/status/avoidedNodes"_json_pointer, json::array())) {
+        if (!a.is_object()) continue;
+        const std::optional<absl::Time> until = api::ParseRfc3339(a.value("until", ""));
+        const std::string node = a.value("node", "");
+        if (!until || node.empty()) continue;
+        avoided.samples.push_back({{{"namespace", ns}, {"cjob", name}, {"node", node}},
+                                   absl::ToDoubleSeconds(*until - absl::UnixEpoch())});
+      }
       if (p != api::phase::kRunning) continue;
       const int gang = o.value("/status/restarts"_json_pointer, 0) +
                        o.value("/status/uncountedRestarts"_json_pointer, 0);
@@ -70,7 +126,9 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
   }
   watched.samples.push_back({{}, static_cast<double>(watcher_.Watched())});
   queue_depth_->Set(static_cast<double>(queue_.Depth()));
-  return {by_phase, job_phase, restarts, coordinator_restarts, straggler, watched};
+  return {by_phase,  job_phase, restarts, coordinator_restarts,
+          straggler, avoided,   startup,  detection,
+          downtime,  ratio,     watched};
 }
 
 }  // namespace cohort::controller

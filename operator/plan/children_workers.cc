@@ -337,6 +337,7 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
   if (job.spec.tasks) AddTaskRuntime(job, &pod);
   StampSpecHash(SpecHash(job), &pod);
   Place(job, placement, &pod);
+  AvoidNodes(placement.avoided_nodes, &pod);
   return pod;
 }
 

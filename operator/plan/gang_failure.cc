@@ -1,6 +1,7 @@
 // A failure of the gang and its verdict (policies.h; job_plan.h says how a gang ends): what the
 // pods and the coordinator show, the settling wait, which failure came first, then
-// failurePolicy.rules, a permanent exit, maxRestarts, or a gang restart.
+// failurePolicy.rules, a permanent exit, maxRestarts, or a gang restart (not counted after a GPU
+// fault, whose node the next gang avoids: avoided_nodes.cc).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,25 @@ FailureFacts Reasons(const Planner& P, const JobPods& pods, const Signals& s,
     if (!e.IsWorkloadExitReport()) note(TaskErrorReason(e));
   }
   return facts;
+}
+
+// When the gang failed, as far as the operator can tell: its first worker's exit, or a hung
+// task's last progress (its sidecar reported it failurePolicy.progressTimeout after), else
+// when the failure was first seen.
+absl::Time FailedAt(const Planner& P, const Signals& s) {
+  const absl::Time seen = P.observed.failure_first_seen.value_or(P.now());
+  absl::Time at = seen;
+  for (const ObservedPod* w : s.exits) {
+    if (w->finished_at) at = std::min(at, *w->finished_at);
+  }
+  absl::Duration timeout;
+  if (!P.job.spec.failure_policy.progress_timeout.empty() &&
+      absl::ParseDuration(P.job.spec.failure_policy.progress_timeout, &timeout)) {
+    for (const auto& e : s.errors) {
+      if (e.reason == FailureReason::kHang) at = std::min(at, seen - timeout);
+    }
+  }
+  return at;
 }
 
 // Which failure came first, and whether it is permanent.
@@ -172,13 +192,14 @@ bool RestartFailedWorkers(Planner& P, const JobPods& pods, const Signals& s, con
 
 // failurePolicy.rules, matched in order before the exit code rule: true when a rule decided
 // the plan; a RestartGang rule (or a RestartWorker one that cannot apply) makes the failure
-// not permanent.
+// not permanent. `matched`: whether a rule matched at all.
 bool ApplyRules(Planner& P, const JobPods& pods, const Signals& s, FailureFacts facts,
-                const CoordinatorFate& coordinator, Verdict* v) {
+                const CoordinatorFate& coordinator, Verdict* v, bool* matched) {
   for (const ObservedPod* w : v->first_exits) {
     if (*w->exit_code > 0) facts.exit_codes.push_back(*w->exit_code);
   }
   const RuleMatch m = MatchFailureRule(P.job.spec.failure_policy, facts);
+  *matched = m.rule != nullptr;
   if (!m.rule) return false;
   const std::string by =
       absl::StrCat("failurePolicy.rules[", m.index, "] (", api::FailureActionName(m.rule->action),
@@ -248,8 +269,20 @@ bool PlanGangFailure(Planner& P, const OperatorSettings& settings, const JobPods
   const FailureFacts facts = Reasons(P, pods, s, coordinator);
   P.plan.failure_reasons = facts.reasons;
   if (FailureSettling(P, settings)) return true;
+  const bool gpu_fault = NoteGpuFaults(P, pods, s.errors);
   Verdict v = Judge(P, s, coordinator, P.observed.failure_first_seen.value_or(P.now()));
-  if (ApplyRules(P, pods, s, facts, coordinator, &v)) return true;
+  RecordFailure(P, v.cause, facts.reasons, v.what, FailedAt(P, s));
+  bool ruled = false;
+  if (ApplyRules(P, pods, s, facts, coordinator, &v, &ruled)) return true;
+  // The hardware failed, not the job: unless a rule said otherwise, its restart is free.
+  if (gpu_fault && !v.permanent && !ruled) {
+    P.Restart(v.cause,
+              absl::StrCat("gang restart, not counted against maxRestarts (a GPU fault; a "
+                           "failure rule on GPUFault may count it): ",
+                           v.what),
+              v.what, /*counted=*/false);
+    return true;
+  }
   FailOrRestart(P, v);
   return true;
 }

@@ -33,6 +33,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   if (PlanLifecycle(P, resume)) return std::move(P.plan);
   if (job.spec.tasks) return PlanTaskRuntime(P, settings);
 
+  PlanAvoidedNodes(P);
   JobPods pods = SortPods(P, /*with_driver=*/false);
   const WorkerRestarts restarts = FollowWorkerRestarts(P, pods.workers);
   if (PlanSpecChange(P, pods)) return std::move(P.plan);
@@ -48,6 +49,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   const ChildrenState children = PlanChildren(P, settings, pods.coordinator, coordinator.recreate,
                                               coordinator.on_claim, P.st().Gang());
   PlanStartup(P, settings, pods, counts, children);
+  NoteRegistration(P);
   PlanStragglers(P);
   return std::move(P.plan);
 }

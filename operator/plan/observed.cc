@@ -18,6 +18,14 @@ std::string CoordinatorView::TaskError::Describe() const {
   return absl::StrCat(auxiliary ? "the sidecar task " : "task ", task, " is in error: ", message);
 }
 
+std::vector<std::string> CoordinatorView::PacedTasks() const {
+  std::vector<std::string> paced;
+  for (const auto& [task, p] : progress) {
+    if (p.busy_seconds_per_step) paced.push_back(task);
+  }
+  return paced;
+}
+
 int CoordinatorView::TaskIndex(const std::string& task) {
   const size_t at = task.rfind("/task:");
   int index = -1;
@@ -48,6 +56,7 @@ ObservedPod ObservePod(const json& pod) {
       p.deletion_requested_at = *deadline - absl::Seconds(grace.get<int64_t>());
     }
   }
+  p.node = Text(Field(Field(pod, "spec"), "nodeName"));
   const json& status = Field(pod, "status");
   p.phase = Text(Field(status, "phase"));
   p.pod_ip = Text(Field(status, "podIP"));

@@ -31,6 +31,7 @@ struct ObservedPod {
   std::optional<absl::Time> deletion_requested_at;
   bool ready = false;
   std::string pod_ip;
+  std::string node;  // spec.nodeName: where the scheduler placed it ("" until then)
   // The workload container (a worker's first container; the coordinator's container)
   // ended with this exit code (-1: the pod failed without one, e.g. evicted).
   std::optional<int> exit_code;
@@ -92,6 +93,8 @@ struct CoordinatorView {
   // and find stragglers. Not a change of the view (the watcher's SameView): it moves with
   // every heartbeat.
   std::map<std::string, TaskProgress> progress;
+  // The tasks of `progress` that have a pace (busy seconds per step), in name order.
+  std::vector<std::string> PacedTasks() const;
 };
 
 // Kueue's objects for a job, when the operator runs with Kueue (kueue.h).

@@ -31,6 +31,9 @@ struct Placement {
   bool pod_group = false;
   // A queued job's admission, by pod set name (kueue::PodSetOf); null for a job not queued.
   const std::map<std::string, kueue::PodSetInfo>* pod_sets = nullptr;
+  // Nodes the gang's workers keep off (status.avoidedNodes, while they last): WorkerPod
+  // excludes them by name (AvoidNodes).
+  std::vector<std::string> avoided_nodes;
 };
 
 // The placement of the pods the plan makes for `job`: its PodGroup, and `pod_sets` when Kueue
@@ -40,5 +43,10 @@ Placement PlacementOf(const api::CoordinatedJob& job,
 
 // Applies `placement` to a pod `job`'s builders made.
 void Place(const api::CoordinatedJob& job, const Placement& placement, nlohmann::json* pod);
+
+// Keeps `pod` off `nodes`: every term of its required node affinity (one, if it has none) gains
+// a `metadata.name NotIn nodes` field requirement. The terms are alternatives, so each must
+// exclude the nodes; what else the template asks of a node stays as it is.
+void AvoidNodes(const std::vector<std::string>& nodes, nlohmann::json* pod);
 
 }  // namespace cohort::controller

@@ -2,7 +2,9 @@
 // runtime's (task_runtime_plan.cc). Internal to operator/plan.
 #pragma once
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -39,6 +41,15 @@ inline std::string DescribeExit(const ObservedPod& p, const std::string& who = "
     absl::StrAppend(&text, " (", p.reason, ")");
   }
   return text;
+}
+
+// Ends the current gang's training time (status.goodput) at `end`: the time since every one
+// of its tasks registered counts as productive (goodput.cc).
+inline void EndGangTime(api::JobStatus& st, absl::Time end) {
+  std::optional<absl::Time>& registered = st.goodput.gang_registered_time;
+  if (!registered) return;
+  st.goodput.productive_seconds += std::max(0.0, absl::ToDoubleSeconds(end - *registered));
+  registered.reset();
 }
 
 // The phase transition helpers below all act on the plan being built.
@@ -90,6 +101,7 @@ struct Planner {
     }
   }
   void Finish(bool succeeded, const std::string& reason, const std::string& message) {
+    EndGangTime(st(), now());
     st().phase = succeeded ? phase::kSucceeded : phase::kFailed;
     st().completion_time = now();
     st().restarting_workers.clear();
@@ -110,6 +122,7 @@ struct Planner {
   void Restart(const std::string& cause, const std::string& message, const std::string& what,
                bool counted = true) {
     (counted ? st().restarts : st().uncounted_restarts) += 1;
+    EndGangTime(st(), now());
     st().gang_start_time = now();
     st().phase = phase::kRestarting;
     st().tasks.registered = st().tasks.ready = 0;

@@ -7,6 +7,8 @@
 //   coordinator_restart.cc  the coordinator restarting without the gang, or lost with it
 //   success.cc              the successPolicy
 //   gang_failure.cc         a failure's verdict: restart, fail, or restart single workers
+//   avoided_nodes.cc        a GPU fault's node, kept off for a while
+//   goodput.cc              the last failure's timeline, the time the gang trained
 //   startup.cc              workers made, Running, the startup deadline, Ready
 //
 // A policy that decides the plan says so (returns true): PlanRun then applies no later one.
@@ -93,6 +95,28 @@ bool PlanGangFailure(Planner& P, const OperatorSettings& settings, const JobPods
 // naming what it waited for; the Ready condition.
 void PlanStartup(Planner& P, const OperatorSettings& settings, const JobPods& pods,
                  const GangCounts& counts, const ChildrenState& children);
+
+// avoided_nodes.cc: the GPU faults among `errors` (the coordinator's, reason GPU_FAULT), each
+// in an Event (GPUFault) naming the worker's node, which goes in status.avoidedNodes for
+// failurePolicy.avoidNodeAfterGPUFault; true when there was one. Called once a failure has
+// settled, as its verdict is made.
+bool NoteGpuFaults(Planner& P, const JobPods& pods,
+                   const std::vector<CoordinatorView::TaskError>& errors);
+// Drops the avoided nodes whose time is over, plans again when the next one's is, and gives the
+// rest to the placement of the workers this plan makes.
+void PlanAvoidedNodes(Planner& P);
+
+// goodput.cc: status.lastFailure and status.goodput. NoteRegistration: once every task of a
+// running gang has registered, when (and, for the first gang, how long after the job's
+// creation); the last failure's recovery when it is a later plan's. RecordFailure: the failure
+// whose verdict is being made (its cause, reasons, words, and when it happened as far as known),
+// which ends the gang's productive time at `failed_at`.
+void NoteRegistration(Planner& P);
+void RecordFailure(Planner& P, const std::string& cause, const std::vector<std::string>& reasons,
+                   const std::string& what, absl::Time failed_at);
+// The share of the job's time (from status.startTime to its end, or `now`) its gangs had every
+// task registered; none before it started.
+std::optional<double> EffectiveTrainingRatio(const api::JobStatus& st, absl::Time now);
 
 // stragglers.cc: each worker's busy seconds per step over the median of the rest of the
 // gang's (from the coordinator's snapshot: the sidecars' heartbeats); none until at least

@@ -13,8 +13,9 @@
 namespace cohort::controller::planning {
 namespace {
 
-// How often a running gang is looked at again: its scores change without waking the
-// controller (the coordinator's snapshot does not count them as changes).
+// How often a running gang whose sidecars send a pace is looked at again: its scores change
+// without waking the controller (the watcher counts only the first pace of each task as a
+// change of the coordinator's view). A gang without paces is not looked at for them.
 constexpr absl::Duration kRecheck = absl::Seconds(15);
 
 double Median(std::vector<double> values) {
@@ -58,7 +59,10 @@ void PlanStragglers(Planner& P) {
   if (st.phase == api::phase::kRunning && P.observed.coordinator) {
     scores = StragglerScores(*P.observed.coordinator, P.job.spec.replicas);
   }
-  if (st.phase == api::phase::kRunning && P.observed.coordinator) P.Requeue(kRecheck);
+  if (st.phase == api::phase::kRunning && P.observed.coordinator &&
+      !P.observed.coordinator->PacedTasks().empty()) {
+    P.Requeue(kRecheck);
+  }
   auto slowest = std::max_element(
       scores.begin(), scores.end(),
       [](const StragglerScore& a, const StragglerScore& b) { return a.score < b.score; });

@@ -11,7 +11,8 @@
 #      jobs) beside the Helm chart test (server-side dry runs only);
 #   4. three lanes side by side, each running its tests one after another:
 #        heavy  the JAX example with its coordinator crashing, the task runtime (the two
-#               longest Python ones)
+#               longest Python ones), then a GPU fault moving a gang off its node (on the
+#               cluster's spare node, which only its pods tolerate)
 #        gpu    Kueue, gang scheduling, GPU visibility, failure rules: they ask for the node's
 #               4 (fake) GPUs, so never two at a time; then the task runtime benchmark's smoke
 #               run, the dashboards and the hang test (no GPU), which even out the lanes'
@@ -123,7 +124,11 @@ ORDER+=(local_cluster_smoke)
 run local_cluster_smoke
 
 cluster=1
-if ! line=$(tools/local-cluster up --addons kueue,coscheduling | tail -n 1); then
+# A spare node (tainted: only pods that tolerate it land there) and the fake NVML for the pods
+# that ask for it (tests/e2e/gpu_fault_test.sh).
+if ! line=$(COHORT_LOCAL_SPARE_NODES=1 \
+  COHORT_LOCAL_FAKE_NVML="$PWD/build/tests/sidecar/gpu/fake_nvml/libnvidia-ml.so.1" \
+  tools/local-cluster up --addons kueue,coscheduling | tail -n 1); then
   echo "e2e: the local cluster did not come up"
   exit 1
 fi
@@ -141,7 +146,7 @@ start_lane chart chart_test
 wait_lanes
 
 start=$SECONDS
-start_lane heavy jax_restart_test tasks_test
+start_lane heavy jax_restart_test tasks_test gpu_fault_test
 start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_test \
   tasks_k8s_bench dashboards_test hang_test
 start_lane api crd_test isolation_test cert_manager_test operator_test pytorch_restart_test

@@ -77,6 +77,15 @@ std::function<void(api::CoordinatedJob&, Observed&)> Rule(api::FailureAction act
     job.spec.failure_policy.rules.push_back(rule);
   };
 }
+std::function<void(api::CoordinatedJob&, Observed&)> ReasonRule(api::FailureAction action,
+                                                                const std::string& reason) {
+  return [action, reason](api::CoordinatedJob& job, Observed&) {
+    api::FailureRule rule;
+    rule.action = action;
+    rule.on_reasons = {reason};
+    job.spec.failure_policy.rules.push_back(rule);
+  };
+}
 std::function<void(api::CoordinatedJob&, Observed&)> TaskError(bool auxiliary, int code,
                                                                const std::string& message,
                                                                FailureReason reason) {
@@ -130,8 +139,20 @@ const FailureCase kCases[] = {
     {"PeersExitingAfterAGpuFaultStillRestart",
      Then(Pods({Exited(0, 1), Exited(2, 1)}),
           TaskError(true, 13, "GPU 0: Xid 79", FailureReason::kGpuFault)),
-     true, phase::kRestarting, "TaskError", "the sidecar task /job:worker/task:1 is in error", 1, 0,
+     true, phase::kRestarting, "TaskError", "the sidecar task /job:worker/task:1 is in error", 0, 1,
      0},
+    {"AGpuFaultRestartsTheGangUncounted",
+     TaskError(true, 13, "GPU 0: Xid 79", FailureReason::kGpuFault), true, phase::kRestarting,
+     "TaskError", "not counted against maxRestarts (a GPU fault", 0, 1, 0},
+    {"ARuleOnGpuFaultsCountsTheirRestart",
+     Then(TaskError(true, 13, "GPU 0: Xid 79", FailureReason::kGpuFault),
+          ReasonRule(api::FailureAction::kRestartGang, "GPUFault")),
+     true, phase::kRestarting, "TaskError", "gang restart 1 of at most 3", 1, 0, 0},
+    {"AGpuFaultAtMaxRestartsStillRestarts",
+     Then(TaskError(true, 13, "GPU 0: Xid 79", FailureReason::kGpuFault), Restarted(3, 0)), true,
+     phase::kRestarting, "TaskError", "not counted against maxRestarts", 3, 1, 0},
+    {"AHangIsCounted", TaskError(true, 4, "is hung: no progress for 20s", FailureReason::kHang),
+     true, phase::kRestarting, "TaskError", "gang restart 1 of at most 3", 1, 0, 0},
     {"ASidecarsReportOfAPermanentExitStillFailsTheJob",
      Then(Pods({Exited(1, 1)}),
           TaskError(true, 14, "workload exited with code 1", FailureReason::kWorkloadExit)),

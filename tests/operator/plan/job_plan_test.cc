@@ -340,19 +340,19 @@ TEST(JobPlanTest, RestartsStopAtMaxRestarts) {
 
 TEST(JobPlanTest, ATaskInErrorAtTheCoordinatorRestartsTheGang) {
   Observed o = Everything({Coordinator(), Worker(0), Worker(1)});
-  o.coordinator = CoordinatorView{
-      1,
-      {{"/job:sidecar/task:1", true, 13, "GPU 0 reported XID 79", FailureReason::kGpuFault}},
-      std::nullopt,
-      {},
-      {}};
+  o.coordinator = CoordinatorView{1,
+                                  {{"/job:sidecar/task:1", true, 14, "sent no heartbeat for 30s",
+                                    FailureReason::kHeartbeatTimeout}},
+                                  std::nullopt,
+                                  {},
+                                  {}};
   o.failure_first_seen = kNow - absl::Seconds(2);
   Plan plan = PlanJob(Job(2, phase::kRunning), o, Settings());
   EXPECT_EQ(plan.status.phase, phase::kRestarting);
   EXPECT_EQ(Cond(plan, kConditionRestarting)->reason, "TaskError");
   EXPECT_EQ(Cond(plan, kConditionRestarting)->message,
-            "gang restart 1 of at most 3: the sidecar task /job:sidecar/task:1 is in error: GPU 0 "
-            "reported XID 79");
+            "gang restart 1 of at most 3: the sidecar task /job:sidecar/task:1 is in error: sent "
+            "no heartbeat for 30s");
 }
 
 TEST(JobPlanTest, PeersExitingOneAfterAGpuFaultStillRestart) {

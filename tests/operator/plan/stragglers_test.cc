@@ -117,6 +117,14 @@ TEST_F(PlanStragglersTest, AnotherWorkerLaggingStartsTheClockAgainAndAGangWithin
   EXPECT_TRUE(plan.events.empty()) << "never named, so no recovery to tell";
 }
 
+TEST_F(PlanStragglersTest, OnlyAGangWithPacesIsLookedAtAgain) {
+  Plan plan = Run(kNow, {0.5, 0.5, 0.5});
+  ASSERT_TRUE(plan.requeue_after.has_value()) << "its paces change without waking anyone";
+  EXPECT_LE(*plan.requeue_after, absl::Seconds(15));
+  plan = Run(kNow, {std::nullopt, std::nullopt, std::nullopt});
+  EXPECT_FALSE(plan.requeue_after.has_value()) << "no sidecar sends a pace: nothing to look at";
+}
+
 TEST_F(PlanStragglersTest, AStragglerOfAnEarlierGangIsForgotten) {
   job_.status.straggler = api::StragglerStatus{1, 2.0, kNow - absl::Minutes(20), true};
   Plan plan = Run(kNow, {0.5, 1.0, 0.5});
