@@ -6,7 +6,13 @@
 //   xid:       a critical XID is injected into the victim's (fake) GPU; the sidecar reports it.
 //   heartbeat: the victim is SIGKILLed with no sidecar; the coordinator's heartbeat timeout
 //              finds it.
+//   hang:      the victim's progress file (written by this process for it, ten times a second)
+//              stops changing while the victim runs on and heartbeats; its sidecar
+//              (--progress-timeout) records the victim's stacks and reports it hung. Timed
+//              from the last progress.
 //   resources: one sidecar on 8 fake GPUs sampling every second: RSS and CPU.
+//   resources-progress: the same, with hang detection on and the progress file written ten
+//              times a second: what progress tracking adds.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +32,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "bench/bench_util.h"
 #include "bench/task_client.h"
 #include "common/command_line.h"
@@ -44,7 +51,38 @@ struct Options {
   int rounds = 5;
   int seconds = 30;
   std::string heartbeat_timeout = "10s";
-  int tasks = 2;  // the victim (task 0) and tasks - 1 simulated observers
+  int tasks = 2;                        // the victim (task 0) and tasks - 1 simulated observers
+  std::string progress_timeout = "2s";  // hang: the sidecar's --progress-timeout
+};
+
+// Writes a step to `path` every 100 ms, as a training loop would report its progress, until
+// stopped; `last` is when it last wrote.
+class ProgressWriter {
+ public:
+  explicit ProgressWriter(std::string path) : path_(std::move(path)) {
+    thread_ = std::thread([this] {
+      for (int64_t step = 0; !stop_; ++step) {
+        std::ofstream(path_, std::ios::trunc) << step << "\n";
+        last_ = Clock::now();
+        for (int i = 0; i < 10 && !stop_; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    });
+  }
+  ~ProgressWriter() { Stop(); }
+  // Stops writing; returns when it last wrote.
+  Clock::time_point Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return last_;
+  }
+
+ private:
+  const std::string path_;
+  std::atomic<bool> stop_{false};
+  Clock::time_point last_ = Clock::now();
+  std::thread thread_;
 };
 
 // Only the victim has a sidecar here, so the coordinator's sidecar job has one task. The
@@ -93,9 +131,11 @@ Cluster StartCoordinator(const Options& o, const std::string& dir) {
   return c;
 }
 
+// `progress_file` not empty: hang detection on (--progress-timeout o.progress_timeout).
 std::unique_ptr<Process> StartSidecar(const Options& o, const Cluster& c, const std::string& dir,
                                       int http_port, const std::string& pattern,
-                                      const std::string& sample_interval) {
+                                      const std::string& sample_interval,
+                                      const std::string& progress_file = "") {
   std::map<std::string, std::string> env = {{"COHORT_COORDINATOR_ADDRESS", c.address()},
                                             {"COHORT_TASK_ID", "0"},
                                             {"COHORT_NUM_TASKS", std::to_string(o.tasks)},
@@ -112,6 +152,10 @@ std::unique_ptr<Process> StartSidecar(const Options& o, const Cluster& c, const 
                                    "warn"};
   if (!pattern.empty()) {
     argv.insert(argv.end(), {"--workload-liveness", "process", "--workload-process", pattern});
+  }
+  if (!progress_file.empty()) {
+    argv.insert(argv.end(),
+                {"--progress-timeout", o.progress_timeout, "--progress-file", progress_file});
   }
   return std::make_unique<Process>(argv, env, dir + "/sidecar.log");
 }
@@ -176,8 +220,14 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
   int http_port = FreePort();
   std::unique_ptr<Process> sidecar;
   bool ready = true;
+  std::unique_ptr<ProgressWriter> progress;
+  if (scenario == "hang") progress = std::make_unique<ProgressWriter>(dir + "/progress");
   if (scenario != "heartbeat") {
-    sidecar = StartSidecar(o, cluster, dir, http_port, scenario == "exit" ? victim_cmd : "", "5s");
+    // The hung victim is found by its process, as --workload-liveness process finds it in a
+    // pod, so that its stacks are recorded before the report.
+    sidecar = StartSidecar(o, cluster, dir, http_port,
+                           scenario == "exit" || scenario == "hang" ? victim_cmd : "", "5s",
+                           scenario == "hang" ? dir + "/progress" : "");
     ready = WaitFor([&] { return Ready(http_port); }, 30);
     // The workload watch scans for the process every 200 ms.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -189,6 +239,10 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
   if (ready) {
     if (scenario == "xid") {
       std::ofstream(dir + "/fifo") << "xid 0 79\n";
+    } else if (scenario == "hang") {
+      // The watch runs from the sidecar's registration: a few progress reports seen first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      fault = progress->Stop();
     } else {
       victim->Kill(SIGKILL);
     }
@@ -228,6 +282,15 @@ nlohmann::json Failure(const Options& o, const std::string& scenario) {
                         {"rounds", o.rounds},
                         {"detected", all.size()}};
   if (scenario == "heartbeat") out["heartbeat_timeout"] = o.heartbeat_timeout;
+  absl::Duration timeout;
+  if (scenario == "hang" && absl::ParseDuration(o.progress_timeout, &timeout)) {
+    out["progress_timeout_s"] = absl::ToDoubleSeconds(timeout);
+    if (!all.empty()) {
+      // What the detection adds to the timeout: the watch's polling, the stacks, the report.
+      out["beyond_timeout_p50_ms"] =
+          all[all.size() / 2] * 1000 - absl::ToDoubleMilliseconds(timeout);
+    }
+  }
   if (!all.empty()) {
     // p50 is the time until every other task was told, the round's figure.
     out["p50_ms"] = all[all.size() / 2] * 1000;
@@ -238,12 +301,16 @@ nlohmann::json Failure(const Options& o, const std::string& scenario) {
   return out;
 }
 
-nlohmann::json Resources(const Options& o) {
-  std::string dir = o.work_dir + "/resources";
+// `with_progress`: hang detection on, its progress file written ten times a second.
+nlohmann::json Resources(const Options& o, bool with_progress) {
+  std::string dir = o.work_dir + (with_progress ? "/resources-progress" : "/resources");
   std::system(absl::StrCat("mkdir -p ", dir).c_str());
   Cluster cluster = StartCoordinator(o, dir);
   int http_port = FreePort();
-  auto sidecar = StartSidecar(o, cluster, dir, http_port, "", "1s");
+  std::unique_ptr<ProgressWriter> progress;
+  if (with_progress) progress = std::make_unique<ProgressWriter>(dir + "/progress");
+  auto sidecar =
+      StartSidecar(o, cluster, dir, http_port, "", "1s", with_progress ? dir + "/progress" : "");
   std::this_thread::sleep_for(std::chrono::seconds(5));  // warm up
   double cpu0 = CpuSeconds(sidecar->pid());
   auto t0 = Clock::now();
@@ -257,7 +324,7 @@ nlohmann::json Resources(const Options& o) {
   }
   double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   double cpu = CpuSeconds(sidecar->pid()) - cpu0;
-  return {{"scenario", "sidecar_resources"},
+  return {{"scenario", with_progress ? "sidecar_resources_progress" : "sidecar_resources"},
           {"gpus", 8},
           {"sample_interval_s", 1},
           {"seconds", wall},
@@ -272,7 +339,8 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-failure-bench: failure detection time and sidecar cost",
                "cohort-failure-bench"};
   Options o;
-  std::vector<std::string> scenarios = {"exit", "xid", "heartbeat", "resources"};
+  std::vector<std::string> scenarios = {"exit", "xid",       "heartbeat",
+                                        "hang", "resources", "resources-progress"};
   app.add_option("--bin-dir", o.bin_dir, "where cohort-coordinator and cohort-sidecar are")
       ->capture_default_str();
   app.add_option("--fake-nvml", o.fake_nvml, "the test suite's fake libnvidia-ml.so.1")->required();
@@ -284,12 +352,16 @@ int main(int argc, char** argv) {
   app.add_option("--work-dir", o.work_dir, "logs of the programs it starts")->capture_default_str();
   app.add_option("--tasks", o.tasks, "tasks of the job: the victim and simulated observers")
       ->capture_default_str();
+  app.add_option("--progress-timeout", o.progress_timeout, "hang: the sidecar's --progress-timeout")
+      ->capture_default_str();
   app.add_option("scenarios", scenarios)->capture_default_str();
   cohort::AddVersionFlag(app);
   if (auto exit_code = cohort::ParseCommandLine(app, argc, argv)) return *exit_code;
   spdlog::set_level(spdlog::level::off);
   for (const std::string& s : scenarios) {
-    nlohmann::json result = s == "resources" ? Resources(o) : Failure(o, s);
+    nlohmann::json result = s == "resources"            ? Resources(o, false)
+                            : s == "resources-progress" ? Resources(o, true)
+                                                        : Failure(o, s);
     std::printf("%s\n", result.dump().c_str());
     std::fflush(stdout);
   }

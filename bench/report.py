@@ -473,13 +473,19 @@ def section_failure(recs, plots, goals):
                "GPUs — and N−1 simulated tasks with PollForError parked. `exit`: the victim "
                "is SIGKILLed and its sidecar reports the exit; `xid`: a critical XID is "
                "injected into its GPU; `heartbeat`: no sidecar, the coordinator's heartbeat "
-               "timeout (10 s; the agent heartbeats every 5 s) finds it. Figures: the fault to the last of the N−1 tasks "
-               "told (p50 and max over the rounds), and to the first.\n\n")
+               "timeout (10 s; the agent heartbeats every 5 s) finds it; `hang`: the victim runs on "
+               "and heartbeats but its progress file stops changing, and its sidecar "
+               "(`--progress-timeout`, its value in the row) records the victim's stacks and "
+               "reports it hung. Figures: the fault (for `hang`, the last progress) to the last "
+               "of the N−1 tasks told (p50 and max over the rounds), and to the first.\n\n")
     rows = []
     side = [r for r in recs if str(r.get("scenario", "")).startswith("failure_detection_")]
     sidecar_all = {}
     for r in sorted(side, key=lambda r: (r["scenario"], r.get("tasks", 0))):
-        rows.append([r["scenario"].replace("failure_detection_", ""), f"{r.get('tasks', 2):,}",
+        fault = r["scenario"].replace("failure_detection_", "")
+        if fault == "hang" and num(r.get("progress_timeout_s")) is not None:
+            fault += f" (timeout {fmt(r['progress_timeout_s'])} s)"
+        rows.append([fault, f"{r.get('tasks', 2):,}",
                      f"{r.get('detected')}/{r.get('rounds')}", fmt(num(r.get("p50_ms"))),
                      fmt(num(r.get("max_ms"))), fmt(num(r.get("first_told_p50_ms")))])
         if r["scenario"] == "failure_detection_exit" and num(r.get("max_ms")) is not None:
@@ -497,6 +503,16 @@ def section_failure(recs, plots, goals):
         out.append(f"\nSidecar cost on 8 fake GPUs sampled every {r.get('sample_interval_s')} s: "
                    f"{fmt(r.get('cpu_percent_of_one_core'))} % of a core, "
                    f"{fmt(r.get('rss_kib', 0) / 1024)} MiB RSS.\n")
+    prog = [r for r in recs if r.get("scenario") == "sidecar_resources_progress"]
+    if res and prog and num(prog[0].get("cpu_percent_of_one_core")) is not None and \
+            num(res[0].get("cpu_percent_of_one_core")) is not None:
+        p = prog[0]
+        out.append(f"With hang detection on (`--progress-timeout`, the progress file written ten "
+                   f"times a second, polled four times a second): "
+                   f"{fmt(p.get('cpu_percent_of_one_core'))} % of a core, "
+                   f"{fmt(p.get('rss_kib', 0) / 1024)} MiB RSS: progress tracking adds "
+                   f"{fmt(num(p.get('cpu_percent_of_one_core')) - num(res[0].get('cpu_percent_of_one_core')))}"
+                   f" % of a core.\n")
     series = {SYSTEM_NAMES[s] + " heartbeat path": [
         (r["tasks"], r["all_told_seconds"]) for r in hb
         if r.get("system") == s and "error" not in r] for s in ("cohort", "jaxlib")}

@@ -64,7 +64,7 @@ PROFILES = {
         "failure_tasks": [1000, 4000, 16000],
         "failure_heartbeat_timeout": 4,
         "memory_connection_per_task_max": 4000,
-        "sidecar_first_n_extra": ["heartbeat", "resources"],
+        "sidecar_first_n_extra": ["heartbeat", "resources", "resources-progress"],
         "sidecar_tasks": [2, 1000, 4000, 16000],
         "sidecar_rounds": 5,
         "resource_seconds": 30,
@@ -95,7 +95,7 @@ PROFILES = {
         "failure_tasks": [20, 40],
         "failure_heartbeat_timeout": 1,
         "memory_connection_per_task_max": 0,
-        "sidecar_first_n_extra": ["resources"],
+        "sidecar_first_n_extra": ["resources", "resources-progress"],
         "sidecar_tasks": [2, 8],
         "sidecar_rounds": 1,
         "resource_seconds": 2,
@@ -573,7 +573,7 @@ class Bench:
                     "--gpu-config", str(REPO / "tests/sidecar/gpu/testdata/eight_gpus.json"),
                     "--rounds", str(self.p["sidecar_rounds"]), "--tasks", str(n),
                     "--work-dir", str(self.logs / "failure-bench"),
-                    "--seconds", str(self.p["resource_seconds"]), "exit", "xid"]
+                    "--seconds", str(self.p["resource_seconds"]), "exit", "xid", "hang"]
             if n == self.p["sidecar_tasks"][0]:
                 argv += self.p["sidecar_first_n_extra"]
             started = time.monotonic()

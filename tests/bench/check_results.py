@@ -125,11 +125,13 @@ class Checker:
                           system=s, tasks=n, scenario="failure")
         if "sidecar" not in self.skipped:
             for n in self.p["sidecar_tasks"]:
-                for sc in ("exit", "xid"):
+                for sc in ("exit", "xid", "hang"):
                     self.want(fail, ["p50_ms", "max_ms", "first_told_p50_ms"], "sidecar path",
                               scenario=f"failure_detection_{sc}", tasks=n)
             self.want(fail, ["cpu_percent_of_one_core", "rss_kib"], "sidecar cost",
                       scenario="sidecar_resources")
+            self.want(fail, ["cpu_percent_of_one_core", "rss_kib"], "sidecar cost with progress",
+                      scenario="sidecar_resources_progress")
         restart = self.load("restart")
         for n in self.p["restart_tasks"]:
             self.want(restart, ["served_p50_ms", "served_max_ms", "failed_calls"],
