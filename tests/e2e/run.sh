@@ -41,6 +41,7 @@ declare -A CMD=(
   [chart_test]="bash tests/chart/chart_test.sh"
   [jax_restart_test]="bash tests/e2e/jax_restart_test.sh"
   [hang_test]="bash tests/e2e/hang_test.sh"
+  [gpu_fault_test]="bash tests/e2e/gpu_fault_test.sh"
   [pytorch_restart_test]="bash tests/e2e/pytorch_restart_test.sh"
   [tasks_test]="bash tests/e2e/tasks_test.sh"
   [tasks_k8s_bench]="bash bench/tasks_k8s_bench.sh --smoke --out $LOGS/tasks_k8s.json"
