@@ -100,14 +100,10 @@ std::vector<CollectedFamily> JobController::CollectJobMetrics() const {
         if (const auto r = planning::EffectiveTrainingRatio(st, absl::Now())) {
           ratio.samples.push_back({labels, *r});
         }
-      }
-      for (const json& a : o.value("/status/avoidedNodes"_json_pointer, json::array())) {
-        if (!a.is_object()) continue;
-        const std::optional<absl::Time> until = api::ParseRfc3339(a.value("until", ""));
-        const std::string node = a.value("node", "");
-        if (!until || node.empty()) continue;
-        avoided.samples.push_back({{{"namespace", ns}, {"cjob", name}, {"node", node}},
-                                   absl::ToDoubleSeconds(*until - absl::UnixEpoch())});
+        for (const api::AvoidedNode& a : st.avoided_nodes) {
+          avoided.samples.push_back({{{"namespace", ns}, {"cjob", name}, {"node", a.node}},
+                                     absl::ToDoubleSeconds(a.until - absl::UnixEpoch())});
+        }
       }
       if (p != api::phase::kRunning) continue;
       const int gang = o.value("/status/restarts"_json_pointer, 0) +

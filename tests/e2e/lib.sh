@@ -297,11 +297,9 @@ operator_for() {
 # (tests/support/free_port.py) for a test running beside this one (run.sh's lanes).
 listen_port() { ss -Hltnp 2>/dev/null | awk -v p="pid=$1," 'index($0, p) { n = split($4, a, ":"); print a[n]; exit }'; }
 http_port() {
-  local port deadline=$((SECONDS + 30))
-  until port=$(listen_port "$1") && [[ -n "$port" ]]; do
-    ((SECONDS < deadline)) || { echo "  operator $1 does not listen" >&2; return 1; }
-    sleep 0.2
-  done
+  local port=""
+  until_true 30 "port=\$(listen_port $1) && [[ -n \$port ]]" ||
+    { echo "  operator $1 does not listen" >&2; return 1; }
   echo "$port"
 }
 

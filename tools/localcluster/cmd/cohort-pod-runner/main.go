@@ -55,7 +55,7 @@ func main() {
 	flag.StringVar(&cpu, "cpu", "32", "CPU the node advertises to the scheduler (a quantity)")
 	flag.StringVar(&memory, "memory", "64Gi", "memory the node advertises to the scheduler (a quantity)")
 	flag.IntVar(&cfg.GPUs, "gpus", 0, "nvidia.com/gpu the node advertises (no devices behind them)")
-	flag.StringVar(&cfg.FakeNVML, "fake-nvml", "", "fake libnvidia-ml.so.1 given to every container, with its node's GPUs (empty: none)")
+	flag.StringVar(&cfg.FakeNVML, "fake-nvml", "", "fake libnvidia-ml.so.1 given to the containers of pods annotated "+podrunner.FakeNVMLAnnotation+"=true, with their node's GPUs (empty: none)")
 	flag.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest grace period for pods when the runner stops")
 	flag.Parse()
 

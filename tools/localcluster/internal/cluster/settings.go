@@ -35,8 +35,9 @@ type Settings struct {
 	// same and is tainted, so that only pods that tolerate cohort.dev/spare-node=true:
 	// NoSchedule land there. The one pod runner serves them all, on this one host.
 	SpareNodes int `json:"spareNodes"`
-	// FakeNVML, if set, is the fake libnvidia-ml.so.1 every container gets, with its
-	// node's GPUs and its pod's control FIFO (see tools/README.md).
+	// FakeNVML, if set, is the fake libnvidia-ml.so.1 the containers of pods annotated
+	// local-cluster.cohort.dev/fake-nvml: "true" get, with their node's GPUs and their pod's
+	// control FIFO (see tools/README.md).
 	FakeNVML string `json:"fakeNVML,omitempty"`
 	// Addons running besides the core (`up --addons`): AddonKueue, AddonCoscheduling.
 	Addons []string `json:"addons,omitempty"`

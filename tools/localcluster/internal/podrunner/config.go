@@ -64,8 +64,9 @@ type Config struct {
 
 	// FakeNVML, if set, is the path of a fake libnvidia-ml.so.1 (tests/sidecar/gpu/fake_nvml).
 	// The runner then plays the NVIDIA container toolkit: each node gets a fake NVML
-	// config describing its GPUs, and every container is pointed at the library, its
-	// node's config and its pod's control FIFO (see nvml.go).
+	// config describing its GPUs, and every container of a pod that asks
+	// (FakeNVMLAnnotation) is pointed at the library, its node's config and its pod's
+	// control FIFO (see nvml.go).
 	FakeNVML string
 
 	// ShutdownGrace caps the termination grace period when the runner itself stops.

@@ -63,15 +63,7 @@ func TestWithoutAFakeNVMLNothingIsWrittenOrSet(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("state dir has %v", entries)
 	}
-	env, err := r.containerEnv(context.Background(), pod, &v1.Container{Name: "c"}, sb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{NVMLLibraryEnv, FakeNVMLConfigEnv, FakeNVMLControlEnv} {
-		if v, ok := env.lookup(name); ok {
-			t.Errorf("%s=%s without a fake NVML", name, v)
-		}
-	}
+	expectNoFakeNVMLEnv(t, r, pod, sb, "without a fake NVML")
 }
 
 func TestContainersGetTheFakeNVMLOfTheirNodeUnlessTheySetItThemselves(t *testing.T) {
@@ -135,13 +127,19 @@ func TestOnlyPodsThatAskGetTheFakeNVML(t *testing.T) {
 	if _, err := os.Stat(NVMLControlFIFO(dir, "uid-2")); !os.IsNotExist(err) {
 		t.Errorf("a pod without %s got a control FIFO (%v)", FakeNVMLAnnotation, err)
 	}
+	expectNoFakeNVMLEnv(t, r, pod, sb, "for a pod that did not ask for the fake NVML")
+}
+
+// expectNoFakeNVMLEnv fails the test if a container of `pod` gets any fake NVML variable.
+func expectNoFakeNVMLEnv(t *testing.T, r *Runner, pod *v1.Pod, sb *sandbox, why string) {
+	t.Helper()
 	env, err := r.containerEnv(context.Background(), pod, &v1.Container{Name: "c"}, sb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{NVMLLibraryEnv, FakeNVMLConfigEnv, FakeNVMLControlEnv} {
 		if v, ok := env.lookup(name); ok {
-			t.Errorf("%s=%s for a pod that did not ask for the fake NVML", name, v)
+			t.Errorf("%s=%s %s", name, v, why)
 		}
 	}
 }
