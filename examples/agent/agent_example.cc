@@ -13,6 +13,9 @@
 // them. It finds that it ran before (demo/started/<task>), publishes its address anew, and
 // resumes after the last step it finished (demo/progress/<task>); each step has a barrier of
 // its own (demo/step/<n>), which the others wait at until it arrives.
+//
+// After each step it tells its sidecar (cohort::ReportProgress, agent/progress.h: a write to
+// $COHORT_PROGRESS_FILE), which is what hang and straggler detection see of it.
 #include <unistd.h>
 
 #include <atomic>
@@ -28,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "agent/coordination_agent.h"
 #include "agent/grpc_status.h"
+#include "agent/progress.h"
 #include "common/command_line.h"
 #include "common/crash_report.h"
 #include "common/logging.h"
@@ -225,6 +229,7 @@ int main(int argc, char** argv) {
         return Fail("record progress", s);
       }
     }
+    cohort::ReportProgress(step + 1);  // steps done; a no-op without $COHORT_PROGRESS_FILE
     Say(absl::StrCat("step ", step, " done (", *done, " task-steps so far)"));
   }
   agent.StopWatchKey(*watch);
