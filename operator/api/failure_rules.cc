@@ -147,6 +147,16 @@ absl::Status ParseFailureRules(const json& failure_policy, FailurePolicy* out) {
         rule.on_reasons.push_back(text);
       }
     }
+    // Uncounted, a restart for a straggler that is one again in the next gang (a slow node,
+    // say) would restart the job forever: maxRestarts must bound it.
+    if (rule.action == FailureAction::kRestartGangUncounted &&
+        std::find(rule.on_reasons.begin(), rule.on_reasons.end(), failure_reason::kStraggler) !=
+            rule.on_reasons.end()) {
+      return InvalidPolicy(field + ".onReasons",
+                           "RestartGangUncounted on Straggler would restart the gang without "
+                           "end while the straggler's cause (a slow node, say) stays; use "
+                           "RestartGang, which maxRestarts bounds");
+    }
     if (rule.on_exit_codes.empty() && rule.on_reasons.empty()) {
       return InvalidPolicy(field, "names no onExitCodes and no onReasons: it would match nothing");
     }

@@ -42,6 +42,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   const CoordinatorFate coordinator = FollowCoordinator(P, pods.coordinator, started);
   if (PlanSuccess(P, pods, counts)) return std::move(P.plan);
   if (PlanGangFailure(P, settings, pods, restarts, coordinator)) return std::move(P.plan);
+  if (PlanStragglers(P, pods)) return std::move(P.plan);
 
   // Create what is missing: the token, the NetworkPolicy, services and config, the
   // coordinator (once the policy exists, so that no pod of the job runs unprotected), then
@@ -50,7 +51,6 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
                                               coordinator.on_claim, P.st().Gang());
   PlanStartup(P, settings, pods, counts, children);
   NoteRegistration(P);
-  PlanStragglers(P);
   return std::move(P.plan);
 }
 

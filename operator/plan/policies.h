@@ -130,8 +130,11 @@ struct StragglerScore {
 std::vector<StragglerScore> StragglerScores(const CoordinatorView& view, int replicas);
 // The slowest worker whose score reaches failurePolicy.stragglers.ratio is status.straggler;
 // once it has been so for stragglers.for, an Event (Straggler) names it, once; another when it
-// keeps up again. A running gang is looked at again every few seconds.
-void PlanStragglers(Planner& P);
+// keeps up again. A running gang is looked at again every few seconds. When the straggler is
+// named, a failure rule on Straggler acts: true when it decided the plan (the gang or the
+// worker restarted, or the job failed); a counted restart the job has none left for is not
+// made (an Event, StragglerKept, says so), since a slow gang still trains.
+bool PlanStragglers(Planner& P, const JobPods& pods);
 
 // What a job whose coordinator is not ready waits for: its NetworkPolicy, cert-manager's
 // Secrets, or the coordinator pod; nothing once the coordinator is ready (startup.cc).

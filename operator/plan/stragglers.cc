@@ -3,11 +3,13 @@
 // takes it, its waits at barriers for its peers left out: sidecar/step_pace.h) on its
 // heartbeats, and the coordinator's snapshot carries them. In a gang that synchronises each
 // step, every task moves at the straggler's pace, but only the straggler is busy all of it.
+// A failure rule on `Straggler` acts once the straggler is named (ActOnStraggler).
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "operator/plan/planner.h"
 #include "operator/plan/policies.h"
 
 namespace cohort::controller::planning {
@@ -22,6 +24,57 @@ double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// failurePolicy.rules on Straggler, once the straggler is named: true when a rule restarted
+// the gang or the worker, or failed the job. A restart the job has none left for is not made:
+// a slow gang still trains, so the job runs on, and an Event says so.
+bool ActOnStraggler(Planner& P, const JobPods& pods, int worker, const std::string& what) {
+  FailureFacts facts;
+  facts.reasons = {api::failure_reason::kStraggler};
+  const RuleMatch m = MatchFailureRule(P.job.spec.failure_policy, facts);
+  if (!m.rule) return false;
+  const std::string by =
+      absl::StrCat("failurePolicy.rules[", m.index, "] (", api::FailureActionName(m.rule->action),
+                   " on ", m.matched, ")");
+  api::JobStatus& st = P.st();
+  const int used = st.restarts + st.worker_restarts;
+  const int max_restarts = P.job.spec.failure_policy.max_restarts;
+  const bool counted = m.rule->action == api::FailureAction::kRestartGang ||
+                       m.rule->action == api::FailureAction::kRestartWorker;
+  if (counted && used >= max_restarts) {
+    P.Event("Warning", "StragglerKept",
+            absl::StrCat(by, " would restart ",
+                         m.rule->action == api::FailureAction::kRestartWorker
+                             ? absl::StrCat("worker ", worker)
+                             : std::string("the gang"),
+                         ", but the job has used its ", max_restarts,
+                         " restarts (failurePolicy.maxRestarts): it runs on with the straggler"));
+    return false;
+  }
+  const absl::Time since = st.straggler ? st.straggler->since : P.now();
+  RecordFailure(P, "Straggler", facts.reasons, what, since);
+  switch (m.rule->action) {
+    case api::FailureAction::kFailJob:
+      P.Finish(false, "FailureRule", absl::StrCat(what, "; ", by, " fails the job"));
+      return true;
+    case api::FailureAction::kRestartGangUncounted:
+      P.Restart("Straggler",
+                absl::StrCat("gang restart, not counted against maxRestarts by ", by, ": ", what),
+                what, /*counted=*/false);
+      return true;
+    case api::FailureAction::kRestartGang:
+      P.Restart("Straggler",
+                absl::StrCat("gang restart ", used + 1, " of at most ", max_restarts, " by ", by,
+                             ": ", what),
+                what);
+      return true;
+    case api::FailureAction::kRestartWorker:
+      // The API takes RestartWorker only where the coordinator lets a worker register again.
+      RestartWorkers(P, pods.workers, {worker}, by, what);
+      return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -48,7 +101,7 @@ std::vector<StragglerScore> StragglerScores(const CoordinatorView& view, int rep
   return scores;
 }
 
-void PlanStragglers(Planner& P) {
+bool PlanStragglers(Planner& P, const JobPods& pods) {
   api::JobStatus& st = P.st();
   const api::FailurePolicy::Stragglers& policy = P.job.spec.failure_policy.stragglers;
   // A straggler of an earlier gang is not this one's.
@@ -72,7 +125,7 @@ void PlanStragglers(Planner& P) {
               absl::StrCat("worker ", st.straggler->worker, " keeps up with the gang again"));
     }
     st.straggler.reset();
-    return;
+    return false;
   }
   // Rounded, so that the status written back does not change with each reading.
   const double score = std::round(slowest->score * 100) / 100;
@@ -80,21 +133,25 @@ void PlanStragglers(Planner& P) {
     st.straggler = api::StragglerStatus{slowest->worker, score,
                                         absl::FromUnixSeconds(absl::ToUnixSeconds(P.now())), false};
   }
-  if (st.straggler->reported) return;
+  if (st.straggler->reported) return false;
   const absl::Time due = st.straggler->since + policy.after;
   if (P.now() < due) {
     P.Requeue(due - P.now());
-    return;
+    return false;
   }
   st.straggler->reported = true;
   st.straggler->score = score;
-  P.Event("Warning", "Straggler",
-          absl::StrFormat(
-              "worker %d is a straggler: its steps take it %.2f times as long as the "
-              "rest of the gang's (%.3f s busy a step against a median of %.3f s) "
-              "for %s (failurePolicy.stragglers)",
-              slowest->worker, slowest->score, slowest->busy, slowest->median,
-              absl::FormatDuration(absl::Trunc(P.now() - st.straggler->since, absl::Seconds(1)))));
+  const ObservedPod* pod = slowest->worker < static_cast<int>(pods.workers.size())
+                               ? pods.workers[slowest->worker]
+                               : nullptr;
+  const std::string what = absl::StrFormat(
+      "worker %d%s is a straggler: its steps take it %.2f times as long as the rest of the "
+      "gang's (%.3f s busy a step against a median of %.3f s) for %s",
+      slowest->worker, pod && !pod->node.empty() ? absl::StrCat(" (node ", pod->node, ")") : "",
+      slowest->score, slowest->busy, slowest->median,
+      absl::FormatDuration(absl::Trunc(P.now() - st.straggler->since, absl::Seconds(1))));
+  P.Event("Warning", "Straggler", absl::StrCat(what, " (failurePolicy.stragglers)"));
+  return ActOnStraggler(P, pods, slowest->worker, what);
 }
 
 }  // namespace cohort::controller::planning

@@ -138,5 +138,7 @@ refused "a RestartWorker rule in a job that is not recoverable" 'a RestartWorker
   '{"spec":{"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
 refused "a RestartWorker rule in a jax job" 'a RestartWorker failure rule needs' \
   '{"spec":{"framework":"jax","coordinator":{"recoverable":true},"failurePolicy":{"rules":[{"action":"RestartWorker","onExitCodes":[3]}]}}}'
+refused "an uncounted gang restart on a straggler" 'RestartGangUncounted on Straggler would restart the gang without end' \
+  '{"spec":{"failurePolicy":{"rules":[{"action":"RestartGangUncounted","onReasons":["Hang","Straggler"]}]}}}'
 
 finish

@@ -32,13 +32,15 @@ import sys
 text, name, steps = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
 env = dict(a.split("=", 1) for a in sys.argv[4:])
 stragglers = "" if env.pop("STRAGGLERS", "") == "default" else "    stragglers: {ratio: 1.5, for: 10s}\n"
+# STRAGGLER_RULE=1: one restart allowed, and a rule that restarts the gang for a straggler.
+straggler_rule = env.pop("STRAGGLER_RULE", "") == "1"
 text = text.replace("name: jax-cpu\n", f"name: {name}\n").replace("replicas: 4", "replicas: 3")
 text = text.replace("  failurePolicy:\n    maxRestarts: 2\n", """  failurePolicy:
-    maxRestarts: 0
+    maxRestarts: """ + ("1" if straggler_rule else "0") + """
     progressTimeout: 20s
 """ + stragglers + """    rules:
       - {action: RestartGangUncounted, onReasons: [Hang]}
-  sidecar:
+""" + ("      - {action: RestartGang, onReasons: [Straggler]}\n" if straggler_rule else "") + """  sidecar:
     stackDumps: true
 """)
 env["STEPS"] = steps
@@ -142,8 +144,10 @@ echo "measured: $(grep -h "workload is stalled" "$first" | head -n 1)"
 echo "measured: $(grep -h "reporting to the coordinator" "$first" | head -n 1 | cut -c1-160)"
 
 # ---- A straggler: process 2 computes at half speed; the others wait for it at each step's
-# barrier. It is named in an Event and in the operator's metric; the job still succeeds.
-job "hang-$$" slow 40 SLOW_PROCESS=2
+# barrier. It is named in an Event and in the operator's metric; a rule restarts the gang for
+# it once (maxRestarts 1); named again in the next gang, it is kept (no restart left), and the
+# job still succeeds.
+job "hang-$$" slow 40 SLOW_PROCESS=2 STRAGGLER_RULE=1
 straggler_event() {
   "$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=slow,reason=Straggler \
     -o jsonpath='{.items[0].message}' 2>/dev/null
@@ -164,8 +168,8 @@ named() {
 if until_true 300 named; then
   event=$(straggler_event)
   echo "the straggler's Event: $event"
-  if [[ "$event" == "worker 2 is a straggler: its steps take it "* ]]; then
-    pass "the half-speed worker is named in an Event (Straggler)"
+  if [[ "$event" == "worker 2 (node "*") is a straggler: its steps take it "* ]]; then
+    pass "the half-speed worker is named, with its node, in an Event (Straggler)"
   else
     fail "the straggler's Event" "${event:-none; the job ended $(phase "hang-$$" slow)}"
   fi
@@ -177,11 +181,20 @@ if [[ -n "$got" ]] && awk -v s="$got" 'BEGIN { exit !(s >= 1.5) }'; then
 else
   fail "worker 2's straggler score" "${got:-absent}"
 fi
-until_true 300 ended "hang-$$" slow
-got="$(field_in "hang-$$" cjob/slow '{.status.phase} {.status.restarts}')"
-[[ "$got" == "Succeeded 0" ]] && pass "the job with a straggler succeeds ($got)" || fail "the slow job's end" "$got"
+until_true 600 ended "hang-$$" slow
+got="$(field_in "hang-$$" cjob/slow '{.status.phase} {.status.restarts} {.status.lastFailure.cause}')"
+restart=$("$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=slow,reason=GangRestart -o jsonpath='{.items[0].message}')
+kept=$("$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=slow,reason=StragglerKept -o jsonpath='{.items[0].message}')
+echo "the straggler's restart: $restart"
+echo "the straggler kept: $kept"
+if [[ "$got" == "Succeeded 1 Straggler" && "$restart" == *"(RestartGang on Straggler): worker 2 (node "* &&
+  "$kept" == *"the job has used its 1 restarts"* ]]; then
+  pass "a rule restarts the gang for the straggler once (restarts 1, lastFailure cause Straggler); named again, it is kept, and the job succeeds ($got)"
+else
+  fail "the slow job's rule and end" "status '$got'; restart '$restart'; kept '$kept'"
+fi
 others=$("$KUBECTL" -n "hang-$$" get events --field-selector reason=Straggler -o jsonpath='{range .items[*]}{.involvedObject.name} {end}')
-if [[ "$others" == "slow " ]]; then
+if [[ -n "$others" && -z "${others//slow /}" ]]; then
   pass "no straggler named in the healthy or the hung job"
 else
   fail "Straggler Events only for the slow job" "$others"

@@ -61,15 +61,35 @@ class PlanStragglersTest : public ::testing::Test {
   }
   // PlanStragglers at `now` with the gang's paces; the status carried to the next call.
   Plan Run(absl::Time now, const std::vector<std::optional<double>>& busy) {
-    Observed observed = Everything({Coordinator(), Worker(0), Worker(1), Worker(2)});
+    // The pods of the gang status.restarts says runs.
+    const int gang = job_.status.restarts;
+    std::vector<ObservedPod> workers = {Worker(0, gang), Worker(1, gang), Worker(2, gang)};
+    workers[1].node = "node-b";
+    Observed observed = Everything({Coordinator(gang), workers[0], workers[1], workers[2]});
     observed.now = now;
     observed.coordinator = Gang(busy);
     planning::Planner P{job_, observed, Plan{}};
     P.plan.status = job_.status;
-    PlanStragglers(P);
+    const planning::JobPods pods = planning::SortPods(P, /*with_driver=*/false);
+    decided_ = PlanStragglers(P, pods);
     job_.status = P.plan.status;
     return std::move(P.plan);
   }
+  // A rule on Straggler; the worker 1 of the gang lags from kNow and is named a minute on.
+  Plan NamedWithRule(const std::string& action) {
+    job_.spec.failure_policy.rules.clear();
+    api::FailureRule r;
+    r.action = action == "FailJob"         ? api::FailureAction::kFailJob
+               : action == "RestartGang"   ? api::FailureAction::kRestartGang
+               : action == "RestartWorker" ? api::FailureAction::kRestartWorker
+                                           : api::FailureAction::kRestartGangUncounted;
+    r.on_reasons = {"Straggler"};
+    job_.spec.failure_policy.rules.push_back(r);
+    Run(kNow, {0.5, 1.0, 0.5});
+    EXPECT_FALSE(decided_) << "not named yet, so no rule acts";
+    return Run(kNow + absl::Minutes(1), {0.5, 1.0, 0.5});
+  }
+  bool decided_ = false;
   api::CoordinatedJob job_;
 };
 
@@ -90,8 +110,9 @@ TEST_F(PlanStragglersTest, AWorkerThatLagsForLongEnoughIsNamedOnceAndAgainWhenIt
   plan = Run(kNow + absl::Minutes(1), {0.5, 1.0, 0.55});
   ASSERT_EQ(EventReasons(plan), std::vector<std::string>{"Straggler"});
   EXPECT_EQ(plan.events[0].type, "Warning");
-  EXPECT_EQ(
-      plan.events[0].message.rfind("worker 1 is a straggler: its steps take it 1.90 times", 0), 0u)
+  EXPECT_EQ(plan.events[0].message.rfind(
+                "worker 1 (node node-b) is a straggler: its steps take it 1.90 times", 0),
+            0u)
       << plan.events[0].message;
   EXPECT_TRUE(plan.status.straggler->reported);
 
@@ -101,6 +122,97 @@ TEST_F(PlanStragglersTest, AWorkerThatLagsForLongEnoughIsNamedOnceAndAgainWhenIt
   plan = Run(kNow + absl::Minutes(3), {0.5, 0.55, 0.5});
   EXPECT_EQ(EventReasons(plan), std::vector<std::string>{"StragglerRecovered"});
   EXPECT_FALSE(plan.status.straggler.has_value());
+}
+
+TEST_F(PlanStragglersTest, WithoutARuleNamingTheStragglerDecidesNothing) {
+  Run(kNow, {0.5, 1.0, 0.5});
+  Plan plan = Run(kNow + absl::Minutes(1), {0.5, 1.0, 0.5});
+  EXPECT_EQ(EventReasons(plan), std::vector<std::string>{"Straggler"});
+  EXPECT_FALSE(decided_);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_FALSE(plan.status.last_failure.has_value());
+}
+
+TEST_F(PlanStragglersTest, ARestartGangRuleRestartsTheGangCountedWithTheStragglerAsCause) {
+  job_.spec.failure_policy.max_restarts = 2;
+  Plan plan = NamedWithRule("RestartGang");
+  EXPECT_TRUE(decided_);
+  EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"Straggler", "GangRestart"}));
+  EXPECT_EQ(plan.status.phase, phase::kRestarting);
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_EQ(plan.status.uncounted_restarts, 0);
+  EXPECT_EQ(plan.delete_pods.size(), 4u) << "every pod of the gang, the coordinator's too";
+  EXPECT_NE(plan.events[1].message.find("gang restart 1 of at most 2 by failurePolicy.rules[0] "
+                                        "(RestartGang on Straggler): worker 1 (node node-b)"),
+            std::string::npos)
+      << plan.events[1].message;
+  ASSERT_TRUE(plan.status.last_failure.has_value());
+  EXPECT_EQ(plan.status.last_failure->cause, "Straggler");
+  EXPECT_EQ(plan.status.last_failure->reasons, std::vector<std::string>{"Straggler"});
+  EXPECT_EQ(plan.status.last_failure->failed_at, kNow) << "since it began to lag";
+  EXPECT_EQ(plan.status.last_failure->decided_at, kNow + absl::Minutes(1));
+}
+
+TEST_F(PlanStragglersTest, ARestartTheJobHasNoneLeftForIsNotMadeAndTheJobRunsOn) {
+  job_.spec.failure_policy.max_restarts = 1;
+  job_.status.restarts = 1;
+  Plan plan = NamedWithRule("RestartGang");
+  EXPECT_FALSE(decided_);
+  EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"Straggler", "StragglerKept"}));
+  EXPECT_EQ(plan.status.phase, phase::kRunning);
+  EXPECT_TRUE(plan.delete_pods.empty());
+  EXPECT_EQ(plan.status.restarts, 1);
+  EXPECT_NE(plan.events[1].message.find("has used its 1 restarts"), std::string::npos)
+      << plan.events[1].message;
+  plan = Run(kNow + absl::Minutes(2), {0.5, 1.0, 0.5});
+  EXPECT_TRUE(plan.events.empty()) << "said once";
+}
+
+TEST_F(PlanStragglersTest, ARestartWorkerRuleRestartsTheStragglerAlone) {
+  job_.spec.coordinator.recoverable = true;
+  job_.spec.failure_policy.max_restarts = 1;
+  Plan plan = NamedWithRule("RestartWorker");
+  EXPECT_TRUE(decided_);
+  EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"Straggler", "WorkerRestart"}));
+  EXPECT_EQ(plan.delete_pods, std::vector<std::string>{"train-worker-1"});
+  EXPECT_EQ(plan.status.worker_restarts, 1);
+  ASSERT_EQ(plan.status.restarting_workers.size(), 1u);
+  EXPECT_EQ(plan.status.restarting_workers[0].index, 1);
+  EXPECT_EQ(plan.status.phase, phase::kRunning) << "the rest of the gang runs on";
+}
+
+TEST_F(PlanStragglersTest, AFailJobRuleFailsTheJobNamingTheStraggler) {
+  Plan plan = NamedWithRule("FailJob");
+  EXPECT_TRUE(decided_);
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  EXPECT_EQ(EventReasons(plan), (std::vector<std::string>{"Straggler", "FailureRule"}));
+  EXPECT_NE(plan.events[1].message.find("worker 1 (node node-b) is a straggler"),
+            std::string::npos);
+  EXPECT_NE(plan.events[1].message.find("failurePolicy.rules[0] (FailJob on Straggler) fails the "
+                                        "job"),
+            std::string::npos)
+      << plan.events[1].message;
+}
+
+TEST(StragglersTest, RestartGangUncountedOnStragglerIsRefused) {
+  json object = {{"apiVersion", "cohort.dev/v1alpha1"},
+                 {"kind", "CoordinatedJob"},
+                 {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}}},
+                 {"spec",
+                  {{"replicas", 3},
+                   {"failurePolicy",
+                    {{"rules", json::array({{{"action", "RestartGangUncounted"},
+                                             {"onReasons", {"Hang", "Straggler"}}}})}}},
+                   {"template", {{"spec", {{"containers", json::array({{{"name", "w"}}})}}}}}}}};
+  auto job = api::ParseCoordinatedJob(object);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().message().rfind(
+                "spec.failurePolicy.rules[0].onReasons: RestartGangUncounted on Straggler", 0),
+            0u)
+      << job.status();
+  object["spec"]["failurePolicy"]["rules"][0]["action"] = "RestartGang";
+  EXPECT_TRUE(api::ParseCoordinatedJob(object).ok());
 }
 
 TEST_F(PlanStragglersTest, AnotherWorkerLaggingStartsTheClockAgainAndAGangWithinTheRatioHasNone) {
