@@ -2,6 +2,7 @@
 import functools
 import os
 import threading
+import weakref
 
 import cloudpickle
 
@@ -12,7 +13,10 @@ from cohort.runtime.v1 import types_pb2
 
 _lock = threading.Lock()
 _client = None
-_exported = set()  # (id(client), function name) already exported
+# Function names each connection exported already. Keyed by the Client itself, held weakly:
+# not by id(client), which a connection made after another was closed and freed can reuse, and
+# then its functions would never be exported to its (new) scheduler.
+_exported = weakref.WeakKeyDictionary()
 
 
 def _set_client(client):
@@ -114,12 +118,15 @@ class RemoteFunction:
         return self._fn(*args, **kwargs)
 
     def _ensure_exported(self, client):
-        key = (id(client), self._name)
-        if not self._export or key in _exported:
+        if not self._export:
+            return
+        with _lock:
+            names = _exported.setdefault(client, set())
+        if self._name in names:
             return
         client.export_function(cloudpickle.dumps(
             {"name": self._name, "fn": self._fn, "num_returns": self._num_returns}))
-        _exported.add(key)
+        names.add(self._name)
 
     def remote(self, *args):
         client = _require_client()
