@@ -10,6 +10,11 @@
 //              stops changing while the victim runs on and heartbeats; its sidecar
 //              (--progress-timeout) records the victim's stacks and reports it hung. Timed
 //              from the last progress.
+// In each failure round the operator's own follower of the coordinator (CoordinatorWatcher,
+// polling every --coordinator-poll as cohort-operator does) watches too: the round also
+// times the fault to the operator's view holding the task in error, which the operator's
+// restart decision follows by its --failure-settle; and one poll of the job's snapshot (the
+// first view after the watch starts: connect, GetClusterSnapshot of every task, reduce).
 //   resources: one sidecar on 8 fake GPUs sampling every second: RSS and CPU.
 //   resources-progress: the same, with hang detection on and the progress file written ten
 //              times a second: what progress tracking adds.
@@ -37,6 +42,7 @@
 #include "bench/task_client.h"
 #include "common/command_line.h"
 #include "nlohmann/json.hpp"
+#include "operator/controller/coordinator_watcher.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -51,8 +57,10 @@ struct Options {
   int rounds = 5;
   int seconds = 30;
   std::string heartbeat_timeout = "10s";
-  int tasks = 2;                        // the victim (task 0) and tasks - 1 simulated observers
-  std::string progress_timeout = "2s";  // hang: the sidecar's --progress-timeout
+  int tasks = 2;                           // the victim (task 0) and tasks - 1 simulated observers
+  std::string progress_timeout = "2s";     // hang: the sidecar's --progress-timeout
+  std::string coordinator_poll = "500ms";  // the operator's --coordinator-poll
+  std::string failure_settle = "1s";       // the operator's --failure-settle
 };
 
 // Writes a step to `path` every 100 ms, as a training loop would report its progress, until
@@ -166,8 +174,10 @@ bool Ready(int http_port) {
 }
 
 struct Told {
-  double first = -1;  // seconds from the fault to the first observer told
-  double all = -1;    // ... to the last one
+  double first = -1;      // seconds from the fault to the first observer told
+  double all = -1;        // ... to the last one
+  double operator_ = -1;  // ... to the operator's view of the coordinator holding the error
+  double poll = -1;       // seconds of the operator's first poll of the snapshot
 };
 
 // One round of a failure scenario: how long after the fault the observers were told; -1
@@ -234,6 +244,25 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  // The operator's follower of the coordinator: the time of its first view, and of the first
+  // view with a task in error.
+  absl::Duration poll_interval;
+  (void)absl::ParseDuration(o.coordinator_poll, &poll_interval);
+  std::atomic<int64_t> first_view_ns{-1}, error_view_ns{-1};
+  const Clock::time_point watch_start = Clock::now();
+  cohort::controller::CoordinatorWatcher watcher(poll_interval, [&](const std::string& key) {
+    const int64_t now_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count();
+    auto view = watcher.View(key, 0);
+    if (!view) return;
+    int64_t unset = -1;
+    first_view_ns.compare_exchange_strong(unset, now_ns);
+    unset = -1;
+    if (!view->errors.empty()) error_view_ns.compare_exchange_strong(unset, now_ns);
+  });
+  watcher.Watch("bench", cluster.address(), 0, cohort::controller::CoordinatorCredentials{});
+  WaitFor([&] { return first_view_ns.load() >= 0; }, 30);
   Told result;
   Clock::time_point fault = Clock::now();
   if (ready) {
@@ -248,6 +277,9 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
     }
   }
   bool arrived = ready && all_told.WaitFor(120);
+  // The operator's view follows within a poll of the last task told.
+  if (arrived) WaitFor([&] { return error_view_ns.load() >= 0; }, 10);
+  watcher.StopAll();
   if (!arrived) {
     for (auto& p : polls) {
       if (p) p->TryCancel();
@@ -262,21 +294,29 @@ Told FailureRound(const Options& o, const std::string& scenario, int round) {
     auto [first, last] = std::minmax_element(told.begin() + 1, told.end());
     result.first = std::chrono::duration<double>(*first - fault).count();
     result.all = std::chrono::duration<double>(*last - fault).count();
+    const auto at = [](int64_t ns) { return Clock::time_point(std::chrono::nanoseconds(ns)); };
+    if (error_view_ns.load() >= 0) {
+      result.operator_ = std::chrono::duration<double>(at(error_view_ns.load()) - fault).count();
+    }
+    if (first_view_ns.load() >= 0) {
+      result.poll = std::chrono::duration<double>(at(first_view_ns.load()) - watch_start).count();
+    }
   }
   return result;
 }
 
 nlohmann::json Failure(const Options& o, const std::string& scenario) {
-  std::vector<double> all, first;
+  std::vector<double> all, first, seen, polls;
   for (int r = 0; r < o.rounds; ++r) {
     Told t = FailureRound(o, scenario, r);
     if (t.all >= 0) {
       all.push_back(t.all);
       first.push_back(t.first);
     }
+    if (t.operator_ >= 0) seen.push_back(t.operator_);
+    if (t.poll >= 0) polls.push_back(t.poll);
   }
-  std::sort(all.begin(), all.end());
-  std::sort(first.begin(), first.end());
+  for (auto* v : {&all, &first, &seen, &polls}) std::sort(v->begin(), v->end());
   nlohmann::json out = {{"scenario", "failure_detection_" + scenario},
                         {"tasks", o.tasks},
                         {"rounds", o.rounds},
@@ -297,6 +337,20 @@ nlohmann::json Failure(const Options& o, const std::string& scenario) {
     out["min_ms"] = all.front() * 1000;
     out["max_ms"] = all.back() * 1000;
     out["first_told_p50_ms"] = first[first.size() / 2] * 1000;
+  }
+  out["coordinator_poll"] = o.coordinator_poll;
+  if (!seen.empty()) {
+    // The restart decision comes --failure-settle after the operator first sees the failure.
+    absl::Duration settle;
+    (void)absl::ParseDuration(o.failure_settle, &settle);
+    out["operator_sees_p50_ms"] = seen[seen.size() / 2] * 1000;
+    out["operator_sees_max_ms"] = seen.back() * 1000;
+    out["decision_p50_ms"] = seen[seen.size() / 2] * 1000 + absl::ToDoubleMilliseconds(settle);
+    out["failure_settle"] = o.failure_settle;
+  }
+  if (!polls.empty()) {
+    out["snapshot_poll_p50_ms"] = polls[polls.size() / 2] * 1000;
+    out["snapshot_poll_max_ms"] = polls.back() * 1000;
   }
   return out;
 }
@@ -353,6 +407,14 @@ int main(int argc, char** argv) {
   app.add_option("--tasks", o.tasks, "tasks of the job: the victim and simulated observers")
       ->capture_default_str();
   app.add_option("--progress-timeout", o.progress_timeout, "hang: the sidecar's --progress-timeout")
+      ->capture_default_str();
+  app.add_option("--coordinator-poll", o.coordinator_poll,
+                 "how often the operator's follower polls the coordinator (cohort-operator's "
+                 "--coordinator-poll)")
+      ->capture_default_str();
+  app.add_option("--failure-settle", o.failure_settle,
+                 "cohort-operator's --failure-settle, added to when it sees a failure for its "
+                 "decision")
       ->capture_default_str();
   app.add_option("scenarios", scenarios)->capture_default_str();
   cohort::AddVersionFlag(app);
