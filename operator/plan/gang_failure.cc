@@ -17,6 +17,9 @@ struct Signals {
   std::string cause = "WorkerFailed";     // the Restarting condition's reason
   std::vector<const ObservedPod*> exits;  // workers whose workload exited non-zero
   std::vector<int> lost;                  // workers of a running gang whose pods are gone
+  std::string lost_what;                  // the first of them, in words
+  // When the first of them was deleted, where a pod still shows it (deletionTimestamp).
+  std::optional<absl::Time> deleted_at;
   // The tasks the coordinator holds in error, but those of workers restarted alone.
   std::vector<CoordinatorView::TaskError> errors;
 };
@@ -35,8 +38,13 @@ Signals Gather(Planner& P, const JobPods& pods, const WorkerRestarts& restarts,
       const ObservedPod* w = pods.workers[i];
       if (restarts.Skips(i) || (w && !(w->terminating && !w->exit_code))) continue;
       s.lost.push_back(i);
+      if (w && w->deletion_requested_at) {
+        s.deleted_at =
+            std::min(s.deleted_at.value_or(absl::InfiniteFuture()), *w->deletion_requested_at);
+      }
       s.described.push_back(
           absl::StrCat("worker ", i, " pod ", WorkerPodName(job, i), " was deleted"));
+      if (s.lost_what.empty()) s.lost_what = s.described.back();
       if (s.exits.empty()) s.cause = "WorkerLost";
     }
   }
@@ -145,6 +153,18 @@ Verdict Judge(const Planner& P, const Signals& s, const CoordinatorFate& coordin
     infra = coordinator.loss;
     v.cause = "CoordinatorLost";
     v.permanent = false;
+  }
+  // So did a worker's pod deleted (by someone, a drain, the node's loss), unless the exits came
+  // well before it: its peers stop with errors of their own when the job's coordinator tells
+  // them a task failed. A pod already gone shows no deletion time: the failure's first sight
+  // stands in for it.
+  if (infra.empty() && !s.lost.empty()) {
+    const absl::Time lost_at = std::min(s.deleted_at.value_or(first_seen), first_seen);
+    if (s.exits.empty() || earliest + absl::Seconds(1) >= lost_at) {
+      infra = s.lost_what;
+      v.cause = "WorkerLost";
+      v.permanent = false;
+    }
   }
   // Workers whose coordinator restarted under them may stop too (until the sidecar proxy
   // rides out the outage, jaxlib does): from a second before until a heartbeat timeout after,

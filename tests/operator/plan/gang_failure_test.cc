@@ -52,6 +52,13 @@ ObservedPod Missing(int index) {
   p.role = "missing";  // listed, so no running worker stands in for it, but not observed
   return p;
 }
+// Worker `index`'s pod, deleted at `at` and still stopping.
+ObservedPod Deleting(int index, absl::Time at) {
+  ObservedPod p = Worker(index);
+  p.terminating = true;
+  p.deletion_requested_at = at;
+  return p;
+}
 ObservedPod CoordinatorExited(int code, absl::Time at) {
   ObservedPod p = Coordinator();
   p.phase = "Failed";
@@ -132,6 +139,15 @@ const FailureCase kCases[] = {
      "worker 1 exited with code 1", 0, 0, 0},
     {"ADeletedWorkerRestartsTheGang", Pods({Missing(2)}), true, phase::kRestarting, "WorkerLost",
      "worker 2 pod train-worker-2 was deleted", 1, 0, 0},
+    {"PeersExitingAfterADeletedWorkerStillRestart",
+     Pods({Missing(1), Exited(0, 1, Ago(1.5)), Exited(2, 1, Ago(1.2))}), true, phase::kRestarting,
+     "WorkerLost", "gang restart 1 of at most 3: worker 1 pod train-worker-1 was deleted", 1, 0, 0},
+    {"PeersExitingAfterAWorkerDeletedLongAgoStillRestart",
+     Pods({Deleting(1, Ago(10)), Exited(0, 1, Ago(9.5)), Exited(2, 1, Ago(9.2))}), true,
+     phase::kRestarting, "WorkerLost", "worker 1 pod train-worker-1 was deleted", 1, 0, 0},
+    {"APermanentExitWellBeforeAWorkerWasDeletedStillFailsTheJob",
+     Pods({Exited(0, 1, Ago(30)), Missing(1)}), true, phase::kFailed, "WorkerFailed",
+     "worker 0 exited with code 1, which failurePolicy counts as permanent", 0, 0, 0},
     {"ATaskInErrorAtTheCoordinatorRestartsTheGang",
      TaskError(false, 14, "sent no heartbeat for 30s", FailureReason::kHeartbeatTimeout), true,
      phase::kRestarting, "TaskError",
