@@ -6,7 +6,9 @@ Prometheus (Debian's) scrapes, over loopback:
     workload tasks of cohort-agent-example passing a barrier per step and using the
     key-value store, two sidecars, and a `checkpoint` barrier that task 1 never reaches)
     and "broken" (one task and one sidecar, whose GPU raises XID 79, so the sidecar reports
-    the error and the coordinator propagates it);
+    the error and the coordinator propagates it). Each agent writes its step to the progress
+    file of its pod's hand-off directory ($COHORT_PROGRESS_FILE), which its sidecar watches
+    (--progress-file): the sidecars' cohort_task_step and cohort_task_seconds_since_progress;
   - under train's coordinator, the task runtime: two object stores with a C++ worker each
     and a short Python driver (tasks that succeed and fail, gets across stores), for the
     Task runtime row;
@@ -19,7 +21,14 @@ Prometheus (Debian's) scrapes, over loopback:
     application XID 13, which is counted and leaves the GPU healthy;
   - the operator: at $OPERATOR_METRICS if set, else build/bin/cohort-operator started here
     against the local cluster, which reconciles a CoordinatedJob "train" in a namespace of
-    this test's own.
+    this test's own: three workers of cohort-agent-example that report their steps, so their
+    sidecars send a step pace to the job's coordinator and the operator scores them
+    (cohort_task_straggler_score). Once its gang has registered, the test deletes pod
+    train-worker-1: the operator restarts the gang (maxRestarts 1), and once the next gang
+    has registered, status.lastFailure has its timeline (cohort_cjob_failure_detection_seconds,
+    cohort_cjob_restart_downtime_seconds) beside status.goodput (cohort_cjob_startup_seconds).
+    The test waits for the scores of all three workers of the new gang and the downtime in
+    Prometheus before it makes the other events, so that the rates see those.
 
 The scrape configs carry the labels Kubernetes service discovery and the Prometheus
 Operator would give each target, and the chart's own relabelling rules
@@ -447,10 +456,12 @@ def main():
         created_namespace = True
         job = {"apiVersion": "cohort.dev/v1alpha1", "kind": "CoordinatedJob",
                "metadata": {"name": "train", "namespace": NAMESPACE},
-               "spec": {"replicas": 2, "failurePolicy": {"maxRestarts": 1},
+               "spec": {"replicas": 3, "failurePolicy": {"maxRestarts": 1},
                         "template": {"spec": {"containers": [{
                             "name": "worker", "image": "ghcr.io/cohort/cohort-agent-example:0.1.0",
-                            "args": ["--steps", "40", "--step-seconds", "1"]}]}}}}
+                            # Running through the test; it reports each step (the operator
+                            # sets $COHORT_PROGRESS_FILE), so the sidecars send a pace.
+                            "args": ["--steps", "100000", "--step-seconds", "1"]}]}}}}
         if not operator_address:
             port = free_port()
             operator_address = f"127.0.0.1:{port}"
@@ -487,10 +498,12 @@ def main():
                 if pod == "train-worker-0":  # a PyTorch pod's: its store forwarded
                     torch_store = ["--proxy-listen", f"127.0.0.1:{free_port()}",
                                    "--torch-store-proxy-listen", f"127.0.0.1:{torch_store_port}"]
+                # The workload's steps, as in a pod (there the operator sets the variable).
+                progress = os.path.join(handoff, "progress")
                 procs.start(pod + "-sidecar", [
                     BIN + "/cohort-sidecar", "--http-listen", f"127.0.0.1:{port}",
                     "--handoff-dir", handoff, "--sample-interval", "1s",
-                    "--heartbeat-interval", "1s", *torch_store], {
+                    "--heartbeat-interval", "1s", "--progress-file", progress, *torch_store], {
                     "COHORT_COORDINATOR_ADDRESS": f"127.0.0.1:{ports[name][0]}",
                     "COHORT_JOB_NAME": "worker", "COHORT_TASK_ID": str(task),
                     "COHORT_NUM_TASKS": str(workers), "POD_NAME": pod,
@@ -501,7 +514,7 @@ def main():
                 procs.start(pod, [
                     BIN + "/cohort-agent-example", "--coordinator", f"127.0.0.1:{ports[name][0]}",
                     "--task", str(task), "--num-tasks", str(workers), "--steps", "100000",
-                    "--step-seconds", "1"])
+                    "--step-seconds", "1"], {"COHORT_PROGRESS_FILE": progress})
 
         # -- The task runtime under train's coordinator: two object stores with a C++ worker
         # each, and a short Python driver (tasks that succeed and fail, puts, gets across
@@ -547,20 +560,53 @@ def main():
         # The job goes in once the operator is being scraped, so that its reconciles fall
         # inside the window the rate panels look at.
         kubectl("apply", "-f", "-", stdin=json.dumps(job))
-        # The driver too, once Prometheus scrapes: rates over the window see its tasks.
-        driver = subprocess.run([RUNTIME_PYTHON, "-c", TASK_DRIVER, train_grpc, stores[0]],
-                                capture_output=True, text=True, timeout=120)
-        if driver.returncode != 0:
-            raise RuntimeError(f"the task runtime driver failed: {driver.stderr[-2000:]}")
-        log(f"task runtime: {driver.stdout.strip()}")
         eventually("the operator to report CoordinatedJob train",
                    lambda: prom.query(f'cohort_operator_job_phase{{namespace="{NAMESPACE}", '
                                       f'cjob="train"}} == 1')["result"], 60)
+
+        # -- A gang failure of the CoordinatedJob: one of its pods deleted once its gang has
+        # registered. This comes before the other events: it takes a while, and the rates
+        # and quantiles below look back $__rate_interval from the end.
+        def train_status():
+            return json.loads(kubectl("get", "cjob", "train", "-n", NAMESPACE, "-o",
+                                      "json")).get("status", {})
+        eventually("CoordinatedJob train Running with its gang registered",
+                   lambda: (lambda st: st.get("phase") == "Running" and
+                            st.get("goodput", {}).get("gangRegisteredTime"))(train_status()),
+                   180)
+        kubectl("delete", "pod", "train-worker-1", "-n", NAMESPACE, "--wait=false")
+        log("gang failure: deleted pod train-worker-1 of CoordinatedJob train")
+        eventually("train's next gang registered (status.lastFailure.recoveredAt)",
+                   lambda: (lambda st: st.get("phase") == "Failed" or
+                            st.get("lastFailure", {}).get("recoveredAt"))(train_status()), 180)
+        st = train_status()
+        if st.get("phase") == "Failed":  # not restarted: say why at once
+            why = [c.get("message") for c in st.get("conditions", []) if c.get("type") == "Failed"]
+            raise RuntimeError(f"CoordinatedJob train failed instead of restarting its gang: "
+                               f"{why or st.get('lastFailure')}")
+        log(f"status.lastFailure: {json.dumps(st.get('lastFailure'))}")
+        operator_series = f'{{namespace="{NAMESPACE}", cjob="train"}}'
+        eventually("Prometheus to have the operator's straggler scores of train's 3 workers",
+                   lambda: len(prom.query(f"cohort_task_straggler_score{operator_series}")
+                               ["result"]) == 3, 120)
+        eventually("Prometheus to have train's restart downtime",
+                   lambda: prom.query(f"cohort_cjob_restart_downtime_seconds{operator_series}")
+                   ["result"], 30)
+        scores = prom.query(f"cohort_task_straggler_score{operator_series}")["result"]
+        log("straggler scores: " + ", ".join(
+            f"worker {r['metric'].get('worker')} {float(r['value'][1]):.2f}" for r in scores))
 
         # -- Events: series that exist only after something happened.
         train_grpc = f"127.0.0.1:{ports['train'][0]}"
         eventually("train's tasks and sidecars connected",
                    lambda: all_connected(train_grpc), 60)
+        # The task runtime's driver, once Prometheus scrapes: rates over the window see its
+        # tasks.
+        driver = subprocess.run([RUNTIME_PYTHON, "-c", TASK_DRIVER, train_grpc, stores[0]],
+                                capture_output=True, text=True, timeout=120)
+        if driver.returncode != 0:
+            raise RuntimeError(f"the task runtime driver failed: {driver.stderr[-2000:]}")
+        log(f"task runtime: {driver.stdout.strip()}")
         # A barrier that task 1 never reaches: "tasks still missing at open barriers".
         procs.start("checkpoint-barrier", [
             BIN + "/cohortctl", "--coordinator", train_grpc, "barrier", "wait", "checkpoint",
@@ -604,7 +650,9 @@ def main():
         last_event = time.time()
         log("events: XID 13 on train-worker-0 GPU 2, XID 79 on broken-worker-0 GPU 3 "
             "(propagated), barrier 'checkpoint' waiting for worker/1, a 4 KiB key, TCPStore "
-            "commands through train-worker-0's sidecar (a WAIT parked, an ADD refused)")
+            "commands through train-worker-0's sidecar (a WAIT parked, an ADD refused), "
+            "tasks of the task runtime, and before them a gang restart of CoordinatedJob "
+            "train (pod train-worker-1 deleted)")
 
         # Rates and increases over the window see an event once Prometheus has two samples
         # after it: wait until it has scraped every target that often since the last one.
@@ -685,6 +733,13 @@ def main():
                 text = procs.log_of(name)
                 if text:
                     log(f"--- last lines of {name}'s log ---\n" + "\n".join(text.splitlines()[-30:]))
+            if created_namespace:  # what the operator made of CoordinatedJob train
+                status = kubectl("get", "cjob", "train", "-n", NAMESPACE, "-o",
+                                 "jsonpath={.status}", check=False)
+                events = kubectl("get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp",
+                                 check=False)
+                log(f"--- CoordinatedJob train's status ---\n{status}\n"
+                    f"--- events in {NAMESPACE} ---\n{events}")
         procs.stop_all()
         if created_namespace:
             kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
