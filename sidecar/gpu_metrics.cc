@@ -88,6 +88,10 @@ std::vector<CollectedFamily> GpuMetrics::Collect() const {
              "ECC error or falling off the bus.");
   CollectedFamily util = family("cohort_gpu_utilization_ratio",
                                 "Fraction of the last sample period a kernel ran (0-1).");
+  CollectedFamily sm_activity =
+      family("cohort_gpu_sm_activity_ratio",
+             "Fraction of the GPU's SMs busy over the last sample period (0-1), from NVML GPM; "
+             "only GPUs that have it (Hopper and later).");
   CollectedFamily mem_util =
       family("cohort_gpu_memory_utilization_ratio",
              "Fraction of the last sample period memory was read or written.");
@@ -158,6 +162,7 @@ std::vector<CollectedFamily> GpuMetrics::Collect() const {
     }
     if (!sample || sample->lost) continue;
     Add(util, labels, sample->gpu_utilization_percent, 0.01);
+    Add(sm_activity, labels, sample->sm_activity);
     Add(mem_util, labels, sample->memory_utilization_percent, 0.01);
     Add(used, labels, sample->memory_used_bytes);
     Add(free_bytes, labels, sample->memory_free_bytes);
@@ -190,6 +195,9 @@ std::vector<CollectedFamily> GpuMetrics::Collect() const {
         sample->gpu_utilization_percent);
     Add(dcgm_family("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)."), d,
         sample->memory_utilization_percent);
+    Add(dcgm_family("DCGM_FI_PROF_SM_ACTIVE",
+                    "The ratio of cycles an SM has at least 1 warp assigned (in %)."),
+        d, sample->sm_activity);
     Add(dcgm_family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."), d,
         sample->memory_used_bytes, kMiB);
     Add(dcgm_family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."), d,
@@ -218,10 +226,10 @@ std::vector<CollectedFamily> GpuMetrics::Collect() const {
         .samples.push_back({d, last == last_xid_.end() ? 0.0 : static_cast<double>(last->second)});
   }
 
-  std::vector<CollectedFamily> out = {gpus,          info,         healthy, util, mem_util,
-                                      used,          free_bytes,   total,   temp, power,
-                                      limit,         energy,       clock,   ecc,  remapped,
-                                      remap_pending, remap_failed, replays, xid,  dbe_events};
+  std::vector<CollectedFamily> out = {
+      gpus,       info,     healthy,       util,         sm_activity, mem_util, used,
+      free_bytes, total,    temp,          power,        limit,       energy,   clock,
+      ecc,        remapped, remap_pending, remap_failed, replays,     xid,      dbe_events};
   for (auto& [name, f] : dcgm) out.push_back(std::move(f));
   return out;
 }

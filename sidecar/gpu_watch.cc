@@ -18,6 +18,28 @@ constexpr char kSidecarContainerName[] = "cohort-sidecar";
 
 }  // namespace
 
+std::optional<GpuActivityReading> BusiestGpuActivity(const std::vector<gpu::GpuSample>& samples,
+                                                     bool* sm_activity_seen) {
+  std::optional<double> sm_activity;
+  std::optional<double> utilization;
+  for (const gpu::GpuSample& s : samples) {
+    if (s.lost) continue;
+    if (s.sm_activity) sm_activity = std::max(sm_activity.value_or(0.0), *s.sm_activity);
+    if (s.gpu_utilization_percent) {
+      utilization = std::max(utilization.value_or(0.0), *s.gpu_utilization_percent / 100.0);
+    }
+  }
+  using Measure = GpuActivityReading::Measure;
+  if (sm_activity) {
+    *sm_activity_seen = true;
+    return GpuActivityReading{Measure::kSmActivity, *sm_activity};
+  }
+  if (utilization && !*sm_activity_seen) {
+    return GpuActivityReading{Measure::kUtilization, *utilization};
+  }
+  return std::nullopt;
+}
+
 GpuWatch::GpuWatch(Options options, PodIdentity pod, MetricsRegistry* registry,
                    gpu::HealthListener on_problem)
     : options_(std::move(options)),
@@ -115,11 +137,7 @@ bool GpuWatch::SleepUnlessStopped(absl::Duration d) {
 void GpuWatch::SampleLoop() {
   do {
     std::vector<gpu::GpuSample> samples = monitor_->Sample();
-    std::optional<double> busiest;
-    for (const gpu::GpuSample& s : samples) {
-      if (!s.gpu_utilization_percent) continue;
-      busiest = std::max(busiest.value_or(0.0), *s.gpu_utilization_percent / 100.0);
-    }
+    std::optional<GpuActivityReading> busiest = BusiestGpuActivity(samples, &sm_activity_seen_);
     {
       absl::MutexLock lock(&mu_);
       busiest_ = busiest;
@@ -128,7 +146,7 @@ void GpuWatch::SampleLoop() {
   } while (!SleepUnlessStopped(options_.sample_interval));
 }
 
-std::optional<double> GpuWatch::BusiestActivity() const {
+std::optional<GpuActivityReading> GpuWatch::BusiestActivity() const {
   absl::MutexLock lock(&mu_);
   return busiest_;
 }

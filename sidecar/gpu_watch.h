@@ -13,8 +13,19 @@
 #include "common/metrics.h"
 #include "sidecar/gpu/gpu_monitor.h"
 #include "sidecar/gpu_metrics.h"
+#include "sidecar/progress_tracker.h"
 
 namespace cohort {
+
+// How busy a sample says the pod's GPUs are, as progress is judged: the highest SM activity
+// among the GPUs that have it (NVML's GPM: Hopper and later), else the highest utilisation.
+// A pod's GPUs are of one model, so all have SM activity or none does, but a sample may lack
+// it for a while: the first one (SM activity is measured from the sample before), one whose
+// GPM read failed. `*sm_activity_seen` carries over from one sample to the next: once the
+// GPUs have shown SM activity, a sample without it gives none, not utilisation, which a hung
+// collective keeps high. None too when no GPU reports either (lost GPUs, no NVML).
+std::optional<GpuActivityReading> BusiestGpuActivity(const std::vector<gpu::GpuSample>& samples,
+                                                     bool* sm_activity_seen);
 
 class GpuWatch {
  public:
@@ -49,9 +60,8 @@ class GpuWatch {
   void Stop();
   // After Open.
   const gpu::GpuInventory& inventory() const { return monitor_->inventory(); }
-  // The busiest of the pod's GPUs in the last sample (utilisation, 0..1); none before the
-  // first sample or when NVML reports no utilisation.
-  std::optional<double> BusiestActivity() const;
+  // BusiestGpuActivity of the last sample; none before the first.
+  std::optional<GpuActivityReading> BusiestActivity() const;
 
  private:
   // Decides GpuMonitorOptions::only_uuids; says how in `how`.
@@ -70,7 +80,8 @@ class GpuWatch {
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<double> busiest_ ABSL_GUARDED_BY(mu_);
+  std::optional<GpuActivityReading> busiest_ ABSL_GUARDED_BY(mu_);
+  bool sm_activity_seen_ = false;  // the sample thread's, for BusiestGpuActivity
 };
 
 }  // namespace cohort

@@ -18,8 +18,10 @@ const char* ProgressTracker::SignName(Sign sign) {
       return "report";
     case Sign::kCoordinationCall:
       return "coordination call";
-    case Sign::kGpuActivity:
-      return "GPU activity";
+    case Sign::kGpuUtilization:
+      return "GPU utilisation";
+    case Sign::kGpuSmActivity:
+      return "GPU SM activity";
     case Sign::kWaitingOnPeers:
       return "waiting on its peers in a coordination call";
   }
@@ -48,9 +50,12 @@ void ProgressTracker::CoordinationCalls(absl::Time at, uint64_t finished) {
   if (more && !reports_seen_) Progress(at, Sign::kCoordinationCall);
 }
 
-void ProgressTracker::GpuActivity(absl::Time at, double activity) {
-  if (activity >= options_.gpu_active_threshold && !reports_seen_) {
-    Progress(at, Sign::kGpuActivity);
+void ProgressTracker::GpuActivity(absl::Time at, const GpuActivityReading& activity) {
+  const bool sm = activity.measure == GpuActivityReading::Measure::kSmActivity;
+  const double threshold =
+      sm ? options_.gpu_sm_activity_threshold : options_.gpu_utilization_threshold;
+  if (activity.value >= threshold && !reports_seen_) {
+    Progress(at, sm ? Sign::kGpuSmActivity : Sign::kGpuUtilization);
   }
 }
 

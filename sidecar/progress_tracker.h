@@ -4,11 +4,15 @@
 //     the step number when it writes one;
 //   - its coordination calls through the pod's proxy that finished (a barrier passed, a key
 //     set or read), not its heartbeats or error polls, which a stuck process keeps sending;
-//   - its GPUs' activity (the busiest GPU's utilisation).
+//   - its GPUs' activity: SM activity where the GPUs have it (NVML's GPM, Hopper and later),
+//     else utilisation (GpuActivityReading).
 // A workload waiting in a coordination call on its peers (a barrier) is not
 // stalled: the peer it waits for is the one to blame, and is judged by its own sidecar.
 // A workload that has reported once is judged by its reports alone from then on: a process
 // stuck in a collective keeps its GPUs busy and may keep calling, but writes no new step.
+// One that never reports is judged by its GPUs too, and there utilisation is a weak sign: a
+// collective spinning on a lost peer keeps it at 100 %. SM activity is not fooled so: the
+// spinning kernel holds only its channels' SMs.
 // Not thread-safe (the sidecar's progress loop owns it); it keeps no clock of its own: every
 // call says when.
 #pragma once
@@ -21,16 +25,44 @@
 
 namespace cohort {
 
+// How busy the pod's GPUs were in their last sample, by the best measure they have.
+struct GpuActivityReading {
+  enum class Measure {
+    kUtilization,  // NVML utilisation: the share of the time any kernel ran
+    kSmActivity,   // NVML GPM's SM activity: the share of the GPU's SMs that were busy
+  };
+  Measure measure = Measure::kUtilization;
+  double value = 0;  // 0..1
+};
+
 class ProgressTracker {
  public:
-  enum class Sign { kNone, kReport, kCoordinationCall, kGpuActivity, kWaitingOnPeers };
+  enum class Sign {
+    kNone,
+    kReport,
+    kCoordinationCall,
+    kGpuUtilization,
+    kGpuSmActivity,
+    kWaitingOnPeers,
+  };
   static const char* SignName(Sign sign);
 
   struct Options {
     // No progress for this long while the workload is alive is a hang. Zero: never.
     absl::Duration timeout = absl::ZeroDuration();
-    // GPU activity at or above this fraction (0..1) counts as progress.
-    double gpu_active_threshold = 0.05;
+    // GPU utilisation at or above this fraction (0..1) counts as progress: any kernel running.
+    // A kernel that spins counts too; utilisation is the measure only where there is no other.
+    double gpu_utilization_threshold = 0.05;
+    // SM activity at or above this fraction (0..1) counts as progress. A collective (NCCL)
+    // spinning on a lost peer runs one block per channel, each on an SM of its own, and uses
+    // at most 32 channels on current GPUs (unless NCCL_MAX_NCHANNELS says more): 24 % of the
+    // SMs of an H100 or H200 SXM (132), 22 % of a B200 (148), 28 % of an H100 PCIe (114), and
+    // far fewer channels over PCIe. Half the SMs is above that, and above two such collectives
+    // spinning at once on the SXM GPUs, while a step at work fills every SM with its matrix
+    // products. A workload that keeps fewer than half the SMs busy in every sample period
+    // (one mostly waiting on communication) does not progress by this sign: it should report
+    // its steps (--progress-file), which then judge it alone.
+    double gpu_sm_activity_threshold = 0.5;
   };
 
   // `start`: when the workload was first seen; the first stall is timed from it.
@@ -40,8 +72,8 @@ class ProgressTracker {
   void Reported(absl::Time at, std::optional<int64_t> step);
   // The proxy's count of the workload's finished coordination calls, read at `at`.
   void CoordinationCalls(absl::Time at, uint64_t finished);
-  // The busiest of the pod's GPUs at `at` (0..1).
-  void GpuActivity(absl::Time at, double activity);
+  // How busy the pod's GPUs were at `at`: progress when at or above the measure's threshold.
+  void GpuActivity(absl::Time at, const GpuActivityReading& activity);
   // At `at` the workload waits in a coordination call that others must answer (whether or
   // not it has reported before).
   void WaitingOnPeers(absl::Time at);

@@ -100,7 +100,7 @@ void ProgressWatch::Poll() {
   std::optional<uint64_t> calls;
   if (sources_.finished_calls) calls = sources_.finished_calls();
   const bool waiting = sources_.waiting_calls && sources_.waiting_calls() > 0;
-  std::optional<double> activity;
+  std::optional<GpuActivityReading> activity;
   if (sources_.gpu_activity) activity = sources_.gpu_activity();
 
   std::string stall;
@@ -153,7 +153,8 @@ std::vector<CollectedFamily> ProgressWatch::CollectMetrics() const {
       "cohort_task_step", "The last step the workload reported in its progress file.", "gauge", {}};
   CollectedFamily since{"cohort_task_seconds_since_progress",
                         "Seconds since the task last showed progress (a report, a finished "
-                        "coordination call, GPU activity).",
+                        "coordination call, GPU activity: SM activity where NVML has it, else "
+                        "utilisation).",
                         "gauge",
                         {}};
   CollectedFamily busy{"cohort_task_busy_seconds_per_step",

@@ -42,8 +42,9 @@ class ProgressWatch {
     std::function<uint64_t()> finished_calls;
     // The pod's calls open now that wait on its peers (barriers).
     std::function<uint64_t()> waiting_calls;
-    // The busiest of the pod's GPUs (0..1); nullopt while there is no sample.
-    std::function<std::optional<double>()> gpu_activity;
+    // How busy the pod's GPUs are (GpuWatch::BusiestActivity); nullopt while there is no
+    // sample.
+    std::function<std::optional<GpuActivityReading>()> gpu_activity;
   };
   // Runs on the watch's thread (or Poll's caller) with the tracker's description.
   using StallCallback = std::function<void(const std::string& description)>;

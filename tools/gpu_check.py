@@ -9,6 +9,8 @@ the same fields, and compares them GPU by GPU:
             driver version: must be equal;
   telemetry memory used, utilisation, temperature, power, SM clock: read a moment apart by
             two programs, so each must be within a stated tolerance;
+  SM activity on GPUs of compute capability 9.0 and later (NVML's GPM, measured over the
+            watch; nvidia-smi has no such field): a ratio from 0 to 1;
   health    every GPU healthy, and the event watch registered (an XID cannot be caused on
             purpose on real hardware: the fake NVML's tests cover the events themselves).
 
@@ -152,6 +154,11 @@ def main():
                          number(row["power.draw"]), 50, "W")
             checks.close(f"GPU {i} SM clock", sample["sm_clock_mhz"], number(row["clocks.sm"]),
                          400, "MHz")
+            capability = number(row["compute_cap"])
+            if capability is not None and capability >= 9 and mig != "enabled":
+                activity = sample.get("sm_activity")
+                checks.true(f"GPU {i} SM activity over the watch (NVML GPM): {activity}",
+                            isinstance(activity, (int, float)) and 0 <= activity <= 1)
         state = health.get(i)
         checks.true(f"GPU {i} healthy ({(state or {}).get('reasons') or 'no reasons'})",
                     bool(state and state["healthy"]))

@@ -38,7 +38,8 @@ Options:
                        temperature, power, energy, SM clock, ECC counters, remapped
                        rows, PCIe replays) and each GPU's health
   --watch SECONDS      listen for XID and double-bit ECC events this long, then
-                       sample again and print events and health (implies --sample)
+                       sample again and print events and health (implies --sample);
+                       that sample has SM activity over the watch, on GPUs with GPM
   --ignore-xids LIST   comma-separated XIDs that leave a GPU healthy
                        (default: 13,31,43,45,68,109; "" ignores none)
   --version            print the version and exit

@@ -157,6 +157,7 @@ void WriteSample(JsonWriter& json, const GpuSample& sample) {
   json.Member("lost", sample.lost);
   json.Member("gpu_utilization_percent", sample.gpu_utilization_percent);
   json.Member("memory_utilization_percent", sample.memory_utilization_percent);
+  json.Member("sm_activity", sample.sm_activity);
   json.Member("memory_used_bytes", sample.memory_used_bytes);
   json.Member("memory_free_bytes", sample.memory_free_bytes);
   json.Member("memory_reserved_bytes", sample.memory_reserved_bytes);

@@ -2,6 +2,7 @@
 
 #include <iostream>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "sidecar/gpu/device_query.h"
@@ -49,6 +50,37 @@ std::optional<unsigned int> ReadRecoveryAction(const NvmlApi& api, nvml::Device 
   field.scope_id = 0;
   if (api.device_get_field_values(device, 1, &field) != nvml::kSuccess) return std::nullopt;
   return UnsignedFieldValue(field);
+}
+
+// "0, 1, 5": GPU indices for the log.
+std::string GpuIndexList(const std::vector<int>& gpus) {
+  std::string text;
+  for (int gpu : gpus) text += (text.empty() ? "" : ", ") + std::to_string(gpu);
+  return text;
+}
+
+// Which GPUs give SM activity, for the summary line: `why_not[i]` is empty when GPU i does,
+// else why not. One reason for every GPU is said once.
+std::string DescribeSmActivity(const std::vector<std::string>& why_not) {
+  std::vector<int> with;
+  std::map<std::string, std::vector<int>> without;  // reason -> GPUs
+  for (size_t gpu = 0; gpu < why_not.size(); ++gpu) {
+    if (why_not[gpu].empty()) {
+      with.push_back(static_cast<int>(gpu));
+    } else {
+      without[why_not[gpu]].push_back(static_cast<int>(gpu));
+    }
+  }
+  if (without.empty()) return "SM activity (NVML GPM) on every GPU";
+  if (with.empty() && without.size() == 1) {
+    return "no SM activity (NVML GPM): " + without.begin()->first;
+  }
+  std::string text = with.empty() ? "no SM activity (NVML GPM)"
+                                  : "SM activity (NVML GPM) on GPU " + GpuIndexList(with);
+  for (const auto& [reason, gpus] : without) {
+    text += "; none on GPU " + GpuIndexList(gpus) + ": " + reason;
+  }
+  return text;
 }
 
 }  // namespace
@@ -107,6 +139,24 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
   watcher_ = std::make_unique<GpuEventWatcher>(*library_, devices_);
   for (const std::string& problem : watcher_->problems()) Log(problem);
 
+  // SM activity where the GPU and driver have GPM; why not is said once, in the summary.
+  std::vector<std::string> no_sm_activity(devices_.size());
+  sm_activity_.resize(devices_.size());
+  sm_activity_failure_logged_.assign(devices_.size(), false);
+  for (size_t index = 0; index < devices_.size(); ++index) {
+    if (devices_[index] == nullptr || lost_[index]) {
+      no_sm_activity[index] = "lost";
+      continue;
+    }
+    auto sampler = std::make_unique<SmActivitySampler>(*library_, devices_[index],
+                                                       options_.sm_activity_min_interval);
+    if (sampler->supported()) {
+      sm_activity_[index] = std::move(sampler);
+    } else {
+      no_sm_activity[index] = sampler->unsupported_reason();
+    }
+  }
+
   std::string summary = "NVML in " + inventory_.library_path + " (driver " +
                         inventory_.driver.driver_version + ") found " +
                         std::to_string(inventory_.gpus.size()) + " GPUs";
@@ -114,13 +164,15 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
     summary += "; this driver lacks";
     for (const std::string& name : inventory_.missing_functions) summary += " " + name;
   }
+  summary += "; " + DescribeSmActivity(no_sm_activity);
   Log(summary);
 }
 
 GpuMonitor::~GpuMonitor() {
   StopEventThread();
-  // The watcher's event set must be freed before NVML shuts down.
+  // The watcher's event set and the GPM samples must be freed before NVML shuts down.
   watcher_.reset();
+  sm_activity_.clear();
 }
 
 std::vector<GpuSample> GpuMonitor::Sample() {
@@ -137,7 +189,15 @@ std::vector<GpuSample> GpuMonitor::Sample() {
       continue;
     }
     DeviceQuery query(lost_[index]);
-    samples.push_back(ReadSample(library_->api(), gpu, devices_[index], &query));
+    SmActivitySampler* sm_activity =
+        index < sm_activity_.size() ? sm_activity_[index].get() : nullptr;
+    samples.push_back(ReadSample(library_->api(), gpu, devices_[index], &query, sm_activity));
+    if (sm_activity != nullptr && !sm_activity->error().empty() && !query.lost() &&
+        !sm_activity_failure_logged_[index]) {
+      sm_activity_failure_logged_[index] = true;
+      Log("GPU " + std::to_string(gpu) + " gave no SM activity (" + sm_activity->error() +
+          "); said once per GPU");
+    }
     if (query.lost() && !lost_[index]) {
       lost_[index] = true;
       health_->OnGpuLost(gpu, "NVML_ERROR_GPU_IS_LOST from " + query.lost_in());

@@ -13,6 +13,7 @@
 #include "sidecar/gpu/gpu_event_watcher.h"
 #include "sidecar/gpu/gpu_health.h"
 #include "sidecar/gpu/gpu_inventory.h"
+#include "sidecar/gpu/gpu_sampler.h"
 #include "sidecar/gpu/gpu_types.h"
 #include "sidecar/gpu/nvml_library.h"
 
@@ -40,12 +41,16 @@ struct GpuMonitorOptions {
   // How long the event thread waits inside NVML at a time. NVML's wait cannot be interrupted,
   // so this is also how long StopEventThread may take.
   std::chrono::milliseconds event_wait_slice{500};
+  // NVML refreshes its GPM counters every 100 ms: a Sample sooner than this after a GPU's last
+  // GPM sample repeats the SM activity it had then instead of reading GPM again.
+  std::chrono::milliseconds sm_activity_min_interval{100};
 };
 
 // The sidecar's view of the node's GPUs: loads NVML, reads the inventory once, samples
-// telemetry on request, listens for XID and ECC events, and keeps each GPU's health. Each new
-// problem carries NVML's recovery action for the GPU, read when it is found, where the driver
-// reports one (nvmlDeviceGetFieldValues, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
+// telemetry on request (with SM activity between one Sample and the next on GPUs that have
+// NVML's GPM), listens for XID and ECC events, and keeps each GPU's health. Each new problem
+// carries NVML's recovery action for the GPU, read when it is found, where the driver reports
+// one (nvmlDeviceGetFieldValues, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
 //
 // A node without the NVIDIA driver, or without GPUs, is normal: the monitor then has zero
 // GPUs, logs one line saying why, and every method works and returns nothing.
@@ -64,6 +69,7 @@ class GpuMonitor {
   const GpuInventory& inventory() const { return inventory_; }
 
   // One sample per GPU, in inventory order. Also feeds health: ECC counters and lost GPUs.
+  // SM activity covers the time since the previous call (none in the first).
   std::vector<GpuSample> Sample();
 
   // Waits up to `timeout` for XID and double-bit ECC events and applies them to health.
@@ -96,6 +102,10 @@ class GpuMonitor {
 
   std::mutex sample_mu_;
   std::vector<bool> lost_;  // guarded by sample_mu_; a lost GPU is not asked again
+  // Per GPU, guarded by sample_mu_: its SM activity sampler (null without GPM), and whether a
+  // failure of it was logged (once per GPU).
+  std::vector<std::unique_ptr<SmActivitySampler>> sm_activity_;
+  std::vector<bool> sm_activity_failure_logged_;
 
   std::mutex poll_mu_;           // serialises PollEvents
   std::string last_poll_error_;  // guarded by poll_mu_

@@ -110,8 +110,14 @@ struct RemappedRows {
 struct GpuSample {
   int index = 0;
   bool lost = false;  // the GPU fell off the bus; every other field is empty
+  // The share of the last sample period in which any kernel ran: a kernel that spins (a
+  // collective waiting on a lost peer) keeps it at 100 %.
   std::optional<uint32_t> gpu_utilization_percent;
   std::optional<uint32_t> memory_utilization_percent;
+  // The share of the GPU's SMs that were busy (0..1) since the previous sample, from NVML's GPM
+  // counters (NVML_GPM_METRIC_SM_UTIL): a spinning collective holds only its channels' SMs. Only
+  // on GPUs with GPM (Hopper and later, a driver from R520 on), from the second sample on.
+  std::optional<double> sm_activity;
   std::optional<uint64_t> memory_used_bytes;
   std::optional<uint64_t> memory_free_bytes;
   // Set aside by the driver and firmware; absent on drivers that count it in "used".

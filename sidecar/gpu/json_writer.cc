@@ -1,5 +1,6 @@
 #include "sidecar/gpu/json_writer.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace cohort::gpu {
@@ -63,6 +64,17 @@ void JsonWriter::Uint(uint64_t value) {
   out_ += std::to_string(value);
 }
 
+void JsonWriter::Double(double value) {
+  if (!std::isfinite(value)) {
+    Null();
+    return;
+  }
+  BeforeValue();
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  out_ += text;
+}
+
 void JsonWriter::Bool(bool value) {
   BeforeValue();
   out_ += value ? "true" : "false";
@@ -87,6 +99,15 @@ void JsonWriter::Member(std::string_view key, std::optional<bool> value) {
   Key(key);
   if (value) {
     Bool(*value);
+  } else {
+    Null();
+  }
+}
+
+void JsonWriter::Member(std::string_view key, std::optional<double> value) {
+  Key(key);
+  if (value) {
+    Double(*value);
   } else {
     Null();
   }

@@ -26,6 +26,8 @@ class JsonWriter {
   void String(std::string_view value);
   void Int(int64_t value);
   void Uint(uint64_t value);
+  // Six significant digits; null when not finite (JSON has no NaN or infinity).
+  void Double(double value);
   void Bool(bool value);
   void Null();
 
@@ -35,6 +37,7 @@ class JsonWriter {
   void Member(std::string_view key, bool value);
   template <typename Integer>
   void Member(std::string_view key, std::optional<Integer> value) {
+    static_assert(std::is_integral_v<Integer>, "a number that is not an integer is a double");
     Key(key);
     if (!value) {
       Null();
@@ -45,6 +48,7 @@ class JsonWriter {
     }
   }
   void Member(std::string_view key, std::optional<bool> value);
+  void Member(std::string_view key, std::optional<double> value);
   void IntMember(std::string_view key, int64_t value);
 
   // The document so far, with a final newline once the outermost value is closed.

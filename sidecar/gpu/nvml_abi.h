@@ -35,6 +35,7 @@ enum Return : int {
   kErrorInUse = 19,
   kErrorMemory = 20,
   kErrorNoData = 21,
+  kErrorArgumentVersionMismatch = 25,  // a versioned struct's `version` is not one NVML knows
   kErrorUnknown = 999,
 };
 
@@ -135,11 +136,13 @@ inline constexpr unsigned int kNvmlVersionBufferSize = 80;
 inline constexpr unsigned int kPciBusIdBufferSize = 32;
 inline constexpr unsigned int kPciBusIdLegacyBufferSize = 16;
 
-// Opaque handles (nvmlDevice_t, nvmlEventSet_t).
+// Opaque handles (nvmlDevice_t, nvmlEventSet_t, nvmlGpmSample_t).
 struct DeviceOpaque;
 using Device = DeviceOpaque*;
 struct EventSetOpaque;
 using EventSet = EventSetOpaque*;
+struct GpmSampleOpaque;
+using GpmSample = GpmSampleOpaque*;  // a buffer of GPM counters, from nvmlGpmSampleAlloc
 
 // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v2/_v3 and nvmlDeviceGetNvLinkRemotePciInfo_v2.
 struct PciInfo {
@@ -210,6 +213,51 @@ struct FieldValue {
   Value value;
 };
 
+// GPU performance monitoring (GPM; Hopper and later, drivers from R520 on): counters read into
+// sample buffers, and metrics computed from two samples taken at least 100 ms apart.
+
+// nvmlGpmMetricId_t values cohort asks for. SM utilisation is the percentage (0-100) of the
+// GPU's streaming multiprocessors that were busy between the two samples.
+inline constexpr unsigned int kGpmMetricSmUtil = 2;  // NVML_GPM_METRIC_SM_UTIL
+
+// nvmlGpmMetric_t: one metric asked of nvmlGpmMetricsGet. The caller sets metric_id; `value`
+// means something only when `result` is kSuccess.
+struct GpmMetric {
+  unsigned int metric_id;
+  Return result;
+  double value;
+  struct Info {  // names NVML may fill in; each may be null
+    char* short_name;
+    char* long_name;
+    char* unit;
+  } info;
+};
+
+// The length of nvmlGpmMetricsGet_t's `metrics` array: NVML_GPM_METRIC_MAX, which grows with
+// each release as metrics are added (98 in CUDA 11.8's nvml.h, 477 in 13.5's). cohort asks
+// for the first `metric_count` entries only, but makes the array as long as the newest nvml.h
+// checked has it (nvml_abi_check.cc asserts it is no shorter than the header's), so that a
+// driver up to that release stays inside the struct even if it touches the whole array.
+inline constexpr unsigned int kGpmMetricCapacity = 477;
+
+// nvmlGpmMetricsGet_t. `version` must be kGpmMetricsGetVersion; sample1 is the earlier sample.
+struct GpmMetricsGet {
+  unsigned int version;
+  unsigned int metric_count;  // entries of `metrics` to compute
+  GpmSample sample1;
+  GpmSample sample2;
+  GpmMetric metrics[kGpmMetricCapacity];
+};
+// Unlike MemoryV2's, GPM's struct versions are plain numbers, without the struct's size.
+inline constexpr unsigned int kGpmMetricsGetVersion = 1;  // NVML_GPM_METRICS_GET_VERSION
+
+// nvmlGpmSupport_t. `version` must be kGpmSupportVersion.
+struct GpmSupport {
+  unsigned int version;
+  unsigned int is_supported_device;  // nonzero when the GPU has GPM
+};
+inline constexpr unsigned int kGpmSupportVersion = 1;  // NVML_GPM_SUPPORT_VERSION
+
 // Function pointer types, one per NVML entry point cohort resolves.
 using InitFn = Return (*)();
 using ShutdownFn = Return (*)();
@@ -254,5 +302,10 @@ using EventSetFreeFn = Return (*)(EventSet set);
 using DeviceRegisterEventsFn = Return (*)(Device device, unsigned long long event_types,
                                           EventSet set);
 using EventSetWaitFn = Return (*)(EventSet set, EventData* data, unsigned int timeout_ms);
+using GpmQueryDeviceSupportFn = Return (*)(Device device, GpmSupport* support);
+using GpmSampleAllocFn = Return (*)(GpmSample* sample);
+using GpmSampleFreeFn = Return (*)(GpmSample sample);
+using GpmSampleGetFn = Return (*)(Device device, GpmSample sample);
+using GpmMetricsGetFn = Return (*)(GpmMetricsGet* metrics);
 
 }  // namespace cohort::gpu::nvml

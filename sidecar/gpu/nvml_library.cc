@@ -122,6 +122,11 @@ bool NvmlLibrary::ResolveFunctions(std::string* diagnostic) {
   optional({"nvmlDeviceRegisterEvents"}, &api_.device_register_events);
   // nvmlEventSetWait (v1) takes the same struct; it leaves the MIG instance ids unset.
   optional({"nvmlEventSetWait_v2", "nvmlEventSetWait"}, &api_.event_set_wait);
+  optional({"nvmlGpmQueryDeviceSupport"}, &api_.gpm_query_device_support);
+  optional({"nvmlGpmSampleAlloc"}, &api_.gpm_sample_alloc);
+  optional({"nvmlGpmSampleFree"}, &api_.gpm_sample_free);
+  optional({"nvmlGpmSampleGet"}, &api_.gpm_sample_get);
+  optional({"nvmlGpmMetricsGet"}, &api_.gpm_metrics_get);
   return true;
 }
 

@@ -53,11 +53,17 @@ struct NvmlApi {
   nvml::DeviceGetUlonglongFn device_get_supported_event_types = nullptr;
   nvml::DeviceRegisterEventsFn device_register_events = nullptr;
   nvml::EventSetWaitFn event_set_wait = nullptr;
+  // GPU performance monitoring, for SM activity (drivers from R520 on).
+  nvml::GpmQueryDeviceSupportFn gpm_query_device_support = nullptr;
+  nvml::GpmSampleAllocFn gpm_sample_alloc = nullptr;
+  nvml::GpmSampleFreeFn gpm_sample_free = nullptr;
+  nvml::GpmSampleGetFn gpm_sample_get = nullptr;
+  nvml::GpmMetricsGetFn gpm_metrics_get = nullptr;
 };
 
 // The loaded and initialised NVML library: dlopen, dlsym of every entry point in NvmlApi, then
-// nvmlInit. Destruction calls nvmlShutdown and dlclose, so it must outlive every device handle
-// and event set obtained through it.
+// nvmlInit. Destruction calls nvmlShutdown and dlclose, so it must outlive every device handle,
+// event set and GPM sample obtained through it.
 //
 // Thread safety: immutable after Open; NVML itself is thread-safe, so api() may be used from
 // any thread.

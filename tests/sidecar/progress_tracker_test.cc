@@ -13,6 +13,14 @@ ProgressTracker Tracker(absl::Duration timeout) {
   return ProgressTracker(options, kStart);
 }
 
+GpuActivityReading Utilization(double value) {
+  return {GpuActivityReading::Measure::kUtilization, value};
+}
+
+GpuActivityReading SmActivity(double value) {
+  return {GpuActivityReading::Measure::kSmActivity, value};
+}
+
 TEST(ProgressTrackerTest, TheFirstStallIsTimedFromTheStart) {
   auto tracker = Tracker(absl::Minutes(5));
   EXPECT_FALSE(tracker.Stalled(kStart + absl::Minutes(5) - absl::Seconds(1)));
@@ -54,14 +62,40 @@ TEST(ProgressTrackerTest, FinishedCoordinationCallsCountOnlyWhenTheirNumberGrows
   EXPECT_EQ(tracker.last_progress(), kStart + absl::Seconds(80));
 }
 
-TEST(ProgressTrackerTest, GpuActivityCountsAboveTheThreshold) {
+TEST(ProgressTrackerTest, GpuUtilisationCountsAboveItsThreshold) {
   auto tracker = Tracker(absl::Minutes(1));
-  tracker.GpuActivity(kStart + absl::Seconds(10), 0.01);
+  tracker.GpuActivity(kStart + absl::Seconds(10), Utilization(0.01));
   EXPECT_EQ(tracker.last_progress(), kStart);
-  tracker.GpuActivity(kStart + absl::Seconds(20), 0.9);
+  tracker.GpuActivity(kStart + absl::Seconds(20), Utilization(0.9));
   EXPECT_EQ(tracker.last_progress(), kStart + absl::Seconds(20));
+  EXPECT_EQ(tracker.last_sign(), ProgressTracker::Sign::kGpuUtilization);
   EXPECT_EQ(tracker.Describe(kStart + absl::Seconds(80)),
-            "no progress for 1m (last: GPU activity 1m ago)");
+            "no progress for 1m (last: GPU utilisation 1m ago)");
+}
+
+// A collective spinning on a lost peer holds a few SMs (its channels') at full utilisation:
+// SM activity has a threshold of its own, above what such a collective holds.
+TEST(ProgressTrackerTest, SmActivityCountsAboveItsOwnHigherThreshold) {
+  auto tracker = Tracker(absl::Minutes(1));
+  tracker.GpuActivity(kStart + absl::Seconds(10), SmActivity(0.1));
+  tracker.GpuActivity(kStart + absl::Seconds(20), SmActivity(0.3));
+  EXPECT_EQ(tracker.last_progress(), kStart);
+  EXPECT_EQ(tracker.last_sign(), ProgressTracker::Sign::kNone);
+  tracker.GpuActivity(kStart + absl::Seconds(30), SmActivity(0.8));
+  EXPECT_EQ(tracker.last_progress(), kStart + absl::Seconds(30));
+  EXPECT_EQ(tracker.last_sign(), ProgressTracker::Sign::kGpuSmActivity);
+  EXPECT_EQ(tracker.Describe(kStart + absl::Seconds(90)),
+            "no progress for 1m (last: GPU SM activity 1m ago)");
+  // Both thresholds can be set.
+  ProgressTracker::Options options;
+  options.timeout = absl::Minutes(1);
+  options.gpu_sm_activity_threshold = 0.05;
+  options.gpu_utilization_threshold = 0.95;
+  ProgressTracker tuned(options, kStart);
+  tuned.GpuActivity(kStart + absl::Seconds(10), Utilization(0.9));
+  EXPECT_EQ(tuned.last_progress(), kStart);
+  tuned.GpuActivity(kStart + absl::Seconds(20), SmActivity(0.1));
+  EXPECT_EQ(tuned.last_progress(), kStart + absl::Seconds(20));
 }
 
 TEST(ProgressTrackerTest, AWorkloadThatReportsIsJudgedByItsReportsAlone) {
@@ -69,7 +103,8 @@ TEST(ProgressTrackerTest, AWorkloadThatReportsIsJudgedByItsReportsAlone) {
   auto tracker = Tracker(absl::Minutes(1));
   tracker.CoordinationCalls(kStart, 0);
   tracker.Reported(kStart + absl::Seconds(5), 1);
-  tracker.GpuActivity(kStart + absl::Seconds(50), 1.0);
+  tracker.GpuActivity(kStart + absl::Seconds(50), Utilization(1.0));
+  tracker.GpuActivity(kStart + absl::Seconds(55), SmActivity(1.0));
   tracker.CoordinationCalls(kStart + absl::Seconds(60), 5);
   EXPECT_EQ(tracker.last_progress(), kStart + absl::Seconds(5));
   EXPECT_TRUE(tracker.Stalled(kStart + absl::Seconds(65)));

@@ -99,7 +99,7 @@ TEST_F(ProgressWatchTest, AFileLeftByAnEarlierRunIsNotProgress) {
 
 TEST_F(ProgressWatchTest, FinishedCoordinationCallsAndGpuActivityCountWithoutAFile) {
   std::atomic<uint64_t> calls{0};
-  std::optional<double> activity;
+  std::optional<GpuActivityReading> activity;
   ProgressWatch::Sources sources;
   sources.finished_calls = [&] { return calls.load(); };
   sources.gpu_activity = [&] { return activity; };
@@ -109,16 +109,39 @@ TEST_F(ProgressWatchTest, FinishedCoordinationCallsAndGpuActivityCountWithoutAFi
   calls = 3;
   watch.Poll();
   clock_.Advance(absl::Seconds(40));
-  activity = 0.8;
+  activity = GpuActivityReading{GpuActivityReading::Measure::kUtilization, 0.8};
   watch.Poll();
-  activity = 0.0;  // below the threshold from here
+  activity->value = 0.0;  // below the threshold from here
   clock_.Advance(absl::Seconds(40));
   watch.Poll();
   EXPECT_TRUE(stalls_.empty());
   clock_.Advance(absl::Seconds(20));
   watch.Poll();
   ASSERT_EQ(stalls_.size(), 1u);
-  EXPECT_TRUE(absl::StrContains(stalls_[0], "last: GPU activity 1m ago")) << stalls_[0];
+  EXPECT_TRUE(absl::StrContains(stalls_[0], "last: GPU utilisation 1m ago")) << stalls_[0];
+}
+
+// Where the GPUs have SM activity (NVML GPM), it is judged instead of utilisation, by a
+// threshold of its own: a collective spinning on a lost peer keeps a few SMs busy, not half.
+TEST_F(ProgressWatchTest, SmActivityIsJudgedByItsOwnThreshold) {
+  GpuActivityReading activity{GpuActivityReading::Measure::kSmActivity, 0.2};
+  ProgressWatch::Sources sources;
+  sources.gpu_activity = [&] { return std::optional<GpuActivityReading>(activity); };
+  ProgressWatch watch(Options(absl::Minutes(1)), sources, clock_, Record());
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(20));
+    watch.Poll();
+  }
+  ASSERT_EQ(stalls_.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(stalls_[0], "none seen since the workload started")) << stalls_[0];
+  activity.value = 0.8;
+  watch.Poll();
+  EXPECT_EQ(watch.SinceProgress(), absl::ZeroDuration());
+  activity.value = 0.2;
+  clock_.Advance(absl::Minutes(1));
+  watch.Poll();
+  ASSERT_EQ(stalls_.size(), 2u);
+  EXPECT_TRUE(absl::StrContains(stalls_[1], "last: GPU SM activity 1m ago")) << stalls_[1];
 }
 
 // A task at a barrier waits for the one that hangs: it is not the one to blame, however long

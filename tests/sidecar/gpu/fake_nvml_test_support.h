@@ -94,6 +94,8 @@ class MonitorRecorder {
       cv_.notify_all();
     };
     options.event_wait_slice = std::chrono::milliseconds(50);
+    // Tests sample back to back; the fake's GPM counters need no 100 ms between samples.
+    options.sm_activity_min_interval = std::chrono::milliseconds(0);
     return options;
   }
 

@@ -83,9 +83,24 @@ TEST(GpuInfoMainTest, SampleFlagAddsTelemetryAndHealth) {
   ASSERT_EQ(info["samples"].size(), 8u);
   EXPECT_EQ(info["samples"][1]["temperature_celsius"], 31);
   EXPECT_EQ(info["samples"][1]["ecc"]["aggregate_single_bit"], 11);
+  // One sample: SM activity, measured from one GPM sample to the next, has none yet.
+  EXPECT_TRUE(info["samples"][1]["sm_activity"].is_null());
   ASSERT_EQ(info["health"].size(), 8u);
   EXPECT_EQ(info["health"][1]["healthy"], true);
   EXPECT_TRUE(info["health_events"].empty());
+}
+
+TEST(GpuInfoMainTest, WatchingMeasuresSmActivityOverTheWatch) {
+  ProcessResult run =
+      RunGpuInfo(std::string("--watch 0.3"), "COHORT_NVML_LIBRARY=" + std::string(kFakeNvml) + " " +
+                                                 FakeNode("eight_gpus.json"));
+
+  ASSERT_EQ(run.status, 0) << run.err;
+  nlohmann::json info = nlohmann::json::parse(run.out);
+  ASSERT_EQ(info["samples"].size(), 8u);
+  ASSERT_TRUE(info["samples"][1]["sm_activity"].is_number()) << run.out;
+  EXPECT_NEAR(info["samples"][1]["sm_activity"].get<double>(), 0.11, 1e-6);
+  EXPECT_THAT(run.err, HasSubstr("SM activity (NVML GPM) on every GPU"));
 }
 
 TEST(GpuInfoMainTest, NodeWithoutDriverPrintsZeroGpusAndSucceeds) {

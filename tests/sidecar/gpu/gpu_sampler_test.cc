@@ -1,24 +1,36 @@
 // Telemetry sampled through the fake NVML: each field equals the fake's configuration, and
-// fields a GPU or driver lacks are empty.
+// fields a GPU or driver lacks are empty. SM activity, from GPM, is measured between one
+// sample and the next.
 
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sidecar/gpu/gpu_monitor.h"
+#include "tests/sidecar/gpu/fake_nvml/fake_nvml_control.h"
 #include "tests/sidecar/gpu/fake_nvml_test_support.h"
 
 namespace cohort::gpu {
 namespace {
 
+using ::cohort::gpu::testing::FakeControl;
 using ::cohort::gpu::testing::kFakeNvml;
 using ::cohort::gpu::testing::kOldDriverFakeNvml;
 using ::cohort::gpu::testing::MonitorRecorder;
 using ::cohort::gpu::testing::ScopedFakeNode;
 using ::cohort::gpu::testing::TestData;
+using ::testing::AllOf;
+using ::testing::DoubleNear;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Optional;
 
 template <typename T>
@@ -108,6 +120,172 @@ TEST(GpuSamplerTest, TelemetryTheGpuDoesNotReportIsEmpty) {
   EXPECT_EQ(sample.ecc.volatile_double_bit, std::nullopt);
   EXPECT_EQ(sample.remapped_rows, std::nullopt);
   EXPECT_EQ(sample.pcie_replay_count, std::nullopt);
+}
+
+// The SM activity of each sample (sampler tests' own helper).
+std::vector<std::optional<double>> SamplerTestSmActivity(const std::vector<GpuSample>& samples) {
+  std::vector<std::optional<double>> activity;
+  for (const GpuSample& sample : samples) activity.push_back(sample.sm_activity);
+  return activity;
+}
+
+TEST(GpuSamplerTest, SmActivityIsMeasuredFromOneSampleToTheNext) {
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder recorder;
+  GpuMonitor monitor(recorder.Options(kFakeNvml));
+  std::ifstream file(TestData("eight_gpus.json"));
+  nlohmann::json config = nlohmann::json::parse(file);
+  EXPECT_THAT(recorder.logs(), ElementsAre(HasSubstr("; SM activity (NVML GPM) on every GPU")));
+  auto set_sm_activity = FakeControl<FakeNvmlSetSmActivityFn>(kFakeNvml, "fakeNvmlSetSmActivity");
+  ASSERT_NE(set_sm_activity, nullptr);
+
+  // The first sample has nothing to measure from.
+  for (const std::optional<double>& activity : SamplerTestSmActivity(monitor.Sample())) {
+    EXPECT_EQ(activity, std::nullopt);
+  }
+  std::vector<GpuSample> samples = monitor.Sample();
+  ASSERT_EQ(samples.size(), 8u);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SCOPED_TRACE("GPU " + std::to_string(i));
+    EXPECT_THAT(samples[i].sm_activity,
+                Optional(DoubleNear(config["gpus"][i]["sm_activity"].get<double>(), 1e-9)));
+  }
+
+  // GPU 2 from now on: a collective spinning on a lost peer, its utilisation unchanged.
+  ASSERT_EQ(set_sm_activity(2, 0.1), 0);
+  samples = monitor.Sample();
+  EXPECT_THAT(samples[2].sm_activity, Optional(DoubleNear(0.1, 1e-9)));
+  EXPECT_THAT(samples[2].gpu_utilization_percent, Optional(23u));
+  EXPECT_THAT(samples[3].sm_activity, Optional(DoubleNear(0.29, 1e-9)));
+  EXPECT_EQ(recorder.logs().size(), 1u);  // nothing failed, nothing more said
+}
+
+TEST(GpuSamplerTest, GpusWithoutGpmHaveNoSmActivity) {
+  ScopedFakeNode node("nvlink_mesh.json");  // V100s: no GPM
+  MonitorRecorder recorder;
+  GpuMonitor monitor(recorder.Options(kFakeNvml));
+
+  monitor.Sample();
+  std::vector<GpuSample> samples = monitor.Sample();
+
+  ASSERT_EQ(samples.size(), 4u);
+  for (const std::optional<double>& activity : SamplerTestSmActivity(samples)) {
+    EXPECT_EQ(activity, std::nullopt);
+  }
+  // Said once, in the summary, and nothing else: a GPU without GPM is no error.
+  EXPECT_THAT(recorder.logs(),
+              ElementsAre(HasSubstr("; no SM activity (NVML GPM): GPM is not supported")));
+}
+
+TEST(GpuSamplerTest, AnOlderDriverWithoutGpmGivesNoSmActivityOnGpusThatWouldHaveIt) {
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder recorder;
+  GpuMonitor monitor(recorder.Options(kOldDriverFakeNvml));
+
+  monitor.Sample();
+  std::vector<GpuSample> samples = monitor.Sample();
+
+  ASSERT_EQ(samples.size(), 8u);
+  for (const std::optional<double>& activity : SamplerTestSmActivity(samples)) {
+    EXPECT_EQ(activity, std::nullopt);
+  }
+  EXPECT_THAT(samples[0].gpu_utilization_percent, Optional(3u));
+  EXPECT_THAT(recorder.logs(),
+              ElementsAre(HasSubstr("; no SM activity (NVML GPM): the driver has no GPM")));
+}
+
+TEST(GpuSamplerTest, SomeGpusWithGpmAndSomeWithoutAreNamedInTheSummary) {
+  // A pod's GPUs are of one model; a node's may not be.
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder first_recorder;
+  GpuMonitor first(first_recorder.Options(kFakeNvml));
+  auto set_sm_activity = FakeControl<FakeNvmlSetSmActivityFn>(kFakeNvml, "fakeNvmlSetSmActivity");
+  ASSERT_NE(set_sm_activity, nullptr);
+  // The fake keeps its node while NVML is initialised: the next monitor sees GPUs 5 and 6
+  // without GPM.
+  ASSERT_EQ(set_sm_activity(5, -1), 0);
+  ASSERT_EQ(set_sm_activity(6, -1), 0);
+  MonitorRecorder recorder;
+  GpuMonitor monitor(recorder.Options(kFakeNvml));
+
+  monitor.Sample();
+  std::vector<GpuSample> samples = monitor.Sample();
+
+  EXPECT_THAT(samples[4].sm_activity, Optional(DoubleNear(0.38, 1e-9)));
+  EXPECT_EQ(samples[5].sm_activity, std::nullopt);
+  EXPECT_EQ(samples[6].sm_activity, std::nullopt);
+  EXPECT_THAT(recorder.logs(),
+              ElementsAre(HasSubstr("; SM activity (NVML GPM) on GPU 0, 1, 2, 3, 4, 7; none on "
+                                    "GPU 5, 6: GPM is not supported")));
+}
+
+TEST(GpuSamplerTest, AFailedGpmReadIsSaidOnceAndTheNextMeasuresFromTheLastSampleTaken) {
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder recorder;
+  GpuMonitor monitor(recorder.Options(kFakeNvml));
+  auto set_sm_activity = FakeControl<FakeNvmlSetSmActivityFn>(kFakeNvml, "fakeNvmlSetSmActivity");
+  ASSERT_NE(set_sm_activity, nullptr);
+  monitor.Sample();
+
+  // GPU 4's GPM reads fail for two samples (the fake answers NOT_SUPPORTED).
+  ASSERT_EQ(set_sm_activity(4, -1), 0);
+  std::vector<GpuSample> samples = monitor.Sample();
+  EXPECT_EQ(samples[4].sm_activity, std::nullopt);
+  EXPECT_THAT(samples[4].gpu_utilization_percent, Optional(43u));
+  EXPECT_THAT(samples[3].sm_activity, Optional(DoubleNear(0.29, 1e-9)));
+  monitor.Sample();
+  std::vector<std::string> logs = recorder.logs();
+  EXPECT_EQ(std::count_if(logs.begin(), logs.end(),
+                          [](const std::string& line) {
+                            return line.find("GPU 4 gave no SM activity") != std::string::npos;
+                          }),
+            1)
+      << ::testing::PrintToString(logs);
+  EXPECT_THAT(logs.back(), AllOf(HasSubstr("GPU 4 gave no SM activity"),
+                                 HasSubstr("nvmlGpmSampleGet: Not Supported")));
+
+  // Back: measured from the last sample that was taken, before the failures.
+  ASSERT_EQ(set_sm_activity(4, 0.9), 0);
+  samples = monitor.Sample();
+  EXPECT_THAT(samples[4].sm_activity, Optional(DoubleNear(0.9, 1e-9)));
+  EXPECT_FALSE(samples[4].lost);
+}
+
+TEST(GpuSamplerTest, ASampleSoonerThanGpmRefreshesRepeatsTheLastSmActivity) {
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder recorder;
+  GpuMonitorOptions options = recorder.Options(kFakeNvml);
+  options.sm_activity_min_interval = std::chrono::milliseconds(500);
+  GpuMonitor monitor(options);
+  auto set_sm_activity = FakeControl<FakeNvmlSetSmActivityFn>(kFakeNvml, "fakeNvmlSetSmActivity");
+  ASSERT_NE(set_sm_activity, nullptr);
+
+  monitor.Sample();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.11, 1e-9)));
+  ASSERT_EQ(set_sm_activity(1, 0.9), 0);
+  // Within 500 ms of the last GPM sample: not read again.
+  EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.11, 1e-9)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.9, 1e-9)));
+}
+
+TEST(GpuSamplerTest, TheMonitorFreesItsGpmSamples) {
+  ScopedFakeNode node("eight_gpus.json");
+  MonitorRecorder recorder;
+  auto monitor = std::make_unique<GpuMonitor>(recorder.Options(kFakeNvml));
+  // Hold the fake loaded past the monitor, to read its counter afterwards.
+  void* fake = dlopen(kFakeNvml, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto gpm_samples = reinterpret_cast<FakeNvmlCountFn>(dlsym(fake, "fakeNvmlGpmSampleCount"));
+  ASSERT_NE(gpm_samples, nullptr);
+  EXPECT_EQ(gpm_samples(), 16);  // two per GPU
+  monitor->Sample();
+
+  monitor.reset();
+
+  EXPECT_EQ(gpm_samples(), 0);
+  dlclose(fake);
 }
 
 }  // namespace

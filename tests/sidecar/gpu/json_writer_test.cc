@@ -2,6 +2,7 @@
 
 #include "sidecar/gpu/json_writer.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -43,6 +44,29 @@ TEST(JsonWriterTest, NestedDocumentParsesBackToTheSameValues) {
   EXPECT_EQ(parsed["list"][1]["ok"], false);
   EXPECT_TRUE(parsed["list"][2].is_null());
   EXPECT_EQ(json.text().back(), '\n');
+}
+
+TEST(JsonWriterTest, DoublesAreNumbersAndNotANumberIsNull) {
+  JsonWriter json;
+  json.BeginObject();
+  json.Member("sm_activity", std::optional<double>(0.8125));
+  json.Member("small", std::optional<double>(1.5e-7));
+  json.Member("none", std::optional<double>());
+  json.Member("nan", std::optional<double>(std::nan("")));
+  json.Key("list");
+  json.BeginArray();
+  json.Double(1.0 / 3);
+  json.Double(-2);
+  json.EndArray();
+  json.EndObject();
+
+  nlohmann::json parsed = nlohmann::json::parse(json.text());
+  EXPECT_DOUBLE_EQ(parsed["sm_activity"].get<double>(), 0.8125);
+  EXPECT_DOUBLE_EQ(parsed["small"].get<double>(), 1.5e-7);
+  EXPECT_TRUE(parsed["none"].is_null());
+  EXPECT_TRUE(parsed["nan"].is_null());
+  EXPECT_NEAR(parsed["list"][0].get<double>(), 1.0 / 3, 1e-6);
+  EXPECT_EQ(parsed["list"][1], -2);
 }
 
 TEST(JsonWriterTest, StringsAreEscaped) {

@@ -91,6 +91,7 @@ SAME_VALUE(kErrorLibRmVersionMismatch, NVML_ERROR_LIB_RM_VERSION_MISMATCH);
 SAME_VALUE(kErrorInUse, NVML_ERROR_IN_USE);
 SAME_VALUE(kErrorMemory, NVML_ERROR_MEMORY);
 SAME_VALUE(kErrorNoData, NVML_ERROR_NO_DATA);
+SAME_VALUE(kErrorArgumentVersionMismatch, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
 SAME_VALUE(kErrorUnknown, NVML_ERROR_UNKNOWN);
 SAME_SIZE(EnableState, nvmlEnableState_t);
 SAME_VALUE(kFeatureDisabled, NVML_FEATURE_DISABLED);
@@ -139,6 +140,37 @@ SAME_VALUE(kRecoveryActionGpuReset, NVML_GPU_RECOVERY_ACTION_GPU_RESET);
 SAME_VALUE(kRecoveryActionNodeReboot, NVML_GPU_RECOVERY_ACTION_NODE_REBOOT);
 SAME_VALUE(kRecoveryActionDrainP2p, NVML_GPU_RECOVERY_ACTION_DRAIN_P2P);
 SAME_VALUE(kRecoveryActionDrainAndReset, NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET);
+#endif
+
+// GPM, which headers older than NVML 11.8 lack. Only the `metrics` array's length differs
+// between releases (NVML_GPM_METRIC_MAX grows); ours must be at least the header's.
+#ifdef NVML_GPM_METRICS_GET_VERSION
+SAME_VALUE(kGpmMetricSmUtil, NVML_GPM_METRIC_SM_UTIL);
+SAME_VALUE(kGpmMetricsGetVersion, NVML_GPM_METRICS_GET_VERSION);
+SAME_VALUE(kGpmSupportVersion, NVML_GPM_SUPPORT_VERSION);
+SAME_SIZE(GpmMetric, nvmlGpmMetric_t);
+SAME_OFFSET(GpmMetric, metric_id, nvmlGpmMetric_t, metricId);
+SAME_OFFSET(GpmMetric, result, nvmlGpmMetric_t, nvmlReturn);
+SAME_OFFSET(GpmMetric, value, nvmlGpmMetric_t, value);
+SAME_OFFSET(GpmMetric, info, nvmlGpmMetric_t, metricInfo);
+SAME_OFFSET(GpmMetric, info.short_name, nvmlGpmMetric_t, metricInfo.shortName);
+SAME_OFFSET(GpmMetric, info.long_name, nvmlGpmMetric_t, metricInfo.longName);
+SAME_OFFSET(GpmMetric, info.unit, nvmlGpmMetric_t, metricInfo.unit);
+static_assert(std::is_same_v<decltype(GpmMetric::metric_id), decltype(nvmlGpmMetric_t::metricId)>,
+              "GpmMetric.metric_id type");
+static_assert(std::is_same_v<decltype(GpmMetric::value), decltype(nvmlGpmMetric_t::value)>,
+              "GpmMetric.value type");
+SAME_OFFSET(GpmMetricsGet, version, nvmlGpmMetricsGet_t, version);
+SAME_OFFSET(GpmMetricsGet, metric_count, nvmlGpmMetricsGet_t, numMetrics);
+SAME_OFFSET(GpmMetricsGet, sample1, nvmlGpmMetricsGet_t, sample1);
+SAME_OFFSET(GpmMetricsGet, sample2, nvmlGpmMetricsGet_t, sample2);
+SAME_OFFSET(GpmMetricsGet, metrics, nvmlGpmMetricsGet_t, metrics);
+static_assert(kGpmMetricCapacity >= NVML_GPM_METRIC_MAX,
+              "kGpmMetricCapacity is shorter than this nvml.h's NVML_GPM_METRIC_MAX: raise it");
+static_assert(sizeof(GpmMetricsGet) >= sizeof(nvmlGpmMetricsGet_t), "GpmMetricsGet size");
+SAME_SIZE(GpmSupport, nvmlGpmSupport_t);
+SAME_OFFSET(GpmSupport, version, nvmlGpmSupport_t, version);
+SAME_OFFSET(GpmSupport, is_supported_device, nvmlGpmSupport_t, isSupportedDevice);
 #endif
 
 // Constants.
@@ -192,6 +224,11 @@ MAPS_TO(MemoryV2, nvmlMemory_v2_t);
 MAPS_TO(Utilization, nvmlUtilization_t);
 MAPS_TO(EventData, nvmlEventData_t);
 MAPS_TO(FieldValue, nvmlFieldValue_t);
+#ifdef NVML_GPM_METRICS_GET_VERSION
+MAPS_TO(GpmSample, nvmlGpmSample_t);
+MAPS_TO(GpmSupport, nvmlGpmSupport_t);
+MAPS_TO(GpmMetricsGet, nvmlGpmMetricsGet_t);
+#endif
 
 #define SAME_SIGNATURE(fn_type, function) \
   static_assert(std::is_same_v<Real<fn_type>::type, decltype(&::function)>, #function)
@@ -241,6 +278,13 @@ SAME_SIGNATURE(DeviceGetUlonglongFn, nvmlDeviceGetSupportedEventTypes);
 SAME_SIGNATURE(DeviceRegisterEventsFn, nvmlDeviceRegisterEvents);
 SAME_SIGNATURE(EventSetWaitFn, nvmlEventSetWait_v2);
 SAME_SIGNATURE(EventSetWaitFn, nvmlEventSetWait);
+#ifdef NVML_GPM_METRICS_GET_VERSION
+SAME_SIGNATURE(GpmQueryDeviceSupportFn, nvmlGpmQueryDeviceSupport);
+SAME_SIGNATURE(GpmSampleAllocFn, nvmlGpmSampleAlloc);
+SAME_SIGNATURE(GpmSampleFreeFn, nvmlGpmSampleFree);
+SAME_SIGNATURE(GpmSampleGetFn, nvmlGpmSampleGet);
+SAME_SIGNATURE(GpmMetricsGetFn, nvmlGpmMetricsGet);
+#endif
 #pragma GCC diagnostic pop
 
 }  // namespace

@@ -24,6 +24,7 @@ using ::cohort::gpu::testing::kOldDriverFakeNvml;
 using ::cohort::gpu::testing::MonitorRecorder;
 using ::cohort::gpu::testing::ScopedEnvironment;
 using ::cohort::gpu::testing::ScopedFakeNode;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -143,14 +144,17 @@ TEST(NvmlLibraryTest, OlderDriverLacksOptionalFunctionsAndStillWorks) {
   EXPECT_THAT(inventory.missing_functions,
               UnorderedElementsAre("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryAffinity",
                                    "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetNvLinkRemoteDeviceType",
-                                   "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues"));
+                                   "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues",
+                                   "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc",
+                                   "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMetricsGet"));
   ASSERT_EQ(inventory.gpus.size(), 8u);
   EXPECT_EQ(inventory.gpus[3].pci_bus_id, "00000000:5D:00.0");
   EXPECT_EQ(inventory.gpus[3].memory_total_bytes, 85520809984u);
   EXPECT_EQ(inventory.driver.cuda_driver_version, 12040);
   EXPECT_TRUE(monitor.listening_for_events());
   EXPECT_THAT(recorder.logs(),
-              ElementsAre(HasSubstr("this driver lacks nvmlDeviceGetMemoryInfo_v2")));
+              ElementsAre(AllOf(HasSubstr("this driver lacks nvmlDeviceGetMemoryInfo_v2"),
+                                HasSubstr("no SM activity (NVML GPM): the driver has no GPM"))));
 }
 
 TEST(NvmlLibraryTest, OpenReportsWhyItFailed) {

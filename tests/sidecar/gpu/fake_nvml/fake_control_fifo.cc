@@ -2,7 +2,8 @@
 // thread reads lines from it and applies them, so a test can inject faults into a
 // cohort-sidecar process it started. Lines: "xid INDEX CODE [ACTION]" (ACTION, if given, is
 // the GPU's recovery action from then on, set before the XID is queued), "dbe INDEX COUNT",
-// "lost INDEX".
+// "lost INDEX", "sm INDEX FRACTION" (the GPU's SM activity from then on, 0..1; negative: no
+// GPM).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,8 +24,14 @@ void Apply(const std::string& line) {
   std::istringstream in(line);
   std::string verb;
   unsigned int index = 0;
+  in >> verb >> index;
+  if (verb == "sm") {
+    double activity = 0;
+    if (in >> activity) fakeNvmlSetSmActivity(index, activity);
+    return;
+  }
   unsigned long long value = 0;
-  in >> verb >> index >> value;
+  in >> value;
   if (verb == "xid") {
     unsigned int action = 0;
     if (in >> action) fakeNvmlSetRecoveryAction(index, action);

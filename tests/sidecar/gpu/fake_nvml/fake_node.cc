@@ -58,6 +58,7 @@ FakeGpu ParseGpu(const json& config) {
     gpu.utilization = std::make_pair(config["utilization"].at("gpu").get<unsigned int>(),
                                      config["utilization"].at("memory").get<unsigned int>());
   }
+  gpu.sm_activity = Optional<double>(config, "sm_activity");
   gpu.temperature = Optional<unsigned int>(config, "temperature");
   gpu.power_mw = Optional<unsigned int>(config, "power_mw");
   gpu.power_limit_mw = Optional<unsigned int>(config, "power_limit_mw");

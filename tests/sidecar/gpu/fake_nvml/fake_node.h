@@ -16,6 +16,8 @@
 //     "compute_capability": [9, 0], "numa_node": 0, "gpu_numa_id": 2,
 //     "mig_mode": {"current": 0, "pending": 1}, "ecc_enabled": true,
 //     "utilization": {"gpu": 37, "memory": 12}, "temperature": 41,
+//     "sm_activity": 0.8,                  // share of SMs busy (0..1) that GPM reports; absent:
+//                                          // a GPU without GPM (before Hopper)
 //     "power_mw": 120000, "power_limit_mw": 700000, "energy_mj": 123456789,
 //     "sm_clock_mhz": 1980, "pcie_replay": 4,
 //     "ecc": {"volatile_single": 1, "volatile_double": 0,
@@ -78,6 +80,13 @@ struct FakeGpu {
   std::optional<std::pair<unsigned int, unsigned int>> mig_mode;  // current, pending
   std::optional<bool> ecc_enabled;
   std::optional<std::pair<unsigned int, unsigned int>> utilization;  // gpu, memory
+  // What GPM's SM utilisation reports, 0..1; empty: the GPU has no GPM. Tests change it with
+  // fakeNvmlSetSmActivity.
+  std::optional<double> sm_activity;
+  // GPM's counters: each nvmlGpmSampleGet adds one tick, and sm_activity to the busy sum, so
+  // that the metric between two samples is the activity set when the later one was taken.
+  uint64_t gpm_ticks = 0;
+  double gpm_busy = 0;
   std::optional<unsigned int> temperature;
   std::optional<unsigned int> power_mw;
   std::optional<unsigned int> power_limit_mw;

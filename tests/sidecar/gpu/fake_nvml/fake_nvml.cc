@@ -2,8 +2,8 @@
 // tested through its real loading path (dlopen, dlsym, the C ABI) on machines without GPUs.
 // It serves the node described by $FAKE_NVML_CONFIG (see fake_node.h) and exports the controls
 // in fake_nvml_control.h. Built with FAKE_NVML_OLD_DRIVER it leaves out the newer entry points,
-// as an old driver would, so the module's fallbacks get exercised. Event sets and the controls
-// are in fake_nvml_events.cc.
+// as an old driver would (GPM too), so the module's fallbacks get exercised. Event sets and the
+// controls are in fake_nvml_events.cc, GPM in fake_nvml_gpm.cc.
 
 #include <algorithm>
 #include <chrono>
@@ -20,8 +20,6 @@
 
 namespace fake_nvml {
 namespace {
-
-constexpr auto kErrorArgumentVersionMismatch = static_cast<nvml::Return>(25);
 
 int IndexOf(FakeState& state, const FakeGpu* gpu) {
   return static_cast<int>(gpu - state.node.gpus.data());
@@ -121,6 +119,7 @@ FAKE_NVML_EXPORT nvml::Return nvmlShutdown() {
   if (state.init_count == 0) return nvml::kErrorUninitialized;
   if (--state.init_count == 0) {
     for (EventSetState* events : state.event_sets) events->registered.clear();
+    for (GpmSampleState* sample : state.gpm_samples) sample->filled = false;
     state.node = FakeNode{};
   }
   return nvml::kSuccess;
@@ -144,6 +143,8 @@ FAKE_NVML_EXPORT const char* nvmlErrorString(nvml::Return result) {
       return "Timeout";
     case nvml::kErrorGpuIsLost:
       return "GPU is lost";
+    case nvml::kErrorArgumentVersionMismatch:
+      return "Argument version mismatch";
     default:
       return "Unknown Error";
   }
@@ -217,7 +218,7 @@ FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device device, nvml:
 FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device device,
                                                          nvml::MemoryV2* memory) {
   if (memory == nullptr || memory->version != nvml::kMemoryV2Version) {
-    return kErrorArgumentVersionMismatch;
+    return nvml::kErrorArgumentVersionMismatch;
   }
   return WithGpu(device, [&](FakeGpu& gpu) {
     return IfConfigured(gpu.memory, [&](const FakeMemory& m) {

@@ -19,14 +19,22 @@ int fakeNvmlSetGpuLost(unsigned int index);
 // From now on the GPU's field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers `action` (an
 // nvmlDeviceGpuRecoveryAction_t), even if its config said the driver lacks the field.
 int fakeNvmlSetRecoveryAction(unsigned int index, unsigned int action);
+// From now on GPM reports `activity` (0..1) as the GPU's SM utilisation; negative: the GPU
+// has no GPM from now on (its GPM calls answer NVML_ERROR_NOT_SUPPORTED). The GPU module asks
+// whether a GPU has GPM once, when its monitor starts: one that started while the GPU had none
+// reads none after this either.
+int fakeNvmlSetSmActivity(unsigned int index, double activity);
 // How many nvmlInit calls are not yet matched by nvmlShutdown.
 int fakeNvmlInitCount(void);
 // How many event sets exist (created and not freed).
 int fakeNvmlEventSetCount(void);
+// How many GPM sample buffers exist (allocated and not freed).
+int fakeNvmlGpmSampleCount(void);
 }
 
 using FakeNvmlInjectXidFn = int (*)(unsigned int, unsigned long long);
 using FakeNvmlInjectDoubleBitEccFn = int (*)(unsigned int, unsigned long long);
 using FakeNvmlSetGpuLostFn = int (*)(unsigned int);
 using FakeNvmlSetRecoveryActionFn = int (*)(unsigned int, unsigned int);
+using FakeNvmlSetSmActivityFn = int (*)(unsigned int, double);
 using FakeNvmlCountFn = int (*)();

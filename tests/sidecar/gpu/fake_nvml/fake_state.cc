@@ -9,6 +9,7 @@ FakeState& State() {
 
 FakeState::~FakeState() {
   for (EventSetState* events : event_sets) delete events;  // sets a test never freed
+  for (GpmSampleState* sample : gpm_samples) delete sample;
 }
 
 FakeGpu* FindGpu(FakeState& state, nvml::Device device) {

@@ -1,6 +1,7 @@
 #pragma once
 
-// State shared by the fake NVML's entry points (fake_nvml.cc, fake_nvml_events.cc).
+// State shared by the fake NVML's entry points (fake_nvml.cc, fake_nvml_events.cc,
+// fake_nvml_gpm.cc).
 
 #include <condition_variable>
 #include <deque>
@@ -17,6 +18,14 @@ namespace fake_nvml {
 
 namespace nvml = cohort::gpu::nvml;
 
+// A GPM sample buffer (nvmlGpmSample_t): the counters of the GPU it was last filled from.
+struct GpmSampleState {
+  bool filled = false;
+  size_t gpu = 0;  // index into the node's GPUs
+  uint64_t ticks = 0;
+  double busy = 0;
+};
+
 struct EventSetState {
   std::deque<nvml::EventData> queue;
   std::map<const FakeGpu*, unsigned long long> registered;  // GPU -> event types
@@ -32,6 +41,7 @@ struct FakeState {
   int init_count = 0;
   FakeNode node;
   std::set<EventSetState*> event_sets;
+  std::set<GpmSampleState*> gpm_samples;  // allocated and not freed
 };
 
 FakeState& State();

@@ -20,7 +20,7 @@ const (
 	// FakeNVMLConfigEnv names the JSON file describing the node's GPUs to the fake.
 	FakeNVMLConfigEnv = "FAKE_NVML_CONFIG"
 	// FakeNVMLControlEnv names the FIFO the fake makes and reads fault injections from
-	// ("xid INDEX CODE", "dbe INDEX COUNT", "lost INDEX", one a line).
+	// ("xid INDEX CODE", "dbe INDEX COUNT", "lost INDEX", "sm INDEX FRACTION", one a line).
 	FakeNVMLControlEnv = "FAKE_NVML_CONTROL_FIFO"
 	// nvmlControlFile is the FIFO's name in the pod's directory of the state dir.
 	nvmlControlFile = "nvml-control"
