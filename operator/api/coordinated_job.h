@@ -145,8 +145,10 @@ struct TaskRuntimeSpec {
 };
 
 // spec.gangScheduling: a PodGroup for the job's pods, so that a gang scheduler places all of
-// them or none (operator/api/gang_scheduling.cc; docs/operator.md, "Gang scheduling").
-enum class PodGroupKind { kSchedulerPlugins, kVolcano };
+// them or none (operator/api/gang_scheduling.cc; docs/operator.md, "Gang scheduling"):
+// scheduler-plugins' coscheduling, Volcano, or Kubernetes' own (the kube-scheduler's
+// GangScheduling plugin, scheduling.k8s.io Workload and PodGroup).
+enum class PodGroupKind { kSchedulerPlugins, kVolcano, kKubernetes };
 struct GangSchedulingSpec {
   PodGroupKind pod_group = PodGroupKind::kSchedulerPlugins;
   std::string scheduler_name;  // "" : the provider's (scheduler-plugins-scheduler, volcano)

@@ -12,7 +12,15 @@ absl::Status InvalidGang(const std::string& field, const std::string& why) {
 }  // namespace
 
 std::string PodGroupKindName(PodGroupKind kind) {
-  return kind == PodGroupKind::kVolcano ? "Volcano" : "SchedulerPlugins";
+  switch (kind) {
+    case PodGroupKind::kVolcano:
+      return "Volcano";
+    case PodGroupKind::kKubernetes:
+      return "Kubernetes";
+    case PodGroupKind::kSchedulerPlugins:
+      break;
+  }
+  return "SchedulerPlugins";
 }
 
 absl::Status ParseGangScheduling(const json& gang, GangSchedulingSpec* out) {
@@ -22,9 +30,11 @@ absl::Status ParseGangScheduling(const json& gang, GangSchedulingSpec* out) {
     out->pod_group = PodGroupKind::kSchedulerPlugins;
   } else if (kind == "Volcano") {
     out->pod_group = PodGroupKind::kVolcano;
+  } else if (kind == "Kubernetes") {
+    out->pod_group = PodGroupKind::kKubernetes;
   } else {
-    return InvalidGang(".podGroup",
-                       absl::StrCat(kind.dump(), " is not SchedulerPlugins or Volcano"));
+    return InvalidGang(
+        ".podGroup", absl::StrCat(kind.dump(), " is not SchedulerPlugins, Volcano or Kubernetes"));
   }
   if (gang.contains("schedulerName")) {
     if (!gang["schedulerName"].is_string() || gang["schedulerName"].get<std::string>().empty()) {

@@ -1,6 +1,7 @@
 #include "operator/controller/job_controller.h"
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 
 #include "absl/strings/match.h"
@@ -29,11 +30,20 @@ const kube::Resource& ResourceFor(const json& object) {
   if (kind == "Secret") return kube::kSecrets;
   if (kind == "NetworkPolicy") return kube::kNetworkPolicies;
   if (kind == "Certificate") return kube::kCertificates;
-  if (kind == "Workload") return kube::kWorkloads;
+  const std::string api = object.value("apiVersion", "");
+  const bool v1alpha2 = api == kKubernetesSchedulingApiV1Alpha2;
+  if (kind == "Workload") {
+    if (absl::StartsWith(api, "scheduling.k8s.io/")) {
+      return v1alpha2 ? kube::kKubernetesWorkloadsV1Alpha2 : kube::kKubernetesWorkloads;
+    }
+    return kube::kWorkloads;
+  }
   if (kind == "PodGroup") {
-    return object.value("apiVersion", "") == "scheduling.volcano.sh/v1beta1"
-               ? kube::kVolcanoPodGroups
-               : kube::kSchedulerPluginsPodGroups;
+    if (absl::StartsWith(api, "scheduling.k8s.io/")) {
+      return v1alpha2 ? kube::kKubernetesPodGroupsV1Alpha2 : kube::kKubernetesPodGroups;
+    }
+    return api == "scheduling.volcano.sh/v1beta1" ? kube::kVolcanoPodGroups
+                                                  : kube::kSchedulerPluginsPodGroups;
   }
   return kube::kPods;
 }
@@ -50,6 +60,15 @@ bool IsRefusal(const absl::Status& status) {
 absl::Status ExplainCreateError(const json& object, const absl::Status& status) {
   if (!absl::IsNotFound(status)) return status;
   const std::string kind = object.value("kind", "");
+  if ((kind == "PodGroup" || kind == "Workload") &&
+      absl::StartsWith(object.value("apiVersion", ""), "scheduling.k8s.io/")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create ", kind, " ", kube::Name(object), " (spec.gangScheduling.podGroup ",
+        "Kubernetes): ", object.value("apiVersion", ""),
+        " is no longer served here (the GenericWorkload feature gate or the runtime config was "
+        "turned off since the operator started?) (",
+        status.message(), ")"));
+  }
   if (kind == "PodGroup") {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot create PodGroup ", kube::Name(object),
@@ -101,7 +120,7 @@ JobController::JobController(kube::Client* client, MetricsRegistry* metrics, Opt
     reconcile_total_->WithLabels({result});
   for (const char* resource :
        {"coordinatedjobs", "pods", "services", "configmaps", "persistentvolumeclaims", "secrets",
-        "networkpolicies", "workloads", "resourceflavors"}) {
+        "networkpolicies", "workloads", "resourceflavors", "podgroups"}) {
     watch_restarts_->WithLabels({resource});
   }
   metrics->AddCollector([this] { return CollectJobMetrics(); });
@@ -158,11 +177,13 @@ std::vector<kube::Informer*> JobController::Informers() const {
       claims_.get(), secrets_.get(), network_policies_.get()};
   if (workloads_) all.push_back(workloads_.get());
   if (flavors_) all.push_back(flavors_.get());
+  if (pod_groups_) all.push_back(pod_groups_.get());
   return all;
 }
 
 absl::Status JobController::StartAndSync(const std::atomic<bool>& stop) {
   if (absl::Status s = DecideKueue(); !s.ok()) return s;
+  DecideKubernetesGangScheduling();
   for (auto* informer : Informers()) informer->Start();
   for (auto* informer : Informers()) {
     if (!informer->WaitForSync(stop)) return absl::CancelledError("stopped");
@@ -270,6 +291,42 @@ absl::Status JobController::Reconcile(const std::string& key) {
   return absl::OkStatus();
 }
 
+void JobController::DecideKubernetesGangScheduling() {
+  kube::ListOptions one;
+  one.limit = 1;
+  std::string why;
+  for (const kube::Resource* groups :
+       {&kube::kKubernetesPodGroups, &kube::kKubernetesPodGroupsV1Alpha2}) {
+    auto probe = client_->List(*groups, options_.namespace_name, one);
+    if (!probe.ok()) {
+      if (why.empty()) why = std::string(probe.status().message());
+      continue;
+    }
+    options_.settings.kubernetes_scheduling_api = groups->api_path.substr(strlen("/apis/"));
+    kube::Informer::Options group_options;
+    group_options.namespace_name = options_.namespace_name;
+    group_options.selector.label_selector = absl::StrCat(kManagedByLabel, "=", kManagedBy);
+    group_options.index_label = kJobLabel;
+    pod_groups_ = std::make_unique<kube::Informer>(
+        client_, *groups, group_options,
+        kube::Informer::Handlers{[this](const json& o) { EnqueueOwner(o); },
+                                 [this](const json& o) { EnqueueOwner(o); },
+                                 [this](const std::string&) {
+                                   watch_restarts_->WithLabels({"podgroups"}).Increment();
+                                 }});
+    spdlog::info(
+        "gang scheduling by the kube-scheduler: {} Workload and PodGroup served (jobs "
+        "with spec.gangScheduling.podGroup Kubernetes)",
+        options_.settings.kubernetes_scheduling_api);
+    return;
+  }
+  spdlog::info(
+      "gang scheduling by the kube-scheduler: not served here (scheduling.k8s.io/v1beta1 or "
+      "v1alpha2 PodGroups: {}); jobs with spec.gangScheduling.podGroup Kubernetes fail, saying "
+      "so",
+      why);
+}
+
 JobCaches JobController::Caches() const {
   JobCaches caches;
   caches.pods = pods_.get();
@@ -280,6 +337,7 @@ JobCaches JobController::Caches() const {
   caches.network_policies = network_policies_.get();
   caches.workloads = workloads_.get();
   caches.flavors = flavors_.get();
+  caches.pod_groups = pod_groups_.get();
   return caches;
 }
 
@@ -527,6 +585,12 @@ void JobController::CacheCreated(const api::CoordinatedJob& job, json created) {
     secrets_->Upsert(created);
   } else if (kind == "NetworkPolicy") {
     network_policies_->Upsert(created);
+  } else if (kind == "PodGroup" && pod_groups_ &&
+             absl::StartsWith(created.value("apiVersion", ""), "scheduling.k8s.io/")) {
+    pod_groups_->Upsert(created);
+  } else if (kind == "Workload" &&
+             absl::StartsWith(created.value("apiVersion", ""), "scheduling.k8s.io/")) {
+    // Not watched: the kube-scheduler reads the PodGroup, and so does the plan.
   } else if (kind == "Workload") {
     if (workloads_) workloads_->Upsert(created);
     spdlog::info("CoordinatedJob {}/{}: created Workload {} (LocalQueue {})", job.namespace_name,

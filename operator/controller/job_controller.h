@@ -96,6 +96,10 @@ class JobController {
   // Kueue: whether to work with it (Options::kueue, and the API server); the Workload's status
   // and finalizer from a plan; the finalizers of a deleted job's Workloads.
   absl::Status DecideKueue();
+  // Kubernetes' own gang scheduling: which version of scheduling.k8s.io Workload and PodGroup
+  // the API server serves (OperatorSettings::kubernetes_scheduling_api), and the operator's
+  // PodGroups watched there; none served: jobs that ask for it fail, saying why.
+  void DecideKubernetesGangScheduling();
   absl::Status ApplyWorkload(const api::CoordinatedJob& job, const Plan& plan);
   // The priority a queued job's new Workload gets (kueue::PrioritySourceOf), read from the
   // API server: a WorkloadPriorityClass, a PriorityClass, or the globalDefault one.
@@ -117,6 +121,8 @@ class JobController {
       network_policies_;
   // With Kueue only: the operator's Workloads, and every ResourceFlavor.
   std::unique_ptr<kube::Informer> workloads_, flavors_;
+  // Where the API server serves scheduling.k8s.io PodGroups: the operator's.
+  std::unique_ptr<kube::Informer> pod_groups_;
   std::atomic<bool> kueue_{false};
   std::atomic<bool> synced_{false};
   std::vector<std::thread> threads_;

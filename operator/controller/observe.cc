@@ -38,6 +38,12 @@ void ObserveChildren(const api::CoordinatedJob& job, const JobCaches& caches, Ob
   observed->coordinator_service = caches.services->Get(ns, CoordinatorName(job)).has_value();
   observed->workers_service = caches.services->Get(ns, WorkersServiceName(job)).has_value();
   observed->network_policy = caches.network_policies->Get(ns, NetworkPolicyName(job));
+  if (caches.pod_groups && job.spec.gang_scheduling &&
+      job.spec.gang_scheduling->pod_group == api::PodGroupKind::kKubernetes) {
+    if (auto group = caches.pod_groups->Get(ns, job.name)) {
+      observed->pod_group_scheduled = ObservePodGroupScheduled(*group);
+    }
+  }
   if (auto claim = caches.claims->Get(ns, CoordinatorStateClaimName(job))) {
     observed->coordinator_state_claim = true;
     observed->coordinator_state_claim_terminating =

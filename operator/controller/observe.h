@@ -26,6 +26,8 @@ struct JobCaches {
   // With Kueue only (nullptr without): the operator's Workloads, and every ResourceFlavor.
   kube::Informer* workloads = nullptr;
   kube::Informer* flavors = nullptr;
+  // Where the API server serves Kubernetes' own PodGroups: the operator's (nullptr: none).
+  kube::Informer* pod_groups = nullptr;
 };
 
 struct Observation {

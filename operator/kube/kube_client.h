@@ -60,6 +60,16 @@ inline const Resource kSchedulerPluginsPodGroups{"/apis/scheduling.x-k8s.io/v1al
                                                  "PodGroup", true};
 inline const Resource kVolcanoPodGroups{"/apis/scheduling.volcano.sh/v1beta1", "podgroups",
                                         "PodGroup", true};
+// Kubernetes' own gang scheduling (podGroup Kubernetes): Workloads created, PodGroups created
+// and watched, in 1.37's version or 1.36's, whichever the API server serves.
+inline const Resource kKubernetesPodGroups{"/apis/scheduling.k8s.io/v1beta1", "podgroups",
+                                           "PodGroup", true};
+inline const Resource kKubernetesWorkloads{"/apis/scheduling.k8s.io/v1beta1", "workloads",
+                                           "Workload", true};
+inline const Resource kKubernetesPodGroupsV1Alpha2{"/apis/scheduling.k8s.io/v1alpha2", "podgroups",
+                                                   "PodGroup", true};
+inline const Resource kKubernetesWorkloadsV1Alpha2{"/apis/scheduling.k8s.io/v1alpha2", "workloads",
+                                                   "Workload", true};
 inline const Resource kCoordinatedJobs{"/apis/cohort.dev/v1alpha1", "coordinatedjobs",
                                        "CoordinatedJob", true};
 

@@ -125,6 +125,11 @@ struct OperatorSettings {
   // kubelet gave its pod; it runs as root for the socket, so the namespace must allow hostPath
   // volumes and root containers: Pod Security level privileged).
   std::string sidecar_gpu_access = "none";
+  // The version of scheduling.k8s.io Workload and PodGroup the cluster serves, for jobs with
+  // spec.gangScheduling.podGroup Kubernetes: kKubernetesSchedulingApi (1.37), or
+  // kKubernetesSchedulingApiV1Alpha2 (1.36, its own shape); "" when it serves neither (the
+  // GenericWorkload feature gate is off), and such jobs fail, saying so.
+  std::string kubernetes_scheduling_api;
 };
 
 // What a worker pod's template asks for in GPUs: the device plugin's nvidia.com/gpu (and MIG's
@@ -241,11 +246,25 @@ json WorkerPod(const api::CoordinatedJob& job, int index, int restart,
 // The coordinator (and a task runtime job's driver) is placed on its own, by the template's
 // scheduler. JoinPodGroup makes a worker pod one of the group's: the label or annotation that
 // names it, and the gang scheduler as its scheduler.
+// podGroup Kubernetes: the kube-scheduler's own (scheduling.k8s.io/v1beta1, Kubernetes 1.37
+// with the GenericWorkload feature gate): a Workload named as the job, whose one PodGroup
+// template (kWorkersTemplate) is the gang, and the PodGroup made from it, named as the job too,
+// both before the first workers (KubernetesWorkload, PodGroup); a worker joins it by its
+// spec.schedulingGroup and keeps its template's scheduler unless schedulerName names one. The
+// group's priority class is the workers' (the scheduler places a gang only when its pods'
+// priority is the group's).
 inline constexpr char kSchedulerPluginsPodGroupLabel[] = "scheduling.x-k8s.io/pod-group";
 inline constexpr char kVolcanoPodGroupAnnotation[] = "scheduling.k8s.io/group-name";
 inline constexpr char kSchedulerPluginsScheduler[] = "scheduler-plugins-scheduler";
 inline constexpr char kVolcanoScheduler[] = "volcano";
-std::optional<json> PodGroup(const api::CoordinatedJob& job);
+inline constexpr char kKubernetesSchedulingApi[] = "scheduling.k8s.io/v1beta1";
+inline constexpr char kKubernetesSchedulingApiV1Alpha2[] = "scheduling.k8s.io/v1alpha2";
+inline constexpr char kWorkersTemplate[] = "workers";
+// `api`: the scheduling.k8s.io version for podGroup Kubernetes (OperatorSettings).
+std::optional<json> PodGroup(const api::CoordinatedJob& job,
+                             const std::string& api = kKubernetesSchedulingApi);
+std::optional<json> KubernetesWorkload(const api::CoordinatedJob& job,
+                                       const std::string& api = kKubernetesSchedulingApi);
 void JoinPodGroup(const api::CoordinatedJob& job, json* pod);
 
 // What a gang is made from: a hash of spec fields that shape the pods and the coordinator's

@@ -19,7 +19,7 @@ Plan PlanJob(const api::CoordinatedJob& job, const Observed& observed,
          absl::StrCat("the job names LocalQueue ", queue, " (label ", kueue::kQueueNameLabel,
                       "), but this operator runs without Kueue (--kueue): it starts now")});
   }
-  planning::PlanPodGroup(job, &plan);
+  planning::PlanPodGroup(job, settings, &plan);
   return plan;
 }
 
@@ -31,6 +31,7 @@ Plan PlanRun(const api::CoordinatedJob& job, const Observed& observed,
   Planner P{job, observed, Plan{}, PlacementOf(job, pod_sets)};
   P.plan.status = job.status;
   if (PlanLifecycle(P, resume)) return std::move(P.plan);
+  if (KubernetesGangSchedulingUnavailable(P, settings)) return std::move(P.plan);
   if (job.spec.tasks) return PlanTaskRuntime(P, settings);
 
   PlanAvoidedNodes(P);

@@ -35,6 +35,18 @@ int CoordinatorView::TaskIndex(const std::string& task) {
   return index;
 }
 
+std::optional<PodGroupScheduled> ObservePodGroupScheduled(const json& group) {
+  const json& conditions = Field(Field(group, "status"), "conditions");
+  if (!conditions.is_array()) return std::nullopt;
+  for (const json& c : conditions) {
+    const std::string type = Text(Field(c, "type"));
+    if (type != "PodGroupInitiallyScheduled" && type != "PodGroupScheduled") continue;
+    return PodGroupScheduled{Text(Field(c, "status")) == "True", Text(Field(c, "reason")),
+                             Text(Field(c, "message"))};
+  }
+  return std::nullopt;
+}
+
 ObservedPod ObservePod(const json& pod) {
   // The API server hands out well-formed pods, but nothing here trusts a shape: a field of
   // an unexpected type reads as absent, never as an exception.

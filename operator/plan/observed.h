@@ -57,6 +57,16 @@ struct ObservedPod {
 
 ObservedPod ObservePod(const nlohmann::json& pod);
 
+// A scheduling.k8s.io PodGroup's scheduled condition (PodGroupInitiallyScheduled in 1.37,
+// PodGroupScheduled in 1.36), which the kube-scheduler sets.
+struct PodGroupScheduled {
+  bool scheduled = false;
+  std::string reason;  // Scheduled, Unschedulable, SchedulerError
+  std::string message;
+};
+// None before the kube-scheduler set it.
+std::optional<PodGroupScheduled> ObservePodGroupScheduled(const nlohmann::json& group);
+
 // What ended a pod, as failure rules name it (api::failure_reason): an eviction, a
 // preemption, the node's loss or an OOM kill; "" for a plain exit.
 std::string FailureReasonOf(const ObservedPod& pod);
@@ -141,6 +151,9 @@ struct Observed {
   bool coordinator_state_claim = false;
   bool coordinator_state_claim_terminating = false;
   std::optional<CoordinatorView> coordinator;  // absent: not reachable (yet)
+  // spec.gangScheduling.podGroup Kubernetes: its PodGroup's scheduled condition, once the
+  // kube-scheduler has set it.
+  std::optional<PodGroupScheduled> pod_group_scheduled;
   // When the controller first saw a failure of the current gang (absent: not yet).
   std::optional<absl::Time> failure_first_seen;
   // The failure reasons (api::failure_reason) the plans have seen since then: an evicted

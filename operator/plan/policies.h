@@ -145,7 +145,14 @@ std::optional<std::string> WaitingForCoordinator(const Planner& P, const Operato
 // spec.gangScheduling (pod_group.cc): the job's PodGroup, made before the workers the plan
 // makes (again: creating one that exists changes nothing), which their builders made members
 // (the plan's Placement). Applied to every plan, queued or running.
-void PlanPodGroup(const api::CoordinatedJob& job, Plan* plan);
+void PlanPodGroup(const api::CoordinatedJob& job, const OperatorSettings& settings, Plan* plan);
+// podGroup Kubernetes on a cluster that serves no scheduling.k8s.io Workload API
+// (OperatorSettings::kubernetes_scheduling_api): fails the job, saying what it needs. True
+// when it did.
+bool KubernetesGangSchedulingUnavailable(Planner& P, const OperatorSettings& settings);
+// podGroup Kubernetes: the kube-scheduler's word when its PodGroup is not placed (its
+// PodGroupInitiallyScheduled condition False), in words; none otherwise.
+std::optional<std::string> GangUnschedulable(const Planner& P);
 
 // A failure's settling time (OperatorSettings::failure_settle): marks the plan as seeing a
 // failure, and until the time has passed since it was first seen asks to look again then.

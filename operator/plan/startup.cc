@@ -90,6 +90,16 @@ void PlanStartup(Planner& P, const OperatorSettings& settings, const JobPods& po
                 absl::StrCat("all ", replicas, " workers are ready"));
     return;
   }
+  // The kube-scheduler's reason for a gang it cannot place (podGroup Kubernetes): the Ready
+  // condition's, and an Event each time it changes.
+  if (const std::optional<std::string> unschedulable = GangUnschedulable(P)) {
+    const auto* ready = api::FindCondition(st.conditions, kConditionReady);
+    if (!ready || ready->reason != "Unschedulable" || ready->message != *unschedulable) {
+      P.Event("Warning", "Unschedulable", *unschedulable);
+    }
+    P.Condition(kConditionReady, false, "Unschedulable", *unschedulable);
+    return;
+  }
   P.Condition(kConditionReady, false, "WaitingForWorkers",
               WaitingForCoordinator(P, settings, coordinator, children)
                   .value_or(absl::StrCat(counts.ready, " of ", replicas, " workers are ready")));

@@ -34,6 +34,8 @@ EXPECTED_RULES = sorted([
     ("networking.k8s.io", "networkpolicies", ("create", "delete", "get", "list", "update", "watch")),
     ("scheduling.x-k8s.io", "podgroups", ("create",)),
     ("scheduling.volcano.sh", "podgroups", ("create",)),
+    ("scheduling.k8s.io", "workloads", ("create",)),
+    ("scheduling.k8s.io", "podgroups", ("create", "get", "list", "watch")),
     ("kueue.x-k8s.io", "workloads", ("create", "delete", "get", "list", "update", "watch")),
     ("kueue.x-k8s.io", "workloads/status", ("get", "update")),
     ("kueue.x-k8s.io", "workloads/finalizers", ("update",)),

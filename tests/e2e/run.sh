@@ -47,6 +47,7 @@ declare -A CMD=(
   [tasks_k8s_bench]="bash bench/tasks_k8s_bench.sh --smoke --out $LOGS/tasks_k8s.json"
   [kueue_test]="bash tests/e2e/kueue_test.sh"
   [coscheduling_test]="bash tests/e2e/coscheduling_test.sh"
+  [native_gang_test]="bash tests/e2e/native_gang_test.sh"
   [gpu_visibility_test]="bash tests/e2e/gpu_visibility_test.sh"
   [failure_rules_test]="bash tests/e2e/failure_rules_test.sh"
   [crd_test]="bash tests/e2e/crd_test.sh"
@@ -148,7 +149,7 @@ wait_lanes
 
 start=$SECONDS
 start_lane heavy jax_restart_test tasks_test gpu_fault_test
-start_lane gpu kueue_test coscheduling_test gpu_visibility_test failure_rules_test \
+start_lane gpu kueue_test coscheduling_test native_gang_test gpu_visibility_test failure_rules_test \
   tasks_k8s_bench dashboards_test hang_test
 start_lane api crd_test isolation_test cert_manager_test operator_test pytorch_restart_test
 wait_lanes

@@ -55,6 +55,9 @@ TEST(GangSchedulingTest, ReadsTheSpecAndRefusesWhatDoesNotFit) {
 
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"podGroup", "Kube"}}, "spec.gangScheduling.podGroup"},
+      {{{"podGroup", "Kubernetes"}, {"queue", "q"}}, "spec.gangScheduling.queue"},
+      {{{"podGroup", "Kubernetes"}, {"scheduleTimeoutSeconds", 30}},
+       "spec.gangScheduling.scheduleTimeoutSeconds"},
       {json::object(), "spec.gangScheduling.podGroup"},
       {{{"podGroup", "Volcano"}, {"scheduleTimeoutSeconds", 30}},
        "spec.gangScheduling.scheduleTimeoutSeconds"},
@@ -249,6 +252,158 @@ TEST_P(PodGroupPolicyTest, Decides) {
 
 INSTANTIATE_TEST_SUITE_P(Table, PodGroupPolicyTest, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// podGroup Kubernetes: the cluster's own gang scheduling (scheduling.k8s.io).
+OperatorSettings Serving(const std::string& api) {
+  OperatorSettings settings;
+  settings.kubernetes_scheduling_api = api;
+  return settings;
+}
+
+std::vector<json> Workers(const Plan& plan) {
+  std::vector<json> workers;
+  for (const json& o : plan.create) {
+    if (o["kind"] == "Pod" && o["metadata"]["labels"]["cohort.dev/role"] == "worker") {
+      workers.push_back(o);
+    }
+  }
+  return workers;
+}
+
+TEST(KubernetesGangSchedulingTest, AWorkloadAndItsPodGroupComeBeforeTheWorkersThatJoinIt) {
+  auto job = api::ParseCoordinatedJob(JobObject({{"podGroup", "Kubernetes"}}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.gang_scheduling->pod_group, api::PodGroupKind::kKubernetes);
+  const Plan plan = PlanJob(*job, Ready(), Serving("scheduling.k8s.io/v1beta1"));
+  ASSERT_GE(plan.create.size(), 5u);
+  const json& workload = plan.create[0];
+  EXPECT_EQ(workload["apiVersion"], "scheduling.k8s.io/v1beta1");
+  EXPECT_EQ(workload["kind"], "Workload");
+  EXPECT_EQ(workload["metadata"]["name"], "gang");
+  EXPECT_EQ(workload["metadata"]["ownerReferences"][0]["uid"], "u1");
+  EXPECT_EQ(workload["spec"]["controllerRef"],
+            json({{"apiGroup", "cohort.dev"}, {"kind", "CoordinatedJob"}, {"name", "gang"}}));
+  EXPECT_EQ(
+      workload["spec"]["podGroupTemplates"],
+      json::array({{{"name", "workers"}, {"schedulingPolicy", {{"gang", {{"minCount", 3}}}}}}}));
+  const json& group = plan.create[1];
+  EXPECT_EQ(group["apiVersion"], "scheduling.k8s.io/v1beta1");
+  EXPECT_EQ(group["kind"], "PodGroup");
+  EXPECT_EQ(group["metadata"]["name"], "gang");
+  EXPECT_EQ(group["metadata"]["labels"]["cohort.dev/job"], "gang") << "the operator watches it";
+  EXPECT_EQ(group["spec"],
+            json({{"workloadRef", {{"workloadName", "gang"}, {"templateName", "workers"}}},
+                  {"schedulingPolicy", {{"gang", {{"minCount", 3}}}}}}));
+  const std::vector<json> workers = Workers(plan);
+  ASSERT_EQ(workers.size(), 3u);
+  for (const json& w : workers) {
+    EXPECT_EQ(w["spec"]["schedulingGroup"], json({{"podGroupName", "gang"}}));
+    EXPECT_FALSE(w["spec"].contains("schedulerName")) << "the kube-scheduler, the template's";
+  }
+}
+
+TEST(KubernetesGangSchedulingTest, TheGroupHasTheWorkersPriorityAndASchedulerNameIsKept) {
+  json object = JobObject({{"podGroup", "Kubernetes"}, {"schedulerName", "second-scheduler"}});
+  object["spec"]["template"]["spec"]["priorityClassName"] = "high";
+  auto job = api::ParseCoordinatedJob(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  Plan plan = PlanJob(*job, Ready(), Serving("scheduling.k8s.io/v1beta1"));
+  EXPECT_EQ(plan.create[0]["spec"]["podGroupTemplates"][0]["priorityClassName"], "high");
+  EXPECT_EQ(plan.create[1]["spec"]["priorityClassName"], "high")
+      << "the kube-scheduler places a gang only when its pods' priority is the group's";
+  for (const json& w : Workers(plan)) EXPECT_EQ(w["spec"]["schedulerName"], "second-scheduler");
+
+  // 1.36's version: its own reference to the template, and no priority class (refused there
+  // without the WorkloadAwarePreemption gate).
+  plan = PlanJob(*job, Ready(), Serving("scheduling.k8s.io/v1alpha2"));
+  EXPECT_EQ(plan.create[0]["apiVersion"], "scheduling.k8s.io/v1alpha2");
+  EXPECT_FALSE(plan.create[0]["spec"]["podGroupTemplates"][0].contains("priorityClassName"));
+  EXPECT_EQ(plan.create[1]["apiVersion"], "scheduling.k8s.io/v1alpha2");
+  EXPECT_EQ(plan.create[1]["spec"],
+            json({{"podGroupTemplateRef",
+                   {{"workload", {{"workloadName", "gang"}, {"podGroupTemplateName", "workers"}}}}},
+                  {"schedulingPolicy", {{"gang", {{"minCount", 3}}}}}}));
+}
+
+TEST(KubernetesGangSchedulingTest, AClusterThatServesNoWorkloadApiFailsTheJobSayingWhy) {
+  auto job = api::ParseCoordinatedJob(JobObject({{"podGroup", "Kubernetes"}}));
+  Observed fresh = Ready();
+  fresh.pods.clear();
+  const Plan plan = PlanJob(*job, fresh, OperatorSettings{});
+  EXPECT_TRUE(plan.create.empty()) << plan.create.size();
+  EXPECT_EQ(plan.status.phase, phase::kFailed);
+  const auto* failed = api::FindCondition(plan.status.conditions, kConditionFailed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, "GangSchedulingUnavailable");
+  EXPECT_NE(failed->message.find("GenericWorkload feature gate"), std::string::npos)
+      << failed->message;
+}
+
+TEST(KubernetesGangSchedulingTest, TheSchedulersReasonForAGangItCannotPlaceIsTheJobsOnce) {
+  auto job = api::ParseCoordinatedJob(JobObject({{"podGroup", "Kubernetes"}}));
+  Observed o = Ready();
+  for (int i = 0; i < 3; ++i) {
+    ObservedPod w;
+    w.name = "gang-worker-" + std::to_string(i);
+    w.role = "worker";
+    w.index = i;
+    w.restart = 0;
+    w.phase = "Pending";
+    o.pods.push_back(w);
+  }
+  o.pod_group_scheduled = PodGroupScheduled{
+      false, "Unschedulable", "minCount (3) cannot be satisfied: 2 scheduled, 1 remaining"};
+  Plan plan = PlanJob(*job, o, Serving("scheduling.k8s.io/v1beta1"));
+  const auto* ready = api::FindCondition(plan.status.conditions, kConditionReady);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, "Unschedulable");
+  EXPECT_EQ(ready->message,
+            "the kube-scheduler cannot place the gang (PodGroup gang, Unschedulable): minCount (3) "
+            "cannot be satisfied: 2 scheduled, 1 remaining");
+  const auto unschedulable = [](const Plan& p) {
+    int n = 0;
+    for (const PlannedEvent& e : p.events) {
+      if (e.reason == "Unschedulable") {
+        EXPECT_EQ(e.type, "Warning");
+        ++n;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(unschedulable(plan), 1);
+
+  job->status = plan.status;
+  plan = PlanJob(*job, o, Serving("scheduling.k8s.io/v1beta1"));
+  EXPECT_EQ(unschedulable(plan), 0) << "said once while the reason stays";
+
+  o.pod_group_scheduled = PodGroupScheduled{true, "Scheduled", ""};
+  plan = PlanJob(*job, o, Serving("scheduling.k8s.io/v1beta1"));
+  EXPECT_EQ(api::FindCondition(plan.status.conditions, kConditionReady)->reason,
+            "WaitingForWorkers");
+}
+
+TEST(KubernetesGangSchedulingTest, ThePodGroupsConditionIsReadInEitherVersion) {
+  EXPECT_FALSE(ObservePodGroupScheduled(json::object()).has_value());
+  EXPECT_FALSE(ObservePodGroupScheduled({{"status", {{"conditions", json::array()}}}}).has_value());
+  auto got = ObservePodGroupScheduled(
+      {{"status",
+        {{"conditions", json::array({{{"type", "DisruptionTarget"}, {"status", "False"}},
+                                     {{"type", "PodGroupInitiallyScheduled"},
+                                      {"status", "False"},
+                                      {"reason", "Unschedulable"},
+                                      {"message", "minCount (5) cannot be satisfied"}}})}}}});
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->scheduled);
+  EXPECT_EQ(got->reason, "Unschedulable");
+  EXPECT_EQ(got->message, "minCount (5) cannot be satisfied");
+  got = ObservePodGroupScheduled({{"status",
+                                   {{"conditions", json::array({{{"type", "PodGroupScheduled"},
+                                                                 {"status", "True"},
+                                                                 {"reason", "Scheduled"}}})}}}});
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->scheduled) << "1.36's condition";
+}
 
 }  // namespace
 }  // namespace cohort::controller::pod_group_test

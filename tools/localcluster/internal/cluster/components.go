@@ -36,7 +36,7 @@ func coreComponents(l Layout, s Settings) []component {
 		{
 			name:   "kube-apiserver",
 			binary: l.Binary("kube-apiserver"),
-			args: []string{
+			args: append([]string{
 				// Loopback only: nothing outside this machine reaches it, and the pod
 				// runner forwards the pod network's gateway address to it.
 				"--bind-address=127.0.0.1",
@@ -58,12 +58,12 @@ func coreComponents(l Layout, s Settings) []component {
 				"--cert-dir=" + l.PKIFile("apiserver-generated"),
 				"--profiling=false",
 				"--v=0",
-			},
+			}, s.GenericWorkloadFlags(true)...),
 		},
 		{
 			name:   "kube-controller-manager",
 			binary: l.Binary("kube-controller-manager"),
-			args: []string{
+			args: append([]string{
 				"--kubeconfig=" + l.ComponentKubeconfig("controller-manager"),
 				"--leader-elect=false",
 				// Each controller acts as its own service account, under RBAC.
@@ -75,20 +75,21 @@ func coreComponents(l Layout, s Settings) []component {
 				"--service-cluster-ip-range=" + s.ServiceCIDR,
 				"--secure-port=0",
 				"--v=0",
-			},
+			}, s.GenericWorkloadFlags(false)...),
 		},
 		{
 			// The real scheduler, default profile: it places every pod (the pod runner
 			// only runs what is bound to its nodes), with CPU, memory and nvidia.com/gpu
-			// counted against what each node advertises.
+			// counted against what each node advertises; with GenericWorkload, gangs of
+			// pods in a scheduling.k8s.io PodGroup all or none (its GangScheduling plugin).
 			name:   "kube-scheduler",
 			binary: l.Binary("kube-scheduler"),
-			args: []string{
+			args: append([]string{
 				"--kubeconfig=" + l.ComponentKubeconfig("scheduler"),
 				"--leader-elect=false",
 				"--secure-port=0",
 				"--v=0",
-			},
+			}, s.GenericWorkloadFlags(false)...),
 		},
 		{
 			name:   "pod-runner",

@@ -41,6 +41,23 @@ type Settings struct {
 	FakeNVML string `json:"fakeNVML,omitempty"`
 	// Addons running besides the core (`up --addons`): AddonKueue, AddonCoscheduling.
 	Addons []string `json:"addons,omitempty"`
+	// WithoutGenericWorkload (COHORT_LOCAL_GENERIC_WORKLOAD=false) leaves the GenericWorkload
+	// feature gate off: no scheduling.k8s.io/v1beta1 Workload and PodGroup, no gang scheduling
+	// by the kube-scheduler, as on a cluster before Kubernetes 1.37 or without the gate.
+	WithoutGenericWorkload bool `json:"withoutGenericWorkload,omitempty"`
+}
+
+// GenericWorkloadFlags are the API server's flags for the Workload API and the kube-scheduler's
+// gang scheduling (the GenericWorkload gate, beta and off by default in 1.37), or none.
+func (s Settings) GenericWorkloadFlags(apiServer bool) []string {
+	if s.WithoutGenericWorkload {
+		return nil
+	}
+	flags := []string{"--feature-gates=GenericWorkload=true"}
+	if apiServer {
+		flags = append(flags, "--runtime-config=scheduling.k8s.io/v1beta1=true")
+	}
+	return flags
 }
 
 // DefaultSettings reads COHORT_LOCAL_* overrides from the environment.
@@ -76,6 +93,13 @@ func DefaultSettings(l Layout) (Settings, error) {
 	}
 	if s.SpareNodes, err = envCountUpTo("COHORT_LOCAL_SPARE_NODES", 0, maxSpareNodes); err != nil {
 		return s, err
+	}
+	switch v := os.Getenv("COHORT_LOCAL_GENERIC_WORKLOAD"); v {
+	case "", "true", "1":
+	case "false", "0":
+		s.WithoutGenericWorkload = true
+	default:
+		return s, fmt.Errorf("COHORT_LOCAL_GENERIC_WORKLOAD=%q: want true or false", v)
 	}
 	if s.FakeNVML, err = fakeNVMLFromEnv(); err != nil {
 		return s, err

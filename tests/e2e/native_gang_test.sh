@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Kubernetes' own gang scheduling (spec.gangScheduling: {podGroup: Kubernetes}) on the local
+# cluster: the real kube-scheduler with the GenericWorkload feature gate (tools/local-cluster
+# turns it on, and serves scheduling.k8s.io/v1beta1), its GangScheduling plugin placing each
+# job's PodGroup all or none, on a node of 4 (fake) nvidia.com/gpu. No second scheduler.
+#
+# 1. Each job gets a Workload and a PodGroup (gang minCount 3) before its workers, which join
+#    it by spec.schedulingGroup.
+# 2. Two jobs of 3 one-GPU workers each arrive together: 6 GPUs asked of 4. Neither is ever
+#    half-placed (the one that waits holds no GPU), and both succeed one after the other.
+# 3. A job of 5 one-GPU workers, larger than the node, stays Pending whole: none of its workers
+#    is placed, and its Ready condition and an Event carry the kube-scheduler's reason.
+set -uo pipefail
+NS="native-gang-test-$$"
+source "$(dirname "$0")/lib.sh"
+
+cluster_up
+if ! k get --raw /apis/scheduling.k8s.io/v1beta1 >/dev/null 2>&1; then
+  fail "the local cluster serves scheduling.k8s.io/v1beta1" \
+    "it does not: was it started with COHORT_LOCAL_GENERIC_WORKLOAD=false? ($(k api-versions 2>&1 | grep scheduling | tr '\n' ' '))"
+  finish
+fi
+start_operator operator
+
+# job NAME [REPLICAS]: one-GPU workers, gang-scheduled by the kube-scheduler.
+job() { steps_job "$1" "${2:-3}" 16 1 "  gangScheduling: {podGroup: Kubernetes}"; }
+# placed: "LEFT RIGHT", how many workers of each job hold a place on the node (bound and not
+# finished: a finished pod's GPU is free again), from one list, so that both counts are of the
+# same moment.
+placed() {
+  k get pods -l cohort.dev/role=worker \
+    -o jsonpath='{range .items[*]}{.metadata.labels.cohort\.dev/job}|{.spec.nodeName}|{.status.phase}{"\n"}{end}' 2>/dev/null |
+    awk -F'|' '$2 != "" && $3 != "Succeeded" && $3 != "Failed" {n[$1]++} END {print n["left"] + 0, n["right"] + 0}'
+}
+
+job left
+job right
+
+# ---- 1. The Workload, the PodGroup and the workers that join it.
+workers() { k get pods -l cohort.dev/role=worker -o name 2>/dev/null | wc -l; }
+if until_true 60 '(($(workers) >= 6))'; then
+  workload=$(field workloads.v1beta1.scheduling.k8s.io/left \
+    '{.spec.controllerRef.kind}/{.spec.controllerRef.name} {.spec.podGroupTemplates[0].name} {.spec.podGroupTemplates[0].schedulingPolicy.gang.minCount}')
+  group=$(field podgroups.v1beta1.scheduling.k8s.io/left \
+    '{.spec.workloadRef.workloadName}/{.spec.workloadRef.templateName} {.spec.schedulingPolicy.gang.minCount} {.metadata.ownerReferences[0].kind}')
+  pod=$(field pod/left-worker-0 '{.spec.schedulingGroup.podGroupName} {.spec.schedulerName}')
+  if [[ "$workload" == "CoordinatedJob/left workers 3" && "$group" == "left/workers 3 CoordinatedJob" &&
+    "$pod" == "left default-scheduler" ]]; then
+    pass "each job has a Workload and a PodGroup (gang minCount 3) its workers join (spec.schedulingGroup), placed by the kube-scheduler"
+  else
+    fail "Workload and PodGroup" "workload '$workload', group '$group', pod '$pod'"
+  fi
+else
+  fail "both jobs make their workers" "$(k get pods 2>&1 | head -20)"
+fi
+
+# ---- 2. Never half-placed: while one job runs, the other has no worker on the node.
+first=""
+half=0
+deadline=$((SECONDS + 120))
+while ((SECONDS < deadline)); do
+  read -r l r <<<"$(placed)"
+  if ((l > 0 && l < 3 && r > 0)) || ((r > 0 && r < 3 && l > 0)) || ((l + r > 4)); then
+    if ((half == 0)); then
+      echo "  left has $l workers placed, right $r"
+      k get pods -l cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{"\n"}{end}'
+    fi
+    half=1
+  fi
+  if [[ -z "$first" ]]; then
+    ((l == 3)) && first=left
+    ((r == 3)) && first=right
+  fi
+  [[ "$(field cjob/left '{.status.phase}')/$(field cjob/right '{.status.phase}')" == Succeeded/Succeeded ]] && break
+  sleep 0.3
+done
+if [[ -n "$first" && $half == 0 ]]; then
+  pass "with 4 GPUs for 6 workers, $first ran whole first and the other was never half-placed"
+else
+  fail "gang scheduling" "first '$first', half-placed seen: $half"
+  k get pods -o wide
+fi
+scheduled=$(field podgroups.v1beta1.scheduling.k8s.io/left \
+  '{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status}')
+if wait_for cjob/left '{.status.phase}' Succeeded 60 && wait_for cjob/right '{.status.phase}' Succeeded 60; then
+  pass "both jobs succeed, one after the other (PodGroup left scheduled: $scheduled)"
+else
+  fail "both jobs succeed"
+  pod_logs left
+  pod_logs right
+fi
+
+# ---- 3. Larger than the cluster: Pending whole, with the scheduler's reason.
+job big 5
+reason() { field cjob/big '{.status.conditions[?(@.type=="Ready")].reason}'; }
+if until_true 90 '[[ $(reason) == Unschedulable ]]'; then
+  message=$(field cjob/big '{.status.conditions[?(@.type=="Ready")].message}')
+  event=$(k get events --field-selector involvedObject.name=big,reason=Unschedulable -o jsonpath='{.items[0].message}')
+  read -r l r <<<"$(k get pods -l cohort.dev/job=big,cohort.dev/role=worker \
+    -o jsonpath='{range .items[*]}{.spec.nodeName}|{.status.phase}{"\n"}{end}' |
+    awk -F'|' '{n++} $1 != "" {p++} END {print n + 0, p + 0}')"
+  echo "big's Ready condition: $message"
+  if [[ "$(field cjob/big '{.status.phase}')" == Pending && $l == 5 && $r == 0 &&
+    "$message" == "the kube-scheduler cannot place the gang (PodGroup big, Unschedulable): "* &&
+    "$event" == "$message" ]]; then
+    pass "a job of 5 on 4 GPUs stays Pending whole (5 workers made, none placed), the scheduler's reason in its status and an Event"
+  else
+    fail "the job larger than the cluster" "phase $(field cjob/big '{.status.phase}'), workers $l made $r placed, message '$message', event '$event'"
+  fi
+else
+  fail "the job larger than the cluster is Unschedulable" "$(field cjob/big '{.status}')"
+fi
+
+finish
