@@ -333,6 +333,40 @@ TEST(KueuePlanTest, AnAdmittedJobStartsWithTheFlavorsPlacement) {
   EXPECT_EQ((*ready)["reason"], "WaitForStart");
 }
 
+TEST(KueuePlanTest, AnAdmittedJobUnderKubernetesGangSchedulingMakesItsGroupWithItsWorkers) {
+  json object = JobObject();
+  object["spec"]["gangScheduling"] = {{"podGroup", "Kubernetes"}};
+  api::CoordinatedJob job = WithStatus(object, phase::kSuspended);
+  OperatorSettings settings;
+  settings.kubernetes_scheduling_api = "scheduling.k8s.io/v1beta1";
+  // The Workload Kueue admits: its worker pod set's template is the one the workers get, so it
+  // names the group too (Kueue compares only the quota's shape).
+  json workload = Created(job);
+  bool named = false;
+  for (const json& set : workload["spec"]["podSets"]) {
+    if (set["name"] == "workers") {
+      named = set["template"]["spec"]["schedulingGroup"] == json({{"podGroupName", "train"}});
+    }
+  }
+  EXPECT_TRUE(named) << workload["spec"]["podSets"].dump();
+  // Admitted, its coordinator ready: the group comes with the workers, which join it.
+  Plan plan =
+      PlanJob(job, With({Pod("train-coordinator", "coordinator", -1)}, Admitted(workload), A100()),
+              settings);
+  ASSERT_GE(plan.create.size(), 4u);
+  EXPECT_EQ(plan.create[0]["kind"], "Workload");
+  EXPECT_EQ(plan.create[0]["apiVersion"], "scheduling.k8s.io/v1beta1");
+  EXPECT_EQ(plan.create[1]["kind"], "PodGroup");
+  int workers = 0;
+  for (const json& pod : Pods(plan)) {
+    if (pod["metadata"]["labels"]["cohort.dev/role"] != "worker") continue;
+    ++workers;
+    EXPECT_EQ(pod["spec"]["schedulingGroup"]["podGroupName"], "train");
+    EXPECT_EQ(pod["spec"]["nodeSelector"]["gpu.example.com/model"], "a100") << "the admission's";
+  }
+  EXPECT_EQ(workers, 2);
+}
+
 TEST(KueuePlanTest, PodsReadyFollowsTheGang) {
   api::CoordinatedJob job = WithStatus(JobObject(), phase::kRunning);
   Plan plan = PlanJob(job, With(Gang(), Admitted(Created(job)), A100()), OperatorSettings{});
