@@ -168,8 +168,14 @@ named() {
 if until_true 300 named; then
   event=$(straggler_event)
   echo "the straggler's Event: $event"
-  if [[ "$event" == "worker 2 (node "*") is a straggler: its steps take it "* ]]; then
-    pass "the half-speed worker is named, with its node, in an Event (Straggler)"
+  # "worker 2 (node NAME) is a straggler: ...", NAME a node of the cluster.
+  named_node=""
+  if [[ "$event" =~ ^worker\ 2\ \(([a-z]+)\ ([a-z0-9.-]+)\)\ is\ a\ straggler:\ its\ steps\ take\ it\  ]] &&
+    [[ ${BASH_REMATCH[1]} == node ]]; then
+    named_node=${BASH_REMATCH[2]}
+  fi
+  if [[ -n "$named_node" ]] && "$KUBECTL" get nodes "$named_node" >/dev/null 2>&1; then
+    pass "the half-speed worker is named, with its node ($named_node), in an Event (Straggler)"
   else
     fail "the straggler's Event" "${event:-none; the job ended $(phase "hang-$$" slow)}"
   fi
@@ -187,7 +193,7 @@ restart=$("$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.nam
 kept=$("$KUBECTL" -n "hang-$$" get events --field-selector involvedObject.name=slow,reason=StragglerKept -o jsonpath='{.items[0].message}')
 echo "the straggler's restart: $restart"
 echo "the straggler kept: $kept"
-if [[ "$got" == "Succeeded 1 Straggler" && "$restart" == *"(RestartGang on Straggler): worker 2 (node "* &&
+if [[ "$got" == "Succeeded 1 Straggler" && "$restart" == *"(RestartGang on Straggler): worker 2 ("*" is a straggler"* &&
   "$kept" == *"the job has used its 1 restarts"* ]]; then
   pass "a rule restarts the gang for the straggler once (restarts 1, lastFailure cause Straggler); named again, it is kept, and the job succeeds ($got)"
 else

@@ -60,10 +60,10 @@ job() {
   steps_job "$1" 2 "$2" 2 "" \
     "  labels: {kueue.x-k8s.io/queue-name: gpus${3:+, kueue.x-k8s.io/priority-class: $3}}"
 }
-workload_of() { k get workloads -l "cohort.dev/job=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
+workload_of() { k get workloads.kueue.x-k8s.io -l "cohort.dev/job=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
 pods_of() { k get pods -l "cohort.dev/job=$1" -o name 2>/dev/null | wc -l; }
 condition() { # condition WORKLOAD TYPE: "status reason"
-  field "workload/$1" "{.status.conditions[?(@.type==\"$2\")].status} {.status.conditions[?(@.type==\"$2\")].reason}"
+  field "workloads.kueue.x-k8s.io/$1" "{.status.conditions[?(@.type==\"$2\")].status} {.status.conditions[?(@.type==\"$2\")].reason}"
 }
 
 # admit WORKLOAD: what Kueue's scheduler writes when it reserves quota in the ClusterQueue
@@ -71,7 +71,7 @@ condition() { # condition WORKLOAD TYPE: "status reason"
 admit() {
   local now
   now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  k patch workload "$1" --subresource=status --type=merge -p "{\"status\": {
+  k patch workloads.kueue.x-k8s.io "$1" --subresource=status --type=merge -p "{\"status\": {
     \"admission\": {\"clusterQueue\": \"$FLAVOR\", \"podSetAssignments\": [
       {\"name\": \"coordinator\", \"flavors\": {\"cpu\": \"$FLAVOR\", \"memory\": \"$FLAVOR\"}, \"count\": 1},
       {\"name\": \"workers\", \"flavors\": {\"cpu\": \"$FLAVOR\", \"memory\": \"$FLAVOR\", \"nvidia.com/gpu\": \"$FLAVOR\"},
@@ -86,7 +86,7 @@ admit() {
 evict() {
   local now
   now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  k patch workload "$1" --subresource=status --type=merge -p "{\"status\": {\"conditions\": [
+  k patch workloads.kueue.x-k8s.io "$1" --subresource=status --type=merge -p "{\"status\": {\"conditions\": [
       {\"type\": \"QuotaReserved\", \"status\": \"True\", \"reason\": \"QuotaReserved\", \"message\": \"Quota reserved in ClusterQueue $FLAVOR\", \"lastTransitionTime\": \"$now\"},
       {\"type\": \"Admitted\", \"status\": \"True\", \"reason\": \"Admitted\", \"message\": \"The workload is admitted\", \"lastTransitionTime\": \"$now\"},
       {\"type\": \"Evicted\", \"status\": \"True\", \"reason\": \"$2\", \"message\": \"Preempted to accommodate a higher priority Workload\", \"lastTransitionTime\": \"$now\"}]}}" >/dev/null
@@ -99,7 +99,7 @@ if wait_for cjob/first '{.status.phase}' Suspended 30 && wait_for cjob/second '{
   until_true 20 '[[ -n $(workload_of first) && -n $(workload_of second) ]]'; then
   wl1=$(workload_of first)
   wl2=$(workload_of second)
-  got=$(field "workload/$wl1" '{.spec.queueName} {.spec.podSets[*].name} {.spec.podSets[*].count} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {.metadata.finalizers[0]}')
+  got=$(field "workloads.kueue.x-k8s.io/$wl1" '{.spec.queueName} {.spec.podSets[*].name} {.spec.podSets[*].count} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].controller} {.metadata.finalizers[0]}')
   reason=$(field cjob/first '{.status.conditions[?(@.type=="Suspended")].reason}')
   if [[ "$got" == "gpus coordinator workers 1 2 CoordinatedJob/true kueue.x-k8s.io/resource-in-use" &&
     "$reason" == Queued && $(pods_of first) == 0 && $(pods_of second) == 0 ]]; then
@@ -108,7 +108,7 @@ if wait_for cjob/first '{.status.phase}' Suspended 30 && wait_for cjob/second '{
     fail "queued jobs" "workload '$got', reason '$reason', pods $(pods_of first)/$(pods_of second)"
   fi
 else
-  fail "queued jobs get Workloads and wait" "$(k get cjob,workloads 2>&1 | head)"
+  fail "queued jobs get Workloads and wait" "$(k get cjob,workloads.kueue.x-k8s.io 2>&1 | head)"
   wl1=$(workload_of first)
   wl2=$(workload_of second)
 fi
@@ -130,7 +130,7 @@ if [[ -n "$wl1" && -n "$wl2" ]] && admit "$wl1"; then
   fi
   if wait_for cjob/first '{.status.phase}' Succeeded 90 &&
     until_true 20 '[[ $(condition "$wl1" Finished) == "True Succeeded" ]]' &&
-    until_true 20 '[[ -z $(field "workload/$wl1" "{.metadata.finalizers}") ]]'; then
+    until_true 20 '[[ -z $(field "workloads.kueue.x-k8s.io/$wl1" "{.metadata.finalizers}") ]]'; then
     pass "the first job succeeds; its Workload is Finished (Succeeded) and released"
   else
     fail "first job finishes" "$(condition "$wl1" Finished); $(field cjob/first '{.status}')"
@@ -158,12 +158,12 @@ if until_true 20 '[[ -n $(workload_of third) ]]'; then
     evict "$wl3" Preempted
     if wait_for cjob/third '{.status.phase}' Suspended 30 &&
       until_true 60 '(($(pods_of third) == 0))' &&
-      until_true 20 '[[ -z $(field "workload/$wl3" "{.status.admission}") ]]'; then
+      until_true 20 '[[ -z $(field "workloads.kueue.x-k8s.io/$wl3" "{.status.admission}") ]]'; then
       got="restarts $(field cjob/third '{.status.restarts}'), $(field cjob/third '{.status.conditions[?(@.type=="Suspended")].reason}'), QuotaReserved $(condition "$wl3" QuotaReserved), Requeued $(condition "$wl3" Requeued)"
       expect "an evicted job stops, counts no restart and gives its quota back" "$got" \
         "restarts 0, Evicted, QuotaReserved False Pending, Requeued True Preempted"
     else
-      fail "evicted job stops" "$(field cjob/third '{.status.phase}'), $(pods_of third) pods, admission '$(field "workload/$wl3" '{.status.admission}')'"
+      fail "evicted job stops" "$(field cjob/third '{.status.phase}'), $(pods_of third) pods, admission '$(field "workloads.kueue.x-k8s.io/$wl3" '{.status.admission}')'"
     fi
     admit "$wl3"
     if wait_for cjob/third '{.status.phase}' Running 60 && [[ "$(field cjob/third '{.status.restarts}')" == 0 ]]; then
@@ -176,10 +176,10 @@ if until_true 20 '[[ -n $(workload_of third) ]]'; then
   fi
   # ---- 4. A job deleted mid-run: its Workload goes too (the operator lets go of it).
   k delete cjob third --wait=false >/dev/null
-  if until_true 60 '[[ -z $(k get workload "$wl3" -o name 2>/dev/null) ]]'; then
+  if until_true 60 '[[ -z $(k get workloads.kueue.x-k8s.io "$wl3" -o name 2>/dev/null) ]]'; then
     pass "a deleted job's Workload is deleted with it"
   else
-    fail "workload of a deleted job" "$(k get workload "$wl3" -o jsonpath='{.metadata.finalizers} {.metadata.deletionTimestamp}')"
+    fail "workload of a deleted job" "$(k get workloads.kueue.x-k8s.io "$wl3" -o jsonpath='{.metadata.finalizers} {.metadata.deletionTimestamp}')"
   fi
 else
   fail "third job gets a Workload"
@@ -200,7 +200,7 @@ metadata: {name: $FLAVOR}
 value: 1000
 YAML
 if until_true 30 '[[ -n $(workload_of urgent) ]]'; then
-  got=$(field "workload/$(workload_of urgent)" '{.spec.priority} {.spec.priorityClassRef.kind}/{.spec.priorityClassRef.name}')
+  got=$(field "workloads.kueue.x-k8s.io/$(workload_of urgent)" '{.spec.priority} {.spec.priorityClassRef.kind}/{.spec.priorityClassRef.name}')
   [[ "$got" == "1000 WorkloadPriorityClass/$FLAVOR" ]] &&
     pass "once the class exists the Workload is made with its priority ($got)" ||
     fail "workload priority" "$got"
@@ -231,12 +231,12 @@ spec:
 YAML
 if until_true 30 '[[ -n $(workload_of placed) ]]'; then
   wl6=$(workload_of placed)
-  request=$(field "workload/$wl6" '{.spec.podSets[1].topologyRequest.required} {.spec.podSets[1].topologyRequest.podIndexLabel}')
+  request=$(field "workloads.kueue.x-k8s.io/$wl6" '{.spec.podSets[1].topologyRequest.required} {.spec.podSets[1].topologyRequest.podIndexLabel}')
   [[ "$request" == "kubernetes.io/hostname cohort.dev/task-index" ]] &&
     pass "the workers' pod set asks for the template's topology ($request)" ||
     fail "topology request" "$request"
   admit "$wl6"
-  k patch workload "$wl6" --subresource=status --type=json -p '[{"op": "add", "path": "/status/admission/podSetAssignments/1/topologyAssignment",
+  k patch workloads.kueue.x-k8s.io "$wl6" --subresource=status --type=json -p '[{"op": "add", "path": "/status/admission/podSetAssignments/1/topologyAssignment",
     "value": {"levels": ["kubernetes.io/hostname"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "'$NODE'"}], "podCounts": {"universal": 2}}]}}]' >/dev/null
   if until_true 60 '[[ $(field pod/placed-worker-1 "{.spec.schedulingGates[0].name}") == kueue.x-k8s.io/topology ]]'; then
     phase=$(field pod/placed-worker-0 '{.status.phase} {.status.conditions[?(@.type=="PodScheduled")].reason}')
