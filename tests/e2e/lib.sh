@@ -228,6 +228,39 @@ ${5:-}
 YAML
 }
 
+# never_half_placed LEFT RIGHT: two gang-scheduled jobs of 3 one-GPU workers each on a node of
+# 4 GPUs, watched (every 0.3 s, for 120 s at most) until both succeed. Passes when one of them
+# had all 3 workers placed first and neither was ever half-placed beside the other (a worker
+# holds a place while it is bound and not finished: a finished pod's GPU is free again).
+never_half_placed() {
+  local left=$1 right=$2 first="" half=0 l r deadline=$((SECONDS + 120))
+  while ((SECONDS < deadline)); do
+    # Both counts from one list, so that they are of the same moment.
+    read -r l r <<<"$(k get pods -l cohort.dev/role=worker \
+      -o jsonpath='{range .items[*]}{.metadata.labels.cohort\.dev/job}|{.spec.nodeName}|{.status.phase}{"\n"}{end}' 2>/dev/null |
+      awk -F'|' -v a="$left" -v b="$right" '$2 != "" && $3 != "Succeeded" && $3 != "Failed" {n[$1]++} END {print n[a] + 0, n[b] + 0}')"
+    if ((l > 0 && l < 3 && r > 0)) || ((r > 0 && r < 3 && l > 0)) || ((l + r > 4)); then
+      if ((half == 0)); then
+        echo "  $left has $l workers placed, $right $r"
+        k get pods -l cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.status.containerStatuses[0].state} {.metadata.deletionTimestamp}{"\n"}{end}'
+      fi
+      half=1
+    fi
+    if [[ -z "$first" ]]; then
+      ((l == 3)) && first=$left
+      ((r == 3)) && first=$right
+    fi
+    [[ "$(field "cjob/$left" '{.status.phase}')/$(field "cjob/$right" '{.status.phase}')" == Succeeded/Succeeded ]] && break
+    sleep 0.3
+  done
+  if [[ -n "$first" && $half == 0 ]]; then
+    pass "with 4 GPUs for 6 workers, $first ran whole first and the other was never half-placed"
+  else
+    fail "gang scheduling" "first '$first', half-placed seen: $half"
+    k get pods -o wide
+  fi
+}
+
 sleeper() {
   k apply -f - >/dev/null <<YAML
 apiVersion: cohort.dev/v1alpha1

@@ -24,15 +24,6 @@ start_operator operator
 
 # job NAME [REPLICAS]: one-GPU workers, gang-scheduled by the kube-scheduler.
 job() { steps_job "$1" "${2:-3}" 16 1 "  gangScheduling: {podGroup: Kubernetes}"; }
-# placed: "LEFT RIGHT", how many workers of each job hold a place on the node (bound and not
-# finished: a finished pod's GPU is free again), from one list, so that both counts are of the
-# same moment.
-placed() {
-  k get pods -l cohort.dev/role=worker \
-    -o jsonpath='{range .items[*]}{.metadata.labels.cohort\.dev/job}|{.spec.nodeName}|{.status.phase}{"\n"}{end}' 2>/dev/null |
-    awk -F'|' '$2 != "" && $3 != "Succeeded" && $3 != "Failed" {n[$1]++} END {print n["left"] + 0, n["right"] + 0}'
-}
-
 job left
 job right
 
@@ -55,31 +46,7 @@ else
 fi
 
 # ---- 2. Never half-placed: while one job runs, the other has no worker on the node.
-first=""
-half=0
-deadline=$((SECONDS + 120))
-while ((SECONDS < deadline)); do
-  read -r l r <<<"$(placed)"
-  if ((l > 0 && l < 3 && r > 0)) || ((r > 0 && r < 3 && l > 0)) || ((l + r > 4)); then
-    if ((half == 0)); then
-      echo "  left has $l workers placed, right $r"
-      k get pods -l cohort.dev/role=worker -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{"\n"}{end}'
-    fi
-    half=1
-  fi
-  if [[ -z "$first" ]]; then
-    ((l == 3)) && first=left
-    ((r == 3)) && first=right
-  fi
-  [[ "$(field cjob/left '{.status.phase}')/$(field cjob/right '{.status.phase}')" == Succeeded/Succeeded ]] && break
-  sleep 0.3
-done
-if [[ -n "$first" && $half == 0 ]]; then
-  pass "with 4 GPUs for 6 workers, $first ran whole first and the other was never half-placed"
-else
-  fail "gang scheduling" "first '$first', half-placed seen: $half"
-  k get pods -o wide
-fi
+never_half_placed left right
 scheduled=$(field podgroups.v1beta1.scheduling.k8s.io/left \
   '{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status}')
 if wait_for cjob/left '{.status.phase}' Succeeded 60 && wait_for cjob/right '{.status.phase}' Succeeded 60; then
