@@ -2,6 +2,7 @@ package podrunner
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,8 +24,12 @@ type container struct {
 	w    *podWorker
 	spec v1.Container
 	role containerRole
-	// restartOnSuccess and restartOnFailure are the effective restart policy.
-	restartOnSuccess, restartOnFailure bool
+	// podPolicy is the pod's restartPolicy; spec.restartPolicy and spec.restartPolicyRules
+	// come first (exitActionFor).
+	podPolicy v1.RestartPolicy
+	// initialWaiting is the waiting reason before the first run (PodInitializing or
+	// ContainerCreating).
+	initialWaiting string
 
 	mu           sync.Mutex
 	state        v1.ContainerState
@@ -52,25 +57,124 @@ type container struct {
 
 func newContainer(w *podWorker, spec v1.Container, role containerRole, podPolicy v1.RestartPolicy, waitingReason string) *container {
 	c := &container{
-		w: w, spec: spec, role: role,
+		w: w, spec: spec, role: role, podPolicy: podPolicy, initialWaiting: waitingReason,
 		startedCh: make(chan struct{}),
 		stopCh:    make(chan struct{}),
 		restartCh: make(chan string, 1),
 		done:      make(chan struct{}),
 	}
-	switch {
-	case role == roleSidecar:
-		c.restartOnSuccess, c.restartOnFailure = true, true
-	case role == roleInit:
-		// Init containers must succeed; only restartPolicy Never gives up on them.
-		c.restartOnFailure = podPolicy != v1.RestartPolicyNever
-	case podPolicy == v1.RestartPolicyAlways || podPolicy == "":
-		c.restartOnSuccess, c.restartOnFailure = true, true
-	case podPolicy == v1.RestartPolicyOnFailure:
-		c.restartOnFailure = true
-	}
 	c.state = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: waitingReason}}
 	return c
+}
+
+// exitAction is what follows the exit of a container's process.
+type exitAction int
+
+const (
+	exitDone       exitAction = iota // the container is done for good
+	exitRestart                      // it restarts, after the back-off
+	exitRestartAll                   // every container of the pod restarts in place
+)
+
+// exitActionFor decides what follows an exit with code, as the kubelet does (k8s.io/kubernetes
+// pkg/api/v1/pod ContainerShouldRestart and FindMatchingContainerRestartRule, kubelet
+// ShouldAllContainersRestart): the container's restartPolicyRules in order, the first that
+// matches decides (Restart: this container restarts, whatever the pod's restartPolicy;
+// RestartAllContainers: the whole pod's containers restart in place); with no match the
+// container's own restartPolicy, and without one the pod's. Sidecars (init containers with
+// restartPolicy Always) restart unless a rule says otherwise. An init container that
+// succeeded is done (the next one starts), unless a RestartAllContainers rule matches its 0.
+// The API server accepts rules only with an explicit container restartPolicy.
+func exitActionFor(spec *v1.Container, role containerRole, podPolicy v1.RestartPolicy, code int32) exitAction {
+	if rule, ok := matchingRestartRule(spec.RestartPolicyRules, code); ok {
+		switch rule.Action {
+		case v1.ContainerRestartRuleActionRestartAllContainers:
+			return exitRestartAll
+		case v1.ContainerRestartRuleActionRestart:
+			if role == roleInit && code == 0 {
+				return exitDone
+			}
+			return exitRestart
+		}
+		// An action this runner does not know: the policies decide, as in the kubelet.
+	}
+	switch {
+	case role == roleSidecar:
+		return exitRestart
+	case role == roleInit && code == 0:
+		return exitDone
+	case policyRestarts(spec, podPolicy, code):
+		return exitRestart
+	}
+	return exitDone
+}
+
+// policyRestarts: the container's own restartPolicy, else the pod's, restarts it after an
+// exit with code.
+func policyRestarts(spec *v1.Container, podPolicy v1.RestartPolicy, code int32) bool {
+	policy := podPolicy
+	if spec.RestartPolicy != nil {
+		policy = v1.RestartPolicy(*spec.RestartPolicy)
+	}
+	switch policy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
+
+// exitActionAfterProbeKill decides what follows a kill for a failed liveness or startup
+// probe. The kubelet restarts such a container as its restartPolicy (its own, else the
+// pod's) says, without trying its rules, since it was running when killed
+// (kuberuntime_manager.go computePodActions); only a container its policy leaves exited has
+// its rules tried on the exit code, as on any exit. So a probe kill restarts that container
+// alone, not all of them, unless its policy is Never. (The kubelet restarts on OnFailure
+// whatever the code; here, as before rules, OnFailure needs a non-zero code, which the API
+// server's status validation also asks of a terminated container that runs again.)
+func exitActionAfterProbeKill(spec *v1.Container, role containerRole, podPolicy v1.RestartPolicy, code int32) exitAction {
+	if role == roleSidecar || policyRestarts(spec, podPolicy, code) {
+		return exitRestart
+	}
+	return exitActionFor(spec, role, podPolicy, code)
+}
+
+// matchingRestartRule is the first rule whose exitCodes match code.
+func matchingRestartRule(rules []v1.ContainerRestartRule, code int32) (v1.ContainerRestartRule, bool) {
+	for _, rule := range rules {
+		if rule.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(rule.ExitCodes.Values, code)
+		switch rule.ExitCodes.Operator {
+		case v1.ContainerRestartRuleOnExitCodesOpIn:
+			if in {
+				return rule, true
+			}
+		case v1.ContainerRestartRuleOnExitCodesOpNotIn:
+			if !in {
+				return rule, true
+			}
+		}
+	}
+	return v1.ContainerRestartRule{}, false
+}
+
+// hasRestartAllRule says whether any container of the pod may restart all of them: the
+// kubelet then reports the AllContainersRestarting condition, and the API server lets every
+// container status leave the terminated state (pkg/api/v1/pod AllContainersCouldRestart).
+func hasRestartAllRule(spec *v1.PodSpec) bool {
+	for _, containers := range [][]v1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range containers {
+			for _, rule := range c.RestartPolicyRules {
+				if rule.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // start begins supervision (once).
@@ -115,7 +219,7 @@ func (c *container) supervise() {
 		case <-c.restartCh:
 		default:
 		}
-		proc, reason, err := c.launch()
+		proc, reason, err := c.w.launchContainer(c)
 		if err != nil {
 			c.setWaiting(reason, err.Error())
 			c.w.r.events.Event(c.w.currentPod(), v1.EventTypeWarning, "Failed", fmt.Sprintf("container %s: %v", c.spec.Name, err))
@@ -126,13 +230,25 @@ func (c *container) supervise() {
 		}
 		c.setRunning(proc)
 		probes := startProbes(c, proc)
-		result := c.waitOrStop(proc)
+		result, probeKill := c.waitOrStop(proc)
 		probes.stop()
 		c.setTerminated(proc, result)
-		if c.stopRequested() || !c.shouldRestart(result.code) {
+		action := exitDone
+		switch {
+		case c.stopRequested():
+		case probeKill:
+			action = exitActionAfterProbeKill(&c.spec, c.role, c.podPolicy, int32(result.code))
+		default:
+			action = exitActionFor(&c.spec, c.role, c.podPolicy, int32(result.code))
+		}
+		if action != exitRestart {
 			c.mu.Lock()
 			c.finalExit = result.code
 			c.mu.Unlock()
+			if action == exitRestartAll {
+				// The worker stops the others and starts the pod's containers over.
+				c.w.requestRestartAll(c, result.code)
+			}
 			return
 		}
 		delay := backoff.next(result.finishedAt.Sub(proc.startedAt))
@@ -147,13 +263,6 @@ func (c *container) supervise() {
 	}
 }
 
-func (c *container) shouldRestart(code int) bool {
-	if code == 0 {
-		return c.restartOnSuccess
-	}
-	return c.restartOnFailure
-}
-
 // sleep waits d unless the container is stopped first; false means stopped.
 func (c *container) sleep(d time.Duration) bool {
 	select {
@@ -165,8 +274,9 @@ func (c *container) sleep(d time.Duration) bool {
 }
 
 // waitOrStop waits for the process to end on its own, be stopped, or be restarted by a
-// failed probe (with the container's termination grace period).
-func (c *container) waitOrStop(proc *process) exitResult {
+// failed probe (with the container's termination grace period); probeKill says it was the
+// last.
+func (c *container) waitOrStop(proc *process) (result exitResult, probeKill bool) {
 	select {
 	case <-proc.exited:
 	case <-c.stopCh:
@@ -178,8 +288,9 @@ func (c *container) waitOrStop(proc *process) exitResult {
 		c.w.r.events.Event(c.w.currentPod(), v1.EventTypeNormal, "Killing",
 			fmt.Sprintf("container %s %s, will be restarted", c.spec.Name, why))
 		proc.terminate(time.Now().Add(c.w.gracePeriod()))
+		probeKill = true
 	}
-	return proc.result
+	return proc.result, probeKill
 }
 
 // requestRestart is how a failed liveness or startup probe kills the container.
@@ -288,4 +399,43 @@ func (c *container) status() v1.ContainerStatus {
 		RestartCount:         c.restarts,
 		Started:              &started,
 	}
+}
+
+// Status strings of an in-place restart of all containers, as the kubelet writes them
+// (pkg/kubelet/kubelet_pods.go RestartingAllContainers, status/generate.go
+// RestartAllContainersStarted).
+const (
+	reasonRestartingAllContainers  = "RestartingAllContainers"
+	messageRestartingAllContainers = "The container is removed because RestartAllContainers in place"
+	reasonRestartAllStarted        = "RestartAllContainersStarted"
+	messageRestartAllStarted       = "container exited with restart policy rule"
+)
+
+// successor is the container that takes c's place once c is stopped and removed by an
+// in-place restart of all the pod's containers: the same container, not started yet, its
+// status as the kubelet reports a container so removed. A container that ran (running,
+// terminated, or waiting to restart) is waiting with reason RestartingAllContainers and
+// one more restart; one that ran to a termination has that termination replaced by a last
+// state terminated with reason RestartingAllContainers and exit code 137 (the kubelet
+// reports every removed container so, the container that triggered the restart
+// included); one that never ran is unchanged.
+func (c *container) successor() *container {
+	n := newContainer(c.w, c.spec, c.role, c.podPolicy, c.initialWaiting)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n.imageID = c.imageID
+	n.restarts, n.lastState = c.restarts, *c.lastState.DeepCopy()
+	if c.containerID == "" {
+		return n
+	}
+	n.restarts++
+	n.state = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{
+		Reason: reasonRestartingAllContainers, Message: messageRestartingAllContainers,
+	}}
+	if c.state.Waiting == nil {
+		n.lastState = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+			ExitCode: 137, Reason: reasonRestartingAllContainers, Message: messageRestartingAllContainers,
+		}}
+	}
+	return n
 }

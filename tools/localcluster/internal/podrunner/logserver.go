@@ -122,7 +122,8 @@ func (r *Runner) containerRunning(pod *v1.Pod, name string) bool {
 	if w == nil {
 		return false
 	}
-	for _, c := range append(append([]*container{}, w.inits...), w.mains...) {
+	inits, mains := w.containers()
+	for _, c := range append(append([]*container{}, inits...), mains...) {
 		if c.spec.Name == name {
 			c.mu.Lock()
 			running := c.state.Running != nil

@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers"
 	"k8s.io/utils/ptr"
 )
 
@@ -34,6 +36,12 @@ const (
 
 // spareNodeTaint keeps pods off a spare node unless they tolerate it.
 var spareNodeTaint = v1.Taint{Key: SpareNodeKey, Value: "true", Effect: v1.TaintEffectNoSchedule}
+
+// declaredFeatures are the node features (status.declaredFeatures, sorted as the API server
+// requires) of the kubelet behaviour the runner plays. The scheduler's NodeDeclaredFeatures
+// plugin places a pod with a RestartAllContainers restart rule only on a node that declares
+// RestartAllContainersOnContainerExits.
+var declaredFeatures = []string{restartallcontainers.RestartAllContainersOnContainerExits}
 
 // nodeAgent keeps one Node object and its Lease alive, as the kubelet does. The runner
 // has one for its node and one for each spare node.
@@ -198,6 +206,7 @@ func (n *nodeAgent) updateStatus(ctx context.Context, node *v1.Node) error {
 		{Type: v1.NodeHostName, Address: n.name},
 	}
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(n.cfg.KubeletPort)
+	node.Status.DeclaredFeatures = slices.Clone(declaredFeatures)
 	node.Status.NodeInfo = v1.NodeSystemInfo{
 		KubeletVersion:          kubeletVersion(),
 		OperatingSystem:         "linux",

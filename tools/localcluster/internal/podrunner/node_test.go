@@ -52,6 +52,9 @@ func TestSpareNodesAreRegisteredLikeTheNodeButTaintedAndLabelled(t *testing.T) {
 		if len(node.Spec.Taints) != wantTaints || spare && node.Spec.Taints[0] != spareNodeTaint {
 			t.Errorf("%s: taints %v", name, node.Spec.Taints)
 		}
+		if !slices.Equal(node.Status.DeclaredFeatures, []string{"RestartAllContainersOnContainerExits"}) {
+			t.Errorf("%s: declared features %v", name, node.Status.DeclaredFeatures)
+		}
 		if gpus := node.Status.Capacity[GPUResource]; gpus.Value() != 4 {
 			t.Errorf("%s: %s nvidia.com/gpu, want 4", name, gpus.String())
 		}

@@ -35,9 +35,20 @@ func (w *podWorker) statusLoop() {
 	}
 }
 
+// publishStatus writes the status now rather than in the status loop; a failure is only
+// logged, the loop writes again later.
+func (w *podWorker) publishStatus() {
+	if err := w.writeStatus(); err != nil && w.ctx.Err() == nil {
+		log.Printf("pod %s: status: %v", podKey(w.currentPod()), err)
+		w.notify()
+	}
+}
+
 // writeStatus replaces the status fields the kubelet owns and keeps the rest (conditions
 // set by others, qosClass, ...).
 func (w *podWorker) writeStatus() error {
+	w.statusMu.Lock()
+	defer w.statusMu.Unlock()
 	w.mu.Lock()
 	finishedBefore := w.finishedBefore
 	w.mu.Unlock()
@@ -77,14 +88,15 @@ func (w *podWorker) buildStatus(pod *v1.Pod) v1.PodStatus {
 	s := *pod.Status.DeepCopy()
 	w.mu.Lock()
 	sb, sandboxErr, startTime, initialized, terminal := w.sandbox, w.sandboxErr, w.startTime, w.initialized, w.terminal
+	restartingAll, inits, mains := w.restartingAll, w.inits, w.mains
 	w.mu.Unlock()
 
 	s.InitContainerStatuses = nil
-	for _, c := range w.inits {
+	for _, c := range inits {
 		s.InitContainerStatuses = append(s.InitContainerStatuses, c.status())
 	}
 	s.ContainerStatuses = nil
-	for _, c := range w.mains {
+	for _, c := range mains {
 		s.ContainerStatuses = append(s.ContainerStatuses, c.status())
 	}
 	if startTime != nil {
@@ -102,9 +114,10 @@ func (w *podWorker) buildStatus(pod *v1.Pod) v1.PodStatus {
 	sandboxReady := sb != nil && terminal == ""
 	setCondition(&s, boolCondition(v1.PodScheduled, true, "", ""))
 	setCondition(&s, boolCondition(v1.PodReadyToStartContainers, sandboxReady, "", sandboxErr))
+	// Once initialized, a pod stays so while all its containers restart in place.
 	setCondition(&s, boolCondition(v1.PodInitialized, initialized || terminal == v1.PodSucceeded,
-		"ContainersNotInitialized", incompleteInits(w, s.InitContainerStatuses)))
-	ready, readyMsg := containersReady(w, s)
+		"ContainersNotInitialized", incompleteInits(inits, s.InitContainerStatuses)))
+	ready, readyMsg := containersReady(inits, s)
 	reason := "ContainersNotReady"
 	if terminal != "" {
 		ready, reason, readyMsg = false, "PodCompleted", ""
@@ -118,7 +131,26 @@ func (w *podWorker) buildStatus(pod *v1.Pod) v1.PodStatus {
 		}
 	}
 	setCondition(&s, boolCondition(v1.PodReady, podReady, reason, podMsg))
+	// The kubelet reports this condition for pods that have a RestartAllContainers rule only.
+	if hasRestartAllRule(&pod.Spec) {
+		setCondition(&s, allContainersRestartingCondition(restartingAll, terminal))
+	}
 	return s
+}
+
+// allContainersRestartingCondition is True while all containers restart in place, as the
+// kubelet's GenerateAllContainersRestartingCondition reports it.
+func allContainersRestartingCondition(restarting bool, terminal v1.PodPhase) v1.PodCondition {
+	c := v1.PodCondition{Type: v1.AllContainersRestarting, Status: v1.ConditionFalse}
+	switch {
+	case terminal == v1.PodSucceeded:
+		c.Reason = "PodCompleted"
+	case terminal == v1.PodFailed:
+		c.Reason = "PodFailed"
+	case restarting:
+		c.Status, c.Reason, c.Message = v1.ConditionTrue, reasonRestartAllStarted, messageRestartAllStarted
+	}
+	return c
 }
 
 // podPhase follows the kubelet: Pending until initialized and a main container has run,
@@ -139,7 +171,7 @@ func podPhase(terminal v1.PodPhase, initialized bool, mains []v1.ContainerStatus
 }
 
 // containersReady: every main container and every sidecar is ready.
-func containersReady(w *podWorker, s v1.PodStatus) (bool, string) {
+func containersReady(inits []*container, s v1.PodStatus) (bool, string) {
 	var unready []string
 	for _, cs := range s.ContainerStatuses {
 		if !cs.Ready {
@@ -147,7 +179,7 @@ func containersReady(w *podWorker, s v1.PodStatus) (bool, string) {
 		}
 	}
 	for i, cs := range s.InitContainerStatuses {
-		if w.inits[i].role == roleSidecar && !cs.Ready {
+		if inits[i].role == roleSidecar && !cs.Ready {
 			unready = append(unready, cs.Name)
 		}
 	}
@@ -159,11 +191,11 @@ func containersReady(w *podWorker, s v1.PodStatus) (bool, string) {
 
 // incompleteInits names the init containers that have not finished (or, for sidecars,
 // started).
-func incompleteInits(w *podWorker, statuses []v1.ContainerStatus) string {
+func incompleteInits(inits []*container, statuses []v1.ContainerStatus) string {
 	var names []string
 	for i, cs := range statuses {
 		done := cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
-		if w.inits[i].role == roleSidecar {
+		if inits[i].role == roleSidecar {
 			done = cs.Started != nil && *cs.Started
 		}
 		if !done {
