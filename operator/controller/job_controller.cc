@@ -575,6 +575,8 @@ absl::Status JobController::CreateObjects(const api::CoordinatedJob& job,
 
 void JobController::CacheCreated(const api::CoordinatedJob& job, json created) {
   const std::string kind = created["kind"];
+  const bool kubernetes_scheduling =
+      absl::StartsWith(created.value("apiVersion", ""), "scheduling.k8s.io/");
   if (kind == "Pod") {
     pods_->Upsert(created);
   } else if (kind == "Service") {
@@ -585,18 +587,16 @@ void JobController::CacheCreated(const api::CoordinatedJob& job, json created) {
     secrets_->Upsert(created);
   } else if (kind == "NetworkPolicy") {
     network_policies_->Upsert(created);
-  } else if (kind == "PodGroup" && pod_groups_ &&
-             absl::StartsWith(created.value("apiVersion", ""), "scheduling.k8s.io/")) {
+  } else if (kind == "PodGroup" && pod_groups_ && kubernetes_scheduling) {
     pod_groups_->Upsert(created);
-  } else if (kind == "Workload" &&
-             absl::StartsWith(created.value("apiVersion", ""), "scheduling.k8s.io/")) {
-    // Not watched: the kube-scheduler reads the PodGroup, and so does the plan.
-  } else if (kind == "Workload") {
+  } else if (kind == "Workload" && !kubernetes_scheduling) {
     if (workloads_) workloads_->Upsert(created);
     spdlog::info("CoordinatedJob {}/{}: created Workload {} (LocalQueue {})", job.namespace_name,
                  job.name, kube::Name(created), kueue::QueueName(job));
-  } else if (kind == "Certificate" || kind == "PodGroup") {
-    // Not cached: cert-manager's Secret, once issued, is what the plan looks at.
+  } else if (kind == "Certificate" || kind == "PodGroup" || kind == "Workload") {
+    // Not cached: cert-manager's Secret, once issued, is what the plan looks at; the
+    // kube-scheduler reads a scheduling.k8s.io Workload's PodGroup, and so does the plan; a
+    // gang scheduler's PodGroup is the scheduler's alone.
   } else {
     config_maps_->Upsert(created);
   }
