@@ -150,12 +150,28 @@ bool KubernetesGangSchedulingUnavailable(Planner& P, const OperatorSettings& set
   return true;
 }
 
-std::optional<std::string> GangUnschedulable(const Planner& P) {
+std::optional<std::string> GangUnschedulable(const Planner& P, const JobPods& pods) {
+  const api::CoordinatedJob& job = P.job;
+  if (!job.spec.gang_scheduling ||
+      job.spec.gang_scheduling->pod_group != api::PodGroupKind::kKubernetes) {
+    return std::nullopt;
+  }
   const auto& group = P.observed.pod_group_scheduled;
-  if (!group || group->scheduled) return std::nullopt;
-  return absl::StrCat("the kube-scheduler cannot place the gang (PodGroup ", P.job.name, ", ",
-                      group->reason.empty() ? std::string("Unschedulable") : group->reason,
-                      "): ", group->message);
+  if (group && !group->scheduled) {
+    return absl::StrCat("the kube-scheduler cannot place the gang (PodGroup ", job.name, ", ",
+                        group->reason.empty() ? std::string("Unschedulable") : group->reason,
+                        "): ", group->message);
+  }
+  // The group's condition says only whether its first gang was placed (it never turns False
+  // again): a later gang's verdict is on its pods, each Unschedulable with the group's words.
+  if (!group) return std::nullopt;
+  for (const ObservedPod* w : pods.workers) {
+    if (w && w->node.empty() && !w->unschedulable.empty()) {
+      return absl::StrCat("the kube-scheduler cannot place the gang (PodGroup ", job.name,
+                          "; its worker ", w->name, "): ", w->unschedulable);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace cohort::controller::planning

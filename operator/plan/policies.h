@@ -150,9 +150,10 @@ void PlanPodGroup(const api::CoordinatedJob& job, const OperatorSettings& settin
 // (OperatorSettings::kubernetes_scheduling_api): fails the job, saying what it needs. True
 // when it did.
 bool KubernetesGangSchedulingUnavailable(Planner& P, const OperatorSettings& settings);
-// podGroup Kubernetes: the kube-scheduler's word when its PodGroup is not placed (its
-// PodGroupInitiallyScheduled condition False), in words; none otherwise.
-std::optional<std::string> GangUnschedulable(const Planner& P);
+// podGroup Kubernetes: the kube-scheduler's word when it does not place the gang (its
+// PodGroup's PodGroupInitiallyScheduled condition False; for a later gang, whose group was
+// placed before, a worker's PodScheduled condition), in words; none otherwise.
+std::optional<std::string> GangUnschedulable(const Planner& P, const JobPods& pods);
 
 // A failure's settling time (OperatorSettings::failure_settle): marks the plan as seeing a
 // failure, and until the time has passed since it was first seen asks to look again then.

@@ -92,7 +92,7 @@ void PlanStartup(Planner& P, const OperatorSettings& settings, const JobPods& po
   }
   // The kube-scheduler's reason for a gang it cannot place (podGroup Kubernetes): the Ready
   // condition's, and an Event each time it changes.
-  if (const std::optional<std::string> unschedulable = GangUnschedulable(P)) {
+  if (const std::optional<std::string> unschedulable = GangUnschedulable(P, pods)) {
     const auto* ready = api::FindCondition(st.conditions, kConditionReady);
     if (!ready || ready->reason != "Unschedulable" || ready->message != *unschedulable) {
       P.Event("Warning", "Unschedulable", *unschedulable);

@@ -381,6 +381,21 @@ TEST(KubernetesGangSchedulingTest, TheSchedulersReasonForAGangItCannotPlaceIsThe
   plan = PlanJob(*job, o, Serving("scheduling.k8s.io/v1beta1"));
   EXPECT_EQ(api::FindCondition(plan.status.conditions, kConditionReady)->reason,
             "WaitingForWorkers");
+
+  // A later gang: the group's condition stays True (it was placed once), and the scheduler's
+  // verdict is on each pod that it does not place.
+  for (ObservedPod& p : o.pods) {
+    if (p.role == "worker")
+      p.unschedulable = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.";
+  }
+  job->status = plan.status;
+  plan = PlanJob(*job, o, Serving("scheduling.k8s.io/v1beta1"));
+  ready = api::FindCondition(plan.status.conditions, kConditionReady);
+  EXPECT_EQ(ready->reason, "Unschedulable");
+  EXPECT_EQ(ready->message,
+            "the kube-scheduler cannot place the gang (PodGroup gang; its worker gang-worker-0): "
+            "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.");
+  EXPECT_EQ(unschedulable(plan), 1);
 }
 
 TEST(KubernetesGangSchedulingTest, ThePodGroupsConditionIsReadInEitherVersion) {
