@@ -10,6 +10,7 @@
 #    half-placed (the one that waits holds no GPU), and both succeed one after the other.
 # 3. A job of 5 one-GPU workers, larger than the node, stays Pending whole: none of its workers
 #    is placed, and its Ready condition and an Event carry the kube-scheduler's reason.
+# 4. After a gang restart the next gang is placed whole in the same PodGroup.
 set -uo pipefail
 NS="native-gang-test-$$"
 source "$(dirname "$0")/lib.sh"
@@ -76,6 +77,23 @@ if until_true 90 '[[ $(reason) == Unschedulable ]]'; then
   fi
 else
   fail "the job larger than the cluster is Unschedulable" "$(field cjob/big '{.status}')"
+fi
+
+# ---- 4. A gang restart: the next gang joins the same PodGroup (placed before, its condition
+# stays True) and is placed whole again.
+k delete cjob big --wait=false >/dev/null
+steps_job again 3 40 1 "  gangScheduling: {podGroup: Kubernetes}
+  failurePolicy: {maxRestarts: 1}"
+if wait_for cjob/again '{.status.phase}' Running 90; then
+  k delete pod again-worker-1 --wait=false >/dev/null
+  if wait_for cjob/again '{.status.restarts}' 1 60 && wait_for cjob/again '{.status.phase}' Succeeded 120; then
+    pass "after a gang restart (a worker's pod deleted) the next gang is placed whole in the same PodGroup and the job succeeds"
+  else
+    fail "the gang restart under podGroup Kubernetes" "$(field cjob/again '{.status.phase} {.status.restarts} {.status.conditions}')"
+    k get pods -o wide
+  fi
+else
+  fail "the job to restart runs" "$(field cjob/again '{.status}')"
 fi
 
 finish
