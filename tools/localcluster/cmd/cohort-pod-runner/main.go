@@ -55,6 +55,7 @@ func main() {
 	flag.StringVar(&cpu, "cpu", "32", "CPU the node advertises to the scheduler (a quantity)")
 	flag.StringVar(&memory, "memory", "64Gi", "memory the node advertises to the scheduler (a quantity)")
 	flag.IntVar(&cfg.GPUs, "gpus", 0, "nvidia.com/gpu the node advertises (no devices behind them)")
+	flag.IntVar(&cfg.Pods, "pods", 250, "how many pods each node takes (its pods capacity)")
 	flag.StringVar(&cfg.FakeNVML, "fake-nvml", "", "fake libnvidia-ml.so.1 given to the containers of pods annotated "+podrunner.FakeNVMLAnnotation+"=true, with their node's GPUs (empty: none)")
 	flag.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest grace period for pods when the runner stops")
 	flag.Parse()
@@ -68,6 +69,9 @@ func main() {
 	}
 	if cfg.Memory, err = resource.ParseQuantity(memory); err != nil || cfg.Memory.Sign() <= 0 {
 		log.Fatalf("--memory %q: want a positive quantity", memory)
+	}
+	if cfg.Pods < 1 {
+		log.Fatalf("--pods %d: want 1 or more", cfg.Pods)
 	}
 	if cfg.GPUs < 0 {
 		log.Fatalf("--gpus %d: want 0 or more", cfg.GPUs)

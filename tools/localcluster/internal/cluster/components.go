@@ -120,6 +120,7 @@ func coreComponents(l Layout, s Settings) []component {
 				"--cpu=" + s.NodeCPU,
 				"--memory=" + s.NodeMemory,
 				"--gpus=" + strconv.Itoa(s.NodeGPUs),
+				"--pods=" + strconv.Itoa(s.NodePodsOrDefault()),
 				"--spare-nodes=" + strings.Join(s.SpareNodeNames(), ","),
 				"--fake-nvml=" + s.FakeNVML,
 			},

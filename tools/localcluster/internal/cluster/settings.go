@@ -31,6 +31,8 @@ type Settings struct {
 	NodeCPU    string `json:"nodeCPU"`
 	NodeMemory string `json:"nodeMemory"`
 	NodeGPUs   int    `json:"nodeGPUs"`
+	// NodePods is each node's pods capacity (0 in settings saved before it existed: 250).
+	NodePods int `json:"nodePods,omitempty"`
 	// SpareNodes is how many more nodes (SpareNodeNames) there are. Each advertises the
 	// same and is tainted, so that only pods that tolerate cohort.dev/spare-node=true:
 	// NoSchedule land there. The one pod runner serves them all, on this one host.
@@ -91,6 +93,12 @@ func DefaultSettings(l Layout) (Settings, error) {
 	if s.NodeGPUs, err = envCount("COHORT_LOCAL_NODE_GPUS", 4); err != nil {
 		return s, err
 	}
+	if s.NodePods, err = envCountUpTo("COHORT_LOCAL_NODE_PODS", 250, maxNodePods); err != nil {
+		return s, err
+	}
+	if s.NodePods < 1 {
+		return s, fmt.Errorf("COHORT_LOCAL_NODE_PODS=%d: want 1 to %d", s.NodePods, maxNodePods)
+	}
 	if s.SpareNodes, err = envCountUpTo("COHORT_LOCAL_SPARE_NODES", 0, maxSpareNodes); err != nil {
 		return s, err
 	}
@@ -116,6 +124,10 @@ func DefaultSettings(l Layout) (Settings, error) {
 // maxSpareNodes caps COHORT_LOCAL_SPARE_NODES.
 const maxSpareNodes = 8
 
+// maxNodePods caps COHORT_LOCAL_NODE_PODS: the pod CIDR (/16) holds far more, but one host
+// runs every pod.
+const maxNodePods = 2000
+
 // SpareNodeNames are the spare nodes' names: NODE-spare-1 to NODE-spare-N.
 func (s Settings) SpareNodeNames() []string {
 	var names []string
@@ -123,6 +135,14 @@ func (s Settings) SpareNodeNames() []string {
 		names = append(names, s.NodeName+"-spare-"+strconv.Itoa(i))
 	}
 	return names
+}
+
+// NodePodsOrDefault is NodePods, or 250 for settings saved before it existed.
+func (s Settings) NodePodsOrDefault() int {
+	if s.NodePods > 0 {
+		return s.NodePods
+	}
+	return 250
 }
 
 // NodeNames are every node's name, the main node first.

@@ -84,12 +84,15 @@ func Up(l Layout, addons []string, out io.Writer) error {
 func warnIfNodesDiffer(l Layout, running Settings, out io.Writer) {
 	_, spares := os.LookupEnv("COHORT_LOCAL_SPARE_NODES")
 	_, nvml := os.LookupEnv("COHORT_LOCAL_FAKE_NVML")
+	_, pods := os.LookupEnv("COHORT_LOCAL_NODE_PODS")
 	want, err := DefaultSettings(l)
-	if err != nil || (!spares || want.SpareNodes == running.SpareNodes) && (!nvml || want.FakeNVML == running.FakeNVML) {
+	if err != nil || (!spares || want.SpareNodes == running.SpareNodes) && (!nvml || want.FakeNVML == running.FakeNVML) &&
+		(!pods || want.NodePodsOrDefault() == running.NodePodsOrDefault()) {
 		return
 	}
-	fmt.Fprintf(out, "local-cluster: warning: the running cluster has %d spare nodes and fake NVML %q; "+
-		"COHORT_LOCAL_SPARE_NODES and COHORT_LOCAL_FAKE_NVML apply only after down\n", running.SpareNodes, running.FakeNVML)
+	fmt.Fprintf(out, "local-cluster: warning: the running cluster has %d spare nodes, fake NVML %q and %d pods a node; "+
+		"COHORT_LOCAL_SPARE_NODES, COHORT_LOCAL_FAKE_NVML and COHORT_LOCAL_NODE_PODS apply only after down\n",
+		running.SpareNodes, running.FakeNVML, running.NodePodsOrDefault())
 }
 
 func checkHost() error {

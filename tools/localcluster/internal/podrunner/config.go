@@ -61,6 +61,8 @@ type Config struct {
 	CPU    resource.Quantity
 	Memory resource.Quantity
 	GPUs   int
+	// Pods is how many pods the node takes (its pods capacity; the scheduler's limit).
+	Pods int
 
 	// FakeNVML, if set, is the path of a fake libnvidia-ml.so.1 (tests/sidecar/gpu/fake_nvml).
 	// The runner then plays the NVIDIA container toolkit: each node gets a fake NVML
@@ -81,4 +83,14 @@ func (c Config) Nodes() []string {
 // serves says whether pods bound to the node are the runner's to run.
 func (c Config) serves(node string) bool {
 	return node != "" && slices.Contains(c.Nodes(), node)
+}
+
+// defaultNodePods is the pods capacity of a node when Config.Pods is not set.
+const defaultNodePods = 250
+
+func (c Config) podsCapacity() int {
+	if c.Pods > 0 {
+		return c.Pods
+	}
+	return defaultNodePods
 }

@@ -120,7 +120,7 @@ func (n *nodeAgent) capacity() v1.ResourceList {
 	return v1.ResourceList{
 		v1.ResourceCPU:              n.cfg.CPU,
 		v1.ResourceMemory:           n.cfg.Memory,
-		v1.ResourcePods:             resource.MustParse("250"),
+		v1.ResourcePods:             *resource.NewQuantity(int64(n.cfg.podsCapacity()), resource.DecimalSI),
 		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 		GPUResource:                 *resource.NewQuantity(int64(n.cfg.GPUs), resource.DecimalSI),
 	}
