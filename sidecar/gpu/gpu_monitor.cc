@@ -148,8 +148,8 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
       no_sm_activity[index] = "lost";
       continue;
     }
-    auto sampler = std::make_unique<SmActivitySampler>(*library_, devices_[index],
-                                                       options_.sm_activity_min_interval);
+    auto sampler = std::make_unique<SmActivitySampler>(
+        *library_, devices_[index], options_.sm_activity_min_interval, options_.now);
     if (sampler->supported()) {
       sm_activity_[index] = std::move(sampler);
     } else {

@@ -44,6 +44,8 @@ struct GpuMonitorOptions {
   // NVML refreshes its GPM counters every 100 ms: a Sample sooner than this after a GPU's last
   // GPM sample repeats the SM activity it had then instead of reading GPM again.
   std::chrono::milliseconds sm_activity_min_interval{100};
+  // The time that interval is measured in. Null: std::chrono::steady_clock (tests set theirs).
+  std::function<std::chrono::steady_clock::time_point()> now;
 };
 
 // The sidecar's view of the node's GPUs: loads NVML, reads the inventory once, samples

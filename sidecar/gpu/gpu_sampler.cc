@@ -27,8 +27,9 @@ bool HasGpmFunctions(const NvmlApi& api) {
 }  // namespace
 
 SmActivitySampler::SmActivitySampler(const NvmlLibrary& library, nvml::Device device,
-                                     std::chrono::milliseconds min_interval)
-    : library_(library), device_(device), min_interval_(min_interval) {
+                                     std::chrono::milliseconds min_interval,
+                                     std::function<std::chrono::steady_clock::time_point()> now)
+    : library_(library), device_(device), min_interval_(min_interval), now_(std::move(now)) {
   const NvmlApi& api = library_.api();
   if (!HasGpmFunctions(api)) {
     unsupported_reason_ = "the driver has no GPM functions (drivers from R520 on have them)";
@@ -66,7 +67,7 @@ SmActivitySampler::~SmActivitySampler() {
 
 std::optional<double> SmActivitySampler::Read(DeviceQuery* query) {
   if (!supported_) return std::nullopt;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_ ? now_() : std::chrono::steady_clock::now();
   if (have_last_ && now - last_at_ < min_interval_) return result_;
   nvml::Return result =
       query->Call("nvmlGpmSampleGet", library_.api().gpm_sample_get, device_, next_);

@@ -5,6 +5,7 @@
 // (SmActivitySampler).
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,9 +30,11 @@ class SmActivitySampler {
  public:
   // Asks whether `device` has GPM and allocates its two sample buffers. `library` must
   // outlive the sampler. A Read sooner than `min_interval` after the last sample taken
-  // repeats the last result instead (NVML refreshes GPM counters every 100 ms).
+  // repeats the last result instead (NVML refreshes GPM counters every 100 ms), as measured by
+  // `now` (null: std::chrono::steady_clock).
   SmActivitySampler(const NvmlLibrary& library, nvml::Device device,
-                    std::chrono::milliseconds min_interval);
+                    std::chrono::milliseconds min_interval,
+                    std::function<std::chrono::steady_clock::time_point()> now = nullptr);
   // Frees the sample buffers.
   ~SmActivitySampler();
   SmActivitySampler(const SmActivitySampler&) = delete;
@@ -56,6 +59,7 @@ class SmActivitySampler {
   const NvmlLibrary& library_;
   const nvml::Device device_;
   const std::chrono::milliseconds min_interval_;
+  const std::function<std::chrono::steady_clock::time_point()> now_;
   bool supported_ = false;
   std::string unsupported_reason_;
   nvml::GpmSample last_ = nullptr;  // the latest sample taken, once have_last_

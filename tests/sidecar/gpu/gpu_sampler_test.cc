@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -256,17 +256,21 @@ TEST(GpuSamplerTest, ASampleSoonerThanGpmRefreshesRepeatsTheLastSmActivity) {
   MonitorRecorder recorder;
   GpuMonitorOptions options = recorder.Options(kFakeNvml);
   options.sm_activity_min_interval = std::chrono::milliseconds(500);
+  // The monitor's time, moved by the test.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  options.now = [now] { return *now; };
   GpuMonitor monitor(options);
   auto set_sm_activity = FakeControl<FakeNvmlSetSmActivityFn>(kFakeNvml, "fakeNvmlSetSmActivity");
   ASSERT_NE(set_sm_activity, nullptr);
 
   monitor.Sample();
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  *now += std::chrono::milliseconds(600);
   EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.11, 1e-9)));
   ASSERT_EQ(set_sm_activity(1, 0.9), 0);
   // Within 500 ms of the last GPM sample: not read again.
+  *now += std::chrono::milliseconds(499);
   EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.11, 1e-9)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  *now += std::chrono::milliseconds(1);
   EXPECT_THAT(monitor.Sample()[1].sm_activity, Optional(DoubleNear(0.9, 1e-9)));
 }
 
