@@ -36,9 +36,7 @@ int CoordinatorView::TaskIndex(const std::string& task) {
 }
 
 std::optional<PodGroupScheduled> ObservePodGroupScheduled(const json& group) {
-  const json& conditions = Field(Field(group, "status"), "conditions");
-  if (!conditions.is_array()) return std::nullopt;
-  for (const json& c : conditions) {
+  for (const json& c : Items(Field(Field(group, "status"), "conditions"))) {
     const std::string type = Text(Field(c, "type"));
     if (type != "PodGroupInitiallyScheduled" && type != "PodGroupScheduled") continue;
     return PodGroupScheduled{Text(Field(c, "status")) == "True", Text(Field(c, "reason")),

@@ -3,6 +3,7 @@
 // (policies.h, PlanPodGroup), after its Workload for Kubernetes' own gang scheduling.
 #include "absl/strings/str_cat.h"
 #include "operator/plan/children.h"
+#include "operator/plan/json_fields.h"
 #include "operator/plan/planner.h"
 #include "operator/plan/policies.h"
 
@@ -19,10 +20,8 @@ json GroupMetadata(const api::CoordinatedJob& job) {
 
 // The workers' priority class, which a Kubernetes PodGroup must have too; "" for none.
 std::string WorkersPriorityClass(const api::CoordinatedJob& job) {
-  const json::json_pointer field("/spec/priorityClassName");
-  if (!job.spec.pod_template.contains(field)) return "";
-  const json& name = job.spec.pod_template.at(field);
-  return name.is_string() ? name.get<std::string>() : "";
+  return planning::Text(
+      planning::Field(planning::Field(job.spec.pod_template, "spec"), "priorityClassName"));
 }
 
 json GangPolicy(const api::CoordinatedJob& job) {

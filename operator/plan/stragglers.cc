@@ -40,9 +40,9 @@ bool ActOnStraggler(Planner& P, const JobPods& pods, int worker, const std::stri
   api::JobStatus& st = P.st();
   const int used = st.restarts + st.worker_restarts;
   const int max_restarts = P.job.spec.failure_policy.max_restarts;
-  const bool counted = m.rule->action == api::FailureAction::kRestartGang ||
-                       m.rule->action == api::FailureAction::kRestartWorker;
-  if (counted && used >= max_restarts) {
+  // Every restart counts: RestartGangUncounted on Straggler is refused by the parser (a slow
+  // node would restart the job without end).
+  if (m.rule->action != api::FailureAction::kFailJob && used >= max_restarts) {
     P.Event("Warning", "StragglerKept",
             absl::StrCat(by, " would restart ",
                          m.rule->action == api::FailureAction::kRestartWorker
@@ -59,10 +59,6 @@ bool ActOnStraggler(Planner& P, const JobPods& pods, int worker, const std::stri
       P.Finish(false, "FailureRule", absl::StrCat(what, "; ", by, " fails the job"));
       return true;
     case api::FailureAction::kRestartGangUncounted:
-      P.Restart("Straggler",
-                absl::StrCat("gang restart, not counted against maxRestarts by ", by, ": ", what),
-                what, /*counted=*/false);
-      return true;
     case api::FailureAction::kRestartGang:
       P.Restart("Straggler",
                 absl::StrCat("gang restart ", used + 1, " of at most ", max_restarts, " by ", by,
