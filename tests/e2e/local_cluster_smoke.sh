@@ -239,17 +239,17 @@ spec:
     restartPolicyRules:
     - {action: RestartAllContainers, exitCodes: {operator: In, values: [42]}}
     # The first run leaves a mark in the emptyDir and asks for the restart; the second finds it.
-    command: [sh, -c, 'if [ -f /data/ran ]; then echo again; exit 0; fi; touch /data/ran; sleep 1; exit 42']
+    command: [sh, -c, 'if [ -f /data/ran ]; then echo again; exit 0; fi; touch /data/ran; exit 42']
     volumeMounts: [{name: data, mountPath: /data}]
 YAML
-first_ip=""
-running_ip() { first_ip=$(field pod/in-place '{.status.podIP}'); [[ -n "$first_ip" ]]; }
-if wait_until "in-place to get an address" running_ip && wait_until "in-place to succeed" phase_is in-place Succeeded; then
-  got="$(field pod/in-place '{.status.podIP} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].lastState.terminated.reason} {.status.initContainerStatuses[0].restartCount} {.status.conditions[?(@.type=="AllContainersRestarting")].status}')"
-  if [[ "$got" == "$first_ip 1 RestartingAllContainers 1 False" && "$(k logs in-place -c main)" == again ]]; then
-    pass "an exit matching a RestartAllContainers rule restarts every container in place: same IP and emptyDir, restartCount 1 each, then Succeeded"
+# The second run's "again" says the emptyDir outlived the first (the pod is the same one: a
+# bare pod is never made again).
+if wait_until "in-place to succeed" phase_is in-place Succeeded; then
+  got="$(field pod/in-place '{.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].lastState.terminated.reason} {.status.initContainerStatuses[0].restartCount} {.status.conditions[?(@.type=="AllContainersRestarting")].status}')"
+  if [[ "$got" == "1 RestartingAllContainers 1 False" && "$(k logs in-place -c main)" == again ]]; then
+    pass "an exit matching a RestartAllContainers rule restarts every container in place: emptyDir kept, restartCount 1 each, then Succeeded"
   else
-    fail "RestartAllContainers in place" "first IP $first_ip; status '$got'; main's log '$(k logs in-place -c main 2>&1 | head -3)'"
+    fail "RestartAllContainers in place" "status '$got'; main's log '$(k logs in-place -c main 2>&1 | head -3)'"
   fi
 else
   fail "RestartAllContainers in place" "phase $(field pod/in-place '{.status.phase}'): $(field pod/in-place '{.status.containerStatuses}')"
